@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Kiln needs to build and test. Idempotent and quick when all is
+# present: it asks dpkg first and only calls apt-get for what is missing.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build make pkg-config
+  libonnx-dev libprotobuf-dev protobuf-compiler
+  libopenblas-openmp-dev libdnnl-dev libsleef-dev
+  libfmt-dev libcli11-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libonnx-testdata python3-numpy python3-onnx
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,66 @@
+#pragma once
+/// A concrete host tensor: dtype, static dims, and contiguous row-major bytes. Used for
+/// initializers, constants folded at compile time, and the inputs and outputs of runs. The bytes
+/// may be owned or borrowed from a memory mapping (external data), kept alive by `storage`.
+/// String tensors hold their elements in `strings` instead of bytes.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "graph/dtype.h"
+
+namespace kiln::graph {
+
+class Tensor {
+ public:
+  Tensor() = default;
+  /// A zero-filled tensor owning its bytes.
+  Tensor(DType dtype, std::vector<int64_t> dims);
+  /// A tensor over bytes owned by `owner` (e.g. a memory mapping).
+  Tensor(DType dtype, std::vector<int64_t> dims, std::shared_ptr<const void> owner,
+         const void* data, size_t nbytes);
+  /// A string tensor.
+  static Tensor strings(std::vector<int64_t> dims, std::vector<std::string> values);
+
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int64_t rank() const { return static_cast<int64_t>(dims_.size()); }
+  int64_t numel() const;
+  size_t nbytes() const { return nbytes_; }
+  const void* data() const { return data_; }
+  /// Mutable bytes; only for tensors that own them (throws InternalError otherwise).
+  void* mutable_data();
+  template <typename T>
+  std::span<const T> values() const {
+    return {static_cast<const T*>(data_), static_cast<size_t>(numel())};
+  }
+  template <typename T>
+  std::span<T> mutable_values() {
+    return {static_cast<T*>(mutable_data()), static_cast<size_t>(numel())};
+  }
+  const std::vector<std::string>& string_values() const { return strings_; }
+
+  /// Element i converted to double / int64 (any numeric dtype, float16/bfloat16 decoded).
+  double element_as_double(int64_t i) const;
+  int64_t element_as_int64(int64_t i) const;
+
+ private:
+  DType dtype_ = DType::kUndefined;
+  std::vector<int64_t> dims_;
+  std::shared_ptr<const void> storage_;
+  const void* data_ = nullptr;
+  bool owned_ = false;
+  size_t nbytes_ = 0;
+  std::vector<std::string> strings_;
+};
+
+/// IEEE half / bfloat16 conversions.
+float half_to_float(uint16_t bits);
+uint16_t float_to_half(float value);
+float bfloat16_to_float(uint16_t bits);
+uint16_t float_to_bfloat16(float value);
+
+}  // namespace kiln::graph

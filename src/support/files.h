@@ -1,0 +1,34 @@
+#pragma once
+/// File helpers: whole-file reads, atomic writes (temporary name, then rename, so a reader never
+/// sees a half-written file), advisory locks across processes.
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace kiln::files {
+
+/// Reads a whole file; throws UserError naming the path when it cannot be read.
+std::string read(const std::filesystem::path& path);
+
+/// Writes `data` to `path` through a temporary file in the same directory and a rename; creates
+/// parent directories. Throws UserError naming the path on failure, leaving no partial file.
+void write_atomic(const std::filesystem::path& path, std::string_view data);
+
+/// An exclusive advisory lock (flock) on a lock file, held for the object's lifetime. Safe
+/// between processes; the lock file itself is left in place.
+class FileLock {
+ public:
+  explicit FileLock(const std::filesystem::path& lock_path);
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+/// Turns an arbitrary name into one safe for a file name: [A-Za-z0-9._-], others become '_'.
+std::string safe_file_name(std::string_view name);
+
+}  // namespace kiln::files

@@ -51,6 +51,8 @@ class Value {
   const std::vector<Node*>& users() const { return users_; }
   /// The initializer data when this value is a constant of the graph.
   const Tensor* initializer() const { return initializer_.get(); }
+  /// The initializer data, shared (outlives the graph when kept).
+  std::shared_ptr<const Tensor> initializer_data() const { return initializer_; }
 
  private:
   friend class Graph;

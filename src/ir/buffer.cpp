@@ -1,0 +1,94 @@
+#include "ir/buffer.h"
+
+#include <algorithm>
+
+#include "support/error.h"
+
+namespace kiln::ir {
+
+Layout Layout::contiguous(std::vector<sym::Expr> sizes) {
+  Layout layout;
+  layout.strides.resize(sizes.size());
+  sym::Expr stride = 1;
+  for (size_t k = sizes.size(); k-- > 0;) {
+    layout.strides[k] = stride;
+    stride = stride * sizes[k];
+  }
+  layout.sizes = std::move(sizes);
+  layout.offset = 0;
+  return layout;
+}
+
+sym::Expr Layout::numel() const { return sym::product(sizes); }
+
+sym::Expr Layout::storage_size() const {
+  sym::Expr extent = offset + 1;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    auto size = sizes[k].as_integer();
+    if (size && *size == 0) return 0;
+    extent = extent + (sizes[k] - 1) * strides[k];
+  }
+  return extent;
+}
+
+sym::Expr Layout::index(const std::vector<sym::Expr>& indices) const {
+  KILN_CHECK(indices.size() == sizes.size(), "index rank {} for layout rank {}", indices.size(),
+             sizes.size());
+  return offset + sym::dot(indices, strides);
+}
+
+bool Layout::is_contiguous() const {
+  if (offset != sym::Expr(0)) return false;
+  Layout c = contiguous(sizes);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (sizes[k] == sym::Expr(1)) continue;  // the stride of a size-1 dim never matters
+    if (strides[k] != c.strides[k]) return false;
+  }
+  return true;
+}
+
+int64_t ExternCall::attr_int(const std::string& name, int64_t fallback) const {
+  auto it = attrs.find(name);
+  if (it == attrs.end()) return fallback;
+  return std::get<int64_t>(it->second);
+}
+
+double ExternCall::attr_float(const std::string& name, double fallback) const {
+  auto it = attrs.find(name);
+  if (it == attrs.end()) return fallback;
+  return std::get<double>(it->second);
+}
+
+std::vector<int64_t> ExternCall::attr_ints(const std::string& name) const {
+  auto it = attrs.find(name);
+  if (it == attrs.end()) return {};
+  return std::get<std::vector<int64_t>>(it->second);
+}
+
+std::vector<std::string> Buffer::reads() const {
+  std::vector<std::string> names;
+  if (kind == BufferKind::kComputed) {
+    names = body.loaded_buffers();
+  } else if (kind == BufferKind::kExtern) {
+    for (const auto& in : call.inputs) {
+      if (in) names.push_back(in->buffer);
+    }
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+  }
+  return names;
+}
+
+void Buffer::add_origin(const Origin& origin) {
+  auto it = std::lower_bound(origins.begin(), origins.end(), origin);
+  if (it == origins.end() || !(*it == origin)) origins.insert(it, origin);
+}
+
+Buffer* Program::find(const std::string& name) const {
+  for (const auto& b : buffers) {
+    if (b->name == name) return b.get();
+  }
+  return nullptr;
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,135 @@
+#pragma once
+/// Buffers of the loop IR and the Program that lowering produces. A Buffer is a named region of
+/// memory with a Layout (sizes, strides, offset as sym::Expr, in elements; storage 64-byte
+/// aligned). It is an input of the model, a constant (folded at compile time or an initializer),
+/// computed by a LoopBody (pointwise or reduction), or the result of an extern library call.
+/// Views (Reshape, Transpose, Slice, Expand, ...) are not buffers: they are index remaps that
+/// lowering folds into the loads of their consumers; a strided View of a buffer is what extern
+/// calls take.
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "graph/dtype.h"
+#include "graph/tensor.h"
+#include "ir/loop_body.h"
+#include "sym/expr.h"
+
+namespace kiln::ir {
+
+inline constexpr int64_t kAlignBytes = 64;
+
+struct Layout {
+  std::vector<sym::Expr> sizes;
+  std::vector<sym::Expr> strides;
+  sym::Expr offset;
+
+  /// Row-major contiguous strides for `sizes`.
+  static Layout contiguous(std::vector<sym::Expr> sizes);
+  size_t rank() const { return sizes.size(); }
+  sym::Expr numel() const;
+  /// Elements the storage must hold: offset + sum((size - 1) * stride) + 1 (0 when numel is 0
+  /// for static shapes).
+  sym::Expr storage_size() const;
+  /// The flat element index of a multi-index.
+  sym::Expr index(const std::vector<sym::Expr>& indices) const;
+  bool is_contiguous() const;
+  std::string str() const;  // "[8, s0] stride [s0, 1] offset 0"
+};
+
+/// A strided window onto a buffer: what extern calls read.
+struct View {
+  std::string buffer;
+  graph::DType dtype = graph::DType::kFloat32;
+  Layout layout;
+  std::string str() const;
+};
+
+using ExternAttr =
+    std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
+
+/// A library call (BLAS GEMM, oneDNN convolution, ...). Inputs are views of materialized
+/// buffers; an absent optional input is nullopt. The output is the buffer that holds the call.
+struct ExternCall {
+  std::string kernel;  // "gemm", "conv", ...
+  std::vector<std::optional<View>> inputs;
+  std::map<std::string, ExternAttr> attrs;
+
+  int64_t attr_int(const std::string& name, int64_t fallback) const;
+  double attr_float(const std::string& name, double fallback) const;
+  std::vector<int64_t> attr_ints(const std::string& name) const;
+};
+
+/// The ONNX node a buffer came from, for kernel names and comments.
+struct Origin {
+  std::string node;     // node name
+  std::string op_type;  // ONNX op type
+  bool operator<(const Origin& o) const {
+    return std::tie(node, op_type) < std::tie(o.node, o.op_type);
+  }
+  bool operator==(const Origin& o) const = default;
+};
+
+enum class BufferKind : uint8_t { kInput, kConstant, kComputed, kExtern };
+
+class Buffer {
+ public:
+  std::string name;
+  BufferKind kind = BufferKind::kComputed;
+  graph::DType dtype = graph::DType::kFloat32;
+  Layout layout;
+  std::shared_ptr<const graph::Tensor> constant;  // kConstant
+  LoopBody body;                                  // kComputed: stores into this buffer
+  ExternCall call;                                // kExtern
+  std::vector<Origin> origins;                    // sorted, unique
+
+  bool is_reduction() const { return kind == BufferKind::kComputed && body.is_reduction(); }
+  /// Buffers this one reads (loads of the body or inputs of the call), sorted, unique.
+  std::vector<std::string> reads() const;
+  void add_origin(const Origin& origin);
+  std::string str() const;  // header line + body
+};
+
+/// A model input as the wrapper sees it.
+struct InputSpec {
+  std::string onnx_name;
+  std::string buffer;
+  graph::DType dtype;
+  std::vector<sym::Expr> shape;
+};
+
+/// A model output: the buffer that holds it (outputs are always materialized, contiguous and
+/// never reused for another buffer).
+struct OutputSpec {
+  std::string onnx_name;
+  std::string buffer;
+  graph::DType dtype;
+  std::vector<sym::Expr> shape;
+};
+
+/// A runtime check the wrapper performs before any kernel runs on the data it guards: that every
+/// element of an integer buffer lies in [-size, size) (Gather-style indices).
+struct IndexCheck {
+  std::string buffer;
+  sym::Expr size;
+  std::string node;  // "node 'g' (Gather)" for the message
+};
+
+/// The result of lowering: buffers in dependency order, the model's inputs and outputs.
+struct Program {
+  std::vector<std::unique_ptr<Buffer>> buffers;
+  std::vector<InputSpec> inputs;
+  std::vector<OutputSpec> outputs;
+  std::vector<IndexCheck> index_checks;
+  /// Facts about size symbols (e.g. from Reshape: s0 * 4 == 16 * s1) known when lowering.
+  sym::Analyzer analyzer;
+
+  Buffer* find(const std::string& name) const;
+  std::string str() const;
+};
+
+}  // namespace kiln::ir

@@ -1,0 +1,214 @@
+// lower_graph: walks the model graph in order and applies each node's lowering, deciding where
+// lazy values must be materialized; then tidies the Program (index simplification, unused
+// constants).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+
+#include "lower/lowering.h"
+#include "support/error.h"
+#include "support/log.h"
+
+namespace kiln::lower {
+
+using graph::DType;
+
+namespace {
+
+std::vector<sym::Expr> shape_of(const graph::Value& value) {
+  const graph::Type& type = value.type();
+  if (type.kind != graph::ValueKind::kTensor) {
+    user_error("input '{}': {} inputs are not supported yet", value.name(), type.str());
+  }
+  if (type.dtype == DType::kString) {
+    user_error("input '{}': string tensors are not supported", value.name());
+  }
+  if (!type.shape) user_error("input '{}': the model does not give its rank", value.name());
+  return *type.shape;
+}
+
+std::string c_identifier(const std::string& name) {
+  std::string out;
+  for (char c : name) {
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    out += ok ? c : '_';
+  }
+  return out;
+}
+
+/// How many times a value is consumed: by nodes (once per input slot) and as a graph output.
+int use_count(const graph::Value& value, const graph::Graph& graph) {
+  int uses = static_cast<int>(value.users().size());
+  for (const graph::Value* out : graph.outputs()) uses += out == &value ? 1 : 0;
+  return uses;
+}
+
+/// Simplifies every index of every computed body under the ranges of its loop variables, and
+/// the known ranges of indirect symbols.
+void simplify_indices(ir::Program& program) {
+  for (auto& buffer : program.buffers) {
+    if (buffer->kind != ir::BufferKind::kComputed) continue;
+    sym::Analyzer analyzer = program.analyzer;
+    ir::LoopBody& body = buffer->body;
+    for (size_t k = 0; k < body.vars().size(); ++k)
+      analyzer.bind_index(body.vars()[k], body.sizes()[k]);
+    for (size_t k = 0; k < body.reduce_vars().size(); ++k) {
+      analyzer.bind_index(body.reduce_vars()[k], body.reduce_sizes()[k]);
+    }
+    for (const ir::Op& op : body.ops()) {
+      if (op.code == ir::OpCode::kIndirect) analyzer.bind_index(op.symbol, op.index);
+    }
+    body.map_indices([&](const sym::Expr& e) { return analyzer.simplify(e); });
+  }
+}
+
+/// Drops constant buffers that no kernel or call reads.
+void prune_unused_constants(ir::Program& program) {
+  std::set<std::string> used;
+  for (const auto& buffer : program.buffers) {
+    for (const std::string& name : buffer->reads()) used.insert(name);
+  }
+  for (const ir::OutputSpec& out : program.outputs) used.insert(out.buffer);
+  std::erase_if(program.buffers, [&](const std::unique_ptr<ir::Buffer>& b) {
+    return b->kind == ir::BufferKind::kConstant && !used.count(b->name);
+  });
+}
+
+class GraphLowering {
+ public:
+  GraphLowering(const graph::Graph& graph, const LoweringOptions& options)
+      : graph_(graph), ctx_(program_, options) {}
+
+  ir::Program run() {
+    bind_inputs();
+    for (const graph::Value* init : graph_.initializers()) {
+      env_[init] = ctx_.from_constant(init->initializer_data());
+    }
+    for (const auto& node : graph_.nodes()) lower_node(*node);
+    ctx_.set_node(nullptr);
+    bind_outputs();
+    simplify_indices(program_);
+    prune_unused_constants(program_);
+    return std::move(program_);
+  }
+
+ private:
+  void bind_inputs() {
+    int k = 0;
+    for (const graph::Value* input : graph_.inputs()) {
+      auto buffer = std::make_unique<ir::Buffer>();
+      buffer->name = fmt::format("arg{}_{}", k++, c_identifier(input->name()));
+      buffer->kind = ir::BufferKind::kInput;
+      buffer->dtype = input->type().dtype;
+      buffer->layout = ir::Layout::contiguous(shape_of(*input));
+      program_.inputs.push_back({input->name(), buffer->name, buffer->dtype, buffer->layout.sizes});
+      env_[input] = ctx_.from_buffer(ctx_.add_buffer(std::move(buffer)));
+    }
+  }
+
+  void lower_node(const graph::Node& node) {
+    ctx_.set_node(&node);
+    const OpLowering* lowering = Registry::instance().find(node.domain(), node.op_type());
+    if (lowering == nullptr) {
+      ctx_.fail(fmt::format("op {}{} is not supported by Kiln",
+                            node.domain().empty() ? "" : node.domain() + ".", node.op_type()));
+    }
+    if (node.domain().empty() &&
+        (node.opset() < lowering->min_opset || node.opset() > lowering->max_opset)) {
+      ctx_.fail(fmt::format("opset {} of {} is not supported (Kiln supports opsets {} to {})",
+                            node.opset(), node.op_type(), lowering->min_opset,
+                            lowering->max_opset));
+    }
+    std::vector<std::optional<TensorValue>> inputs;
+    for (const graph::Value* in : node.inputs()) {
+      if (in == nullptr) {
+        inputs.emplace_back();
+        continue;
+      }
+      auto it = env_.find(in);
+      if (it == env_.end()) ctx_.fail(fmt::format("input '{}' has no value", in->name()));
+      inputs.emplace_back(it->second);
+    }
+    std::vector<TensorValue> outputs = lowering->fn(ctx_, node, inputs);
+    for (size_t k = 0; k < node.outputs().size(); ++k) {
+      const graph::Value* out = node.outputs()[k];
+      if (out == nullptr) continue;
+      if (k >= outputs.size())
+        ctx_.fail(fmt::format("output {} ('{}') is not supported", k, out->name()));
+      env_[out] = settle(std::move(outputs[k]), *out);
+    }
+  }
+
+  /// Decides whether a freshly lowered value stays lazy (inlined into its users) or is
+  /// materialized now.
+  TensorValue settle(TensorValue value, const graph::Value& out) {
+    check_type(value, out);
+    if (value.known || value.known_float) return value;
+    int uses = use_count(out, graph_);
+    int ops = value.body->compute_op_count();
+    if (uses > 1 && ops > 0) return ctx_.realize(value, fmt::format("{} users", uses));
+    if (ops > ctx_.options().max_inline_ops) return ctx_.realize(value, "large body");
+    return value;
+  }
+
+  void check_type(const TensorValue& value, const graph::Value& out) {
+    const graph::Type& type = out.type();
+    if (type.kind != graph::ValueKind::kTensor || type.dtype == DType::kUndefined) return;
+    KILN_CHECK(type.dtype == value.dtype, "{}: output '{}' lowered as {}, model says {}",
+               ctx_.node().describe(), out.name(), graph::dtype_name(value.dtype),
+               graph::dtype_name(type.dtype));
+    if (type.shape) {
+      KILN_CHECK(type.shape->size() == value.rank(),
+                 "{}: output '{}' lowered with rank {}, model says {}", ctx_.node().describe(),
+                 out.name(), value.rank(), type.shape->size());
+    }
+  }
+
+  void bind_outputs() {
+    std::set<std::string> taken;
+    for (const graph::Value* out : graph_.outputs()) {
+      auto it = env_.find(out);
+      if (it == env_.end()) user_error("graph output '{}' is never computed", out->name());
+      const TensorValue& value = it->second;
+      std::optional<std::string> existing = ctx_.as_buffer(value);
+      const ir::Buffer* buffer = existing ? program_.find(*existing) : nullptr;
+      bool own =
+          buffer != nullptr && !taken.count(buffer->name) &&
+          (buffer->kind == ir::BufferKind::kComputed || buffer->kind == ir::BufferKind::kExtern);
+      std::string name;
+      if (own) {
+        name = buffer->name;
+      } else {
+        // Outputs that alias an input, a constant or another output get their own copy.
+        TensorValue copy = value;
+        copy.known.reset();
+        copy.known_float.reset();
+        if (existing) {
+          copy = ctx_.pointwise(value.dtype, value.shape,
+                                [&](ir::LoopBody& body, const std::vector<sym::Expr>& index) {
+                                  return ctx_.load_at(body, value, index);
+                                });
+        }
+        name = *ctx_.as_buffer(ctx_.realize(copy, "graph output"));
+      }
+      taken.insert(name);
+      program_.outputs.push_back({out->name(), name, value.dtype, value.shape});
+    }
+  }
+
+  const graph::Graph& graph_;
+  ir::Program program_;
+  LoweringContext ctx_;
+  std::unordered_map<const graph::Value*, TensorValue> env_;
+};
+
+}  // namespace
+
+ir::Program lower_graph(const graph::Graph& graph, const LoweringOptions& options) {
+  return GraphLowering(graph, options).run();
+}
+
+}  // namespace kiln::lower

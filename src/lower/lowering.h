@@ -1,0 +1,180 @@
+#pragma once
+/// Lowering: graph::Graph -> ir::Program. Each ONNX op has a lowering function (one file per op
+/// family: elementwise.cpp, reduce.cpp, shape.cpp, index.cpp, nn.cpp, ...) registered in
+/// registry.cpp. A lowering function turns the node's input TensorValues into output
+/// TensorValues.
+///
+/// A TensorValue is lazy: a LoopBody over index variables i0..i{rank-1} whose result() is the
+/// element at that index. Consumers inline it (LoweringContext::load_at), so chains of
+/// elementwise ops and views (Reshape, Transpose, Slice, Expand...) become one expression with no
+/// memory traffic. Something forces a value to be materialized into an ir::Buffer (realize):
+/// several users of a non-trivial value, an extern call's input, a graph output, a body that grew
+/// too large. Views are index remaps: a Transpose's body is its input's body with the variables
+/// permuted.
+///
+/// Values whose integer contents are known at compile time (Shape, Constant, small initializers,
+/// and arithmetic on them) also carry `known`: the element values as sym::Expr, possibly symbolic
+/// (Shape of a dynamic input gives [batch, 3, ...]). Reshape, Expand, Slice and friends read their
+/// shape arguments from it.
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "graph/graph.h"
+#include "ir/buffer.h"
+#include "ir/loop_body.h"
+#include "sym/analyzer.h"
+
+namespace kiln::lower {
+
+struct TensorValue {
+  graph::DType dtype = graph::DType::kFloat32;
+  std::vector<sym::Expr> shape;
+  /// Computes the element at (i0, .., i{rank-1}); sizes() == shape, no reduction vars.
+  std::shared_ptr<const ir::LoopBody> body;
+  /// Integer contents known at compile time, row-major (at most a few thousand elements).
+  std::optional<std::vector<sym::Expr>> known;
+  /// Floating contents known at compile time (scalars and small constants), row-major.
+  std::optional<std::vector<double>> known_float;
+
+  size_t rank() const { return shape.size(); }
+  /// The known integer values; throws UserError naming `what` when not known at compile time.
+  const std::vector<sym::Expr>& known_ints(std::string_view what) const;
+};
+
+/// Per-compile options that change lowering decisions.
+struct LoweringOptions {
+  /// A lazy value whose body has more compute ops than this is realized before being inlined
+  /// into a second consumer.
+  int max_inline_ops = 64;
+};
+
+class LoweringContext {
+ public:
+  LoweringContext(ir::Program& program, const LoweringOptions& options);
+
+  ir::Program& program() { return program_; }
+  sym::Analyzer& analyzer() { return program_.analyzer; }
+  const LoweringOptions& options() const { return options_; }
+
+  /// The node being lowered (for error messages and buffer origins).
+  const graph::Node& node() const { return *node_; }
+  void set_node(const graph::Node* node) { node_ = node; }
+
+  /// Throws UserError naming the current node: "node 'x' (Op): <message>".
+  [[noreturn]] void fail(const std::string& message) const;
+
+  // --- Making values ---------------------------------------------------------------------------
+
+  /// A value that loads every element of `buffer` through its layout.
+  TensorValue from_buffer(const ir::Buffer& buffer);
+  /// A compile-time constant tensor (becomes a constant buffer when used by a kernel; small
+  /// integer tensors also set `known`).
+  TensorValue from_constant(std::shared_ptr<const graph::Tensor> tensor);
+  /// A scalar or small tensor whose integer contents are known (possibly symbolic).
+  TensorValue from_known(graph::DType dtype, std::vector<sym::Expr> shape,
+                         std::vector<sym::Expr> values);
+  /// Elementwise: `fn` builds the element at `index` (one expr per output dim) inside `body`,
+  /// typically by load_at() of the inputs and body ops.
+  using PointwiseFn =
+      std::function<ir::ValueId(ir::LoopBody& body, const std::vector<sym::Expr>& index)>;
+  TensorValue pointwise(graph::DType dtype, std::vector<sym::Expr> shape, const PointwiseFn& fn);
+
+  /// Inlines `value` into `body` at the given index (one expr per dim of value) and returns the
+  /// element. This is how every consumer reads a TensorValue.
+  ir::ValueId load_at(ir::LoopBody& body, const TensorValue& value,
+                      const std::vector<sym::Expr>& index);
+
+  /// A reduction: output dims `shape`, reduced dims `reduce_shape`; `fn` builds the value to
+  /// reduce at (index, reduce_index). Materializes a reduction buffer and returns a value that
+  /// loads it.
+  using ReductionFn =
+      std::function<ir::ValueId(ir::LoopBody& body, const std::vector<sym::Expr>& index,
+                                const std::vector<sym::Expr>& reduce_index)>;
+  TensorValue reduction(graph::DType dtype, std::vector<sym::Expr> shape,
+                        std::vector<sym::Expr> reduce_shape, ir::ReductionType type,
+                        const ReductionFn& fn);
+
+  /// An extern library call producing one buffer of `dtype`/`shape` (contiguous).
+  TensorValue extern_call(const std::string& kernel, graph::DType dtype,
+                          std::vector<sym::Expr> shape, std::vector<std::optional<ir::View>> inputs,
+                          std::map<std::string, ir::ExternAttr> attrs);
+
+  // --- Materializing ---------------------------------------------------------------------------
+
+  /// Materializes `value` into a contiguous computed buffer unless it already is a load of one;
+  /// returns a value loading that buffer. `reason` is recorded in the log.
+  TensorValue realize(const TensorValue& value, std::string_view reason);
+  /// A strided view of a materialized buffer holding `value`: an affine load of a buffer is
+  /// returned as a view without a copy; anything else is realized first. When `contiguous` is
+  /// set, the view is guaranteed contiguous (a copy is made if needed).
+  ir::View as_view(const TensorValue& value, bool contiguous = false);
+  /// The buffer name if `value` is exactly a load of a whole buffer in its own layout.
+  std::optional<std::string> as_buffer(const TensorValue& value) const;
+
+  /// A fresh buffer name ("buf<N>").
+  std::string new_buffer_name();
+  /// Adds a buffer to the program with the current node as origin.
+  ir::Buffer& add_buffer(std::unique_ptr<ir::Buffer> buffer);
+
+  // --- Helpers for op lowerings ----------------------------------------------------------------
+
+  /// Numpy-style broadcast of shapes; fails naming the node when incompatible (a symbolic dim
+  /// against a different non-1 dim is assumed equal and recorded as a fact).
+  std::vector<sym::Expr> broadcast_shapes(const std::vector<std::vector<sym::Expr>>& shapes);
+  /// The index into an input of shape `input_shape` for an output index under broadcasting
+  /// (right-aligned; size-1 dims read index 0).
+  static std::vector<sym::Expr> broadcast_index(const std::vector<sym::Expr>& index,
+                                                const std::vector<sym::Expr>& input_shape);
+  /// Normalizes a possibly negative axis for `rank`; fails naming the node when out of range.
+  int64_t normalize_axis(int64_t axis, int64_t rank) const;
+
+ private:
+  ir::Program& program_;
+  LoweringOptions options_;
+  const graph::Node* node_ = nullptr;
+  int next_buffer_ = 0;
+};
+
+/// A lowering function: the node's inputs (nullopt for omitted optional inputs) to its outputs.
+using LowerFn =
+    std::function<std::vector<TensorValue>(LoweringContext& ctx, const graph::Node& node,
+                                           const std::vector<std::optional<TensorValue>>& inputs)>;
+
+struct OpLowering {
+  LowerFn fn;
+  int64_t min_opset = 1;   // lowest ai.onnx opset version of the op this handles
+  int64_t max_opset = 17;  // highest
+};
+
+/// The table of op lowerings, keyed by (domain, op type). Built once; read-only afterwards.
+class Registry {
+ public:
+  void add(std::string domain, std::string op_type, OpLowering lowering);
+  const OpLowering* find(std::string_view domain, std::string_view op_type) const;
+  /// Every registered op as "domain:op" ("" domain printed as op only), sorted.
+  std::vector<std::string> ops() const;
+  static const Registry& instance();
+
+ private:
+  std::map<std::pair<std::string, std::string>, OpLowering, std::less<>> table_;
+};
+
+// Registration functions, one per op family file (registry.cpp calls them all).
+void register_elementwise_ops(Registry& registry);
+void register_reduce_ops(Registry& registry);
+void register_norm_ops(Registry& registry);
+void register_shape_ops(Registry& registry);
+void register_index_ops(Registry& registry);
+void register_nn_ops(Registry& registry);
+
+/// Lowers a whole model graph into a Program. Throws UserError naming the node for unsupported
+/// ops, dtypes (e.g. string tensors) or attributes.
+ir::Program lower_graph(const graph::Graph& graph, const LoweringOptions& options = {});
+
+}  // namespace kiln::lower

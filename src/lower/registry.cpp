@@ -1,0 +1,40 @@
+#include <fmt/format.h>
+
+#include "lower/lowering.h"
+
+namespace kiln::lower {
+
+void Registry::add(std::string domain, std::string op_type, OpLowering lowering) {
+  table_[{std::move(domain), std::move(op_type)}] = std::move(lowering);
+}
+
+const OpLowering* Registry::find(std::string_view domain, std::string_view op_type) const {
+  // ONNX spells the default domain "" or "ai.onnx".
+  std::string d = domain == "ai.onnx" ? "" : std::string(domain);
+  auto it = table_.find(std::pair<std::string, std::string>{d, std::string(op_type)});
+  return it == table_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> Registry::ops() const {
+  std::vector<std::string> names;
+  for (const auto& [key, lowering] : table_) {
+    names.push_back(key.first.empty() ? key.second : key.first + ":" + key.second);
+  }
+  return names;  // std::map order is sorted
+}
+
+const Registry& Registry::instance() {
+  static const Registry registry = [] {
+    Registry r;
+    register_elementwise_ops(r);
+    register_reduce_ops(r);
+    register_norm_ops(r);
+    register_shape_ops(r);
+    register_index_ops(r);
+    register_nn_ops(r);
+    return r;
+  }();
+  return registry;
+}
+
+}  // namespace kiln::lower

@@ -1,0 +1,251 @@
+// Buffer memory of the reference interpreter and naive reference implementations of the extern
+// kernels: every element is computed by its defining sum, reading inputs through their views'
+// strides, so broadcasting and transposed views need no special cases.
+#include <algorithm>
+
+#include "ir/interpreter_memory.h"
+#include "support/error.h"
+
+namespace kiln::ir::interp {
+
+using graph::DType;
+
+Scalar Storage::read(int64_t k, const std::string& name) const {
+  if (k < 0 || k >= static_cast<int64_t>(data.size())) {
+    internal_error("interpreter: read of {}[{}] outside its storage of {} elements", name, k,
+                   data.size());
+  }
+  if (!written[static_cast<size_t>(k)]) {
+    internal_error("interpreter: read of {}[{}], which nothing has written", name, k);
+  }
+  return data[static_cast<size_t>(k)];
+}
+
+void Storage::write(int64_t k, Scalar value, const std::string& name) {
+  if (k < 0 || k >= static_cast<int64_t>(data.size())) {
+    internal_error("interpreter: write of {}[{}] outside its storage of {} elements", name, k,
+                   data.size());
+  }
+  data[static_cast<size_t>(k)] = value;
+  written[static_cast<size_t>(k)] = true;
+}
+
+int64_t ConcreteLayout::numel() const {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+int64_t ConcreteLayout::storage_size() const {
+  if (numel() == 0) return 0;
+  int64_t extent = offset + 1;
+  for (size_t k = 0; k < sizes.size(); ++k)
+    extent += std::max<int64_t>(0, (sizes[k] - 1) * strides[k]);
+  return extent;
+}
+
+int64_t ConcreteLayout::at(const std::vector<int64_t>& index) const {
+  KILN_CHECK(index.size() == sizes.size(), "index rank {} for layout rank {}", index.size(),
+             sizes.size());
+  int64_t flat = offset;
+  for (size_t k = 0; k < index.size(); ++k) flat += index[k] * strides[k];
+  return flat;
+}
+
+std::vector<int64_t> evaluate_all(const std::vector<sym::Expr>& exprs,
+                                  const sym::Binding& binding) {
+  std::vector<int64_t> values;
+  values.reserve(exprs.size());
+  for (const sym::Expr& e : exprs) values.push_back(sym::evaluate(e, binding));
+  return values;
+}
+
+ConcreteLayout concretize(const Layout& layout, const sym::Binding& binding) {
+  ConcreteLayout c;
+  c.sizes = evaluate_all(layout.sizes, binding);
+  c.strides = evaluate_all(layout.strides, binding);
+  c.offset = sym::evaluate(layout.offset, binding);
+  KILN_CHECK(c.sizes.size() == c.strides.size(), "layout has {} sizes but {} strides",
+             c.sizes.size(), c.strides.size());
+  return c;
+}
+
+namespace {
+
+/// An extern input: its storage and evaluated layout.
+struct Operand {
+  const Storage* storage = nullptr;
+  std::string name;
+  DType dtype = DType::kFloat32;
+  ConcreteLayout layout;
+
+  Scalar at(const std::vector<int64_t>& index) const {
+    return storage->read(layout.at(index), name);
+  }
+  double real_at(const std::vector<int64_t>& index) const { return to_double(at(index), dtype); }
+  size_t rank() const { return layout.sizes.size(); }
+};
+
+Operand operand(const ExternCall& call, size_t k, const Storages& storages,
+                const sym::Binding& binding) {
+  KILN_CHECK(k < call.inputs.size() && call.inputs[k].has_value(), "{} input {} is missing",
+             call.kernel, k);
+  const View& view = *call.inputs[k];
+  auto it = storages.find(view.buffer);
+  KILN_CHECK(it != storages.end(), "{} reads buffer {} before it exists", call.kernel, view.buffer);
+  KILN_CHECK(it->second.dtype == view.dtype, "{} view of {} says {} but the buffer is {}",
+             call.kernel, view.buffer, graph::dtype_name(view.dtype),
+             graph::dtype_name(it->second.dtype));
+  return Operand{&it->second, view.buffer, view.dtype, concretize(view.layout, binding)};
+}
+
+bool has_input(const ExternCall& call, size_t k) {
+  return k < call.inputs.size() && call.inputs[k].has_value();
+}
+
+/// The index into `op` for output index `out` under right-aligned broadcasting: the leading
+/// `op_dims` dims of `op` align with the leading `out_dims` output dims (size-1 dims read 0);
+/// other dims of `op` are left 0 for the caller to set.
+std::vector<int64_t> broadcast_to(const std::vector<int64_t>& out, size_t out_dims,
+                                  const Operand& op, size_t op_dims) {
+  KILN_CHECK(op_dims <= out_dims, "operand {} has more batch dims than the output", op.name);
+  std::vector<int64_t> index(op.rank(), 0);
+  for (size_t k = 0; k < op_dims; ++k) {
+    index[k] = op.layout.sizes[k] == 1 ? 0 : out[out_dims - op_dims + k];
+  }
+  return index;
+}
+
+void write_output(Storage& out, const ConcreteLayout& layout, const std::vector<int64_t>& index,
+                  double value, const std::string& name) {
+  out.write(layout.at(index), from_double(value, out.dtype), name);
+}
+
+/// matmul: out[..., m, n] = alpha * sum_k A[..., m, k] * B[..., k, n] + beta * C[...].
+void run_matmul(const Buffer& buffer, Storages& storages, const sym::Binding& binding) {
+  const ExternCall& call = buffer.call;
+  Operand a = operand(call, 0, storages, binding);
+  Operand b = operand(call, 1, storages, binding);
+  ConcreteLayout out_layout = concretize(buffer.layout, binding);
+  size_t rank = out_layout.sizes.size();
+  KILN_CHECK(a.rank() >= 2 && b.rank() >= 2 && rank >= 2 && a.rank() <= rank && b.rank() <= rank,
+             "matmul ranks A {} B {} out {}", a.rank(), b.rank(), rank);
+  int64_t depth = a.layout.sizes[a.rank() - 1];
+  KILN_CHECK(b.layout.sizes[b.rank() - 2] == depth, "matmul inner sizes {} vs {}", depth,
+             b.layout.sizes[b.rank() - 2]);
+  double alpha = call.attr_float("alpha", 1.0);
+  double beta = call.attr_float("beta", 1.0);
+  bool has_bias = has_input(call, 2);
+  Operand c = has_bias ? operand(call, 2, storages, binding) : Operand{};
+  bool integer = !is_float_dtype(a.dtype) && !is_float_dtype(buffer.dtype);
+  Storage& out = storages.at(buffer.name);
+  for_each_index(out_layout.sizes, [&](const std::vector<int64_t>& index) {
+    std::vector<int64_t> ai = broadcast_to(index, rank - 2, a, a.rank() - 2);
+    std::vector<int64_t> bi = broadcast_to(index, rank - 2, b, b.rank() - 2);
+    ai[a.rank() - 2] = index[rank - 2];
+    bi[b.rank() - 1] = index[rank - 1];
+    double sum = 0;
+    uint64_t isum = 0;  // wraps like the integer arithmetic of the generated code
+    for (int64_t k = 0; k < depth; ++k) {
+      ai[a.rank() - 1] = k;
+      bi[b.rank() - 2] = k;
+      if (integer) {
+        isum += static_cast<uint64_t>(a.at(ai).i) * static_cast<uint64_t>(b.at(bi).i);
+      } else {
+        sum += a.real_at(ai) * b.real_at(bi);
+      }
+    }
+    double value = integer ? static_cast<double>(static_cast<int64_t>(isum)) : sum;
+    value *= alpha;
+    if (has_bias) value += beta * c.real_at(broadcast_to(index, rank, c, c.rank()));
+    if (integer && alpha == 1.0 && !has_bias) {
+      out.write(out_layout.at(index), Scalar{0, wrap_int(static_cast<int64_t>(isum), out.dtype)},
+                buffer.name);
+      return;
+    }
+    write_output(out, out_layout, index, value, buffer.name);
+  });
+}
+
+struct ConvParams {
+  std::vector<int64_t> strides, pads, dilations;
+  int64_t group = 1;
+};
+
+ConvParams conv_params(const ExternCall& call, size_t spatial) {
+  ConvParams p;
+  p.strides = call.attr_ints("strides");
+  p.pads = call.attr_ints("pads");
+  p.dilations = call.attr_ints("dilations");
+  p.group = call.attr_int("group", 1);
+  if (p.strides.empty()) p.strides.assign(spatial, 1);
+  if (p.pads.empty()) p.pads.assign(2 * spatial, 0);
+  if (p.dilations.empty()) p.dilations.assign(spatial, 1);
+  KILN_CHECK(p.strides.size() == spatial && p.pads.size() == 2 * spatial &&
+                 p.dilations.size() == spatial && p.group >= 1,
+             "conv attributes do not match {} spatial dims", spatial);
+  return p;
+}
+
+/// conv: out[n, m, o...] = B[m] + sum_{c, k...} X[n, g*C/group + c, o*s - pad + k*d] * W[m, c, k].
+void run_conv(const Buffer& buffer, Storages& storages, const sym::Binding& binding) {
+  const ExternCall& call = buffer.call;
+  Operand x = operand(call, 0, storages, binding);
+  Operand w = operand(call, 1, storages, binding);
+  bool has_bias = has_input(call, 2);
+  Operand bias = has_bias ? operand(call, 2, storages, binding) : Operand{};
+  ConcreteLayout out_layout = concretize(buffer.layout, binding);
+  size_t rank = x.rank();
+  KILN_CHECK(rank >= 3 && rank <= 5 && w.rank() == rank && out_layout.sizes.size() == rank,
+             "conv ranks X {} W {} out {}", rank, w.rank(), out_layout.sizes.size());
+  size_t spatial = rank - 2;
+  ConvParams p = conv_params(call, spatial);
+  int64_t out_channels = w.layout.sizes[0];
+  int64_t group_channels = w.layout.sizes[1];
+  KILN_CHECK(x.layout.sizes[1] == group_channels * p.group && out_channels % p.group == 0,
+             "conv channels: X has {}, W {} x group {}", x.layout.sizes[1], group_channels,
+             p.group);
+  for (size_t d = 0; d < spatial; ++d) {
+    int64_t extent = x.layout.sizes[2 + d] + p.pads[d] + p.pads[spatial + d] -
+                     p.dilations[d] * (w.layout.sizes[2 + d] - 1) - 1;
+    KILN_CHECK(out_layout.sizes[2 + d] == extent / p.strides[d] + 1,
+               "conv output dim {} is {}, expected {}", d, out_layout.sizes[2 + d],
+               extent / p.strides[d] + 1);
+  }
+  std::vector<int64_t> kernel_sizes(w.layout.sizes.begin() + 2, w.layout.sizes.end());
+  Storage& out = storages.at(buffer.name);
+  for_each_index(out_layout.sizes, [&](const std::vector<int64_t>& o) {
+    int64_t m = o[1];
+    int64_t g = m / (out_channels / p.group);
+    double sum = has_bias ? bias.real_at({m}) : 0.0;
+    std::vector<int64_t> xi(rank), wi(rank);
+    xi[0] = o[0];
+    wi[0] = m;
+    for (int64_t c = 0; c < group_channels; ++c) {
+      xi[1] = g * group_channels + c;
+      wi[1] = c;
+      for_each_index(kernel_sizes, [&](const std::vector<int64_t>& k) {
+        for (size_t d = 0; d < spatial; ++d) {
+          int64_t pos = o[2 + d] * p.strides[d] - p.pads[d] + k[d] * p.dilations[d];
+          if (pos < 0 || pos >= x.layout.sizes[2 + d]) return;
+          xi[2 + d] = pos;
+          wi[2 + d] = k[d];
+        }
+        sum += x.real_at(xi) * w.real_at(wi);
+      });
+    }
+    write_output(out, out_layout, o, sum, buffer.name);
+  });
+}
+
+}  // namespace
+
+void run_extern(const Buffer& buffer, Storages& storages, const sym::Binding& binding) {
+  const std::string& kernel = buffer.call.kernel;
+  if (kernel == "matmul") return run_matmul(buffer, storages, binding);
+  if (kernel == "conv") return run_conv(buffer, storages, binding);
+  internal_error("interpreter: no reference implementation of extern kernel '{}' (buffer {})",
+                 kernel, buffer.name);
+}
+
+}  // namespace kiln::ir::interp

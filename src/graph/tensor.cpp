@@ -1,0 +1,245 @@
+#include "graph/tensor.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <new>
+
+#include "support/error.h"
+
+namespace kiln::graph {
+
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+/// Product of dims, checking that none is negative and that the product fits.
+int64_t checked_numel(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    KILN_CHECK(d >= 0, "negative dimension {} in tensor dims", d);
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) {
+      internal_error("tensor dims overflow int64 in their product");
+    }
+    n *= d;
+  }
+  return n;
+}
+
+size_t checked_nbytes(DType dtype, const std::vector<int64_t>& dims) {
+  int64_t n = checked_numel(dims);
+  int64_t size = dtype_size(dtype);
+  if (size != 0 && n > std::numeric_limits<int64_t>::max() / size) {
+    internal_error("tensor of {} elements of {} overflows int64 bytes", n, dtype_name(dtype));
+  }
+  return static_cast<size_t>(n * size);
+}
+
+template <typename T>
+T load(const void* data, int64_t i) {
+  T value;
+  std::memcpy(&value, static_cast<const char*>(data) + i * static_cast<int64_t>(sizeof(T)),
+              sizeof(T));
+  return value;
+}
+
+/// Saturating float-to-int64 conversion (truncation toward zero); NaN gives 0. A plain cast is
+/// undefined behaviour out of range.
+int64_t saturate_to_int64(double value) {
+  if (std::isnan(value)) return 0;
+  if (value >= 9223372036854775808.0) return std::numeric_limits<int64_t>::max();
+  if (value < -9223372036854775808.0) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(value);
+}
+
+}  // namespace
+
+Tensor::Tensor(DType dtype, std::vector<int64_t> dims)
+    : dtype_(dtype), dims_(std::move(dims)), owned_(true) {
+  KILN_CHECK(dtype != DType::kUndefined, "tensor of undefined dtype");
+  if (dtype == DType::kString) {
+    strings_.resize(static_cast<size_t>(checked_numel(dims_)));
+    return;
+  }
+  nbytes_ = checked_nbytes(dtype_, dims_);
+  // Always allocate at least one aligned block so data() is never null, even for empty tensors.
+  size_t alloc = (nbytes_ + kAlignment - 1) / kAlignment * kAlignment;
+  if (alloc == 0) alloc = kAlignment;
+  void* p = ::operator new (alloc, std::align_val_t{kAlignment});
+  std::memset(p, 0, alloc);
+  storage_ = std::shared_ptr<void>(
+      p, [](void* q) { ::operator delete (q, std::align_val_t{kAlignment}); });
+  data_ = p;
+}
+
+Tensor::Tensor(DType dtype, std::vector<int64_t> dims, std::shared_ptr<const void> owner,
+               const void* data, size_t nbytes)
+    : dtype_(dtype),
+      dims_(std::move(dims)),
+      storage_(std::move(owner)),
+      data_(data),
+      owned_(false),
+      nbytes_(nbytes) {
+  KILN_CHECK(dtype != DType::kUndefined && dtype != DType::kString,
+             "borrowed tensor storage needs a numeric dtype, got {}", dtype_name(dtype));
+  size_t expected = checked_nbytes(dtype_, dims_);
+  KILN_CHECK(nbytes == expected, "borrowed tensor has {} bytes, dims need {}", nbytes, expected);
+  KILN_CHECK(data != nullptr || nbytes == 0, "borrowed tensor data is null");
+}
+
+Tensor Tensor::strings(std::vector<int64_t> dims, std::vector<std::string> values) {
+  Tensor t;
+  t.dtype_ = DType::kString;
+  t.dims_ = std::move(dims);
+  int64_t n = checked_numel(t.dims_);
+  KILN_CHECK(static_cast<int64_t>(values.size()) == n, "string tensor has {} values, dims need {}",
+             values.size(), n);
+  t.strings_ = std::move(values);
+  t.owned_ = true;
+  return t;
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : dims_) n *= d;
+  return n;
+}
+
+void* Tensor::mutable_data() {
+  if (!owned_) internal_error("mutable_data() on a tensor that borrows its bytes");
+  // Owned bytes were allocated non-const by the constructor above.
+  return const_cast<void*>(data_);
+}
+
+double Tensor::element_as_double(int64_t i) const {
+  KILN_CHECK(i >= 0 && i < numel(), "element {} out of range for {} elements", i, numel());
+  switch (dtype_) {
+    case DType::kFloat32:
+      return load<float>(data_, i);
+    case DType::kFloat64:
+      return load<double>(data_, i);
+    case DType::kFloat16:
+      return half_to_float(load<uint16_t>(data_, i));
+    case DType::kBFloat16:
+      return bfloat16_to_float(load<uint16_t>(data_, i));
+    case DType::kUInt8:
+      return load<uint8_t>(data_, i);
+    case DType::kInt8:
+      return load<int8_t>(data_, i);
+    case DType::kUInt16:
+      return load<uint16_t>(data_, i);
+    case DType::kInt16:
+      return load<int16_t>(data_, i);
+    case DType::kInt32:
+      return load<int32_t>(data_, i);
+    case DType::kInt64:
+      return static_cast<double>(load<int64_t>(data_, i));
+    case DType::kUInt32:
+      return load<uint32_t>(data_, i);
+    case DType::kUInt64:
+      return static_cast<double>(load<uint64_t>(data_, i));
+    case DType::kBool:
+      return load<uint8_t>(data_, i) != 0 ? 1.0 : 0.0;
+    case DType::kString:
+    case DType::kUndefined:
+      break;
+  }
+  internal_error("element_as_double on a {} tensor", dtype_name(dtype_));
+}
+
+int64_t Tensor::element_as_int64(int64_t i) const {
+  KILN_CHECK(i >= 0 && i < numel(), "element {} out of range for {} elements", i, numel());
+  switch (dtype_) {
+    case DType::kFloat32:
+    case DType::kFloat64:
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return saturate_to_int64(element_as_double(i));
+    case DType::kUInt8:
+      return load<uint8_t>(data_, i);
+    case DType::kInt8:
+      return load<int8_t>(data_, i);
+    case DType::kUInt16:
+      return load<uint16_t>(data_, i);
+    case DType::kInt16:
+      return load<int16_t>(data_, i);
+    case DType::kInt32:
+      return load<int32_t>(data_, i);
+    case DType::kInt64:
+      return load<int64_t>(data_, i);
+    case DType::kUInt32:
+      return load<uint32_t>(data_, i);
+    case DType::kUInt64: {
+      uint64_t v = load<uint64_t>(data_, i);
+      return v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+                 ? std::numeric_limits<int64_t>::max()
+                 : static_cast<int64_t>(v);
+    }
+    case DType::kBool:
+      return load<uint8_t>(data_, i) != 0 ? 1 : 0;
+    case DType::kString:
+    case DType::kUndefined:
+      break;
+  }
+  internal_error("element_as_int64 on a {} tensor", dtype_name(dtype_));
+}
+
+float half_to_float(uint16_t bits) {
+  uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  uint32_t exponent = (bits >> 10) & 0x1fu;
+  uint32_t mantissa = bits & 0x3ffu;
+  if (exponent == 0x1f) {  // inf or nan; the payload moves up unchanged
+    return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  }
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in float
+    float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign ? -magnitude : magnitude;
+  }
+  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+uint16_t float_to_half(float value) {
+  uint32_t bits = std::bit_cast<uint32_t>(value);
+  auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  uint32_t exponent = (bits >> 23) & 0xffu;
+  uint32_t mantissa = bits & 0x7fffffu;
+  if (exponent == 0xff) {
+    if (mantissa == 0) return sign | 0x7c00u;
+    // Keep the top payload bits and force the quiet bit so a nan never turns into inf.
+    return static_cast<uint16_t>(sign | 0x7e00u | (mantissa >> 13));
+  }
+  int32_t e = static_cast<int32_t>(exponent) - 127 + 15;  // biased half exponent
+  if (e >= 31) return sign | 0x7c00u;                     // >= 2^16: overflows to inf
+  if (e <= 0) {
+    // Half subnormal (or zero): value / 2^-24, rounded to nearest even. Below 2^-25 (e < -10)
+    // everything rounds to zero; float subnormals land here too.
+    if (e < -10) return sign;
+    uint32_t m = mantissa | 0x800000u;
+    uint32_t shift = static_cast<uint32_t>(14 - e);
+    uint32_t result = m >> shift;
+    uint32_t rest = m & ((1u << shift) - 1);
+    uint32_t halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (result & 1u))) ++result;  // may carry to normal
+    return static_cast<uint16_t>(sign | result);
+  }
+  uint32_t result = (static_cast<uint32_t>(e) << 10) | (mantissa >> 13);
+  uint32_t rest = mantissa & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (result & 1u))) ++result;  // carry may reach inf
+  return static_cast<uint16_t>(sign | result);
+}
+
+float bfloat16_to_float(uint16_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
+
+uint16_t float_to_bfloat16(float value) {
+  uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // nan stays a (quiet) nan
+  }
+  uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);  // round to nearest, ties to even
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+}  // namespace kiln::graph

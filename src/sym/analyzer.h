@@ -50,6 +50,7 @@ class Analyzer {
   std::optional<int64_t> constant_value(const Expr& e) const;
 
  private:
+  friend struct AnalyzerAccess;  // src/sym internals (symbolic bounds, simplifier)
   std::map<Expr, Range> ranges_;
   std::map<Expr, Expr> extents_;
 };

@@ -1,0 +1,268 @@
+/// Neural-network lowerings: MatMul and Gemm as the extern "matmul" (float32/float64; other
+/// dtypes as a loop-IR reduction over K), Conv as the extern "conv". Operands are strided views
+/// of their buffers: transposes and batch broadcasts are strides (0 for broadcast dims), not
+/// copies. The pools live in pool.cpp.
+///
+/// Extern conventions (the interpreter and the backends implement them):
+///   matmul: inputs A [..., M, K], B [..., K, N], optional C broadcast to [..., M, N] by stride-0
+///           dims; attrs alpha, beta (double, default 1); output alpha * A @ B + beta * C,
+///           contiguous [..., M, N].
+///   conv:   inputs X [N, C, D...], W [M, C/group, K...] (contiguous), optional B [M]; attrs
+///           strides, pads (begins then ends), dilations (int64 vectors), group (int64);
+///           output contiguous [N, M, O...].
+///
+/// Tests: the ONNX node suite (interpreter_cases.txt).
+
+#include <algorithm>
+
+#include "lower/lowering.h"
+#include "lower/op_util.h"
+#include "support/error.h"
+
+namespace kiln::lower {
+
+using graph::DType;
+using ir::LoopBody;
+using ir::OpCode;
+using ir::ValueId;
+using sym::Expr;
+
+namespace {
+
+bool uses_extern_gemm(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64; }
+
+/// `layout` right-aligned onto `sizes`: missing leading dims and size-1 dims that broadcast get
+/// stride 0.
+ir::Layout broadcast_layout(const ir::Layout& layout, const std::vector<Expr>& sizes) {
+  ir::Layout out;
+  out.offset = layout.offset;
+  size_t skip = sizes.size() - layout.rank();
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    out.sizes.push_back(sizes[k]);
+    if (k < skip) {
+      out.strides.push_back(0);
+      continue;
+    }
+    const Expr& own = layout.sizes[k - skip];
+    out.strides.push_back(own == Expr(1) && sizes[k] != Expr(1) ? Expr(0)
+                                                                : layout.strides[k - skip]);
+  }
+  return out;
+}
+
+/// Swaps the last two dims of a view (a transpose without a copy).
+void transpose_last_two(ir::Layout& layout) {
+  size_t r = layout.rank();
+  std::swap(layout.sizes[r - 1], layout.sizes[r - 2]);
+  std::swap(layout.strides[r - 1], layout.strides[r - 2]);
+}
+
+/// A matrix product operand: the value, whether its last two dims are swapped, its rows/cols.
+struct Operand {
+  TensorValue value;  // rank >= 2
+  bool transposed = false;
+  Expr rows() const { return value.shape[value.rank() - (transposed ? 1 : 2)]; }
+  Expr cols() const { return value.shape[value.rank() - (transposed ? 2 : 1)]; }
+  std::vector<Expr> batch() const {
+    return std::vector<Expr>(value.shape.begin(), value.shape.end() - 2);
+  }
+};
+
+/// The view of an operand broadcast to batch dims `batch`.
+ir::View operand_view(LoweringContext& ctx, const Operand& op, const std::vector<Expr>& batch) {
+  ir::View view = ctx.as_view(op.value);
+  if (op.transposed) transpose_last_two(view.layout);
+  std::vector<Expr> sizes = batch;
+  sizes.push_back(op.rows());
+  sizes.push_back(op.cols());
+  view.layout = broadcast_layout(view.layout, sizes);
+  return view;
+}
+
+/// The element of an operand at (batch index, row, col) under broadcasting.
+ValueId operand_at(LoweringContext& ctx, LoopBody& body, const Operand& op,
+                   const std::vector<Expr>& batch_index, const Expr& row, const Expr& col) {
+  std::vector<Expr> index = LoweringContext::broadcast_index(batch_index, op.batch());
+  index.push_back(op.transposed ? col : row);
+  index.push_back(op.transposed ? row : col);
+  return ctx.load_at(body, op.value, index);
+}
+
+/// A @ B (batched) as a loop-IR reduction over K, for dtypes without an extern GEMM.
+TensorValue matmul_loop(LoweringContext& ctx, DType dtype, const Operand& a, const Operand& b,
+                        const std::vector<Expr>& batch) {
+  std::vector<Expr> shape = batch;
+  shape.push_back(a.rows());
+  shape.push_back(b.cols());
+  size_t nb = batch.size();
+  return ctx.reduction(
+      dtype, shape, {a.cols()}, ir::ReductionType::kSum,
+      [&](LoopBody& body, const std::vector<Expr>& index, const std::vector<Expr>& r) {
+        std::vector<Expr> batch_index(index.begin(), index.begin() + nb);
+        ValueId x = operand_at(ctx, body, a, batch_index, index[nb], r[0]);
+        ValueId y = operand_at(ctx, body, b, batch_index, r[0], index[nb + 1]);
+        return body.binary(OpCode::kMul, x, y);
+      });
+}
+
+void check_inner_dims(LoweringContext& ctx, const Operand& a, const Operand& b) {
+  Expr k1 = a.cols(), k2 = b.rows();
+  if (k1.is_integer() && k2.is_integer() && k1 != k2) {
+    ctx.fail("inner dimensions differ: A has " + k1.str() + " columns, B has " + k2.str() +
+             " rows");
+  }
+}
+
+void check_matmul_dtype(LoweringContext& ctx, DType dtype) {
+  if (!graph::is_floating(dtype) && !graph::is_integer(dtype)) {
+    ctx.fail("unsupported dtype " + std::string(graph::dtype_name(dtype)));
+  }
+}
+
+std::vector<TensorValue> lower_matmul(LoweringContext& ctx, const graph::Node&,
+                                      const LowerInputs& inputs) {
+  const TensorValue& a_in = required_input(ctx, inputs, 0, "A");
+  const TensorValue& b_in = required_input(ctx, inputs, 1, "B");
+  if (a_in.rank() == 0 || b_in.rank() == 0)
+    ctx.fail("expected operands of rank >= 1, found a scalar");
+  if (a_in.dtype != b_in.dtype) ctx.fail("operand dtypes differ");
+  check_matmul_dtype(ctx, a_in.dtype);
+  // Numpy rules: a 1-D A is a row [1, K], a 1-D B a column [K, 1]; the added dim is dropped.
+  bool vec_a = a_in.rank() == 1, vec_b = b_in.rank() == 1;
+  auto lift = [&](const TensorValue& v, bool row) {
+    std::vector<Expr> shape =
+        row ? std::vector<Expr>{1, v.shape[0]} : std::vector<Expr>{v.shape[0], 1};
+    return make_view(ctx, v, std::move(shape), [row](const std::vector<Expr>& index) {
+      return std::vector<Expr>{index[row ? 1 : 0]};
+    });
+  };
+  Operand a{vec_a ? lift(a_in, true) : a_in};
+  Operand b{vec_b ? lift(b_in, false) : b_in};
+  check_inner_dims(ctx, a, b);
+  std::vector<Expr> batch = ctx.broadcast_shapes({a.batch(), b.batch()});
+  DType dtype = a_in.dtype;
+  TensorValue out;
+  if (uses_extern_gemm(dtype)) {
+    std::vector<Expr> shape = batch;
+    shape.push_back(a.rows());
+    shape.push_back(b.cols());
+    out = ctx.extern_call("matmul", dtype, shape,
+                          {operand_view(ctx, a, batch), operand_view(ctx, b, batch)},
+                          {{"alpha", 1.0}, {"beta", 1.0}});
+  } else {
+    out = matmul_loop(ctx, dtype, a, b, batch);
+  }
+  if (!vec_a && !vec_b) return {out};
+  size_t nb = batch.size();
+  std::vector<Expr> shape = batch;
+  if (!vec_a) shape.push_back(a.rows());
+  if (!vec_b) shape.push_back(b.cols());
+  return {make_view(ctx, out, std::move(shape), [nb, vec_a, vec_b](const std::vector<Expr>& i) {
+    std::vector<Expr> in(i.begin(), i.begin() + nb);
+    in.push_back(vec_a ? Expr(0) : i[nb]);
+    in.push_back(vec_b ? Expr(0) : i[i.size() - 1]);
+    return in;
+  })};
+}
+
+std::vector<TensorValue> lower_gemm(LoweringContext& ctx, const graph::Node& node,
+                                    const LowerInputs& inputs) {
+  const TensorValue& a_in = required_input(ctx, inputs, 0, "A");
+  const TensorValue& b_in = required_input(ctx, inputs, 1, "B");
+  const TensorValue* c = optional_input(inputs, 2);
+  if (a_in.rank() != 2 || b_in.rank() != 2) {
+    ctx.fail("expected 2-D A and B, found ranks " + std::to_string(a_in.rank()) + " and " +
+             std::to_string(b_in.rank()));
+  }
+  check_matmul_dtype(ctx, a_in.dtype);
+  Operand a{a_in, node.attr_int("transA", 0) != 0};
+  Operand b{b_in, node.attr_int("transB", 0) != 0};
+  check_inner_dims(ctx, a, b);
+  double alpha = node.attr_float("alpha", 1.0f);
+  double beta = node.attr_float("beta", 1.0f);
+  std::vector<Expr> shape = {a.rows(), b.cols()};
+  if (c != nullptr) {
+    if (c->rank() > 2) ctx.fail("expected C of rank <= 2, found " + graph::shape_str(c->shape));
+    ctx.broadcast_shapes({shape, c->shape});  // checks that C broadcasts
+  }
+  DType dtype = a_in.dtype;
+  if (uses_extern_gemm(dtype)) {
+    std::vector<std::optional<ir::View>> views = {operand_view(ctx, a, {}),
+                                                  operand_view(ctx, b, {})};
+    if (c != nullptr) {
+      ir::View view = ctx.as_view(*c);
+      view.layout = broadcast_layout(view.layout, shape);
+      views.push_back(view);
+    }
+    return {ctx.extern_call("matmul", dtype, shape, std::move(views),
+                            {{"alpha", alpha}, {"beta", beta}})};
+  }
+  TensorValue product = matmul_loop(ctx, dtype, a, b, {});
+  return {ctx.pointwise(dtype, shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+    // Integer Gemm scales in float64, as the reference computes alpha * A @ B + beta * C.
+    DType compute = dtype == DType::kFloat16 || dtype == DType::kBFloat16 ? DType::kFloat32
+                    : graph::is_floating(dtype)                           ? dtype
+                                                                          : DType::kFloat64;
+    ValueId acc = body.cast(ctx.load_at(body, product, index), compute);
+    ValueId y = body.binary(OpCode::kMul, acc, body.constant(alpha, compute));
+    if (c != nullptr) {
+      ValueId cv = body.cast(
+          ctx.load_at(body, *c, LoweringContext::broadcast_index(index, c->shape)), compute);
+      y = body.binary(OpCode::kAdd, y, body.binary(OpCode::kMul, cv, body.constant(beta, compute)));
+    }
+    return body.cast(y, dtype);
+  })};
+}
+
+std::vector<TensorValue> lower_conv(LoweringContext& ctx, const graph::Node& node,
+                                    const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  const TensorValue& w = required_input(ctx, inputs, 1, "W");
+  const TensorValue* bias = optional_input(inputs, 2);
+  if (x.rank() < 3 || x.rank() > 5 || w.rank() != x.rank()) {
+    ctx.fail("expected X and W of the same rank 3 to 5 (1-D to 3-D convolution), found ranks " +
+             std::to_string(x.rank()) + " and " + std::to_string(w.rank()));
+  }
+  if (!uses_extern_gemm(x.dtype)) {
+    ctx.fail("unsupported dtype " + std::string(graph::dtype_name(x.dtype)) +
+             " (float32 and float64 are supported)");
+  }
+  size_t n = x.rank() - 2;
+  std::vector<int64_t> kernel;
+  for (size_t j = 0; j < n; ++j) {
+    kernel.push_back(require_static_dim(ctx, w.shape[j + 2], "the kernel size"));
+  }
+  kernel = node.attr_ints("kernel_shape", kernel);
+  int64_t group = node.attr_int("group", 1);
+  if (group < 1) ctx.fail("expected group >= 1, found " + std::to_string(group));
+  Expr channels = w.shape[1] * group;
+  if (channels.is_integer() && x.shape[1].is_integer() && channels != x.shape[1]) {
+    ctx.fail("X has " + x.shape[1].str() + " channels, W expects " + channels.str() +
+             " (W's dim 1 times group " + std::to_string(group) + ")");
+  }
+  std::vector<Expr> spatial(x.shape.begin() + 2, x.shape.end());
+  WindowGeometry g = window_geometry(ctx, node, spatial, kernel, false);
+  std::vector<Expr> shape = {x.shape[0], w.shape[0]};
+  shape.insert(shape.end(), g.out.begin(), g.out.end());
+  std::vector<std::optional<ir::View>> views = {ctx.as_view(x, true), ctx.as_view(w, true)};
+  if (bias != nullptr) {
+    if (bias->rank() != 1) ctx.fail("expected a 1-D bias, found " + graph::shape_str(bias->shape));
+    views.push_back(ctx.as_view(*bias, true));
+  }
+  return {ctx.extern_call(
+      "conv", x.dtype, shape, std::move(views),
+      {{"strides", g.strides}, {"pads", g.pads}, {"dilations", g.dilations}, {"group", group}})};
+}
+
+}  // namespace
+
+void register_pool_ops(Registry& registry);
+
+void register_nn_ops(Registry& registry) {
+  registry.add("", "MatMul", {lower_matmul, 1, 17});
+  registry.add("", "Gemm", {lower_gemm, 1, 17});
+  registry.add("", "Conv", {lower_conv, 1, 17});
+  register_pool_ops(registry);
+}
+
+}  // namespace kiln::lower

@@ -1,0 +1,474 @@
+#include "codecache/code_cache.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "support/error.h"
+#include "support/files.h"
+#include "support/hash.h"
+#include "support/log.h"
+
+namespace kiln::codecache {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::string_view kManifestMagic = "kiln-codecache-manifest 1";
+constexpr std::size_t kMaxErrorLines = 20;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Length-prefixed, so that no two different field lists hash the same bytes.
+void hash_field(Sha256& hasher, std::string_view field) {
+  hasher.update(std::to_string(field.size())).update(":").update(field).update(";");
+}
+
+void hash_list(Sha256& hasher, std::string_view label, const std::vector<std::string>& items) {
+  hash_field(hasher, label);
+  hash_field(hasher, std::to_string(items.size()));
+  for (const std::string& item : items) hash_field(hasher, item);
+}
+
+std::vector<std::string> absolute_paths(const std::vector<fs::path>& paths) {
+  std::vector<std::string> out;
+  for (const fs::path& path : paths) out.push_back(fs::absolute(path).lexically_normal().string());
+  return out;
+}
+
+bool has_native_flag(const std::vector<std::string>& flags) {
+  return std::any_of(flags.begin(), flags.end(), [](const std::string& flag) {
+    return flag.find("=native") != std::string::npos;
+  });
+}
+
+std::string unit_file_name(const std::string& name) {
+  static const std::set<std::string> kCppExtensions = {".cpp", ".cc", ".cxx", ".c++"};
+  std::string safe = files::safe_file_name(name);
+  if (kCppExtensions.count(fs::path(safe).extension().string()) == 0) safe += ".cpp";
+  return safe;
+}
+
+std::string compute_key(const std::vector<SourceUnit>& sources, const CompilerConfig& config,
+                        const CompilerIdentity& compiler) {
+  Sha256 hasher;
+  hash_field(hasher, "kiln-codecache-key 1");
+  hash_field(hasher, KILN_VERSION);
+  hash_field(hasher, compiler.key_text());
+  hash_field(hasher, has_native_flag(config.flags) ? host_cpu_identity() : "");
+  hash_list(hasher, "flags", config.flags);
+  hash_list(hasher, "include_dirs", absolute_paths(config.include_dirs));
+  hash_list(hasher, "library_dirs", absolute_paths(config.library_dirs));
+  hash_list(hasher, "libraries", config.libraries);
+  hash_field(hasher, config.extra_key);
+  hash_field(hasher, std::to_string(sources.size()));
+  for (const SourceUnit& unit : sources) {
+    hash_field(hasher, unit_file_name(unit.name));
+    hash_field(hasher, unit.text);
+  }
+  return hasher.hex_digest();
+}
+
+std::string unique_suffix() {
+  std::random_device random;
+  return fmt::format("{}.{:x}", ::getpid(), random());
+}
+
+// Removes a directory tree; renaming it aside first makes the removal look atomic to readers.
+void discard(const fs::path& dir) {
+  std::error_code ec;
+  fs::path trash = dir;
+  trash += ".trash." + unique_suffix();
+  fs::rename(dir, trash, ec);
+  fs::remove_all(ec ? dir : trash, ec);
+}
+
+// Removes the build directory unless release() was called: no partial entry outlives a failure.
+class TempDir {
+ public:
+  explicit TempDir(fs::path path) : path_(std::move(path)) {}
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+  void release() { path_.clear(); }
+
+ private:
+  fs::path path_;
+};
+
+enum class EntryState { kValid, kAbsent, kCorrupt };
+
+struct Manifest {
+  std::string library;
+  std::uintmax_t size = 0;
+  std::string sha256;
+};
+
+std::string format_manifest(const Manifest& manifest) {
+  return fmt::format("{}\nlibrary {}\nsize {}\nsha256 {}\n", kManifestMagic, manifest.library,
+                     manifest.size, manifest.sha256);
+}
+
+bool parse_manifest(const std::string& text, Manifest& manifest) {
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line) || line != kManifestMagic) return false;
+  std::string word;
+  bool ok = static_cast<bool>(in >> word) && word == "library" && (in >> manifest.library);
+  ok = ok && (in >> word) && word == "size" && (in >> manifest.size);
+  ok = ok && (in >> word) && word == "sha256" && (in >> manifest.sha256);
+  return ok && manifest.sha256.size() == 64;
+}
+
+// First lines of the compiler's diagnostics, for an error message.
+std::string first_lines(const std::string& text, std::size_t max_lines) {
+  std::string out;
+  std::size_t lines = 0;
+  std::size_t pos = 0;
+  while (pos < text.size() && lines < max_lines) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    out.append(text, pos, end - pos).append("\n");
+    ++lines;
+    pos = end + 1;
+  }
+  if (pos < text.size()) {
+    auto rest = std::count(text.begin() + static_cast<std::ptrdiff_t>(pos), text.end(), '\n');
+    out += fmt::format("... ({} more lines)\n", std::max<std::ptrdiff_t>(rest, 1));
+  }
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+std::vector<std::string> compile_options(const CompilerConfig& config) {
+  std::vector<std::string> args = config.flags;
+  for (const std::string& dir : absolute_paths(config.include_dirs)) args.push_back("-I" + dir);
+  return args;
+}
+
+void append_link_options(const CompilerConfig& config, std::vector<std::string>& args) {
+  for (const std::string& dir : absolute_paths(config.library_dirs)) args.push_back("-L" + dir);
+  for (const std::string& library : config.libraries) {
+    args.push_back(library.find('/') != std::string::npos ? library : "-l" + library);
+  }
+}
+
+}  // namespace
+
+struct CodeCache::Slots {
+  explicit Slots(std::size_t count) : free(count) {}
+  void acquire() {
+    std::unique_lock<std::mutex> lock(mutex);
+    ready.wait(lock, [&] { return free > 0; });
+    --free;
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      ++free;
+    }
+    ready.notify_one();
+  }
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::size_t free;
+};
+
+struct CodeCache::Entry {
+  std::string key;
+  fs::path dir;
+  fs::path lock;
+  fs::path library;
+  fs::path manifest;
+  fs::path failed;
+};
+
+namespace {
+
+// kValid when the entry is complete and its library matches the manifest; otherwise `reason`
+// says what is wrong.
+EntryState check_entry(const fs::path& dir, const fs::path& library, const fs::path& manifest_path,
+                       std::string& reason) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return EntryState::kAbsent;
+  Manifest manifest;
+  std::string text;
+  try {
+    text = files::read(manifest_path);
+  } catch (const UserError&) {
+    reason = "manifest missing";
+    return EntryState::kCorrupt;
+  }
+  if (!parse_manifest(text, manifest)) {
+    reason = "manifest unreadable";
+    return EntryState::kCorrupt;
+  }
+  if (manifest.library != library.filename().string()) {
+    reason = fmt::format("manifest names library '{}'", manifest.library);
+    return EntryState::kCorrupt;
+  }
+  std::uintmax_t size = fs::file_size(library, ec);
+  if (ec) {
+    reason = fmt::format("library missing: {}", ec.message());
+    return EntryState::kCorrupt;
+  }
+  if (size != manifest.size) {
+    reason = fmt::format("library is {} bytes, manifest says {}", size, manifest.size);
+    return EntryState::kCorrupt;
+  }
+  try {
+    if (sha256_file_hex(library) != manifest.sha256) {
+      reason = "library SHA-256 differs from the manifest";
+      return EntryState::kCorrupt;
+    }
+  } catch (const UserError& error) {
+    reason = error.what();
+    return EntryState::kCorrupt;
+  }
+  return EntryState::kValid;
+}
+
+// Called with the key's lock held, so any build directory of this key is left over from a
+// process that died while building.
+void remove_stale_builds(const fs::path& shard, const std::string& key) {
+  std::error_code ec;
+  for (const auto& item : fs::directory_iterator(shard, ec)) {
+    if (item.path().filename().string().rfind(key + ".tmp.", 0) == 0) discard(item.path());
+  }
+}
+
+// Writes the manifest last, then renames the finished build directory to the entry's name.
+void install(TempDir& build_dir, const std::string& library, const fs::path& entry_dir) {
+  fs::path built = build_dir.path() / library;
+  std::error_code ec;
+  std::uintmax_t size = fs::file_size(built, ec);
+  if (ec) user_error("the compiler reported success but wrote no {}", built.string());
+  Manifest manifest{library, size, sha256_file_hex(built)};
+  files::write_atomic(build_dir.path() / "manifest", format_manifest(manifest));
+  fs::rename(build_dir.path(), entry_dir, ec);
+  if (ec) user_error("cannot move {} into the cache: {}", entry_dir.string(), ec.message());
+  build_dir.release();
+}
+
+// Keeps the failed build's directory as <key>.failed (replacing an older one) with the compiler's
+// output beside the sources, and throws the UserError that points there.
+[[noreturn]] void fail_build(TempDir& build_dir, const fs::path& failed_dir,
+                             const std::string& source_name, const process::Command& command,
+                             const process::Result& result) {
+  const std::string& output = result.stderr_text.empty() ? result.stdout_text : result.stderr_text;
+  std::error_code ec;
+  files::write_atomic(build_dir.path() / "compiler-output.txt",
+                      fmt::format("$ cd {} && {}\n{}\n{}", build_dir.path().string(),
+                                  command.to_string(), result.status_text(), output));
+  fs::remove_all(failed_dir, ec);
+  fs::rename(build_dir.path(), failed_dir, ec);
+  // When it cannot be moved, it stays where it is rather than lose the source.
+  fs::path kept = ec ? build_dir.path() : failed_dir;
+  build_dir.release();
+  fs::path source = source_name.empty() ? kept : kept / source_name;
+  std::string what =
+      source_name.empty()
+          ? fmt::format("linking generated code failed: {}", command.program)
+          : fmt::format("compiling generated code failed: {} on {}", command.program, source_name);
+  user_error("{} ({})\nsource kept at {}\nfull compiler output in {}\n{}", what,
+             result.status_text(), source.string(), (kept / "compiler-output.txt").string(),
+             first_lines(output, kMaxErrorLines));
+}
+
+}  // namespace
+
+fs::path default_cache_dir() {
+  const char* env = std::getenv("KILN_CACHE_DIR");
+  if (env != nullptr && *env != '\0') return env;
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && *home != '\0') return fs::path(home) / ".cache" / "kiln";
+  return fmt::format("/tmp/kiln-cache-{}", ::getuid());
+}
+
+std::size_t default_compile_threads() {
+  const char* env = std::getenv("KILN_COMPILE_THREADS");
+  if (env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    long value = std::strtol(env, &end, 10);
+    if (*end != '\0' || value <= 0) {
+      user_error("KILN_COMPILE_THREADS must be a positive integer, found '{}'", env);
+    }
+    return static_cast<std::size_t>(value);
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+CodeCache::CodeCache(fs::path dir, std::size_t max_jobs)
+    : dir_(std::move(dir)),
+      max_jobs_(std::max<std::size_t>(1, max_jobs)),
+      slots_(std::make_unique<Slots>(max_jobs_)) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) user_error("cannot create code cache directory {}: {}", dir_.string(), ec.message());
+}
+
+CodeCache::~CodeCache() = default;
+
+std::string CodeCache::key(const std::vector<SourceUnit>& sources,
+                           const CompilerConfig& config) const {
+  return compute_key(sources, config, compiler_identity(config.compiler));
+}
+
+fs::path CodeCache::entry_dir(const std::string& key) const { return entry_for(key).dir; }
+
+CodeCache::Entry CodeCache::entry_for(const std::string& key) const {
+  Entry entry;
+  entry.key = key;
+  fs::path shard = dir_ / key.substr(0, 2);
+  entry.dir = shard / key;
+  entry.lock = shard / (key + ".lock");
+  entry.failed = shard / (key + ".failed");
+  entry.library = entry.dir / fmt::format("kernel-{}.so", key.substr(0, 16));
+  entry.manifest = entry.dir / "manifest";
+  return entry;
+}
+
+fs::path CodeCache::compile_shared_library(const std::string& source,
+                                           const CompilerConfig& config) {
+  return compile_shared_library(std::vector<SourceUnit>{{"kernel.cpp", source}}, config);
+}
+
+fs::path CodeCache::compile_shared_library(const std::vector<SourceUnit>& sources,
+                                           const CompilerConfig& config) {
+  KILN_CHECK(!sources.empty(), "compile_shared_library needs at least one source");
+  std::set<std::string> names;
+  for (const SourceUnit& unit : sources) {
+    KILN_CHECK(names.insert(unit_file_name(unit.name)).second,
+               "two translation units named '{}' in one library", unit.name);
+  }
+  const CompilerIdentity& compiler = compiler_identity(config.compiler);
+  Entry entry = entry_for(compute_key(sources, config, compiler));
+
+  std::string reason;
+  if (check_entry(entry.dir, entry.library, entry.manifest, reason) == EntryState::kValid) {
+    ++hits_;
+    log::write(log::Category::kCompile, "cache hit {}", entry.library.string());
+    return entry.library;
+  }
+  // Checked again under the lock: the entry may have been finished by the process we waited on.
+  files::FileLock lock(entry.lock);
+  EntryState state = check_entry(entry.dir, entry.library, entry.manifest, reason);
+  if (state == EntryState::kValid) {
+    ++hits_;
+    log::write(log::Category::kCompile, "cache hit {} (built by another process or thread)",
+               entry.library.string());
+    return entry.library;
+  }
+  if (state == EntryState::kCorrupt) {
+    log::write(log::Category::kCompile, "corrupt cache entry {}: {}; rebuilding",
+               entry.dir.string(), reason);
+    discard(entry.dir);
+    ++rebuilds_;
+  }
+  build(sources, config, compiler, entry);
+  ++compiles_;
+  return entry.library;
+}
+
+void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConfig& config,
+                      const CompilerIdentity& compiler, const Entry& entry) {
+  auto start = Clock::now();
+  fs::path shard = entry.dir.parent_path();
+  remove_stale_builds(shard, entry.key);
+  TempDir build_dir(shard / (entry.key + ".tmp." + unique_suffix()));
+  std::error_code ec;
+  fs::create_directories(build_dir.path(), ec);
+  if (ec) user_error("cannot create {}: {}", build_dir.path().string(), ec.message());
+
+  std::vector<std::string> names;
+  for (const SourceUnit& unit : sources) {
+    names.push_back(unit_file_name(unit.name));
+    files::write_atomic(build_dir.path() / names.back(), unit.text);
+  }
+  // The compiler runs inside the build directory on relative names, so its diagnostics name
+  // "kernel.cpp" rather than a temporary path that is gone by the time anyone reads them.
+  std::string library = entry.library.filename().string();
+  auto command = [&](std::vector<std::string> args) {
+    return process::Command{compiler.path.string(), std::move(args), build_dir.path(), {}};
+  };
+  if (sources.size() == 1) {
+    std::vector<std::string> args = compile_options(config);
+    args.insert(args.end(), {names[0], "-o", library});
+    append_link_options(config, args);
+    process::Command one = command(std::move(args));
+    process::Result result = run_compiler(one);
+    if (!result.ok()) fail_build(build_dir, entry.failed, names[0], one, result);
+  } else {
+    std::vector<process::Command> compiles;
+    for (const std::string& name : names) {
+      std::vector<std::string> args = compile_options(config);
+      args.insert(args.end(), {"-c", name, "-o", name + ".o"});
+      compiles.push_back(command(std::move(args)));
+    }
+    std::vector<process::Result> results(compiles.size());
+    process::parallel_for(compiles.size(), max_jobs_,
+                          [&](std::size_t i) { results[i] = run_compiler(compiles[i]); });
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      if (!results[i].ok()) fail_build(build_dir, entry.failed, names[i], compiles[i], results[i]);
+    }
+    std::vector<std::string> args = config.flags;
+    for (const std::string& name : names) args.push_back(name + ".o");
+    args.insert(args.end(), {"-o", library});
+    append_link_options(config, args);
+    process::Command link = command(std::move(args));
+    process::Result result = run_compiler(link);
+    if (!result.ok()) fail_build(build_dir, entry.failed, "", link, result);
+  }
+
+  install(build_dir, library, entry.dir);
+  fs::remove_all(entry.failed, ec);  // an earlier failure of this key no longer applies
+  log::write(log::Category::kCompile, "compiled {} source(s) in {:.2f} s -> {}", sources.size(),
+             seconds_since(start), entry.library.string());
+}
+
+process::Result CodeCache::run_compiler(const process::Command& command) {
+  slots_->acquire();
+  process::Result result;
+  try {
+    result = process::run(command);
+  } catch (...) {
+    slots_->release();
+    throw;
+  }
+  slots_->release();
+  ++compiler_runs_;
+  log::write(log::Category::kCompile, "{} ({:.2f} s, {})", command.to_string(), result.seconds,
+             result.status_text());
+  return result;
+}
+
+std::vector<fs::path> CodeCache::compile_many(const std::vector<LibrarySpec>& libraries) {
+  std::vector<fs::path> paths(libraries.size());
+  process::parallel_for(libraries.size(), max_jobs_, [&](std::size_t i) {
+    paths[i] = compile_shared_library(libraries[i].sources, libraries[i].config);
+  });
+  return paths;
+}
+
+CacheStats CodeCache::stats() const {
+  return CacheStats{hits_.load(), compiles_.load(), rebuilds_.load(), compiler_runs_.load()};
+}
+
+}  // namespace kiln::codecache

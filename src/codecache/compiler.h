@@ -1,0 +1,64 @@
+#pragma once
+/// The C++ compiler as the code cache sees it: how to invoke it (CompilerConfig) and what it is
+/// (CompilerIdentity: resolved path, `--version` and `-dumpmachine` output), which goes into every
+/// cache key so that changing compilers never reuses old binaries. Tested in
+/// tests/unit/codecache/code_cache_test.cpp.
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kiln::codecache {
+
+/// The compiler named by the CXX environment variable, or "g++" when CXX is unset or empty.
+std::string compiler_from_env();
+
+/// Flags for code compiled and loaded in this process:
+/// -O3 -march=native -fopenmp -shared -fPIC -std=c++17.
+std::vector<std::string> default_jit_flags();
+
+/// How to compile and link one shared library. A default-constructed config is the JIT default;
+/// callers add the include directories and libraries their generated code needs.
+struct CompilerConfig {
+  /// A program name looked up in PATH, or a path. One program, not a command line.
+  std::string compiler = compiler_from_env();
+  /// Passed to every compile and to the link (-shared is ignored by gcc and clang with -c).
+  std::vector<std::string> flags = default_jit_flags();
+  /// Become -I options; made absolute (against the current directory) before use.
+  std::vector<std::filesystem::path> include_dirs;
+  /// Become -L options; made absolute before use.
+  std::vector<std::filesystem::path> library_dirs;
+  /// Link libraries after the objects: a name ("sleef" -> -lsleef) or a path to a library file.
+  std::vector<std::string> libraries;
+  /// Folded into the cache key as is: callers whose code includes headers that can change
+  /// (for example a hash of the runtime headers) put it here, since headers are not hashed.
+  std::string extra_key;
+};
+
+/// What a compiler is, for cache keys and messages.
+struct CompilerIdentity {
+  /// The program as configured ("g++").
+  std::string requested;
+  /// Where it was found (absolute, not resolving symlinks: ccache-style wrappers need their name).
+  std::filesystem::path path;
+  /// `path` with symlinks resolved.
+  std::filesystem::path real_path;
+  /// Output of `<compiler> --version`.
+  std::string version;
+  /// Output of `<compiler> -dumpmachine` (the target triple).
+  std::string machine;
+
+  /// Everything above in one string, for hashing.
+  std::string key_text() const;
+};
+
+/// Finds and runs `compiler` (--version, -dumpmachine) the first time a name is asked for in this
+/// process, then answers from memory. Throws UserError naming the compiler and the CXX variable
+/// when it is not found, not executable, or does not answer --version.
+const CompilerIdentity& compiler_identity(const std::string& compiler);
+
+/// A short description of this host's CPU (model name and feature flags from /proc/cpuinfo; empty
+/// when unreadable), read once. Part of the key of code built with -march=native.
+const std::string& host_cpu_identity();
+
+}  // namespace kiln::codecache

@@ -1,0 +1,367 @@
+// The code cache end to end with the real compiler: compile, load, hit, key changes, corruption,
+// compiler errors, several translation units, parallel builds, concurrent processes.
+// Every test uses its own fresh cache directory under the build directory, never ~/.cache.
+
+#include "codecache/code_cache.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "codecache/loaded_library.h"
+#include "support/error.h"
+#include "support/files.h"
+
+namespace kiln::codecache {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory named after the running test.
+fs::path fresh_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  fs::path dir = fs::path(KILN_BUILD_DIR) / "test-tmp" /
+                 (std::string("codecache-") + info->test_suite_name() + "-" + info->name());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// Sets an environment variable for one scope and restores it afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+std::string returning(const std::string& name, int value) {
+  return "extern \"C\" int " + name + "() { return " + std::to_string(value) + "; }\n";
+}
+
+const char* kAddSource = "extern \"C\" int add(int a, int b) { return a + b; }\n";
+
+std::string message_of(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const UserError& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "expected a UserError";
+  return "";
+}
+
+TEST(CodeCache, CompilesLoadsAndCalls) {
+  CodeCache cache(fresh_dir() / "cache");
+  fs::path library = cache.compile_shared_library(kAddSource);
+  EXPECT_TRUE(fs::is_regular_file(library));
+  EXPECT_TRUE(fs::is_regular_file(library.parent_path() / "manifest"));
+  EXPECT_EQ(files::read(library.parent_path() / "kernel.cpp"), kAddSource);
+  EXPECT_EQ(library.parent_path().parent_path().parent_path(), cache.dir());
+
+  LoadedLibrary loaded(library);
+  EXPECT_EQ(loaded.symbol<int(int, int)>("add")(2, 3), 5);
+  CacheStats stats = cache.stats();
+  EXPECT_EQ(stats.compiles, 1u);
+  EXPECT_EQ(stats.hits, 0u);
+  EXPECT_EQ(stats.compiler_runs, 1u);
+}
+
+TEST(CodeCache, SecondCompileOfSameSourceIsAHit) {
+  fs::path dir = fresh_dir() / "cache";
+  CodeCache cache(dir);
+  fs::path first = cache.compile_shared_library(kAddSource);
+  fs::path second = cache.compile_shared_library(kAddSource);
+  EXPECT_EQ(first, second);
+  EXPECT_EQ(cache.stats().compiles, 1u);
+  EXPECT_EQ(cache.stats().hits, 1u);
+  EXPECT_EQ(cache.stats().compiler_runs, 1u);
+
+  // A new cache object (as in a new process) on the same directory runs no compiler either.
+  CodeCache again(dir);
+  EXPECT_EQ(again.compile_shared_library(kAddSource), first);
+  EXPECT_EQ(again.stats().hits, 1u);
+  EXPECT_EQ(again.stats().compiler_runs, 0u);
+}
+
+TEST(CodeCache, KeyDependsOnFlagsSourceAndExtraKey) {
+  CodeCache cache(fresh_dir() / "cache");
+  CompilerConfig o3;
+  CompilerConfig o2;
+  o2.flags = {"-O2", "-shared", "-fPIC", "-std=c++17"};
+  CompilerConfig salted;
+  salted.extra_key = "runtime-headers-v2";
+  std::vector<SourceUnit> source = {{"kernel.cpp", kAddSource}};
+  std::string key = cache.key(source, o3);
+  EXPECT_EQ(key.size(), 64u);
+  EXPECT_EQ(cache.key(source, o3), key);
+  EXPECT_NE(cache.key(source, o2), key);
+  EXPECT_NE(cache.key(source, salted), key);
+  EXPECT_NE(cache.key({{"kernel.cpp", std::string(kAddSource) + "\n"}}, o3), key);
+  EXPECT_NE(cache.key({{"other.cpp", kAddSource}}, o3), key);
+
+  fs::path a = cache.compile_shared_library(source, o3);
+  fs::path b = cache.compile_shared_library(source, o2);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(cache.stats().compiles, 2u);
+  EXPECT_EQ(LoadedLibrary(b).symbol<int(int, int)>("add")(4, 5), 9);
+}
+
+TEST(CodeCache, CorruptEntriesAreDetectedAndRebuilt) {
+  CodeCache cache(fresh_dir() / "cache");
+  fs::path library = cache.compile_shared_library(kAddSource);
+  fs::path manifest = library.parent_path() / "manifest";
+
+  // A truncated library.
+  fs::resize_file(library, fs::file_size(library) / 2);
+  EXPECT_EQ(cache.compile_shared_library(kAddSource), library);
+  EXPECT_EQ(cache.stats().rebuilds, 1u);
+  EXPECT_EQ(LoadedLibrary(library).symbol<int(int, int)>("add")(1, 1), 2);
+
+  // Same size, different bytes.
+  std::string bytes = files::read(library);
+  bytes[bytes.size() / 2] ^= 0x5a;
+  files::write_atomic(library, bytes);
+  cache.compile_shared_library(kAddSource);
+  EXPECT_EQ(cache.stats().rebuilds, 2u);
+
+  // A missing library, then a missing manifest, then a truncated manifest.
+  fs::remove(library);
+  cache.compile_shared_library(kAddSource);
+  fs::remove(manifest);
+  cache.compile_shared_library(kAddSource);
+  std::string text = files::read(manifest);
+  files::write_atomic(manifest, text.substr(0, text.size() / 2));
+  cache.compile_shared_library(kAddSource);
+
+  CacheStats stats = cache.stats();
+  EXPECT_EQ(stats.rebuilds, 5u);
+  EXPECT_EQ(stats.compiles, 6u);
+  EXPECT_EQ(stats.hits, 0u);
+  EXPECT_EQ(cache.compile_shared_library(kAddSource), library);
+  EXPECT_EQ(cache.stats().hits, 1u);
+  EXPECT_EQ(LoadedLibrary(library).symbol<int(int, int)>("add")(20, 22), 42);
+}
+
+TEST(CodeCache, CompilerErrorNamesTheKeptSourceAndQuotesTheCompiler) {
+  CodeCache cache(fresh_dir() / "cache");
+  std::vector<SourceUnit> source = {
+      {"broken.cpp", "extern \"C\" int f() { return undefined_thing_42; }\n"}};
+  std::string message = message_of([&] { cache.compile_shared_library(source); });
+  fs::path kept = cache.entry_dir(cache.key(source, {})).string() + ".failed";
+  EXPECT_NE(message.find((kept / "broken.cpp").string()), std::string::npos) << message;
+  EXPECT_NE(message.find("undefined_thing_42"), std::string::npos) << message;
+  EXPECT_NE(message.find("error"), std::string::npos) << message;
+  EXPECT_EQ(files::read(kept / "broken.cpp"), source[0].text);
+  EXPECT_TRUE(fs::is_regular_file(kept / "compiler-output.txt"));
+  EXPECT_FALSE(fs::exists(cache.entry_dir(cache.key(source, {}))));
+  EXPECT_EQ(cache.stats().compiles, 0u);
+}
+
+TEST(CodeCache, LinkErrorIsAUserErrorToo) {
+  CodeCache cache(fresh_dir() / "cache");
+  CompilerConfig config;
+  config.libraries = {"kiln_no_such_library"};
+  std::string message = message_of([&] { cache.compile_shared_library(kAddSource, config); });
+  EXPECT_NE(message.find("kiln_no_such_library"), std::string::npos) << message;
+  EXPECT_NE(message.find("source kept at"), std::string::npos) << message;
+}
+
+TEST(CodeCache, SeveralTranslationUnitsLinkIntoOneLibrary) {
+  CodeCache cache(fresh_dir() / "cache");
+  std::vector<SourceUnit> sources = {
+      {"helper.cpp", "int helper(int x) { return x * 10; }\n"},
+      {"main", "int helper(int);\nextern \"C\" int run(int x) { return helper(x) + 1; }\n"},
+      {"third.cc", "extern \"C\" int third() { return 3; }\n"},
+  };
+  fs::path library = cache.compile_shared_library(sources);
+  LoadedLibrary loaded(library);
+  EXPECT_EQ(loaded.symbol<int(int)>("run")(4), 41);
+  EXPECT_EQ(loaded.symbol<int()>("third")(), 3);
+  EXPECT_TRUE(fs::is_regular_file(library.parent_path() / "main.cpp"));
+  EXPECT_EQ(cache.stats().compiler_runs, 4u);  // three objects and one link
+  EXPECT_THROW(cache.compile_shared_library({{"a.cpp", ""}, {"a.cpp", ""}}), InternalError);
+}
+
+TEST(CodeCache, CompileManyBuildsIndependentLibrariesInParallel) {
+  CodeCache cache(fresh_dir() / "cache", 4);
+  std::vector<LibrarySpec> specs;
+  for (int i = 0; i < 6; ++i) specs.push_back({{{"value.cpp", returning("value", i)}}, {}});
+  specs.push_back(specs[2]);  // a duplicate is built once
+  std::vector<fs::path> paths = cache.compile_many(specs);
+  ASSERT_EQ(paths.size(), specs.size());
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(LoadedLibrary(paths[i]).symbol<int()>("value")(), i);
+  }
+  EXPECT_EQ(paths[6], paths[2]);
+  EXPECT_EQ(cache.stats().compiles, 6u);
+  EXPECT_EQ(cache.stats().hits, 1u);
+
+  cache.compile_many(specs);
+  EXPECT_EQ(cache.stats().compiles, 6u);
+  EXPECT_EQ(cache.stats().hits, 8u);
+}
+
+TEST(CodeCache, CompileManyReportsAFailure) {
+  CodeCache cache(fresh_dir() / "cache", 2);
+  std::vector<LibrarySpec> specs = {{{{"good.cpp", returning("good", 1)}}, {}},
+                                    {{{"bad.cpp", "this is not C++"}}, {}}};
+  EXPECT_NE(message_of([&] { cache.compile_many(specs); }).find("bad.cpp"), std::string::npos);
+}
+
+// Run in a forked child: waits for the go file, compiles, loads, calls, records what happened.
+int compile_in_child(const fs::path& dir, int index, const std::string& source) {
+  try {
+    while (!fs::exists(dir / "go")) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CodeCache cache(dir / "cache");
+    fs::path library = cache.compile_shared_library(source);
+    int value = LoadedLibrary(library).symbol<int()>("answer")();
+    CacheStats stats = cache.stats();
+    files::write_atomic(
+        dir / ("result-" + std::to_string(index)),
+        fmt::format("{} {} {} {}", stats.compiles, stats.hits, value, library.string()));
+    return 0;
+  } catch (const std::exception& error) {
+    files::write_atomic(dir / ("result-" + std::to_string(index)), error.what());
+    return 1;
+  }
+}
+
+TEST(CodeCache, TwoProcessesCompilingTheSameSourceBuildItOnce) {
+  fs::path dir = fresh_dir();
+  std::string source = returning("answer", 42);
+  std::vector<pid_t> children;
+  for (int i = 0; i < 2; ++i) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) ::_exit(compile_in_child(dir, i, source));
+    children.push_back(pid);
+  }
+  files::write_atomic(dir / "go", "go");
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  std::size_t compiles = 0;
+  std::size_t hits = 0;
+  std::vector<std::string> libraries;
+  for (int i = 0; i < 2; ++i) {
+    std::string text = files::read(dir / ("result-" + std::to_string(i)));
+    std::istringstream in(text);
+    std::size_t c = 0, h = 0;
+    int value = 0;
+    std::string library;
+    ASSERT_TRUE(in >> c >> h >> value >> library) << text;
+    compiles += c;
+    hits += h;
+    EXPECT_EQ(value, 42);
+    libraries.push_back(library);
+  }
+  EXPECT_EQ(compiles, 1u);
+  EXPECT_EQ(hits, 1u);
+  EXPECT_EQ(libraries[0], libraries[1]);
+  // One entry directory and its lock file; no temporaries left behind.
+  fs::path shard = fs::path(libraries[0]).parent_path().parent_path();
+  std::vector<std::string> names;
+  for (const auto& item : fs::directory_iterator(shard)) {
+    names.push_back(item.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  std::string key = fs::path(libraries[0]).parent_path().filename().string();
+  EXPECT_EQ(names, (std::vector<std::string>{key, key + ".lock"}));
+}
+
+TEST(CodeCache, MissingCompilerIsAClearError) {
+  ScopedEnv cxx("CXX", "/nonexistent/g++");
+  CompilerConfig config;
+  EXPECT_EQ(config.compiler, "/nonexistent/g++");
+  CodeCache cache(fresh_dir() / "cache");
+  std::string message = message_of([&] { cache.compile_shared_library(kAddSource, config); });
+  EXPECT_NE(message.find("'/nonexistent/g++' not found"), std::string::npos) << message;
+  EXPECT_NE(message.find("CXX"), std::string::npos) << message;
+
+  config.compiler = "kiln-no-such-compiler";
+  message = message_of([&] { cache.compile_shared_library(kAddSource, config); });
+  EXPECT_NE(message.find("kiln-no-such-compiler"), std::string::npos) << message;
+}
+
+TEST(CodeCache, CompilerIdentityIsResolvedAndRemembered) {
+  const CompilerIdentity& id = compiler_identity("g++");
+  EXPECT_TRUE(id.path.is_absolute());
+  EXPECT_FALSE(id.version.empty());
+  EXPECT_FALSE(id.machine.empty());
+  EXPECT_EQ(&compiler_identity("g++"), &id);
+}
+
+TEST(CodeCache, DefaultCacheDirectoryFollowsTheEnvironment) {
+  {
+    ScopedEnv dir("KILN_CACHE_DIR", "/some/where");
+    EXPECT_EQ(default_cache_dir(), fs::path("/some/where"));
+  }
+  ScopedEnv no_dir("KILN_CACHE_DIR", nullptr);
+  {
+    ScopedEnv home("HOME", "/home/someone");
+    EXPECT_EQ(default_cache_dir(), fs::path("/home/someone/.cache/kiln"));
+  }
+  ScopedEnv no_home("HOME", nullptr);
+  EXPECT_EQ(default_cache_dir(), fs::path("/tmp/kiln-cache-" + std::to_string(::getuid())));
+}
+
+TEST(CodeCache, CompileThreadsFollowTheEnvironment) {
+  {
+    ScopedEnv threads("KILN_COMPILE_THREADS", "3");
+    EXPECT_EQ(default_compile_threads(), 3u);
+  }
+  {
+    ScopedEnv threads("KILN_COMPILE_THREADS", "zero");
+    EXPECT_THROW(default_compile_threads(), UserError);
+  }
+  ScopedEnv threads("KILN_COMPILE_THREADS", nullptr);
+  EXPECT_GE(default_compile_threads(), 1u);
+}
+
+TEST(LoadedLibrary, MissingSymbolAndMissingFileAreClearErrors) {
+  CodeCache cache(fresh_dir() / "cache");
+  LoadedLibrary loaded(cache.compile_shared_library(kAddSource));
+  EXPECT_TRUE(loaded.has_symbol("add"));
+  EXPECT_FALSE(loaded.has_symbol("subtract"));
+  std::string message = message_of([&] { loaded.symbol<int(int, int)>("subtract"); });
+  EXPECT_NE(message.find("'subtract'"), std::string::npos) << message;
+  EXPECT_NE(message.find(loaded.path().string()), std::string::npos) << message;
+
+  LoadedLibrary moved = std::move(loaded);
+  EXPECT_EQ(moved.symbol<int(int, int)>("add")(1, 2), 3);
+
+  message = message_of([] { LoadedLibrary("/nonexistent/libkiln.so"); });
+  EXPECT_NE(message.find("/nonexistent/libkiln.so"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace kiln::codecache

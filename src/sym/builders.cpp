@@ -297,10 +297,13 @@ std::optional<Expr> divide_exact(const Expr& e, const Expr& divisor) {
   LinearForm ld = to_linear(divisor);
   if (le.terms.empty()) return std::nullopt;
   if (divisor.kind() == ExprKind::kAdd) {
-    // One quotient monomial from the leading terms, then an exact check.
-    auto q = divide_exact(make_term(le.terms[0].coef, le.terms[0].mono),
-                          make_term(ld.terms[0].coef, ld.terms[0].mono));
-    if (q && *q * divisor == e) return q;
+    // A one-monomial quotient guessed from the first or the last terms, then checked exactly.
+    for (bool last : {false, true}) {
+      const Term& te = last ? le.terms.back() : le.terms.front();
+      const Term& td = last ? ld.terms.back() : ld.terms.front();
+      auto q = divide_exact(make_term(te.coef, te.mono), make_term(td.coef, td.mono));
+      if (q && *q * divisor == e) return q;
+    }
     return std::nullopt;
   }
   if (le.constant != 0) return std::nullopt;

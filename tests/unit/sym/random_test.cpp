@@ -152,6 +152,11 @@ TEST(RandomSimplify, AgreesWithEvaluation) {
   for (int n = 0; n < kExpressions; ++n) {
     Expr e = gen.expr(gen.pick(1, 4));
     Expr f = gen.expr(gen.pick(0, 2));
+    // Canonical form: algebraically equal builds are structurally equal.
+    ASSERT_EQ((e + f) - f, e) << e.str() << " and " << f.str();
+    ASSERT_EQ(e + f, f + e);
+    ASSERT_EQ(e * 2, e + e);
+    ASSERT_EQ((e + f).hash(), (f + e).hash());
     Expr s = gen.an.simplify(e);
     ASSERT_EQ(gen.an.simplify(s), s) << "simplify is not idempotent on " << e.str();
     if (s.str().size() < e.str().size()) ++simplified_smaller;

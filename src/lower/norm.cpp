@@ -1,0 +1,221 @@
+/// Normalization lowerings: LayerNormalization, BatchNormalization (inference),
+/// InstanceNormalization and MeanVarianceNormalization. Mean and variance come from Welford
+/// reductions (numerically sound, unlike E[x^2] - E[x]^2), then a pointwise normalize * scale +
+/// bias that consumers inline.
+///
+/// Tests: tests/unit/lower/suite_ops_test.cpp (ONNX node suite through the interpreter).
+
+#include <fmt/format.h>
+
+#include "lower/elementwise.h"
+#include "lower/op_util.h"
+#include "support/error.h"
+
+namespace kiln::lower {
+
+using graph::DType;
+using ir::LoopBody;
+using ir::OpCode;
+using ir::ReductionType;
+using ir::ValueId;
+using sym::Expr;
+
+namespace {
+
+/// Mean and population variance of x over the dims marked in `reduced`, as values of x's shape
+/// with the reduced dims set to 1, in dtype `acc`.
+struct Moments {
+  std::vector<bool> reduced;
+  TensorValue mean;
+  TensorValue var;
+
+  /// The index into mean / var for an element of x.
+  std::vector<Expr> at(const std::vector<Expr>& x_index) const {
+    std::vector<Expr> out = x_index;
+    for (size_t d = 0; d < reduced.size(); ++d) {
+      if (reduced[d]) out[d] = 0;
+    }
+    return out;
+  }
+};
+
+Moments moments(LoweringContext& ctx, const TensorValue& x, std::vector<bool> reduced, DType acc) {
+  std::vector<Expr> keep_shape, reduce_shape;
+  for (size_t d = 0; d < x.rank(); ++d) {
+    keep_shape.push_back(reduced[d] ? Expr(1) : x.shape[d]);
+    if (reduced[d]) reduce_shape.push_back(x.shape[d]);
+  }
+  if (reduce_shape.empty()) reduce_shape.push_back(1);
+  auto element = [&](LoopBody& body, const std::vector<Expr>& index, const std::vector<Expr>& r) {
+    std::vector<Expr> in = index;
+    size_t j = 0;
+    for (size_t d = 0; d < reduced.size(); ++d) {
+      if (reduced[d]) in[d] = r[j++];
+    }
+    return body.cast(ctx.load_at(body, x, in), acc);
+  };
+  Moments m;
+  m.reduced = reduced;  // `element` reads `reduced` until both reductions are built
+  m.mean = ctx.reduction(acc, keep_shape, reduce_shape, ReductionType::kWelfordMean, element);
+  m.var = ctx.reduction(acc, keep_shape, reduce_shape, ReductionType::kWelfordVar, element);
+  return m;
+}
+
+/// 1 / sqrt(var + epsilon).
+ValueId inv_std(LoopBody& body, ValueId var, double epsilon) {
+  ValueId eps = body.constant(epsilon, body.dtype(var));
+  return body.unary(OpCode::kReciprocal,
+                    body.unary(OpCode::kSqrt, body.binary(OpCode::kAdd, var, eps)));
+}
+
+/// The dtype a normalization computes in: float64 for float64 inputs, float32 otherwise.
+DType stash_dtype(DType dtype) {
+  return dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+}
+
+/// The dtype the model declares for output k of the node (for the optional statistics outputs).
+DType output_dtype(const graph::Node& node, size_t k, DType fallback) {
+  const graph::Value* out = node.output(k);
+  if (out == nullptr || out->type().dtype == DType::kUndefined) return fallback;
+  return out->type().dtype;
+}
+
+std::vector<TensorValue> lower_layer_norm(LoweringContext& ctx, const graph::Node& node,
+                                          const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  const TensorValue& scale = required_input(ctx, inputs, 1, "Scale");
+  const TensorValue* bias = optional_input(inputs, 2);
+  require_dtype(ctx, x.dtype, kFloats, "input X");
+  int64_t rank = static_cast<int64_t>(x.rank());
+  int64_t axis = ctx.normalize_axis(node.attr_int("axis", -1), rank);
+  double epsilon = node.attr_float("epsilon", 1e-5f);
+  std::vector<bool> reduced(x.rank(), false);
+  for (int64_t d = axis; d < rank; ++d) reduced[static_cast<size_t>(d)] = true;
+  DType acc = stash_dtype(x.dtype);
+  Moments m = moments(ctx, x, reduced, acc);
+  TensorValue y =
+      ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+        ValueId v = body.cast(ctx.load_at(body, x, index), acc);
+        ValueId diff = body.binary(OpCode::kSub, v, ctx.load_at(body, m.mean, m.at(index)));
+        ValueId inv = inv_std(body, ctx.load_at(body, m.var, m.at(index)), epsilon);
+        ValueId normalized =
+            body.cast(body.binary(OpCode::kMul, diff, inv), compute_dtype(x.dtype));
+        ValueId w = ctx.load_at(body, scale, LoweringContext::broadcast_index(index, scale.shape));
+        ValueId out = body.binary(OpCode::kMul, normalized, body.cast(w, compute_dtype(x.dtype)));
+        if (bias == nullptr) return out;
+        ValueId b = ctx.load_at(body, *bias, LoweringContext::broadcast_index(index, bias->shape));
+        return body.binary(OpCode::kAdd, out, body.cast(b, compute_dtype(x.dtype)));
+      });
+  DType stats = output_dtype(node, 1, acc);
+  TensorValue mean =
+      ctx.pointwise(stats, m.mean.shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+        return ctx.load_at(body, m.mean, index);
+      });
+  TensorValue inv = ctx.pointwise(output_dtype(node, 2, acc), m.var.shape,
+                                  [&](LoopBody& body, const std::vector<Expr>& index) {
+                                    return inv_std(body, ctx.load_at(body, m.var, index), epsilon);
+                                  });
+  return {y, mean, inv};
+}
+
+/// The element of a per-channel parameter for an element of x: p[c] for 1-D parameters, or
+/// p[index[1:]] for the spatial=0 form of BatchNormalization before opset 9.
+ValueId channel_param(LoweringContext& ctx, LoopBody& body, const TensorValue& p,
+                      const std::vector<Expr>& index, DType dtype) {
+  std::vector<Expr> at(index.begin() + 1, index.end());
+  if (p.rank() == 1) at = {index[1]};
+  if (p.rank() != at.size()) ctx.fail("per-channel parameters have an unexpected rank");
+  return body.cast(ctx.load_at(body, p, LoweringContext::broadcast_index(at, p.shape)), dtype);
+}
+
+/// BatchNormalization in training mode returns running statistics: not supported.
+void refuse_training(const LoweringContext& ctx, const graph::Node& node) {
+  bool training = false;
+  if (node.opset() >= 14) training = node.attr_int("training_mode", 0) != 0;
+  if (node.opset() < 7) training = node.attr_int("is_test", 0) == 0 && node.outputs().size() > 1;
+  for (size_t k = 1; k < node.outputs().size(); ++k)
+    training = training || node.output(k) != nullptr;
+  if (training) {
+    ctx.fail(
+        "training mode (training_mode=1 or running-statistics outputs) is not supported; "
+        "export the model for inference");
+  }
+}
+
+std::vector<TensorValue> lower_batch_norm(LoweringContext& ctx, const graph::Node& node,
+                                          const LowerInputs& inputs) {
+  refuse_training(ctx, node);
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  const TensorValue& scale = required_input(ctx, inputs, 1, "scale");
+  const TensorValue& bias = required_input(ctx, inputs, 2, "B");
+  const TensorValue& mean = required_input(ctx, inputs, 3, "input_mean");
+  const TensorValue& var = required_input(ctx, inputs, 4, "input_var");
+  require_dtype(ctx, x.dtype, kFloats, "input X");
+  if (x.rank() < 2) ctx.fail(fmt::format("X must have rank at least 2, found {}", x.rank()));
+  double epsilon = node.attr_float("epsilon", 1e-5f);
+  DType dt = compute_dtype(x.dtype);
+  return {ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+    ValueId v = ctx.load_at(body, x, index);
+    ValueId diff = body.binary(OpCode::kSub, v, channel_param(ctx, body, mean, index, dt));
+    ValueId inv = inv_std(body, channel_param(ctx, body, var, index, dt), epsilon);
+    ValueId normalized = body.binary(OpCode::kMul, diff, inv);
+    ValueId scaled =
+        body.binary(OpCode::kMul, normalized, channel_param(ctx, body, scale, index, dt));
+    return body.binary(OpCode::kAdd, scaled, channel_param(ctx, body, bias, index, dt));
+  })};
+}
+
+std::vector<TensorValue> lower_instance_norm(LoweringContext& ctx, const graph::Node& node,
+                                             const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "input");
+  const TensorValue& scale = required_input(ctx, inputs, 1, "scale");
+  const TensorValue& bias = required_input(ctx, inputs, 2, "B");
+  require_dtype(ctx, x.dtype, kFloats, "input 'input'");
+  if (x.rank() < 3) ctx.fail(fmt::format("input must have rank at least 3, found {}", x.rank()));
+  double epsilon = node.attr_float("epsilon", 1e-5f);
+  std::vector<bool> reduced(x.rank(), true);
+  reduced[0] = reduced[1] = false;
+  DType acc = stash_dtype(x.dtype);
+  Moments m = moments(ctx, x, reduced, acc);
+  return {ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+    ValueId v = body.cast(ctx.load_at(body, x, index), acc);
+    ValueId diff = body.binary(OpCode::kSub, v, ctx.load_at(body, m.mean, m.at(index)));
+    ValueId inv = inv_std(body, ctx.load_at(body, m.var, m.at(index)), epsilon);
+    ValueId normalized = body.binary(OpCode::kMul, diff, inv);
+    ValueId scaled =
+        body.binary(OpCode::kMul, normalized, channel_param(ctx, body, scale, index, acc));
+    return body.binary(OpCode::kAdd, scaled, channel_param(ctx, body, bias, index, acc));
+  })};
+}
+
+/// (x - mean) / (sqrt(var) + 1e-9) over `axes` (default [0, 2, 3]), as ONNX's function body.
+std::vector<TensorValue> lower_mvn(LoweringContext& ctx, const graph::Node& node,
+                                   const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  require_dtype(ctx, x.dtype, kFloats, "input X");
+  std::vector<int64_t> axes = node.attr_ints("axes", {0, 2, 3});
+  std::vector<bool> reduced(x.rank(), false);
+  for (int64_t axis : axes) {
+    reduced[static_cast<size_t>(ctx.normalize_axis(axis, static_cast<int64_t>(x.rank())))] = true;
+  }
+  DType acc = stash_dtype(x.dtype);
+  Moments m = moments(ctx, x, reduced, acc);
+  return {ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+    ValueId v = body.cast(ctx.load_at(body, x, index), acc);
+    ValueId diff = body.binary(OpCode::kSub, v, ctx.load_at(body, m.mean, m.at(index)));
+    ValueId std = body.unary(OpCode::kSqrt, ctx.load_at(body, m.var, m.at(index)));
+    ValueId denominator = body.binary(OpCode::kAdd, std, body.constant(1e-9, acc));
+    return body.binary(OpCode::kDiv, diff, denominator);
+  })};
+}
+
+}  // namespace
+
+void register_norm_ops(Registry& registry) {
+  registry.add("", "LayerNormalization", {lower_layer_norm, 17, 17});
+  registry.add("", "BatchNormalization", {lower_batch_norm, 1, 17});
+  registry.add("", "InstanceNormalization", {lower_instance_norm, 1, 17});
+  registry.add("", "MeanVarianceNormalization", {lower_mvn, 9, 17});
+}
+
+}  // namespace kiln::lower

@@ -183,7 +183,11 @@ std::vector<TensorValue> lower_gemm(LoweringContext& ctx, const graph::Node& nod
   std::vector<Expr> shape = {a.rows(), b.cols()};
   if (c != nullptr) {
     if (c->rank() > 2) ctx.fail("expected C of rank <= 2, found " + graph::shape_str(c->shape));
-    ctx.broadcast_shapes({shape, c->shape});  // checks that C broadcasts
+    std::vector<Expr> joint = ctx.broadcast_shapes({shape, c->shape});
+    if (static_shape(joint) && static_shape(shape) && joint != shape) {
+      ctx.fail("C of shape " + graph::shape_str(c->shape) + " does not broadcast to " +
+               graph::shape_str(shape));
+    }
   }
   DType dtype = a_in.dtype;
   if (uses_extern_gemm(dtype)) {

@@ -382,5 +382,35 @@ TEST(NnLowering, MaxPoolCeilModeOverSymbolicSize) {
   EXPECT_EQ(floats(out.begin()->second), (std::vector<float>{1, 3, 4}));
 }
 
+TEST(ShapeLowering, AttributeFormsOfOlderOpsets) {
+  GraphBuilder b(9);
+  Value* x = b.input("x", DType::kFloat32, {4, 3});
+  Value* sliced = b.op("Slice", {x},
+                       {{"starts", std::vector<int64_t>{1}},
+                        {"ends", std::vector<int64_t>{-1}},
+                        {"axes", std::vector<int64_t>{0}}});  // [2, 3]
+  auto parts =
+      b.node("Split", {sliced}, {{"axis", int64_t{1}}, {"split", std::vector<int64_t>{2, 1}}}, 2);
+  Value* col = b.op("Squeeze", {parts[1]}, {{"axes", std::vector<int64_t>{1}}});  // [2]
+  Value* row = b.op("Unsqueeze", {col}, {{"axes", std::vector<int64_t>{0}}});     // [1, 2]
+  b.output(row);
+  ir::Program program = lower_graph(b.graph);
+  EXPECT_EQ(program.outputs[0].shape, (std::vector<Expr>{1, 2}));
+  auto out = ir::interpret(program, {{"x", iota_tensor(DType::kFloat32, {4, 3})}});
+  EXPECT_EQ(floats(out.begin()->second), (std::vector<float>{5, 8}));
+}
+
+TEST(ShapeLowering, ConstantAttributeForms) {
+  GraphBuilder b(13);
+  Value* ints = b.op("Constant", {}, {{"value_ints", std::vector<int64_t>{2, -1}}});
+  Value* x = b.input("x", DType::kFloat32, {kBatch, 4});
+  b.output(b.op("Reshape", {x, ints}));
+  b.output(b.op("Constant", {}, {{"value_floats", std::vector<float>{1.5f, 2.5f}}}));
+  ir::Program program = lower_graph(b.graph);
+  EXPECT_EQ(program.outputs[0].shape, (std::vector<Expr>{2, kBatch * 2}));
+  auto out = ir::interpret(program, {{"x", iota_tensor(DType::kFloat32, {3, 4})}});
+  EXPECT_EQ(floats(out.at(program.outputs[1].onnx_name)), (std::vector<float>{1.5f, 2.5f}));
+}
+
 }  // namespace
 }  // namespace kiln::lower

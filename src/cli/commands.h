@@ -1,0 +1,19 @@
+#pragma once
+/// The kiln subcommands. Each lives in its own <name>_command.cpp and registers itself on the
+/// top-level CLI11 app; when the user picks it, parsing stores its action in `chosen`, which
+/// main() then runs.
+/// Actions throw UserError / InternalError; main() turns those into messages and exit codes.
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace kiln::cli {
+
+/// What a chosen subcommand does; returns the process exit status.
+using CommandAction = std::function<int()>;
+
+/// `kiln info MODEL`: what a model holds and which of its ops Kiln cannot compile yet.
+void add_info_command(CLI::App& app, CommandAction& chosen);
+
+}  // namespace kiln::cli

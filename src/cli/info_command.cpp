@@ -1,0 +1,152 @@
+// `kiln info MODEL`: imports a model and prints what it holds: metadata, opsets, the inputs and
+// outputs with their symbolic shapes, node counts by op, parameters, and the ops Kiln cannot
+// compile yet.
+#include <fmt/format.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "graph/graph.h"
+#include "lower/supported_ops.h"
+#include "onnx/importer.h"
+
+namespace kiln::cli {
+namespace {
+
+struct InfoOptions {
+  std::string model;
+  bool dump_graph = false;
+};
+
+/// "Op" for ai.onnx, "domain:Op" otherwise.
+std::string op_label(const graph::Node& node) {
+  return node.domain().empty() ? node.op_type() : node.domain() + ":" + node.op_type();
+}
+
+struct OpCounts {
+  std::map<std::string, int64_t> by_op;  // sorted by label
+  std::map<std::string, const graph::Node*> example;
+  int64_t total = 0;
+  int64_t in_subgraphs = 0;
+};
+
+void count_ops(const graph::Graph& graph, bool nested, OpCounts& counts) {
+  for (const auto& node : graph.nodes()) {
+    std::string label = op_label(*node);
+    ++counts.by_op[label];
+    counts.example.emplace(label, node.get());
+    ++counts.total;
+    if (nested) ++counts.in_subgraphs;
+    for (const auto& subgraph : node->subgraphs()) {
+      if (subgraph != nullptr) count_ops(*subgraph, true, counts);
+    }
+  }
+}
+
+struct Parameters {
+  int64_t count = 0;
+  int64_t elements = 0;
+  int64_t bytes = 0;
+};
+
+void count_parameters(const graph::Graph& graph, Parameters& params) {
+  for (const graph::Value* value : graph.initializers()) {
+    ++params.count;
+    params.elements += value->initializer()->numel();
+    params.bytes += static_cast<int64_t>(value->initializer()->nbytes());
+  }
+  for (const auto& node : graph.nodes()) {
+    for (const auto& subgraph : node->subgraphs()) {
+      if (subgraph != nullptr) count_parameters(*subgraph, params);
+    }
+  }
+}
+
+std::string human_bytes(int64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  if (bytes < 1024 * 1024) return fmt::format("{:.1f} KiB", bytes / 1024.0);
+  if (bytes < 1024LL * 1024 * 1024) return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024));
+  return fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024 * 1024));
+}
+
+/// Thousands separated by commas, for counts people compare by eye.
+std::string grouped(int64_t n) {
+  std::string digits = std::to_string(n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i != 0 && (digits.size() - i) % 3 == 0 && digits[i - 1] != '-') out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+void print_values(const char* title, const std::vector<graph::Value*>& values) {
+  fmt::print("{}:\n", title);
+  if (values.empty()) fmt::print("  (none)\n");
+  size_t width = 0;
+  for (const graph::Value* value : values) width = std::max(width, value->name().size());
+  for (const graph::Value* value : values) {
+    fmt::print("  {:<{}}  {}\n", value->name(), width, value->type().str());
+  }
+}
+
+void print_info(const graph::Model& model) {
+  fmt::print("file:        {}\n", model.path);
+  fmt::print("ir version:  {}\n", model.ir_version);
+  fmt::print("producer:    {}\n", model.producer_name.empty() ? "(none)" : model.producer_name);
+  std::vector<std::string> opsets;
+  for (const auto& [domain, version] : model.opsets) {
+    opsets.push_back(fmt::format("{} {}", domain.empty() ? "ai.onnx" : domain, version));
+  }
+  fmt::print("opsets:      {}\n", fmt::join(opsets, ", "));
+  print_values("inputs", model.graph->inputs());
+  print_values("outputs", model.graph->outputs());
+
+  OpCounts ops;
+  count_ops(*model.graph, false, ops);
+  std::string nested =
+      ops.in_subgraphs == 0 ? "" : fmt::format(" ({} in subgraphs)", ops.in_subgraphs);
+  fmt::print("nodes:       {}{}\n", ops.total, nested);
+  size_t width = 0;
+  for (const auto& [label, count] : ops.by_op) width = std::max(width, label.size());
+  for (const auto& [label, count] : ops.by_op) fmt::print("  {:<{}}  {}\n", label, width, count);
+
+  Parameters params;
+  count_parameters(*model.graph, params);
+  fmt::print("parameters:  {} in {} initializers, {} ({} bytes)\n", grouped(params.elements),
+             params.count, human_bytes(params.bytes), grouped(params.bytes));
+
+  std::vector<std::string> unsupported;
+  for (const auto& [label, node] : ops.example) {
+    if (!lower::is_supported_op(node->domain(), node->op_type())) unsupported.push_back(label);
+  }
+  if (unsupported.empty()) {
+    fmt::print("compilable:  every op is supported\n");
+  } else {
+    fmt::print("not compilable yet ({} of {} op types): {}\n", unsupported.size(), ops.by_op.size(),
+               fmt::join(unsupported, ", "));
+  }
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app, CommandAction& chosen) {
+  auto options = std::make_shared<InfoOptions>();
+  CLI::App* info = app.add_subcommand("info",
+                                      "Show what an ONNX model holds and what Kiln "
+                                      "can compile of it");
+  info->add_option("model", options->model, "the .onnx file")->required();
+  info->add_flag("--dump-graph", options->dump_graph, "also print the imported graph as text");
+  info->callback([options, &chosen]() {
+    chosen = [options]() {
+      graph::Model model = onnx::import_model(options->model);
+      print_info(model);
+      if (options->dump_graph) fmt::print("\n{}", graph::dump(*model.graph));
+      return 0;
+    };
+  });
+}
+
+}  // namespace kiln::cli

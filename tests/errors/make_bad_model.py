@@ -1,0 +1,46 @@
+#!/usr/bin/python3
+"""Writes one deliberately broken ONNX model for the command-line error tests.
+
+Usage: /usr/bin/python3 make_bad_model.py CASE OUT.onnx
+Cases: checker, undefined, cycle, opset18, valid. Models are written without onnx.checker so that
+Kiln (not this script) is the one to refuse them.
+"""
+import sys
+
+from onnx import TensorProto, helper
+
+
+def tensor(name):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])
+
+
+def model(nodes, inputs, outputs, opset=13):
+    graph = helper.make_graph(nodes, "bad", [tensor(n) for n in inputs], [tensor(n) for n in outputs])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def build(case):
+    if case == "valid":
+        return model([helper.make_node("Relu", ["x"], ["y"], name="relu")], ["x"], ["y"])
+    if case == "checker":
+        # Relu takes exactly one input: the ONNX checker refuses the node.
+        return model([helper.make_node("Relu", ["x", "x"], ["y"], name="bad_relu")], ["x"], ["y"])
+    if case == "undefined":
+        nodes = [helper.make_node("Relu", ["x"], ["a"], name="n1"),
+                 helper.make_node("Add", ["a", "ghost"], ["y"], name="n3")]
+        return model(nodes, ["x"], ["y"])
+    if case == "cycle":
+        nodes = [helper.make_node("Add", ["x", "c"], ["a"], name="add_a"),
+                 helper.make_node("Relu", ["a"], ["b"], name="relu_b"),
+                 helper.make_node("Neg", ["b"], ["c"], name="neg_c")]
+        return model(nodes, ["x"], ["c"])
+    if case == "opset18":
+        return model([helper.make_node("Relu", ["x"], ["y"], name="relu")], ["x"], ["y"], opset=18)
+    raise SystemExit(f"unknown case {case}")
+
+
+if __name__ == "__main__":
+    with open(sys.argv[2], "wb") as f:
+        f.write(build(sys.argv[1]).SerializeToString())

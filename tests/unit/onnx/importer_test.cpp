@@ -1,0 +1,315 @@
+// The importer on small models built here as protobuf, on suite models with subgraphs,
+// sequences, optionals and training ops, and on a model with external data written by
+// onnx.save_model (tests/unit/onnx/make_external_data_model.py).
+#include "onnx/importer.h"
+
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "support/error.h"
+
+namespace kiln::onnx {
+namespace {
+
+namespace fs = std::filesystem;
+using graph::DType;
+using graph::ValueKind;
+using sym::Expr;
+
+/// A dim: a number, a dim_param name, or "" for a dim with neither.
+struct Dim {
+  Dim(int64_t v) : value(v) {}      // NOLINT
+  Dim(const char* p) : param(p) {}  // NOLINT
+  int64_t value = -1;
+  std::string param;
+};
+
+void set_value_info(::onnx::ValueInfoProto* info, const std::string& name, std::vector<Dim> dims) {
+  info->set_name(name);
+  auto* tensor = info->mutable_type()->mutable_tensor_type();
+  tensor->set_elem_type(::onnx::TensorProto::FLOAT);
+  auto* shape = tensor->mutable_shape();
+  for (const Dim& d : dims) {
+    auto* dim = shape->add_dim();
+    if (d.value >= 0) dim->set_dim_value(d.value);
+    if (!d.param.empty()) dim->set_dim_param(d.param);
+  }
+}
+
+::onnx::ModelProto make_model(int64_t ir_version = 8, int64_t opset = 13) {
+  ::onnx::ModelProto model;
+  model.set_ir_version(ir_version);
+  model.set_producer_name("importer_test");
+  auto* import = model.add_opset_import();
+  import->set_domain("");
+  import->set_version(opset);
+  model.mutable_graph()->set_name("g");
+  return model;
+}
+
+::onnx::NodeProto* add_node(::onnx::GraphProto* graph, const std::string& op,
+                            std::vector<std::string> inputs, std::vector<std::string> outputs,
+                            const std::string& name = "") {
+  auto* node = graph->add_node();
+  node->set_op_type(op);
+  node->set_name(name);
+  for (const auto& i : inputs) node->add_input(i);
+  for (const auto& o : outputs) node->add_output(o);
+  return node;
+}
+
+graph::Model import(const ::onnx::ModelProto& model) {
+  return import_model_from_bytes(model.SerializeAsString(), "test.onnx", ".");
+}
+
+std::string import_error(const ::onnx::ModelProto& model) {
+  try {
+    import(model);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+fs::path suite_model(const std::string& name) {
+  return fs::path(KILN_TEST_DATA_DIR) / "node" / name / "model.onnx";
+}
+
+TEST(ImporterTest, DimParamsWithTheSameNameAreTheSameSymbol) {
+  auto proto = make_model();
+  auto* g = proto.mutable_graph();
+  set_value_info(g->add_input(), "x", {"batch", 3});
+  set_value_info(g->add_input(), "y", {"batch", 3});
+  set_value_info(g->add_output(), "z", {"batch", 3});
+  add_node(g, "Add", {"x", "y"}, {"z"}, "add");
+  graph::Model model = import(proto);
+  const auto& inputs = model.graph->inputs();
+  ASSERT_EQ(inputs.size(), 2u);
+  Expr batch = Expr::symbol("batch", sym::SymbolKind::kSize);
+  EXPECT_EQ((*inputs[0]->type().shape)[0], batch);
+  EXPECT_EQ((*inputs[1]->type().shape)[0], batch);
+  EXPECT_EQ((*model.graph->outputs()[0]->type().shape)[0], batch);
+  EXPECT_EQ((*inputs[0]->type().shape)[1], Expr(3));
+  EXPECT_EQ(inputs[0]->type().str(), "float32[batch, 3]");
+  EXPECT_EQ(model.producer_name, "importer_test");
+  EXPECT_EQ(model.ir_version, 8);
+}
+
+TEST(ImporterTest, UnknownDimsBecomeFreshSymbolsInOrder) {
+  auto proto = make_model();
+  auto* g = proto.mutable_graph();
+  // "unk__0" is taken by the model itself, so the fresh names skip it.
+  set_value_info(g->add_input(), "a", {"", 4, ""});
+  set_value_info(g->add_input(), "b", {"unk__0"});
+  set_value_info(g->add_output(), "c", {"unk__0"});
+  add_node(g, "Identity", {"b"}, {"c"}, "id");
+  graph::Model model = import(proto);
+  EXPECT_EQ(model.graph->inputs()[0]->type().str(), "float32[unk__1, 4, unk__2]");
+  EXPECT_EQ(model.graph->inputs()[1]->type().str(), "float32[unk__0]");
+}
+
+TEST(ImporterTest, InitializersListedAsInputsAreConstants) {
+  // IR version 3 models list every initializer among the graph inputs.
+  auto proto = make_model(/*ir_version=*/3, /*opset=*/7);
+  auto* g = proto.mutable_graph();
+  set_value_info(g->add_input(), "x", {2});
+  set_value_info(g->add_input(), "w", {2});
+  set_value_info(g->add_output(), "y", {2});
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(::onnx::TensorProto::FLOAT);
+  w->add_dims(2);
+  w->add_float_data(1.5f);
+  w->add_float_data(-2.0f);
+  add_node(g, "Add", {"x", "w"}, {"y"}, "add");
+  graph::Model model = import(proto);
+  ASSERT_EQ(model.graph->inputs().size(), 1u);
+  EXPECT_EQ(model.graph->inputs()[0]->name(), "x");
+  ASSERT_EQ(model.graph->initializers().size(), 1u);
+  const graph::Value* weight = model.graph->initializers()[0];
+  EXPECT_EQ(weight->name(), "w");
+  ASSERT_NE(weight->initializer(), nullptr);
+  EXPECT_EQ(weight->initializer()->values<float>()[1], -2.0f);
+  EXPECT_EQ(weight->type().str(), "float32[2]");
+  EXPECT_EQ(model.graph->nodes()[0]->input(1), weight);
+}
+
+TEST(ImporterTest, OpsetsPerDomainAndOnEveryNode) {
+  auto proto = make_model(8, 13);
+  auto* ml = proto.add_opset_import();
+  ml->set_domain("ai.onnx.ml");
+  ml->set_version(3);
+  auto* g = proto.mutable_graph();
+  set_value_info(g->add_input(), "x", {2});
+  set_value_info(g->add_output(), "y", {2});
+  add_node(g, "Relu", {"x"}, {"y"});
+  graph::Model model = import(proto);
+  EXPECT_EQ(model.opsets, (graph::OpsetImports{{"", 13}, {"ai.onnx.ml", 3}}));
+  const auto& node = *model.graph->nodes()[0];
+  EXPECT_EQ(node.opset(), 13);
+  EXPECT_EQ(node.domain(), "");
+  EXPECT_EQ(node.name(), "Relu_0");  // unnamed nodes get "<op>_<index>"
+
+  graph::Model adagrad = import_model(suite_model("test_adagrad"));
+  EXPECT_EQ(adagrad.opsets.at("ai.onnx.preview.training"), 1);
+  const auto& train = *adagrad.graph->nodes()[0];
+  EXPECT_EQ(train.domain(), "ai.onnx.preview.training");
+  EXPECT_EQ(train.opset(), 1);
+  EXPECT_EQ(train.op_type(), "Adagrad");
+}
+
+TEST(ImporterTest, RefusesNewerOpsets) {
+  EXPECT_EQ(max_supported_opset(), 17);
+  auto proto = make_model(8, 18);
+  auto* g = proto.mutable_graph();
+  set_value_info(g->add_input(), "x", {2});
+  set_value_info(g->add_output(), "y", {2});
+  add_node(g, "Relu", {"x"}, {"y"});
+  EXPECT_EQ(import_error(proto), "test.onnx: model uses opset 18; Kiln supports up to 17");
+  proto.mutable_opset_import(0)->set_version(13);
+  auto* ml = proto.add_opset_import();
+  ml->set_domain("ai.onnx.ml");
+  ml->set_version(4);
+  EXPECT_EQ(import_error(proto),
+            "test.onnx: model uses opset 4 of domain 'ai.onnx.ml'; Kiln supports up to 3");
+}
+
+TEST(ImporterTest, BadBytesAreUserErrorsNamingTheSource) {
+  auto error = [](std::string_view bytes) {
+    try {
+      import_model_from_bytes(bytes, "bad.onnx", ".");
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error("\xff\xff\xff garbage"),
+            "bad.onnx: not a valid ONNX model: the protobuf data cannot be parsed (truncated or "
+            "not an ONNX file)");
+  EXPECT_EQ(error(""),
+            "bad.onnx: not a valid ONNX model: ir_version is missing (empty or not an ONNX file)");
+  EXPECT_THROW(import_model("/nonexistent/model.onnx"), UserError);
+}
+
+TEST(ImporterTest, UndefinedValuesAndCyclesNameTheNode) {
+  auto proto = make_model();
+  auto* g = proto.mutable_graph();
+  set_value_info(g->add_input(), "x", {2});
+  set_value_info(g->add_output(), "y", {2});
+  add_node(g, "Add", {"x", "ghost"}, {"y"}, "n3");
+  EXPECT_EQ(import_error(proto), "test.onnx: node 'n3' (Add): input 'ghost' is not defined");
+
+  auto cyclic = make_model();
+  g = cyclic.mutable_graph();
+  set_value_info(g->add_input(), "x", {2});
+  set_value_info(g->add_output(), "b", {2});
+  add_node(g, "Add", {"x", "b"}, {"a"}, "first");
+  add_node(g, "Relu", {"a"}, {"b"}, "second");
+  EXPECT_EQ(import_error(cyclic),
+            "test.onnx: node 'first' (Add): the graph has a cycle: 'first' -> 'second' -> "
+            "'first'");
+}
+
+TEST(ImporterTest, CheckerErrorsAreOneLineNamingTheNode) {
+  auto proto = make_model();
+  auto* g = proto.mutable_graph();
+  set_value_info(g->add_input(), "x", {2});
+  set_value_info(g->add_output(), "y", {2});
+  add_node(g, "Relu", {"x", "x"}, {"y"}, "two_inputs");
+  std::string message = import_error(proto);
+  EXPECT_EQ(message.rfind("test.onnx: node 'two_inputs' (Relu): invalid model: ", 0), 0u)
+      << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+TEST(ImporterTest, IfBranchesAreSubgraphsReadingOuterValues) {
+  auto proto = make_model();
+  auto* g = proto.mutable_graph();
+  set_value_info(g->add_input(), "x", {2});
+  auto* cond = g->add_input();
+  cond->set_name("cond");
+  cond->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::BOOL);
+  cond->mutable_type()->mutable_tensor_type()->mutable_shape();
+  set_value_info(g->add_output(), "y", {2});
+  auto* node = add_node(g, "If", {"cond"}, {"y"}, "if");
+  for (const char* branch : {"then_branch", "else_branch"}) {
+    auto* attr = node->add_attribute();
+    attr->set_name(branch);
+    attr->set_type(::onnx::AttributeProto::GRAPH);
+    auto* body = attr->mutable_g();
+    body->set_name(std::string(branch) + "_body");
+    std::string out = std::string(branch) + "_out";
+    set_value_info(body->add_output(), out, {2});
+    add_node(body, branch[0] == 't' ? "Neg" : "Relu", {"x"}, {out}, out + "_node");
+  }
+  graph::Model model = import(proto);
+  const graph::Node& if_node = *model.graph->nodes()[0];
+  auto then_graph = if_node.attr_graph("then_branch");
+  ASSERT_NE(then_graph, nullptr);
+  EXPECT_EQ(then_graph->parent(), model.graph.get());
+  EXPECT_EQ(then_graph->name(), "then_branch_body");
+  EXPECT_EQ(then_graph->nodes()[0]->input(0), model.graph->find_value("x"));
+  EXPECT_EQ(if_node.subgraphs().size(), 2u);
+}
+
+TEST(ImporterTest, SuiteSubgraphs) {
+  graph::Model if_model = import_model(suite_model("test_if"));
+  ASSERT_EQ(if_model.graph->nodes().size(), 1u);
+  EXPECT_EQ(if_model.graph->nodes()[0]->subgraphs().size(), 2u);
+
+  graph::Model loop = import_model(suite_model("test_loop11"));
+  const graph::Node& loop_node = *loop.graph->nodes()[0];
+  EXPECT_EQ(loop_node.op_type(), "Loop");
+  auto body = loop_node.attr_graph("body");
+  ASSERT_NE(body, nullptr);
+  EXPECT_EQ(body->parent(), loop.graph.get());
+  EXPECT_EQ(body->inputs().size(), 3u);
+  EXPECT_GT(body->nodes().size(), 5u);
+
+  graph::Model scan = import_model(suite_model("test_scan_sum"));
+  EXPECT_EQ(scan.opsets.at(""), 8);
+  auto scan_body = scan.graph->nodes()[0]->attr_graph("body");
+  ASSERT_NE(scan_body, nullptr);
+  EXPECT_EQ(scan_body->outputs().size(), 2u);
+}
+
+TEST(ImporterTest, SequenceAndOptionalValues) {
+  graph::Model seq = import_model(suite_model("test_sequence_insert_at_back"));
+  const graph::Type& seq_type = seq.graph->inputs()[0]->type();
+  EXPECT_EQ(seq_type.kind, ValueKind::kSequence);
+  ASSERT_NE(seq_type.element, nullptr);
+  EXPECT_EQ(seq_type.element->dtype, DType::kInt64);
+  EXPECT_EQ(seq.graph->outputs()[0]->type().kind, ValueKind::kSequence);
+
+  graph::Model opt = import_model(suite_model("test_optional_get_element"));
+  const graph::Type& opt_type = opt.graph->inputs()[0]->type();
+  EXPECT_EQ(opt_type.kind, ValueKind::kOptional);
+  ASSERT_NE(opt_type.element, nullptr);
+  EXPECT_EQ(opt_type.element->kind, ValueKind::kTensor);
+  EXPECT_EQ(opt.graph->outputs()[0]->type().kind, ValueKind::kTensor);
+
+  graph::Model opt_seq = import_model(suite_model("test_optional_get_element_sequence"));
+  EXPECT_EQ(opt_seq.graph->inputs()[0]->type().str(), "optional(seq(int32[4]))");
+}
+
+TEST(ImporterTest, ExternalDataIsLoadedRelativeToTheModel) {
+  fs::path dir = fs::path(KILN_BUILD_DIR) / "test-tmp" / "importer_external_data";
+  fs::remove_all(dir);
+  std::string command =
+      "/usr/bin/python3 " KILN_TESTS_DIR "/unit/onnx/make_external_data_model.py " + dir.string();
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  ASSERT_TRUE(fs::exists(dir / "weights.bin"));
+  graph::Model model = import_model(dir / "model.onnx");
+  ASSERT_EQ(model.graph->initializers().size(), 1u);
+  const graph::Tensor* w = model.graph->initializers()[0]->initializer();
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->dims(), (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(w->values<float>()[15], 15.0f);
+  EXPECT_EQ(model.graph->inputs()[0]->type().str(), "float32[batch, 4]");
+}
+
+}  // namespace
+}  // namespace kiln::onnx

@@ -1,0 +1,472 @@
+#include "codegen/cpp/cpp_body.h"
+
+#include <fmt/format.h>
+
+#include "codegen/cpp/cpp_ops.h"
+#include "support/error.h"
+
+namespace kiln::codegen {
+namespace {
+
+using graph::DType;
+using ir::OpCode;
+using ir::ReductionType;
+
+constexpr const char* kVecF32 = "kiln::vec::VecF32";
+constexpr const char* kVecMask = "kiln::vec::VecMask";
+
+std::string apply(const char* tmpl, const std::vector<std::string>& args) {
+  switch (args.size()) {
+    case 1:
+      return fmt::format(fmt::runtime(tmpl), args[0]);
+    case 2:
+      return fmt::format(fmt::runtime(tmpl), args[0], args[1]);
+    default:
+      return fmt::format(fmt::runtime(tmpl), args.at(0), args.at(1), args.at(2));
+  }
+}
+
+bool is_vector_dtype(DType d) { return d == DType::kFloat32 || d == DType::kBool; }
+
+bool is_vector_reduction(ReductionType t) {
+  switch (t) {
+    case ReductionType::kSum:
+    case ReductionType::kProd:
+    case ReductionType::kMax:
+    case ReductionType::kMin:
+    case ReductionType::kWelfordMean:
+    case ReductionType::kWelfordVar:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_welford(ReductionType t) {
+  return t == ReductionType::kWelfordMean || t == ReductionType::kWelfordVar;
+}
+
+bool is_arg(ReductionType t) { return t == ReductionType::kArgMax || t == ReductionType::kArgMin; }
+
+std::string widen(DType storage, const std::string& element) {
+  if (storage == DType::kFloat16) return fmt::format("kiln::half_to_float({})", element);
+  if (storage == DType::kBFloat16) return fmt::format("kiln::bf16_to_float({})", element);
+  return element;
+}
+
+std::string narrow(DType storage, const std::string& v) {
+  if (storage == DType::kFloat16) return fmt::format("kiln::float_to_half({})", v);
+  if (storage == DType::kBFloat16) return fmt::format("kiln::float_to_bf16({})", v);
+  return v;
+}
+
+}  // namespace
+
+std::string KernelContext::tmp(const char* prefix) {
+  return fmt::format("{}{}", prefix, next_tmp++);
+}
+
+std::string KernelContext::cpp(const sym::Expr& e) const {
+  return sym::to_cpp(
+      e, [this](const sym::Expr& x) { return analyzer.statically_known_nonnegative(x); });
+}
+
+MemberEmitter::MemberEmitter(KernelContext& ctx, const sched::KernelMember& member)
+    : ctx_(ctx), member_(member), body_(member.buffer->body), analyzer_(ctx.analyzer) {
+  const auto& ops = body_.ops();
+  sym::Substitution subst = member.var_map;
+  index_.resize(ops.size());
+  post_.resize(ops.size());
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const ir::Op& op = ops[k];
+    auto id = static_cast<ir::ValueId>(k);
+    if (op.code == OpCode::kIndirect) {
+      std::string name = fmt::format("ind{}", ctx.next_symbol++);
+      sym::Expr s = sym::Expr::symbol(name, sym::SymbolKind::kIndex);
+      subst[op.symbol] = s;
+      indirect_names_[id] = name;
+      analyzer_.bind_index(s, op.index);
+    }
+    if (op.code == OpCode::kLoad || op.code == OpCode::kStore || op.code == OpCode::kIndexExpr ||
+        op.code == OpCode::kIndirect) {
+      index_[k] = analyzer_.simplify(sym::substitute(op.index, subst));
+    }
+    bool post = op.code == OpCode::kReduction;
+    for (int j = 0; j < ir::op_arity(op.code); ++j) post = post || post_[op.operands[j]];
+    if (op.mask != ir::kNoValue) post = post || post_[op.mask];
+    post_[k] = post;
+  }
+  ir::Layout reduce = ir::Layout::contiguous(body_.reduce_sizes());
+  arg_index_ = analyzer_.simplify(
+      sym::substitute(sym::dot(body_.reduce_vars(), reduce.strides), member.var_map));
+}
+
+std::optional<int64_t> MemberEmitter::stride(const sym::Expr& index, const sym::Expr& var) const {
+  sym::Expr next = sym::substitute(index, sym::Substitution{{var, var + 1}});
+  return analyzer_.simplify(next - index).as_integer();
+}
+
+bool MemberEmitter::has_indirect_or_mask() const {
+  for (const ir::Op& op : body_.ops()) {
+    if (op.code == OpCode::kIndirect || op.mask != ir::kNoValue) return true;
+  }
+  return false;
+}
+
+bool MemberEmitter::op_vectorizable(const ir::Op& op, const sym::Expr& var) const {
+  auto operand_dtype = [&](int j) { return body_.dtype(op.operands[j]); };
+  if (op.code != OpCode::kStore && !is_vector_dtype(op.dtype)) return false;
+  size_t k = static_cast<size_t>(&op - body_.ops().data());
+  auto local = ctx_.locals.find(op.buffer);
+  switch (op.code) {
+    case OpCode::kLoad:
+      if (op.mask != ir::kNoValue) return false;
+      if (local != ctx_.locals.end()) {
+        return local->second != LocalStorage::kScratch || op.dtype == DType::kFloat32;
+      }
+      if (op.buffer_dtype != DType::kFloat32) return false;
+      if (auto s = stride(index_[k], var)) return *s == 0 || *s == 1;
+      return false;
+    case OpCode::kStore:
+      if (local != ctx_.locals.end()) {
+        if (local->second == LocalStorage::kScalar) return false;
+        return local->second == LocalStorage::kRegister ? is_vector_dtype(op.dtype)
+                                                        : op.dtype == DType::kFloat32;
+      }
+      if (op.buffer_dtype != DType::kFloat32 || op.dtype != DType::kFloat32) return false;
+      return stride(index_[k], var) == std::optional<int64_t>(1);
+    case OpCode::kConstant:
+      return true;
+    case OpCode::kIndexExpr:
+    case OpCode::kIndirect:
+      return false;
+    case OpCode::kCast:
+      return is_vector_dtype(operand_dtype(0));
+    case OpCode::kWhere:
+      return true;
+    case OpCode::kReduction:
+      return is_vector_reduction(op.reduction) && op.dtype == DType::kFloat32 &&
+             operand_dtype(0) == DType::kFloat32;
+    default:
+      break;
+  }
+  const CppOpTemplates& t = cpp_op_templates(op.code);
+  if (t.vector == nullptr) return false;
+  bool masks = t.vector_on_masks || ((op.code == OpCode::kEq || op.code == OpCode::kNe) &&
+                                     operand_dtype(0) == DType::kBool);
+  for (int j = 0; j < ir::op_arity(op.code); ++j) {
+    if (operand_dtype(j) != (masks ? DType::kBool : DType::kFloat32)) return false;
+  }
+  return true;
+}
+
+bool MemberEmitter::can_vectorize(const sym::Expr& var) const {
+  for (size_t k = 0; k < body_.ops().size(); ++k) {
+    const ir::Op& op = body_.ops()[k];
+    bool in_loop = !post_[k] || op.code == OpCode::kReduction;
+    if (in_loop && !op_vectorizable(op, var)) return false;
+  }
+  return true;
+}
+
+void MemberEmitter::define_indirects(const sym::Expr& index, IndentedBuffer& out, LoopPass& pass,
+                                     Scope& scope) {
+  for (const auto& [id, name] : indirect_names_) {
+    if (sym::has_symbol(index, sym::Expr::symbol(name, sym::SymbolKind::kIndex))) {
+      value(id, out, pass, scope);
+    }
+  }
+}
+
+std::string MemberEmitter::load(const ir::Op& op, ir::ValueId id, IndentedBuffer& out,
+                                LoopPass& pass, Scope& scope) {
+  if (auto f = pass.forwarded.find(op.buffer); f != pass.forwarded.end()) return f->second;
+  std::string expr;
+  auto local = ctx_.locals.find(op.buffer);
+  const char* vec_type = op.dtype == DType::kBool ? kVecMask : kVecF32;
+  if (local != ctx_.locals.end()) {
+    const std::string& name = ctx_.local_names.at(op.buffer);
+    KILN_CHECK(local->second != LocalStorage::kRegister,
+               "kernel-local {} is loaded before it is stored", op.buffer);
+    if (local->second == LocalStorage::kScalar) {
+      if (!pass.vector) return name;
+      expr = fmt::format("{}::broadcast({})", vec_type, name);
+    } else {
+      std::string si = ctx_.cpp(ctx_.scratch_index);
+      expr = pass.vector ? fmt::format("{}::loadu({} + {})", kVecF32, name, si)
+                         : fmt::format("{}[{}]", name, si);
+    }
+  } else {
+    const std::string& ptr = ctx_.params.at(op.buffer);
+    define_indirects(index_[id], out, pass, scope);
+    std::string idx = sym::to_cpp(index_[id], [this](const sym::Expr& x) {
+      return analyzer_.statically_known_nonnegative(x);
+    });
+    if (pass.vector) {
+      bool contiguous = stride(index_[id], pass.vector_var) == std::optional<int64_t>(1);
+      expr = contiguous ? fmt::format("{}::loadu({} + {})", kVecF32, ptr, idx)
+                        : fmt::format("{}::broadcast({}[{}])", kVecF32, ptr, idx);
+    } else {
+      expr = widen(op.buffer_dtype, fmt::format("{}[{}]", ptr, idx));
+      if (op.mask != ir::kNoValue) {
+        ir::Op other;
+        other.dtype = op.dtype;
+        other.float_value = op.float_value;
+        other.int_value = static_cast<int64_t>(op.float_value);
+        std::string m = value(op.mask, out, pass, scope);
+        expr = fmt::format("({} ? {} : {})", m, expr, cpp_literal(other));
+      }
+    }
+  }
+  std::string name = ctx_.tmp();
+  if (pass.vector) {
+    out.linef("auto {} = {};", name, expr);
+  } else {
+    out.linef("const {} {} = {};", cpp_compute_type(op.dtype), name, expr);
+  }
+  return name;
+}
+
+std::string MemberEmitter::scalar_op(const ir::Op& op, const std::vector<std::string>& args,
+                                     IndentedBuffer& out, LoopPass& pass, Scope& scope) {
+  std::string_view type = cpp_compute_type(op.dtype);
+  switch (op.code) {
+    case OpCode::kConstant:
+      return cpp_literal(op);
+    case OpCode::kIndexExpr: {
+      const sym::Expr& index = index_[&op - body_.ops().data()];
+      define_indirects(index, out, pass, scope);
+      return fmt::format("static_cast<{}>({})", type, ctx_.cpp(index));
+    }
+    case OpCode::kCast:
+      return fmt::format("static_cast<{}>({})", type, args[0]);
+    case OpCode::kWhere:
+      return fmt::format("({} ? {} : {})", args[0], args[1], args[2]);
+    case OpCode::kIndirect: {
+      auto id = static_cast<ir::ValueId>(&op - body_.ops().data());
+      const std::string& name = indirect_names_.at(id);
+      std::string size = ctx_.cpp(index_[id]);
+      out.linef(
+          "const int64_t {0} = static_cast<int64_t>({1}) < 0 ? static_cast<int64_t>({1}) + {2} "
+          ": static_cast<int64_t>({1});",
+          name, args[0], size);
+      return name;
+    }
+    default:
+      return apply(cpp_op_templates(op.code).scalar, args);
+  }
+}
+
+std::string MemberEmitter::vector_op(const ir::Op& op, const std::vector<std::string>& args,
+                                     LoopPass&) {
+  switch (op.code) {
+    case OpCode::kConstant:
+      return fmt::format("{}::broadcast({})", op.dtype == DType::kBool ? kVecMask : kVecF32,
+                         cpp_literal(op));
+    case OpCode::kCast: {
+      DType from = body_.dtype(op.operands[0]);
+      if (from == op.dtype) return args[0];
+      if (op.dtype == DType::kBool) return fmt::format("kiln::vec::to_mask({})", args[0]);
+      return fmt::format("kiln::vec::to_float({})", args[0]);
+    }
+    case OpCode::kWhere:
+      return fmt::format("kiln::vec::where({}, {}, {})", args[0], args[1], args[2]);
+    default:
+      return apply(cpp_op_templates(op.code).vector, args);
+  }
+}
+
+std::string MemberEmitter::value(ir::ValueId id, IndentedBuffer& out, LoopPass& pass,
+                                 Scope& scope) {
+  if (auto it = scope.names.find(id); it != scope.names.end()) return it->second;
+  const ir::Op& op = body_.op(id);
+  std::string name;
+  if (op.code == OpCode::kLoad) {
+    name = load(op, id, out, pass, scope);
+  } else {
+    KILN_CHECK(op.code != OpCode::kReduction, "reduction value used inside its own loop");
+    std::vector<std::string> args;
+    for (int j = 0; j < ir::op_arity(op.code); ++j) {
+      args.push_back(value(op.operands[j], out, pass, scope));
+    }
+    if (pass.vector) {
+      name = ctx_.tmp();
+      out.linef("auto {} = {};", name, vector_op(op, args, pass));
+    } else if (op.code == OpCode::kIndirect) {
+      name = scalar_op(op, args, out, pass, scope);
+    } else {
+      name = ctx_.tmp();
+      out.linef("const {} {} = {};", cpp_compute_type(op.dtype), name,
+                scalar_op(op, args, out, pass, scope));
+    }
+  }
+  scope.names[id] = name;
+  return name;
+}
+
+void MemberEmitter::store(const ir::Op& op, const std::string& v, IndentedBuffer& out,
+                          LoopPass& pass) {
+  auto id = static_cast<size_t>(&op - body_.ops().data());
+  pass.forwarded[op.buffer] = v;
+  auto local = ctx_.locals.find(op.buffer);
+  if (local != ctx_.locals.end()) {
+    const std::string& name = ctx_.local_names.at(op.buffer);
+    switch (local->second) {
+      case LocalStorage::kRegister:
+        return;
+      case LocalStorage::kScalar:
+        KILN_CHECK(!pass.vector, "vector store into scalar local {}", op.buffer);
+        out.linef("{} = {};", name, v);
+        return;
+      case LocalStorage::kScratch: {
+        std::string si = ctx_.cpp(ctx_.scratch_index);
+        if (pass.vector) {
+          out.linef("{}.storeu({} + {});", v, name, si);
+        } else {
+          out.linef("{}[{}] = {};", name, si, v);
+        }
+        return;
+      }
+    }
+  }
+  const std::string& ptr = ctx_.params.at(op.buffer);
+  std::string idx = sym::to_cpp(
+      index_[id], [this](const sym::Expr& x) { return analyzer_.statically_known_nonnegative(x); });
+  if (pass.vector) {
+    out.linef("{}.storeu({} + {});", v, ptr, idx);
+    return;
+  }
+  std::string stored = narrow(op.buffer_dtype, v);
+  if (op.buffer_dtype != op.dtype && graph::dtype_size(op.buffer_dtype) != 2) {
+    stored = fmt::format("static_cast<{}>({})", graph::dtype_cpp_storage(op.buffer_dtype), v);
+  }
+  out.linef("{}[{}] = {};", ptr, idx, stored);
+}
+
+void MemberEmitter::emit_accumulators(IndentedBuffer& out, bool vectorized) {
+  for (size_t k = 0; k < body_.ops().size(); ++k) {
+    const ir::Op& op = body_.ops()[k];
+    if (op.code != OpCode::kReduction) continue;
+    auto id = static_cast<ir::ValueId>(k);
+    std::string acc = ctx_.tmp("acc");
+    acc_[id] = acc;
+    std::string_view t = cpp_compute_type(op.dtype);
+    if (is_welford(op.reduction)) {
+      out.linef("kiln::Welford<{}> {};", t, acc);
+    } else if (is_arg(op.reduction)) {
+      out.linef("kiln::ArgReduce<{}> {};", cpp_compute_type(body_.dtype(op.operands[0])), acc);
+    } else {
+      out.linef("{} {} = {};", t, acc, cpp_reduction_init(op.reduction, op.dtype));
+    }
+    if (!vectorized) continue;
+    std::string vacc = ctx_.tmp("vacc");
+    vacc_[id] = vacc;
+    if (is_welford(op.reduction)) {
+      out.linef("kiln::vec::WelfordVec {};", vacc);
+    } else {
+      out.linef("auto {} = {}::broadcast({});", vacc, kVecF32,
+                cpp_reduction_init(op.reduction, op.dtype));
+    }
+  }
+}
+
+void MemberEmitter::update_accumulator(ir::ValueId id, const std::string& v, IndentedBuffer& out,
+                                       LoopPass& pass) {
+  const ir::Op& op = body_.op(id);
+  const std::string& acc = pass.vector ? vacc_.at(id) : acc_.at(id);
+  std::string_view t = cpp_compute_type(op.dtype);
+  std::string x = pass.vector ? v : fmt::format("static_cast<{}>({})", t, v);
+  const char* ns = pass.vector ? "kiln::vec" : "kiln";
+  switch (op.reduction) {
+    case ReductionType::kSum:
+      out.linef("{0} = {0} + {1};", acc, x);
+      return;
+    case ReductionType::kProd:
+      out.linef("{0} = {0} * {1};", acc, x);
+      return;
+    case ReductionType::kMax:
+      out.linef("{0} = {2}::maximum({0}, {1});", acc, x, ns);
+      return;
+    case ReductionType::kMin:
+      out.linef("{0} = {2}::minimum({0}, {1});", acc, x, ns);
+      return;
+    case ReductionType::kAny:
+      out.linef("{0} = {0} || {1};", acc, x);
+      return;
+    case ReductionType::kAll:
+      out.linef("{0} = {0} && {1};", acc, x);
+      return;
+    case ReductionType::kWelfordMean:
+    case ReductionType::kWelfordVar:
+      out.linef("{}.update({});", acc, x);
+      return;
+    case ReductionType::kArgMax:
+    case ReductionType::kArgMin:
+      out.linef("{}.update({}, {}, {}, {});", acc, v, ctx_.cpp(arg_index_),
+                op.reduction == ReductionType::kArgMax, op.select_last);
+      return;
+  }
+}
+
+void MemberEmitter::emit_loop_body(IndentedBuffer& out, LoopPass& pass) {
+  Scope scope;
+  for (size_t k = 0; k < body_.ops().size(); ++k) {
+    const ir::Op& op = body_.ops()[k];
+    auto id = static_cast<ir::ValueId>(k);
+    if (op.code == OpCode::kReduction) {
+      update_accumulator(id, value(op.operands[0], out, pass, scope), out, pass);
+    } else if (op.code == OpCode::kStore && !post_[k]) {
+      std::string v = value(op.operands[0], out, pass, scope);
+      define_indirects(index_[k], out, pass, scope);
+      store(op, v, out, pass);
+    }
+  }
+}
+
+void MemberEmitter::emit_reduction_end(IndentedBuffer& out, bool vectorized) {
+  Scope scope;
+  for (const auto& [id, acc] : acc_) {
+    const ir::Op& op = body_.op(id);
+    if (vectorized) {
+      const std::string& vacc = vacc_.at(id);
+      switch (op.reduction) {
+        case ReductionType::kSum:
+          out.linef("{0} = {0} + kiln::vec::hsum({1});", acc, vacc);
+          break;
+        case ReductionType::kProd:
+          out.linef("{0} = {0} * kiln::vec::hprod({1});", acc, vacc);
+          break;
+        case ReductionType::kMax:
+          out.linef("{0} = kiln::maximum({0}, kiln::vec::hmax({1}));", acc, vacc);
+          break;
+        case ReductionType::kMin:
+          out.linef("{0} = kiln::minimum({0}, kiln::vec::hmin({1}));", acc, vacc);
+          break;
+        default:
+          out.linef("{}.combine_into({});", vacc, acc);
+          break;
+      }
+    }
+    std::string result = acc;
+    if (op.reduction == ReductionType::kWelfordMean) result = fmt::format("{}.result_mean()", acc);
+    if (op.reduction == ReductionType::kWelfordVar) result = fmt::format("{}.variance()", acc);
+    if (is_arg(op.reduction)) result = fmt::format("{}.index", acc);
+    if (result != acc) {
+      std::string name = ctx_.tmp();
+      out.linef("const {} {} = {};", cpp_compute_type(op.dtype), name, result);
+      result = name;
+    }
+    scope.names[id] = result;
+  }
+  LoopPass pass;
+  for (size_t k = 0; k < body_.ops().size(); ++k) {
+    const ir::Op& op = body_.ops()[k];
+    if (op.code == OpCode::kStore && post_[k]) {
+      std::string v = value(op.operands[0], out, pass, scope);
+      define_indirects(index_[k], out, pass, scope);
+      store(op, v, out, pass);
+    }
+  }
+}
+
+}  // namespace kiln::codegen

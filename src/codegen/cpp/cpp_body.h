@@ -1,0 +1,101 @@
+#pragma once
+/// Emission of one kernel member's LoopBody as C++ statements, scalar or with kiln::vec vectors
+/// (internal to the C++ backend; cpp_kernel.cpp builds the loops around it).
+///
+/// Values are emitted lazily (an op is written when a store or a reduction first needs it, once
+/// per loop pass). Kernel-local buffers never touch memory: in a pointwise kernel a later
+/// member's load takes the stored value itself (register), in a reduction kernel a value stored
+/// once per outer iteration lives in a scalar variable and a value stored per reduction element
+/// in a per-thread scratch array indexed by the reduction position.
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ir/buffer.h"
+#include "sched/schedule.h"
+#include "support/indented_buffer.h"
+#include "sym/analyzer.h"
+
+namespace kiln::codegen {
+
+enum class LocalStorage : uint8_t { kRegister, kScalar, kScratch };
+
+/// What every member of one kernel shares: parameter names, kernel-local storage, temporaries.
+struct KernelContext {
+  const ir::Program* program = nullptr;
+  const sched::ScheduleItem* item = nullptr;
+  sym::Analyzer analyzer;                      // size facts plus the loop variables' ranges
+  std::map<std::string, std::string> params;   // buffer -> pointer parameter
+  std::map<std::string, LocalStorage> locals;  // kernel-local buffers
+  std::map<std::string, std::string> local_names;
+  std::map<std::string, graph::DType> local_dtypes;
+  sym::Expr scratch_index;  // position in a scratch array: linear over the reduction variables
+  int next_tmp = 0;
+  int next_symbol = 0;
+
+  /// A fresh C++ variable name: tmp0, acc1, ...
+  std::string tmp(const char* prefix = "tmp");
+  /// C++ text of an index over the loop variables.
+  std::string cpp(const sym::Expr& e) const;
+};
+
+/// One loop pass: scalar or vector, and (for pointwise kernels) the values stored by earlier
+/// members in the same pass, by buffer.
+struct LoopPass {
+  bool vector = false;
+  sym::Expr vector_var;
+  std::map<std::string, std::string> forwarded;
+};
+
+class MemberEmitter {
+ public:
+  MemberEmitter(KernelContext& ctx, const sched::KernelMember& member);
+
+  const sched::KernelMember& member() const { return member_; }
+  /// True when everything this member does inside its loop can run on VecF32 lanes along `var`.
+  bool can_vectorize(const sym::Expr& var) const;
+  /// True when the member has an Indirect op or masked load (no `omp simd` then).
+  bool has_indirect_or_mask() const;
+
+  /// Declares the accumulators of the reductions (with vector ones for a vectorized loop).
+  void emit_accumulators(IndentedBuffer& out, bool vectorized);
+  /// The inside of the loop: stores of a pointwise member, accumulator updates of a reduction.
+  void emit_loop_body(IndentedBuffer& out, LoopPass& pass);
+  /// After a reduction's loops: folds vector accumulators, then computes and stores the results.
+  void emit_reduction_end(IndentedBuffer& out, bool vectorized);
+
+ private:
+  struct Scope {
+    std::map<ir::ValueId, std::string> names;
+  };
+  std::string value(ir::ValueId id, IndentedBuffer& out, LoopPass& pass, Scope& scope);
+  std::string scalar_op(const ir::Op& op, const std::vector<std::string>& args, IndentedBuffer& out,
+                        LoopPass& pass, Scope& scope);
+  std::string vector_op(const ir::Op& op, const std::vector<std::string>& args, LoopPass& pass);
+  std::string load(const ir::Op& op, ir::ValueId id, IndentedBuffer& out, LoopPass& pass,
+                   Scope& scope);
+  /// Emits the Indirect ops whose symbols `index` uses (they are not operands of the user).
+  void define_indirects(const sym::Expr& index, IndentedBuffer& out, LoopPass& pass, Scope& scope);
+  void store(const ir::Op& op, const std::string& v, IndentedBuffer& out, LoopPass& pass);
+  void update_accumulator(ir::ValueId id, const std::string& v, IndentedBuffer& out,
+                          LoopPass& pass);
+  bool op_vectorizable(const ir::Op& op, const sym::Expr& var) const;
+  std::optional<int64_t> stride(const sym::Expr& index, const sym::Expr& var) const;
+
+  KernelContext& ctx_;
+  const sched::KernelMember& member_;
+  const ir::LoopBody& body_;
+  sym::Analyzer analyzer_;        // ctx analyzer plus the ranges of indirect symbols
+  std::vector<sym::Expr> index_;  // per op: index over the loop variables
+  std::vector<bool> post_;        // per op: depends on a reduction result
+  std::map<ir::ValueId, std::string> indirect_names_;
+  std::map<ir::ValueId, std::string> acc_;   // reduction op -> scalar accumulator
+  std::map<ir::ValueId, std::string> vacc_;  // reduction op -> vector accumulator
+  std::map<ir::ValueId, std::string> result_;
+  sym::Expr arg_index_;  // ArgMax/ArgMin: linear reduction index over the loop variables
+};
+
+}  // namespace kiln::codegen

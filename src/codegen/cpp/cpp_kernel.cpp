@@ -1,0 +1,444 @@
+/// Kernel structure of the C++ backend: arguments, signature and loops around the members'
+/// bodies (cpp_body.cpp). Pointwise kernels are one loop nest; reduction kernels loop over the
+/// outer dims and run every member inside: a reduction loops over R accumulating, a pointwise
+/// member over P x R loops over R, a pointwise member over P runs once.
+
+#include "codegen/cpp/cpp_kernel.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <set>
+
+#include "codegen/cpp/cpp_body.h"
+#include "codegen/cpp/cpp_ops.h"
+#include "support/error.h"
+#include "support/log.h"
+#include "sym/prelude.h"
+
+namespace kiln::codegen {
+namespace {
+
+using sched::KernelGroup;
+using sched::MemberKind;
+
+bool contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+/// Everything one kernel's generation needs.
+class CppKernelBuilder {
+ public:
+  CppKernelBuilder(const sched::ScheduleItem& item, const ir::Program& program,
+                   const CppKernelOptions& options)
+      : item_(item), program_(program), options_(options), group_(item.group) {
+    ctx_.program = &program;
+    ctx_.item = &item;
+    ctx_.analyzer = group_.analyzer(program.analyzer);
+    ir::Layout reduce = ir::Layout::contiguous(group_.reduce_sizes);
+    ctx_.scratch_index = ctx_.analyzer.simplify(sym::dot(group_.reduce_vars, reduce.strides));
+  }
+
+  GeneratedKernel build();
+
+ private:
+  void assign_params();
+  void assign_locals();
+  void collect_sizes();
+  std::string signature() const;
+  std::string parallel_if() const;
+  void emit_pointwise(IndentedBuffer& out);
+  void emit_pointwise_inner_loop(IndentedBuffer& out, const sym::Expr& var, const sym::Expr& size,
+                                 bool vectorize, bool simd);
+  void emit_pass(IndentedBuffer& out, bool vector, const sym::Expr& var);
+  void emit_reduction(IndentedBuffer& out);
+  void emit_outer_body(IndentedBuffer& out);
+  void emit_member_in_reduction(IndentedBuffer& out, MemberEmitter& m);
+  void emit_inner_loops(IndentedBuffer& out, MemberEmitter& m, bool vectorize);
+
+  const sched::ScheduleItem& item_;
+  const ir::Program& program_;
+  const CppKernelOptions& options_;
+  const KernelGroup& group_;
+  KernelContext ctx_;
+  std::vector<std::unique_ptr<MemberEmitter>> members_;
+  std::vector<KernelArg> args_;
+  std::vector<std::string> param_names_;  // per buffer arg
+  std::vector<std::string> scratch_decls_;
+};
+
+void CppKernelBuilder::assign_params() {
+  std::set<std::string> written;
+  for (const ir::Buffer* b : item_.buffers) written.insert(b->name);
+  std::map<std::string, std::string> inplace_of;  // input -> output
+  for (const auto& [out, in] : item_.inplace) inplace_of[in] = out;
+  int n_in = 0;
+  for (const ir::Buffer* b : item_.buffers) {
+    for (const ir::Op& op : b->body.ops()) {
+      if (op.code != ir::OpCode::kLoad || written.count(op.buffer) || inplace_of.count(op.buffer) ||
+          ctx_.params.count(op.buffer)) {
+        continue;
+      }
+      std::string param = fmt::format("in_ptr{}", n_in++);
+      ctx_.params[op.buffer] = param;
+      args_.push_back(KernelArg{KernelArg::Kind::kBuffer, op.buffer, op.buffer_dtype, false, {}});
+      param_names_.push_back(param);
+    }
+  }
+  int n_out = 0;
+  int n_inout = 0;
+  for (const ir::Buffer* b : item_.buffers) {
+    if (contains(item_.kernel_local, b->name)) continue;
+    bool inplace = std::any_of(item_.inplace.begin(), item_.inplace.end(),
+                               [&](const auto& p) { return p.first == b->name; });
+    std::string param =
+        inplace ? fmt::format("in_out_ptr{}", n_inout++) : fmt::format("out_ptr{}", n_out++);
+    ctx_.params[b->name] = param;
+    for (const auto& [out, in] : item_.inplace) {
+      if (out == b->name) ctx_.params[in] = param;
+    }
+    args_.push_back(KernelArg{KernelArg::Kind::kBuffer, b->name, b->dtype, true, {}});
+    param_names_.push_back(param);
+  }
+}
+
+void CppKernelBuilder::assign_locals() {
+  int n = 0;
+  for (const sched::KernelMember& m : item_.members) {
+    const std::string& name = m.buffer->name;
+    if (!contains(item_.kernel_local, name)) continue;
+    LocalStorage storage = LocalStorage::kRegister;
+    if (group_.is_reduction()) {
+      storage =
+          m.kind == MemberKind::kPointwiseInner ? LocalStorage::kScratch : LocalStorage::kScalar;
+    }
+    ctx_.locals[name] = storage;
+    ctx_.local_names[name] =
+        fmt::format("{}{}", storage == LocalStorage::kScratch ? "scratch" : "local", n++);
+    ctx_.local_dtypes[name] = m.buffer->dtype;
+  }
+}
+
+void CppKernelBuilder::collect_sizes() {
+  std::set<sym::Expr> symbols;
+  auto add = [&](const sym::Expr& e) {
+    for (const sym::Expr& s : sym::free_symbols(e)) {
+      if (s.symbol_kind() != sym::SymbolKind::kIndex) symbols.insert(s);
+    }
+  };
+  for (const sym::Expr& s : group_.sizes) add(s);
+  for (const sym::Expr& s : group_.reduce_sizes) add(s);
+  for (const sched::KernelMember& m : item_.members) {
+    for (const auto& [from, to] : m.var_map) add(to);
+    for (const ir::Op& op : m.buffer->body.ops()) add(op.index);
+  }
+  std::vector<sym::Expr> sorted(symbols.begin(), symbols.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const sym::Expr& a, const sym::Expr& b) { return a.name() < b.name(); });
+  for (const sym::Expr& s : sorted) {
+    args_.push_back(KernelArg{KernelArg::Kind::kSize, s.name(), graph::DType::kInt64, false, s});
+  }
+}
+
+std::string CppKernelBuilder::signature() const {
+  std::vector<std::string> params;
+  for (size_t k = 0; k < args_.size(); ++k) {
+    const KernelArg& a = args_[k];
+    if (a.kind == KernelArg::Kind::kSize) {
+      params.push_back(fmt::format("int64_t {}", a.name));
+      continue;
+    }
+    params.push_back(fmt::format("{}{}* __restrict__ {}", a.is_output ? "" : "const ",
+                                 graph::dtype_cpp_storage(a.dtype), param_names_[k]));
+  }
+  std::string text = fmt::format("extern \"C\" void {}(", item_.name);
+  for (size_t k = 0; k < params.size(); ++k) {
+    if (k) text += ", ";
+    text += params[k];
+  }
+  text += ")";
+  return text;
+}
+
+std::string CppKernelBuilder::parallel_if() const {
+  sym::Expr work = group_.numel() * group_.reduce_numel();
+  return fmt::format("if({} > {})", ctx_.cpp(work), options_.parallel_threshold);
+}
+
+void CppKernelBuilder::emit_pass(IndentedBuffer& out, bool vector, const sym::Expr& var) {
+  LoopPass pass;
+  pass.vector = vector;
+  pass.vector_var = var;
+  for (auto& m : members_) m->emit_loop_body(out, pass);
+}
+
+void CppKernelBuilder::emit_pointwise_inner_loop(IndentedBuffer& out, const sym::Expr& var,
+                                                 const sym::Expr& size, bool vectorize, bool simd) {
+  std::string v = ctx_.cpp(var);
+  std::string n = ctx_.cpp(size);
+  if (!vectorize) {
+    if (simd) out.line("#pragma omp simd");
+    out.linef("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{", v, n);
+    {
+      auto _ = out.scope();
+      emit_pass(out, false, var);
+    }
+    out.line("}");
+    return;
+  }
+  out.linef("for (int64_t {0} = 0; {0} < {1}; {0} += kiln::vec::kWidth) {{", v,
+            fmt::format("{}_end", v));
+  {
+    auto _ = out.scope();
+    emit_pass(out, true, var);
+  }
+  out.line("}");
+  out.linef("for (int64_t {0} = {0}_end; {0} < {1}; ++{0}) {{", v, n);
+  {
+    auto _ = out.scope();
+    emit_pass(out, false, var);
+  }
+  out.line("}");
+}
+
+void CppKernelBuilder::emit_pointwise(IndentedBuffer& out) {
+  size_t n = group_.sizes.size();
+  if (n == 0) {
+    emit_pass(out, false, sym::Expr(0));
+    return;
+  }
+  const sym::Expr& inner = group_.vars.back();
+  bool vectorize = options_.vectorize;
+  bool simd = true;
+  for (auto& m : members_) {
+    vectorize = vectorize && m->can_vectorize(inner);
+    simd = simd && !m->has_indirect_or_mask();
+  }
+  std::string v = ctx_.cpp(inner);
+  std::string size = ctx_.cpp(group_.sizes.back());
+  if (n == 1) {
+    if (!vectorize) {
+      out.linef("#pragma omp parallel for{} {}", simd ? " simd" : "", parallel_if());
+      out.linef("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{", v, size);
+      {
+        auto _ = out.scope();
+        emit_pass(out, false, inner);
+      }
+      out.line("}");
+      return;
+    }
+    out.linef("const int64_t {0}_end = {1} - {1} % kiln::vec::kWidth;", v, size);
+    out.linef("#pragma omp parallel for {}", parallel_if());
+    out.linef("for (int64_t {0} = 0; {0} < {0}_end; {0} += kiln::vec::kWidth) {{", v);
+    {
+      auto _ = out.scope();
+      emit_pass(out, true, inner);
+    }
+    out.line("}");
+    out.linef("for (int64_t {0} = {0}_end; {0} < {1}; ++{0}) {{", v, size);
+    {
+      auto _ = out.scope();
+      emit_pass(out, false, inner);
+    }
+    out.line("}");
+    return;
+  }
+  std::string collapse = n - 1 > 1 ? fmt::format(" collapse({})", n - 1) : "";
+  out.linef("#pragma omp parallel for{} {}", collapse, parallel_if());
+  for (size_t k = 0; k + 1 < n; ++k) {
+    out.linef("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{", ctx_.cpp(group_.vars[k]),
+              ctx_.cpp(group_.sizes[k]));
+    out.indent();
+  }
+  if (vectorize) out.linef("const int64_t {0}_end = {1} - {1} % kiln::vec::kWidth;", v, size);
+  emit_pointwise_inner_loop(out, inner, group_.sizes.back(), vectorize, simd);
+  for (size_t k = 0; k + 1 < n; ++k) {
+    out.dedent();
+    out.line("}");
+  }
+}
+
+void CppKernelBuilder::emit_inner_loops(IndentedBuffer& out, MemberEmitter& m, bool vectorize) {
+  size_t n = group_.reduce_sizes.size();
+  for (size_t k = 0; k + 1 < n; ++k) {
+    out.linef("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{", ctx_.cpp(group_.reduce_vars[k]),
+              ctx_.cpp(group_.reduce_sizes[k]));
+    out.indent();
+  }
+  const sym::Expr& var = group_.reduce_vars.back();
+  std::string v = ctx_.cpp(var);
+  std::string size = ctx_.cpp(group_.reduce_sizes.back());
+  auto pass_loop = [&](bool vector, const std::string& header) {
+    out.line(header);
+    {
+      auto _ = out.scope();
+      LoopPass pass;
+      pass.vector = vector;
+      pass.vector_var = var;
+      m.emit_loop_body(out, pass);
+    }
+    out.line("}");
+  };
+  if (vectorize) {
+    out.linef("const int64_t {0}_end = {1} - {1} % kiln::vec::kWidth;", v, size);
+    pass_loop(true,
+              fmt::format("for (int64_t {0} = 0; {0} < {0}_end; {0} += kiln::vec::kWidth) {{", v));
+    pass_loop(false, fmt::format("for (int64_t {0} = {0}_end; {0} < {1}; ++{0}) {{", v, size));
+  } else {
+    pass_loop(false, fmt::format("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{", v, size));
+  }
+  for (size_t k = 0; k + 1 < n; ++k) {
+    out.dedent();
+    out.line("}");
+  }
+}
+
+void CppKernelBuilder::emit_member_in_reduction(IndentedBuffer& out, MemberEmitter& m) {
+  out.linef("{{  // {}", m.member().buffer->name);
+  {
+    auto _ = out.scope();
+    const sym::Expr& inner = group_.reduce_vars.back();
+    switch (m.member().kind) {
+      case MemberKind::kReduction: {
+        bool vectorize = options_.vectorize && m.can_vectorize(inner);
+        m.emit_accumulators(out, vectorize);
+        emit_inner_loops(out, m, vectorize);
+        m.emit_reduction_end(out, vectorize);
+        break;
+      }
+      case MemberKind::kPointwiseInner:
+        emit_inner_loops(out, m, options_.vectorize && m.can_vectorize(inner));
+        break;
+      case MemberKind::kPointwiseOuter: {
+        LoopPass pass;
+        m.emit_loop_body(out, pass);
+        break;
+      }
+    }
+  }
+  out.line("}");
+}
+
+void CppKernelBuilder::emit_outer_body(IndentedBuffer& out) {
+  for (const auto& [name, storage] : ctx_.locals) {
+    if (storage != LocalStorage::kScalar) continue;
+    out.linef("{} {}{{}};  // {}", cpp_compute_type(ctx_.local_dtypes.at(name)),
+              ctx_.local_names.at(name), name);
+  }
+  for (auto& m : members_) emit_member_in_reduction(out, *m);
+}
+
+void CppKernelBuilder::emit_reduction(IndentedBuffer& out) {
+  size_t n = group_.sizes.size();
+  std::vector<std::string> scratch;
+  for (const auto& [name, storage] : ctx_.locals) {
+    if (storage != LocalStorage::kScratch) continue;
+    const std::string& local = ctx_.local_names.at(name);
+    std::string_view t = cpp_compute_type(ctx_.local_dtypes.at(name));
+    scratch.push_back(fmt::format("std::vector<{}> {}_storage({});  // {}", t, local,
+                                  ctx_.cpp(group_.reduce_numel()), name));
+    scratch.push_back(fmt::format("{0}* __restrict__ {1} = {1}_storage.data();", t, local));
+  }
+  auto open_outer_loops = [&] {
+    for (size_t k = 0; k < n; ++k) {
+      out.linef("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{", ctx_.cpp(group_.vars[k]),
+                ctx_.cpp(group_.sizes[k]));
+      out.indent();
+    }
+  };
+  auto close_outer_loops = [&] {
+    for (size_t k = 0; k < n; ++k) {
+      out.dedent();
+      out.line("}");
+    }
+  };
+  std::string collapse = n > 1 ? fmt::format(" collapse({})", n) : "";
+  if (n > 0 && scratch.empty()) {
+    out.linef("#pragma omp parallel for{} {}", collapse, parallel_if());
+    open_outer_loops();
+    emit_outer_body(out);
+    close_outer_loops();
+    return;
+  }
+  if (n > 0) out.linef("#pragma omp parallel {}", parallel_if());
+  out.line("{");
+  {
+    auto _ = out.scope();
+    for (const std::string& line : scratch) out.line(line);
+    if (n > 0) out.linef("#pragma omp for{}", collapse);
+    open_outer_loops();
+    emit_outer_body(out);
+    close_outer_loops();
+  }
+  out.line("}");
+}
+
+GeneratedKernel CppKernelBuilder::build() {
+  KILN_CHECK(item_.kind == sched::ItemKind::kKernel, "{} is not a kernel item", item_.name);
+  KILN_CHECK(item_.members.size() == item_.buffers.size(), "{}: members and buffers differ",
+             item_.name);
+  assign_params();
+  assign_locals();
+  collect_sizes();
+  for (const sched::KernelMember& m : item_.members) {
+    members_.push_back(std::make_unique<MemberEmitter>(ctx_, m));
+  }
+  IndentedBuffer body;
+  if (group_.is_reduction()) {
+    emit_reduction(body);
+  } else {
+    emit_pointwise(body);
+  }
+  IndentedBuffer out;
+  out.linef("// {}: {}", item_.name, group_.str());
+  for (const std::string& node : item_.onnx_nodes) out.linef("//   ONNX node {}", node);
+  for (const sched::KernelMember& m : item_.members) {
+    bool local = contains(item_.kernel_local, m.buffer->name);
+    out.linef("//   buffer {}{}", m.buffer->name, local ? " (kernel-local)" : "");
+  }
+  out.line(signature() + " {");
+  {
+    auto _ = out.scope();
+    out.splice(body);
+  }
+  out.line("}");
+  GeneratedKernel kernel;
+  kernel.name = item_.name;
+  kernel.source = out.str();
+  kernel.args = args_;
+  kernel.onnx_nodes = item_.onnx_nodes;
+  log::write(log::Category::kOutputCode, "kernel {}:\n{}", kernel.name, kernel.source);
+  return kernel;
+}
+
+}  // namespace
+
+GeneratedKernel generate_cpp_kernel(const sched::ScheduleItem& item, const ir::Program& program,
+                                    const CppKernelOptions& options) {
+  CppKernelBuilder builder(item, program, options);
+  return builder.build();
+}
+
+std::string cpp_kernel_prelude() {
+  std::string text = R"(#include <omp.h>
+#include <immintrin.h>
+#include <sleef.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kiln_half.h"
+#include "kiln_scalar.h"
+#include "kiln_vec.h"
+
+)";
+  text += sym::cpp_prelude();
+  return text;
+}
+
+std::filesystem::path cpp_runtime_include_dir() { return KILN_RUNTIME_INCLUDE_DIR; }
+
+}  // namespace kiln::codegen

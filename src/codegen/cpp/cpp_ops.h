@@ -1,0 +1,34 @@
+#pragma once
+/// The op table of the C++ backend: for each arithmetic op of ops.def, its scalar C++ expression
+/// and its kiln::vec expression (kiln_vec.h), as fmt templates over the operands ({0}, {1}, {2}).
+/// Also C++ type names and literals. Memory and structural ops (load, store, constant,
+/// index_expr, indirect, cast, where, reduction) have no entry: the body emitter handles them.
+
+#include <string>
+#include <string_view>
+
+#include "graph/dtype.h"
+#include "ir/loop_body.h"
+
+namespace kiln::codegen {
+
+struct CppOpTemplates {
+  const char* scalar = nullptr;  // nullptr: not a table op
+  const char* vector = nullptr;  // nullptr: no vector form (the loop stays scalar)
+  /// The vector form works on masks (bool operands) rather than VecF32.
+  bool vector_on_masks = false;
+};
+
+/// The table entry of `code` (a switch over every OpCode, so new ops fail to compile).
+const CppOpTemplates& cpp_op_templates(ir::OpCode code);
+
+/// The C++ type of a compute dtype (float16/bfloat16 compute as float).
+std::string_view cpp_compute_type(graph::DType dtype);
+
+/// A literal of `dtype` (compute type) for a Constant op's value.
+std::string cpp_literal(const ir::Op& op);
+
+/// The identity of a reduction for `dtype` as a C++ expression (sum: 0, max: -inf or lowest ...).
+std::string cpp_reduction_init(ir::ReductionType type, graph::DType dtype);
+
+}  // namespace kiln::codegen

@@ -1,0 +1,379 @@
+#include "codegen/cpp/cpp_kernel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "../sched/test_programs.h"
+#include "kernel_runner.h"
+
+namespace kiln::codegen {
+namespace {
+
+using graph::DType;
+using ir::OpCode;
+using sym::Expr;
+using testing::CompiledProgram;
+using testing::from_bytes;
+using testing::ProgramBuilder;
+using testing::rvar;
+using testing::to_bytes;
+using testing::var;
+
+std::vector<float> random_floats(size_t n, unsigned seed, float lo = -3, float hi = 3) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want,
+                  float tol = 1e-5f) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    if (std::isnan(want[k])) {
+      EXPECT_TRUE(std::isnan(got[k])) << "at " << k;
+      continue;
+    }
+    if (std::isinf(want[k])) {
+      EXPECT_EQ(got[k], want[k]) << "at " << k;
+      continue;
+    }
+    EXPECT_NEAR(got[k], want[k], tol * (1 + std::fabs(want[k]))) << "at " << k;
+  }
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+const std::vector<int64_t> kTailSizes = {0, 1, 7, 8, 9, 1000};
+
+TEST(CppKernel, PointwiseAddReluMulIsOneVectorizedKernel) {
+  ir::Program prog = testing::add_relu_mul_program(Expr::symbol("s0"), Expr::symbol("s1"));
+  CompiledProgram c(prog, "add_relu_mul");
+  ASSERT_EQ(c.kernel_sources.size(), 1u);
+  const std::string& src = c.kernel_sources[0];
+  EXPECT_TRUE(contains(src, "extern \"C\" void cpp_fused_add_relu_mul_0(")) << src;
+  EXPECT_TRUE(contains(src, "kiln::vec::VecF32::loadu")) << src;
+  EXPECT_TRUE(contains(src, "#pragma omp parallel for")) << src;
+  EXPECT_TRUE(contains(src, "ONNX node a_node (Add)")) << src;
+  EXPECT_TRUE(contains(src, "int64_t s0, int64_t s1")) << src;
+  for (int64_t cols : kTailSizes) {
+    int64_t rows = 3;
+    auto x = random_floats(rows * cols, 1), y = random_floats(rows * cols, 2);
+    auto out = c.run({{"x", to_bytes(x)}, {"y", to_bytes(y)}}, {{"s0", rows}, {"s1", cols}});
+    std::vector<float> want(x.size());
+    for (size_t k = 0; k < x.size(); ++k) want[k] = std::max(x[k] + y[k], 0.0f) * 2;
+    expect_close(from_bytes<float>(out["m"]), want);
+  }
+}
+
+TEST(CppKernel, OneDimensionalPointwiseTails) {
+  ProgramBuilder p;
+  Expr n = Expr::symbol("s0");
+  p.input("x", DType::kFloat32, {n});
+  ir::Buffer& e = p.computed("e", DType::kFloat32, {n}, {}, "Tanh");
+  auto v = e.body.load("x", DType::kFloat32, var(e, 0));
+  p.store(e, e.body.binary(OpCode::kAdd, e.body.unary(OpCode::kTanh, v),
+                           e.body.unary(OpCode::kExp, v)));
+  p.output("e");
+  CompiledProgram c(p.program, "one_dim");
+  EXPECT_TRUE(contains(c.source, "kiln::vec::tanh")) << c.source;
+  for (int64_t size : kTailSizes) {
+    auto x = random_floats(size, 3);
+    auto out = c.run({{"x", to_bytes(x)}}, {{"s0", size}});
+    std::vector<float> want(x.size());
+    for (size_t k = 0; k < x.size(); ++k) want[k] = std::tanh(x[k]) + std::exp(x[k]);
+    expect_close(from_bytes<float>(out["e"]), want);
+  }
+}
+
+TEST(CppKernel, SumAndMaxReductions) {
+  ProgramBuilder p;
+  const DType f = DType::kFloat32;
+  Expr rows = Expr::symbol("s0"), cols = Expr::symbol("s1");
+  p.input("x", f, {rows, cols});
+  ir::Buffer& s = p.computed("s", f, {rows}, {cols}, "ReduceSum");
+  p.store(s, s.body.reduction(ir::ReductionType::kSum,
+                              s.body.load("x", f, p.at("x", {var(s, 0), rvar(s, 0)})), f));
+  ir::Buffer& m = p.computed("m", f, {rows}, {cols}, "ReduceMax");
+  p.store(m, m.body.reduction(ir::ReductionType::kMax,
+                              m.body.load("x", f, p.at("x", {var(m, 0), rvar(m, 0)})), f));
+  p.output("s");
+  p.output("m");
+  CompiledProgram c(p.program, "sum_max");
+  ASSERT_EQ(c.kernel_sources.size(), 1u) << c.schedule.decisions_text();
+  EXPECT_TRUE(contains(c.source, "kiln::vec::hsum")) << c.source;
+  for (int64_t cols_v : kTailSizes) {
+    int64_t rows_v = 5;
+    auto x = random_floats(rows_v * cols_v, 4);
+    auto out = c.run({{"x", to_bytes(x)}}, {{"s0", rows_v}, {"s1", cols_v}});
+    std::vector<float> want_s(rows_v, 0), want_m(rows_v, -std::numeric_limits<float>::infinity());
+    for (int64_t i = 0; i < rows_v; ++i) {
+      for (int64_t j = 0; j < cols_v; ++j) {
+        want_s[i] += x[i * cols_v + j];
+        want_m[i] = std::max(want_m[i], x[i * cols_v + j]);
+      }
+    }
+    expect_close(from_bytes<float>(out["s"]), want_s, 1e-4f);
+    expect_close(from_bytes<float>(out["m"]), want_m);
+  }
+}
+
+TEST(CppKernel, SoftmaxIsOneKernelAndCorrect) {
+  ir::Program prog = testing::softmax_program(Expr::symbol("s0"), Expr::symbol("s1"));
+  CompiledProgram c(prog, "softmax");
+  ASSERT_EQ(c.kernel_sources.size(), 1u);
+  EXPECT_TRUE(contains(c.source, "kiln::vec::exp")) << c.source;
+  EXPECT_TRUE(contains(c.source, "std::vector<float> scratch")) << c.source;
+  for (int64_t cols : {1, 7, 8, 9, 1000}) {
+    int64_t rows = 4;
+    auto x = random_floats(rows * cols, 5, -10, 10);
+    auto out = c.run({{"x", to_bytes(x)}}, {{"s0", rows}, {"s1", cols}});
+    std::vector<float> want(x.size());
+    for (int64_t i = 0; i < rows; ++i) {
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < cols; ++j) mx = std::max<double>(mx, x[i * cols + j]);
+      for (int64_t j = 0; j < cols; ++j) sum += std::exp(x[i * cols + j] - mx);
+      for (int64_t j = 0; j < cols; ++j) want[i * cols + j] = std::exp(x[i * cols + j] - mx) / sum;
+    }
+    expect_close(from_bytes<float>(out["out"]), want);
+  }
+}
+
+TEST(CppKernel, LayerNormGeluIsOneKernelAndCorrect) {
+  ir::Program prog = testing::layernorm_gelu_program(Expr::symbol("s0"), Expr::symbol("s1"));
+  CompiledProgram c(prog, "layernorm_gelu");
+  ASSERT_EQ(c.kernel_sources.size(), 1u);
+  EXPECT_TRUE(contains(c.source, "kiln::vec::WelfordVec")) << c.source;
+  for (int64_t cols : {1, 9, 37, 1000}) {
+    int64_t rows = 5;
+    auto x = random_floats(rows * cols, 6, -2, 4);
+    auto gamma = random_floats(cols, 7), beta = random_floats(cols, 8);
+    auto out = c.run({{"x", to_bytes(x)}, {"gamma", to_bytes(gamma)}, {"beta", to_bytes(beta)}},
+                     {{"s0", rows}, {"s1", cols}});
+    std::vector<float> want(x.size());
+    for (int64_t i = 0; i < rows; ++i) {
+      double mean = 0, var = 0;
+      for (int64_t j = 0; j < cols; ++j) mean += x[i * cols + j];
+      mean /= cols;
+      for (int64_t j = 0; j < cols; ++j) var += (x[i * cols + j] - mean) * (x[i * cols + j] - mean);
+      var /= cols;
+      for (int64_t j = 0; j < cols; ++j) {
+        double y = (x[i * cols + j] - mean) / std::sqrt(var + 1e-5) * gamma[j] + beta[j];
+        want[i * cols + j] = static_cast<float>(0.5 * y * (1 + std::erf(y / std::sqrt(2.0))));
+      }
+    }
+    expect_close(from_bytes<float>(out["g"]), want, 1e-4f);
+  }
+}
+
+TEST(CppKernel, Float16LoadsAndStores) {
+  ProgramBuilder p;
+  const DType h = DType::kFloat16;
+  Expr n = Expr::symbol("s0");
+  p.input("x", h, {n});
+  p.input("y", h, {n});
+  ir::Buffer& o = p.computed("o", h, {n}, {}, "Mul");
+  p.store(o, o.body.binary(OpCode::kMul, o.body.load("x", h, var(o, 0)),
+                           o.body.load("y", h, var(o, 0))));
+  p.output("o");
+  CompiledProgram c(p.program, "float16");
+  EXPECT_TRUE(contains(c.source, "kiln::half_to_float")) << c.source;
+  EXPECT_TRUE(contains(c.source, "kiln::float_to_half")) << c.source;
+  for (int64_t size : {0, 1, 9, 1000}) {
+    auto xf = random_floats(size, 9), yf = random_floats(size, 10);
+    std::vector<_Float16> x(size), y(size), want(size);
+    for (int64_t k = 0; k < size; ++k) {
+      x[k] = static_cast<_Float16>(xf[k]);
+      y[k] = static_cast<_Float16>(yf[k]);
+      want[k] = static_cast<_Float16>(static_cast<float>(x[k]) * static_cast<float>(y[k]));
+    }
+    auto out = c.run({{"x", to_bytes(x)}, {"y", to_bytes(y)}}, {{"s0", size}});
+    auto got = from_bytes<uint16_t>(out["o"]);
+    auto want_bits = from_bytes<uint16_t>(to_bytes(want));
+    EXPECT_EQ(got, want_bits);
+  }
+}
+
+TEST(CppKernel, Int64ArithmeticAndReduction) {
+  ProgramBuilder p;
+  const DType i64 = DType::kInt64;
+  Expr rows = Expr::symbol("s0"), cols = Expr::symbol("s1");
+  p.input("a", i64, {rows, cols});
+  ir::Buffer& q = p.computed("q", i64, {rows, cols}, {}, "Div");
+  auto av = q.body.load("a", i64, p.at("a", q.body.vars()));
+  auto d = q.body.binary(OpCode::kDiv, q.body.binary(OpCode::kMul, av, q.body.constant(3, i64)),
+                         q.body.constant(-2, i64));
+  p.store(q, q.body.binary(OpCode::kAdd, d,
+                           q.body.binary(OpCode::kFloorMod, av, q.body.constant(5, i64))));
+  ir::Buffer& s = p.computed("s", i64, {rows}, {cols}, "ReduceSum");
+  p.store(s, s.body.reduction(ir::ReductionType::kSum,
+                              s.body.load("q", i64, p.at("q", {var(s, 0), rvar(s, 0)})), i64));
+  p.output("q");
+  p.output("s");
+  CompiledProgram c(p.program, "int64");
+  EXPECT_FALSE(contains(c.source, "VecF32")) << c.source;
+  for (int64_t cols_v : {0, 1, 9, 100}) {
+    int64_t rows_v = 3;
+    std::vector<int64_t> a(rows_v * cols_v);
+    for (size_t k = 0; k < a.size(); ++k) a[k] = static_cast<int64_t>(k * 37 % 101) - 50;
+    auto out = c.run({{"a", to_bytes(a)}}, {{"s0", rows_v}, {"s1", cols_v}});
+    std::vector<int64_t> want_q(a.size()), want_s(rows_v, 0);
+    for (size_t k = 0; k < a.size(); ++k) {
+      int64_t m = a[k] % 5;
+      if (m < 0) m += 5;
+      want_q[k] = (a[k] * 3) / -2 + m;
+      want_s[k / cols_v] += want_q[k];
+    }
+    EXPECT_EQ(from_bytes<int64_t>(out["q"]), want_q);
+    EXPECT_EQ(from_bytes<int64_t>(out["s"]), want_s);
+  }
+}
+
+TEST(CppKernel, BoolComparisonsAndWhere) {
+  ProgramBuilder p;
+  const DType f = DType::kFloat32;
+  Expr n = Expr::symbol("s0");
+  p.input("x", f, {n});
+  p.input("y", f, {n});
+  ir::Buffer& b = p.computed("b", DType::kBool, {n}, {}, "Greater");
+  auto xv = b.body.load("x", f, var(b, 0)), yv = b.body.load("y", f, var(b, 0));
+  auto gt = b.body.binary(OpCode::kGt, xv, yv);
+  auto pos = b.body.binary(OpCode::kGt, xv, b.body.constant(0, f));
+  p.store(b, b.body.binary(OpCode::kAnd, gt, b.body.unary(OpCode::kNot, pos)));
+  ir::Buffer& w = p.computed("w", f, {n}, {}, "Where");
+  auto xw = w.body.load("x", f, var(w, 0)), yw = w.body.load("y", f, var(w, 0));
+  p.store(w, w.body.where(w.body.binary(OpCode::kLt, xw, yw), xw, yw));
+  p.output("b");
+  p.output("w");
+  CompiledProgram c(p.program, "bool");
+  for (int64_t size : kTailSizes) {
+    auto x = random_floats(size, 11), y = random_floats(size, 12);
+    auto out = c.run({{"x", to_bytes(x)}, {"y", to_bytes(y)}}, {{"s0", size}});
+    auto got_b = from_bytes<uint8_t>(out["b"]);
+    std::vector<float> want_w(size);
+    for (int64_t k = 0; k < size; ++k) {
+      EXPECT_EQ(got_b[k] != 0, x[k] > y[k] && !(x[k] > 0)) << k;
+      want_w[k] = std::min(x[k], y[k]);
+    }
+    expect_close(from_bytes<float>(out["w"]), want_w);
+  }
+}
+
+TEST(CppKernel, MaskedLoadPads) {
+  // out[i] = 2 <= i < n + 2 ? x[i - 2] : -1 over n + 4 elements (a Pad).
+  ProgramBuilder p;
+  const DType f = DType::kFloat32;
+  Expr n = Expr::symbol("s0");
+  p.input("x", f, {n});
+  ir::Buffer& o = p.computed("o", f, {n + 4}, {}, "Pad");
+  auto i = o.body.index_expr(var(o, 0));
+  auto lo = o.body.binary(OpCode::kGe, i, o.body.constant(2, DType::kInt64));
+  auto hi = o.body.binary(OpCode::kLt, i, o.body.index_expr(n + 2));
+  auto mask = o.body.binary(OpCode::kAnd, lo, hi);
+  p.store(o, o.body.masked_load("x", f, var(o, 0) - 2, mask, -1.0));
+  p.output("o");
+  CompiledProgram c(p.program, "masked");
+  for (int64_t size : {0, 1, 9}) {
+    auto x = random_floats(size, 13);
+    auto out = c.run({{"x", to_bytes(x)}}, {{"s0", size}});
+    std::vector<float> want(size + 4, -1.0f);
+    for (int64_t k = 0; k < size; ++k) want[k + 2] = x[k];
+    expect_close(from_bytes<float>(out["o"]), want);
+  }
+}
+
+TEST(CppKernel, IndirectLoadGathers) {
+  // out[i, j] = x[idx[i] (negative wraps), j]
+  ProgramBuilder p;
+  const DType f = DType::kFloat32;
+  Expr rows = Expr::symbol("s0"), cols = Expr::symbol("s1"), n = Expr::symbol("s2");
+  p.input("x", f, {rows, cols});
+  p.input("idx", DType::kInt64, {n});
+  ir::Buffer& o = p.computed("o", f, {n, cols}, {}, "Gather");
+  auto t = o.body.indirect(o.body.load("idx", DType::kInt64, var(o, 0)), rows);
+  Expr ts = o.body.op(t).symbol;
+  p.store(o, o.body.load("x", f, ts * cols + var(o, 1)));
+  p.output("o");
+  CompiledProgram c(p.program, "indirect");
+  int64_t r = 5, cl = 9;
+  std::vector<int64_t> idx = {0, 4, -1, 2, -5, 3};
+  auto x = random_floats(r * cl, 14);
+  auto out = c.run({{"x", to_bytes(x)}, {"idx", to_bytes(idx)}},
+                   {{"s0", r}, {"s1", cl}, {"s2", static_cast<int64_t>(idx.size())}});
+  std::vector<float> want;
+  for (int64_t i : idx) {
+    int64_t row = i < 0 ? i + r : i;
+    for (int64_t j = 0; j < cl; ++j) want.push_back(x[row * cl + j]);
+  }
+  expect_close(from_bytes<float>(out["o"]), want);
+}
+
+TEST(CppKernel, ArgMaxSelectsFirstOrLast) {
+  ProgramBuilder p;
+  const DType f = DType::kFloat32;
+  p.input("x", f, {3, 4});
+  for (bool last : {false, true}) {
+    ir::Buffer& a = p.computed(last ? "al" : "af", DType::kInt64, {3}, {4}, "ArgMax");
+    auto v = a.body.load("x", f, p.at("x", {var(a, 0), rvar(a, 0)}));
+    p.store(a, a.body.reduction(ir::ReductionType::kArgMax, v, DType::kInt64, last));
+    p.output(a.name);
+  }
+  CompiledProgram c(p.program, "argmax");
+  std::vector<float> x = {1, 5, 5, 2, -1, -2, -3, -1, 0, 0, 0, 0};
+  auto out = c.run({{"x", to_bytes(x)}}, {});
+  EXPECT_EQ(from_bytes<int64_t>(out["af"]), (std::vector<int64_t>{1, 0, 0}));
+  EXPECT_EQ(from_bytes<int64_t>(out["al"]), (std::vector<int64_t>{2, 3, 3}));
+}
+
+TEST(CppKernel, InPlaceKernelTakesOnePointer) {
+  ProgramBuilder p;
+  const DType f = DType::kFloat32;
+  p.input("x", f, {8});
+  p.extern_call("e", f, {8}, {"x"});
+  ir::Buffer& k = p.computed("k", f, {8}, {}, "Relu");
+  p.store(k, k.body.unary(OpCode::kRelu, k.body.load("e", f, var(k, 0))));
+  p.extern_call("out", f, {8}, {"k"});
+  p.output("out");
+  CompiledProgram c(p.program, "inplace");
+  ASSERT_EQ(c.kernel_sources.size(), 1u);
+  EXPECT_TRUE(contains(c.kernel_sources[0], "float* __restrict__ in_out_ptr0)"))
+      << c.kernel_sources[0];
+  auto e = random_floats(8, 15);
+  auto out = c.run({{"e", to_bytes(e)}}, {});
+  std::vector<float> want(8);
+  for (int k2 = 0; k2 < 8; ++k2) want[k2] = std::max(e[k2], 0.0f);
+  expect_close(from_bytes<float>(out["k"]), want);
+}
+
+TEST(CppKernel, OutputIsDeterministic) {
+  ir::Program prog = testing::softmax_program(Expr::symbol("s0"), 64);
+  sched::Schedule s1 = sched::schedule(prog, CppBackend());
+  sched::Schedule s2 = sched::schedule(prog, CppBackend());
+  ASSERT_EQ(s1.items.size(), s2.items.size());
+  for (size_t k = 0; k < s1.items.size(); ++k) {
+    EXPECT_EQ(generate_cpp_kernel(s1.items[k], prog).source,
+              generate_cpp_kernel(s2.items[k], prog).source);
+  }
+}
+
+TEST(CppKernel, ScalarFallbackWhenVectorizationOff) {
+  ir::Program prog = testing::add_relu_mul_program(4, 10);
+  CppKernelOptions options;
+  options.vectorize = false;
+  CompiledProgram c(prog, "novec", options);
+  EXPECT_FALSE(contains(c.source, "VecF32::loadu")) << c.source;
+  auto x = random_floats(40, 16), y = random_floats(40, 17);
+  auto out = c.run({{"x", to_bytes(x)}, {"y", to_bytes(y)}}, {});
+  std::vector<float> want(40);
+  for (size_t k = 0; k < 40; ++k) want[k] = std::max(x[k] + y[k], 0.0f) * 2;
+  expect_close(from_bytes<float>(out["m"]), want);
+}
+
+}  // namespace
+}  // namespace kiln::codegen

@@ -1,0 +1,52 @@
+#pragma once
+/// Reuse-based memory planning for the wrapper (seed 000's memory_plan_reuse): a list of
+/// planning lines — allocate, free-if-not-reused, in-place reuse — planned in one pass (a pool
+/// of freed buffers keyed by dtype and 64-byte aligned symbolic size; an allocation takes the
+/// most recently freed buffer with its key) and emitted in a second.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ir/buffer.h"
+#include "sched/schedule.h"
+
+namespace kiln::codegen {
+
+/// One planned storage decision, in program order, attached to the schedule item it precedes or
+/// follows.
+struct PlanLine {
+  enum class Kind : uint8_t {
+    kAllocate,  // `buffer` gets fresh storage
+    kReuse,     // `buffer` takes the storage of `from` (freed earlier, or in place)
+    kFree,      // `buffer`'s storage is released (it was not reused)
+  };
+  Kind kind = Kind::kAllocate;
+  std::string buffer;
+  std::string from;      // kReuse
+  bool inplace = false;  // kReuse decided by the scheduler (input's last use is this kernel)
+};
+
+struct MemoryPlan {
+  /// before[i]: lines to emit before item i (allocations); after[i]: after it (frees).
+  std::vector<std::vector<PlanLine>> before;
+  std::vector<std::vector<PlanLine>> after;
+  /// Buffers that live only inside their kernel (never allocated).
+  std::vector<std::string> kernel_local;
+  /// The storage each buffer ends up in (its own name, or the buffer whose storage it took).
+  std::map<std::string, std::string> storage;
+
+  /// Count of fresh allocations of intermediates (outputs excluded).
+  int intermediate_allocations(const ir::Program& program) const;
+  /// Text for --dump and tests: one line per decision, with sizes.
+  std::string str(const ir::Program& program, const sched::Schedule& schedule) const;
+};
+
+/// Plans storage for every buffer the schedule computes. Graph outputs always get their own
+/// storage and are never handed to another buffer; inputs and constants are never freed.
+MemoryPlan plan_memory(const ir::Program& program, const sched::Schedule& schedule);
+
+/// The reuse key of a buffer: "<dtype>:<aligned bytes expression>".
+std::string reuse_key(const ir::Buffer& buffer);
+
+}  // namespace kiln::codegen

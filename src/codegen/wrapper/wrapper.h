@@ -1,0 +1,43 @@
+#pragma once
+/// The wrapper: host C++ that runs a compiled model (seeds 000 and 001). It binds size symbols
+/// from the inputs' shapes, checks every input's dtype and shape against what the compile
+/// assumed, allocates, frees and reuses intermediates by the memory plan, checks index tensors,
+/// calls the kernels and library functions in schedule order, and returns the outputs.
+///
+/// The generated entry point (C calling convention, no exception crosses it):
+///   extern "C" int kiln_run(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,
+///                           const void* const* constants, char* error, int64_t error_size);
+/// returns 0, or 2 for a bad input (message in `error`), 3 for an internal failure. Outputs are
+/// allocated by the model and released with kiln_free(). `constants` holds the data of every
+/// constant buffer in Program order (WrapperSource::constants).
+
+#include <string>
+#include <vector>
+
+#include "codegen/common/kernel.h"
+#include "codegen/wrapper/memory_plan.h"
+#include "ir/buffer.h"
+#include "sched/schedule.h"
+
+namespace kiln::codegen {
+
+struct WrapperSource {
+  /// Translation units: the wrapper first, then kernel units (compiled in parallel).
+  std::vector<std::pair<std::string, std::string>> units;
+  /// Constant buffers passed through `constants`, in order.
+  std::vector<std::string> constants;
+  /// Does the code call oneDNN (link -ldnnl)?
+  bool uses_dnnl = false;
+  /// Does it call BLAS?
+  bool uses_blas = false;
+  MemoryPlan plan;
+  int kernel_count = 0;  // distinct kernel functions after deduplication
+};
+
+/// Generates the wrapper and groups the kernels into translation units. `kernels` are the
+/// generated kernels of the schedule's kernel items, in item order.
+WrapperSource generate_wrapper(const ir::Program& program, const sched::Schedule& schedule,
+                               const std::vector<GeneratedKernel>& kernels,
+                               const std::string& kernel_prelude);
+
+}  // namespace kiln::codegen

@@ -1,0 +1,139 @@
+// The compile pipeline as one straight list of stages; each stage can dump its result.
+#include "driver/compile.h"
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+
+#include "codecache/code_cache.h"
+#include "codecache/loaded_library.h"
+#include "codegen/cpp/cpp_kernel.h"
+#include "codegen/wrapper/wrapper.h"
+#include "sched/scheduler.h"
+#include "support/error.h"
+#include "support/files.h"
+#include "support/hash.h"
+#include "support/log.h"
+
+namespace kiln::driver {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<int> g_compiles{0};
+
+class Dumper {
+ public:
+  explicit Dumper(fs::path dir) : dir_(std::move(dir)) {}
+  void write(const std::string& name, const std::string& text) const {
+    if (dir_.empty()) return;
+    files::write_atomic(dir_ / name, text);
+  }
+
+ private:
+  fs::path dir_;
+};
+
+/// The runtime headers' content goes into the cache key: the code includes them.
+std::string runtime_headers_hash() {
+  static const std::string hash = [] {
+    Sha256 sha;
+    std::vector<fs::path> headers;
+    for (const auto& entry : fs::directory_iterator(codegen::cpp_runtime_include_dir())) {
+      if (entry.path().extension() == ".h") headers.push_back(entry.path());
+    }
+    std::sort(headers.begin(), headers.end());
+    for (const fs::path& h : headers) {
+      sha.update(h.filename().string());
+      sha.update(files::read(h));
+    }
+    return sha.hex_digest();
+  }();
+  return hash;
+}
+
+codecache::CompilerConfig compiler_config(const codegen::WrapperSource& source) {
+  codecache::CompilerConfig config;
+  config.include_dirs.push_back(codegen::cpp_runtime_include_dir());
+  config.libraries.push_back("sleef");
+  if (source.uses_blas) {
+    config.include_dirs.push_back("/usr/include/x86_64-linux-gnu/openblas-openmp");
+    config.libraries.push_back("/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so");
+  }
+  if (source.uses_dnnl) config.libraries.push_back("dnnl");
+  config.extra_key = runtime_headers_hash();
+  return config;
+}
+
+std::string schedule_text(const sched::Schedule& schedule) {
+  return "# before fusion\n" + schedule.before_fusion_text + "\n# after fusion\n" +
+         schedule.after_fusion_text;
+}
+
+}  // namespace
+
+int compile_count() { return g_compiles.load(); }
+
+CompiledModel::CompiledModel(CompiledModel&&) noexcept = default;
+CompiledModel& CompiledModel::operator=(CompiledModel&&) noexcept = default;
+CompiledModel::~CompiledModel() = default;
+
+CompiledModel compile(const graph::Model& model, const CompileOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  ++g_compiles;
+  Dumper dump(options.dump_dir);
+
+  ir::Program program = lower::lower_graph(*model.graph, options.lowering);
+  dump.write("1_ir.txt", program.str());
+
+  codegen::CppBackend backend;
+  sched::Schedule schedule = sched::schedule(program, backend);
+  dump.write("2_schedule.txt", schedule_text(schedule));
+  dump.write("3_fusion_decisions.txt", schedule.decisions_text());
+
+  std::vector<codegen::GeneratedKernel> kernels;
+  for (const sched::ScheduleItem& item : schedule.items) {
+    if (item.kind == sched::ItemKind::kKernel) {
+      kernels.push_back(codegen::generate_cpp_kernel(item, program));
+    }
+  }
+  codegen::WrapperSource source =
+      codegen::generate_wrapper(program, schedule, kernels, codegen::cpp_kernel_prelude());
+  dump.write("4_memory_plan.txt", source.plan.str(program, schedule));
+  std::vector<codecache::SourceUnit> units;
+  for (const auto& [name, text] : source.units) {
+    dump.write("5_" + name, text);
+    units.push_back({name, text});
+  }
+
+  codecache::CodeCache cache(options.cache_dir.empty() ? codecache::default_cache_dir()
+                                                       : options.cache_dir);
+  fs::path library_path = cache.compile_shared_library(units, compiler_config(source));
+
+  CompiledModel compiled;
+  compiled.library_ = std::make_unique<codecache::LoadedLibrary>(library_path);
+  compiled.run_ = compiled.library_->symbol<CompiledModel::RunFn>("kiln_run");
+  compiled.free_ = compiled.library_->symbol<void(void*)>("kiln_free");
+  for (const std::string& name : source.constants) {
+    const ir::Buffer* buffer = program.find(name);
+    compiled.constants_.push_back(buffer->constant);
+    compiled.constant_ptrs_.push_back(buffer->constant->data());
+  }
+  compiled.inputs_ = program.inputs;
+  compiled.outputs_ = program.outputs;
+  compiled.index_checks_ = program.index_checks;
+  CompileStats& stats = compiled.stats_;
+  stats.kernels = source.kernel_count;
+  for (const auto& item : schedule.items)
+    stats.extern_calls += item.kind == sched::ItemKind::kExtern;
+  stats.buffers = static_cast<int>(program.buffers.size());
+  stats.intermediate_allocations = source.plan.intermediate_allocations(program);
+  stats.cache_hit = cache.stats().compiles == 0;
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  log::write(log::Category::kCompile, "compiled {} kernels in {:.2f}s ({})", stats.kernels,
+             stats.seconds, stats.cache_hit ? "cache hit" : "built");
+  return compiled;
+}
+
+}  // namespace kiln::driver

@@ -1,0 +1,79 @@
+#pragma once
+/// compile(): the whole pipeline in one straight line (compile.cpp reads as the list of stages),
+/// and CompiledModel, a model loaded in this process and ready to run.
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "graph/tensor.h"
+#include "ir/buffer.h"
+#include "lower/lowering.h"
+
+namespace kiln::codecache {
+class LoadedLibrary;
+}
+
+namespace kiln::driver {
+
+struct CompileOptions {
+  /// The code cache directory; empty means KILN_CACHE_DIR or ~/.cache/kiln.
+  std::filesystem::path cache_dir;
+  /// When set, every stage writes its result here (IR, schedule, fusion decisions, memory plan,
+  /// generated sources).
+  std::filesystem::path dump_dir;
+  lower::LoweringOptions lowering;
+};
+
+/// Facts about one compile, for the CLI and tests.
+struct CompileStats {
+  int kernels = 0;       // distinct generated kernel functions
+  int extern_calls = 0;  // library calls
+  int buffers = 0;       // buffers in the program
+  int intermediate_allocations = 0;
+  bool cache_hit = false;  // the shared library came from the code cache
+  double seconds = 0;      // wall time of compile()
+};
+
+class CompiledModel {
+ public:
+  CompiledModel(CompiledModel&&) noexcept;
+  CompiledModel& operator=(CompiledModel&&) noexcept;
+  ~CompiledModel();
+
+  const std::vector<ir::InputSpec>& inputs() const { return inputs_; }
+  const std::vector<ir::OutputSpec>& outputs() const { return outputs_; }
+  const CompileStats& stats() const { return stats_; }
+  /// Index inputs (read as Gather-style indices): input buffer name -> the axis size they index.
+  const std::vector<ir::IndexCheck>& index_checks() const { return index_checks_; }
+
+  /// Runs the model on inputs given in inputs() order. Throws UserError for bad inputs (the
+  /// message names the input, expected versus actual) and for run-time errors such as an
+  /// out-of-range index.
+  std::vector<graph::Tensor> run(const std::vector<graph::Tensor>& inputs) const;
+
+ private:
+  friend CompiledModel compile(const graph::Model& model, const CompileOptions& options);
+  CompiledModel() = default;
+  std::unique_ptr<codecache::LoadedLibrary> library_;
+  using RunFn = int(const void*, void*, const void* const*, char*, int64_t);
+  RunFn* run_ = nullptr;
+  void (*free_)(void*) = nullptr;
+  std::vector<std::shared_ptr<const graph::Tensor>> constants_;
+  std::vector<const void*> constant_ptrs_;
+  std::vector<ir::InputSpec> inputs_;
+  std::vector<ir::OutputSpec> outputs_;
+  std::vector<ir::IndexCheck> index_checks_;
+  CompileStats stats_;
+};
+
+/// Compiles a model: lower → schedule and fuse → generate kernels and wrapper → build (or find
+/// in the code cache) → load.
+CompiledModel compile(const graph::Model& model, const CompileOptions& options);
+
+/// How many compiles this process has run through compile() (tests count recompilations).
+int compile_count();
+
+}  // namespace kiln::driver

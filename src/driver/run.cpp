@@ -1,0 +1,45 @@
+// CompiledModel::run: marshals tensors through the compiled model's C entry point.
+#include <fmt/format.h>
+
+#include "driver/compile.h"
+#include "runtime/kiln_rt.h"
+#include "support/error.h"
+
+namespace kiln::driver {
+
+std::vector<graph::Tensor> CompiledModel::run(const std::vector<graph::Tensor>& inputs) const {
+  if (inputs.size() != inputs_.size()) {
+    user_error("the model takes {} inputs, {} were given", inputs_.size(), inputs.size());
+  }
+  std::vector<kiln_rt::TensorArg> in(inputs.size());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const graph::Tensor& t = inputs[k];
+    if (t.rank() > kiln_rt::kMaxRank) {
+      user_error("input '{}': rank {} is above the supported {}", inputs_[k].onnx_name, t.rank(),
+                 kiln_rt::kMaxRank);
+    }
+    in[k].data = const_cast<void*>(t.data());
+    in[k].dtype = static_cast<int32_t>(t.dtype());
+    in[k].rank = static_cast<int32_t>(t.rank());
+    for (int64_t d = 0; d < t.rank(); ++d) in[k].dims[d] = t.dims()[d];
+  }
+  std::vector<kiln_rt::TensorArg> out(outputs_.size());
+  char error[1024] = "";
+  int status = run_(in.data(), out.data(), constant_ptrs_.data(), error, sizeof(error));
+  if (status == 2) throw UserError(error);
+  if (status != 0) internal_error("the compiled model failed: {}", error);
+
+  std::vector<graph::Tensor> results;
+  for (size_t k = 0; k < out.size(); ++k) {
+    std::vector<int64_t> dims(out[k].dims, out[k].dims + out[k].rank);
+    auto dtype = static_cast<graph::DType>(out[k].dtype);
+    int64_t numel = 1;
+    for (int64_t d : dims) numel *= d;
+    auto owner = std::shared_ptr<void>(out[k].data, free_);
+    results.emplace_back(dtype, std::move(dims), owner, out[k].data,
+                         static_cast<size_t>(numel * graph::dtype_size(dtype)));
+  }
+  return results;
+}
+
+}  // namespace kiln::driver

@@ -1,0 +1,189 @@
+#pragma once
+// Kiln runtime: what generated wrappers use. Header-only, compiled into each generated library;
+// it never includes Kiln compiler headers. The C-facing types here (TensorArg) are the calling
+// convention of a compiled model's entry point `kiln_run`.
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kiln_rt {
+
+inline constexpr int kMaxRank = 16;
+inline constexpr size_t kAlignBytes = 64;
+
+/// A tensor crossing the entry point: data pointer, ONNX dtype code, rank and dims.
+struct TensorArg {
+  void* data;
+  int32_t dtype;
+  int32_t rank;
+  int64_t dims[kMaxRank];
+};
+
+/// A strided view handed to a library call (sizes and strides in elements).
+struct View {
+  const void* data;
+  int32_t rank;
+  int64_t sizes[kMaxRank];
+  int64_t strides[kMaxRank];
+};
+
+/// An error of the model's run (bad input, out-of-range index): reported by kiln_run.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <typename... Args>
+[[noreturn]] inline void fail(const char* format, Args... args) {
+  char message[1024];
+  std::snprintf(message, sizeof(message), format, args...);
+  throw Error(message);
+}
+
+inline void* aligned_alloc_bytes(size_t bytes) {
+  size_t rounded = (std::max<size_t>(bytes, 1) + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
+  void* p = std::aligned_alloc(kAlignBytes, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+/// Owns the intermediates of one run: freed when the run ends, also when it fails midway.
+class Workspace {
+ public:
+  Workspace() = default;
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  ~Workspace() {
+    for (void* p : live_) std::free(p);
+  }
+  template <typename T>
+  T* alloc(int64_t numel) {
+    void* p = aligned_alloc_bytes(static_cast<size_t>(std::max<int64_t>(numel, 0)) * sizeof(T));
+    live_.push_back(p);
+    return static_cast<T*>(p);
+  }
+  void release(const void* p) {
+    auto it = std::find(live_.begin(), live_.end(), p);
+    if (it == live_.end()) return;
+    std::free(*it);
+    live_.erase(it);
+  }
+  /// Hands a buffer to the caller (a model output): no longer freed here.
+  void detach(const void* p) {
+    auto it = std::find(live_.begin(), live_.end(), p);
+    if (it != live_.end()) live_.erase(it);
+  }
+
+ private:
+  std::vector<void*> live_;
+};
+
+inline const char* dtype_name(int32_t code) {
+  switch (code) {
+    case 1:
+      return "float32";
+    case 2:
+      return "uint8";
+    case 3:
+      return "int8";
+    case 4:
+      return "uint16";
+    case 5:
+      return "int16";
+    case 6:
+      return "int32";
+    case 7:
+      return "int64";
+    case 8:
+      return "string";
+    case 9:
+      return "bool";
+    case 10:
+      return "float16";
+    case 11:
+      return "float64";
+    case 12:
+      return "uint32";
+    case 13:
+      return "uint64";
+    case 16:
+      return "bfloat16";
+    default:
+      return "unknown";
+  }
+}
+
+inline std::string dims_str(const int64_t* dims, int rank) {
+  std::string s = "[";
+  for (int k = 0; k < rank; ++k) {
+    if (k) s += ", ";
+    s += std::to_string(dims[k]);
+  }
+  return s + "]";
+}
+
+/// Checks an input's dtype and rank; dims are checked one by one by the wrapper (check_dim).
+inline void check_input(const TensorArg& t, const char* name, int32_t dtype, int rank,
+                        const char* expected_shape) {
+  if (t.dtype != dtype) {
+    fail("input '%s': expected dtype %s, got %s", name, dtype_name(dtype), dtype_name(t.dtype));
+  }
+  if (t.rank != rank) {
+    fail("input '%s': expected shape %s (rank %d), got %s (rank %d)", name, expected_shape, rank,
+         dims_str(t.dims, t.rank).c_str(), t.rank);
+  }
+  if (t.data == nullptr) {
+    int64_t numel = 1;
+    for (int k = 0; k < rank; ++k) numel *= t.dims[k];
+    if (numel != 0) fail("input '%s': data pointer is null", name);
+  }
+}
+
+/// Checks one dim of an input against the value the model requires.
+inline void check_dim(const TensorArg& t, const char* name, int dim, int64_t expected,
+                      const char* expected_shape, const char* why) {
+  if (t.dims[dim] != expected) {
+    fail("input '%s': expected shape %s, got %s: dim %d must be %lld%s", name, expected_shape,
+         dims_str(t.dims, t.rank).c_str(), dim, static_cast<long long>(expected), why);
+  }
+}
+
+/// Checks that every index lies in [-size, size) before a kernel uses it (the kernel then wraps
+/// negative values without checking in its hot loop).
+template <typename T>
+inline void check_indices(const T* indices, int64_t count, int64_t size, const char* node) {
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t v = static_cast<int64_t>(indices[i]);
+    if (v < -size || v >= size) {
+      fail("%s: index %lld is out of range for an axis of size %lld (valid: %lld to %lld)", node,
+           static_cast<long long>(v), static_cast<long long>(size), static_cast<long long>(-size),
+           static_cast<long long>(size - 1));
+    }
+  }
+}
+
+/// Copies a strided view into contiguous memory (row-major over its sizes).
+template <typename T>
+inline void copy_to_contiguous(const View& v, T* out) {
+  int64_t numel = 1;
+  for (int k = 0; k < v.rank; ++k) numel *= v.sizes[k];
+  const T* base = static_cast<const T*>(v.data);
+  for (int64_t flat = 0; flat < numel; ++flat) {
+    int64_t rest = flat, offset = 0;
+    for (int k = v.rank - 1; k >= 0; --k) {
+      offset += (rest % v.sizes[k]) * v.strides[k];
+      rest /= v.sizes[k];
+    }
+    out[flat] = base[offset];
+  }
+}
+
+}  // namespace kiln_rt

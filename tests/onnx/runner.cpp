@@ -1,0 +1,205 @@
+// The ONNX backend-suite runner: compiles and runs each listed case through the same path as
+// `kiln run` (import -> driver::compile -> CompiledModel::run) and compares with the suite's
+// expected outputs. Prints a table per op, the failures, and last the line
+// `N passed, M failed, K skipped`. Exit status 1 when any case fails.
+//
+// Tolerances (|actual - expected| <= atol + rtol * |expected|, NaN matches NaN):
+//   float32, float64, bfloat16 -> rtol 1e-4, atol 1e-5 (bfloat16: rtol 1e-2, atol 1e-2)
+//   float16                    -> rtol 1e-3, atol 1e-3
+//   integers and bool          -> exact
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "driver/compile.h"
+#include "onnx/importer.h"
+#include "onnx/tensor_file.h"
+#include "support/error.h"
+
+namespace fs = std::filesystem;
+using namespace kiln;
+
+namespace {
+
+struct Tolerance {
+  double rtol;
+  double atol;
+};
+
+Tolerance tolerance_for(graph::DType dtype) {
+  switch (dtype) {
+    case graph::DType::kFloat16:
+      return {1e-3, 1e-3};
+    case graph::DType::kBFloat16:
+      return {1e-2, 1e-2};
+    default:
+      return {1e-4, 1e-5};
+  }
+}
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+  return fmt::format("[{}]", fmt::join(dims, ", "));
+}
+
+/// Empty when equal within tolerance; else what differs.
+std::string compare(const graph::Tensor& actual, const graph::Tensor& expected) {
+  if (actual.dtype() != expected.dtype()) {
+    return fmt::format("dtype {} but expected {}", graph::dtype_name(actual.dtype()),
+                       graph::dtype_name(expected.dtype()));
+  }
+  if (actual.dims() != expected.dims()) {
+    return fmt::format("shape {} but expected {}", dims_text(actual.dims()),
+                       dims_text(expected.dims()));
+  }
+  const bool floating = graph::is_floating(expected.dtype());
+  Tolerance tol = tolerance_for(expected.dtype());
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    bool ok;
+    if (floating) {
+      double a = actual.element_as_double(i), e = expected.element_as_double(i);
+      ok = (std::isnan(a) && std::isnan(e)) || a == e ||
+           std::abs(a - e) <= tol.atol + tol.rtol * std::abs(e);
+    } else {
+      ok = actual.element_as_int64(i) == expected.element_as_int64(i);
+    }
+    if (!ok && bad++ == 0) first = i;
+  }
+  if (bad == 0) return "";
+  return fmt::format("{} of {} elements differ; first at flat index {}: {} vs expected {}", bad,
+                     expected.numel(), first, actual.element_as_double(first),
+                     expected.element_as_double(first));
+}
+
+struct CaseResult {
+  std::string name;
+  std::vector<std::string> ops;
+  bool passed = false;
+  std::string message;
+};
+
+std::vector<std::string> model_ops(const graph::Graph& g) {
+  std::set<std::string> ops;
+  for (const auto& node : g.nodes()) ops.insert(node->op_type());
+  return {ops.begin(), ops.end()};
+}
+
+CaseResult run_case(const fs::path& data_dir, const std::string& name, const fs::path& cache_dir) {
+  CaseResult result;
+  result.name = name;
+  try {
+    fs::path dir = data_dir / name;
+    graph::Model model = onnx::import_model(dir / "model.onnx");
+    result.ops = model_ops(*model.graph);
+    driver::CompileOptions options;
+    options.cache_dir = cache_dir;
+    driver::CompiledModel compiled = driver::compile(model, options);
+    std::vector<fs::path> sets;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      if (entry.is_directory() &&
+          entry.path().filename().string().rfind("test_data_set_", 0) == 0) {
+        sets.push_back(entry.path());
+      }
+    }
+    std::sort(sets.begin(), sets.end());
+    for (const fs::path& set : sets) {
+      std::vector<graph::Tensor> inputs;
+      for (size_t k = 0; k < compiled.inputs().size(); ++k) {
+        inputs.push_back(onnx::read_tensor_file(set / fmt::format("input_{}.pb", k)));
+      }
+      std::vector<graph::Tensor> outputs = compiled.run(inputs);
+      for (size_t k = 0; k < outputs.size(); ++k) {
+        fs::path expected_path = set / fmt::format("output_{}.pb", k);
+        if (!fs::exists(expected_path)) continue;
+        std::string diff = compare(outputs[k], onnx::read_tensor_file(expected_path));
+        if (!diff.empty()) {
+          result.message = fmt::format("{} output {} ('{}'): {}", set.filename().string(), k,
+                                       compiled.outputs()[k].onnx_name, diff);
+          return result;
+        }
+      }
+    }
+    result.passed = true;
+  } catch (const std::exception& e) {
+    result.message = e.what();
+  }
+  return result;
+}
+
+std::vector<std::string> read_cases(const fs::path& list) {
+  std::ifstream in(list);
+  if (!in) throw UserError(fmt::format("{}: cannot read the case list", list.string()));
+  std::vector<std::string> cases;
+  for (std::string line; std::getline(in, line);) {
+    line.erase(std::find(line.begin(), line.end(), '#'), line.end());
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    if (!line.empty()) cases.push_back(line);
+  }
+  return cases;
+}
+
+void print_report(const std::vector<CaseResult>& results, double seconds) {
+  std::map<std::string, std::pair<int, int>> per_op;  // op -> (passed, failed)
+  for (const CaseResult& r : results) {
+    for (const std::string& op : r.ops) (r.passed ? per_op[op].first : per_op[op].second)++;
+  }
+  fmt::print("{:<28} {:>7} {:>7}\n", "op", "passed", "failed");
+  for (const auto& [op, counts] : per_op) {
+    fmt::print("{:<28} {:>7} {:>7}\n", op, counts.first, counts.second);
+  }
+  int passed = 0, failed = 0;
+  for (const CaseResult& r : results) {
+    if (r.passed) {
+      ++passed;
+      continue;
+    }
+    ++failed;
+    fmt::print("FAIL {}: {}\n", r.name, r.message);
+  }
+  fmt::print("wall time {:.1f} s\n", seconds);
+  fmt::print("{} passed, {} failed, 0 skipped\n", passed, failed);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    fmt::print(stderr, "usage: kiln_onnx_runner CASE_LIST DATA_DIR CACHE_DIR [JOBS]\n");
+    return 2;
+  }
+  try {
+    std::vector<std::string> cases = read_cases(argv[1]);
+    fs::path data_dir = argv[2], cache_dir = argv[3];
+    unsigned jobs = argc > 4 ? static_cast<unsigned>(std::stoi(argv[4]))
+                             : std::max(1u, std::thread::hardware_concurrency());
+    auto start = std::chrono::steady_clock::now();
+    std::vector<CaseResult> results(cases.size());
+    std::atomic<size_t> next{0};
+    std::vector<std::thread> workers;
+    for (unsigned w = 0; w < jobs; ++w) {
+      workers.emplace_back([&] {
+        for (size_t i; (i = next++) < cases.size();)
+          results[i] = run_case(data_dir, cases[i], cache_dir);
+      });
+    }
+    for (auto& t : workers) t.join();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    print_report(results, seconds);
+    return std::all_of(results.begin(), results.end(), [](const CaseResult& r) { return r.passed; })
+               ? 0
+               : 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "kiln_onnx_runner: {}\n", e.what());
+    return 2;
+  }
+}

@@ -7,7 +7,8 @@
 /// topological sort, ancestors and order indices, up to `max_fusion_rounds` rounds of fusion
 /// (fusion.cpp: legality in can_fuse, priority in score_fusion, reasons for every refusal), then
 /// lifetime facts. Nothing here knows the target: a Backend vetoes fusions and names kernels.
-/// Tested in tests/unit/sched/scheduler_test.cpp and fusion_test.cpp.
+/// Tested in tests/unit/sched/scheduler_test.cpp (fusion, refusals, lifetimes) and
+/// tests/unit/codegen/cpp_kernel_test.cpp (the kernels it groups, compiled and run).
 
 #include <cstdint>
 #include <optional>

@@ -351,6 +351,47 @@ TEST(CppKernel, InPlaceKernelTakesOnePointer) {
   expect_close(from_bytes<float>(out["k"]), want);
 }
 
+TEST(CppKernel, FullReductionAndOuterPointwiseMember) {
+  // total = sum(x); s = rowsum(x); inv = 1 / (s + 1) over rows; out = x * inv[row].
+  ProgramBuilder p;
+  const DType f = DType::kFloat32;
+  Expr rows = Expr::symbol("s0"), cols = Expr::symbol("s1");
+  p.input("x", f, {rows, cols});
+  ir::Buffer& t = p.computed("total", f, {}, {rows, cols}, "ReduceSum");
+  t.body.store("total", f, 0,
+               t.body.reduction(ir::ReductionType::kSum,
+                                t.body.load("x", f, p.at("x", {rvar(t, 0), rvar(t, 1)})), f));
+  ir::Buffer& s = p.computed("s", f, {rows}, {cols}, "ReduceSum");
+  p.store(s, s.body.reduction(ir::ReductionType::kSum,
+                              s.body.load("x", f, p.at("x", {var(s, 0), rvar(s, 0)})), f));
+  ir::Buffer& inv = p.computed("inv", f, {rows}, {}, "Reciprocal");
+  p.store(inv, inv.body.unary(OpCode::kReciprocal,
+                              inv.body.binary(OpCode::kAdd, inv.body.load("s", f, var(inv, 0)),
+                                              inv.body.constant(1, f))));
+  ir::Buffer& o = p.computed("o", f, {rows, cols}, {}, "Mul");
+  p.store(o, o.body.binary(OpCode::kMul, o.body.load("x", f, p.at("x", o.body.vars())),
+                           o.body.load("inv", f, var(o, 0))));
+  p.output("total");
+  p.output("o");
+  CompiledProgram c(p.program, "full_reduction");
+  ASSERT_EQ(c.kernel_sources.size(), 2u) << c.schedule.decisions_text();
+  for (int64_t cols_v : {0, 1, 9, 1000}) {
+    int64_t rows_v = 6;
+    auto x = random_floats(rows_v * cols_v, 18, 0, 1);
+    auto out = c.run({{"x", to_bytes(x)}}, {{"s0", rows_v}, {"s1", cols_v}});
+    double total = 0;
+    std::vector<float> want(x.size());
+    for (int64_t i = 0; i < rows_v; ++i) {
+      float row = 0;
+      for (int64_t j = 0; j < cols_v; ++j) row += x[i * cols_v + j];
+      total += row;
+      for (int64_t j = 0; j < cols_v; ++j) want[i * cols_v + j] = x[i * cols_v + j] / (row + 1);
+    }
+    expect_close(from_bytes<float>(out["total"]), {static_cast<float>(total)}, 1e-4f);
+    expect_close(from_bytes<float>(out["o"]), want, 1e-4f);
+  }
+}
+
 TEST(CppKernel, OutputIsDeterministic) {
   ir::Program prog = testing::softmax_program(Expr::symbol("s0"), 64);
   sched::Schedule s1 = sched::schedule(prog, CppBackend());

@@ -2,6 +2,7 @@
 // summarize the outputs.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -100,17 +101,29 @@ int run_model(const RunArgs& args) {
   driver::CompileOptions options;
   options.dump_dir = args.dump_dir;
   options.cache_dir = args.cache_dir;
+  // Given inputs are read before compiling: small integer ones (shape arguments passed as
+  // inputs) are specialized on their values, which the compiled model checks at run time.
+  std::map<std::string, std::shared_ptr<const graph::Tensor>> given;
+  for (const std::string& item : args.inputs) {
+    auto [name, file] = split_assignment(item, "--input");
+    given[name] = std::make_shared<graph::Tensor>(onnx::read_tensor_file(file));
+  }
+  for (const auto& [name, tensor] : given) {
+    const auto& inputs = model.graph->inputs();
+    bool known = std::any_of(inputs.begin(), inputs.end(),
+                             [&](const graph::Value* v) { return v->name() == name; });
+    if (known) continue;
+    std::string names;
+    for (const graph::Value* v : inputs) names += (names.empty() ? "" : ", ") + v->name();
+    user_error("--input {}: the model has no input of that name (its inputs: {})", name, names);
+  }
+  options.lowering.input_values = given;
   driver::CompiledModel compiled = driver::compile(model, options);
   const driver::CompileStats& stats = compiled.stats();
   fmt::print("compiled {}: {} kernels, {} library calls, {} ({:.2f} s)\n", args.model,
              stats.kernels, stats.extern_calls, stats.cache_hit ? "from the code cache" : "built",
              stats.seconds);
 
-  std::map<std::string, std::string> files;
-  for (const std::string& item : args.inputs) {
-    auto [name, file] = split_assignment(item, "--input");
-    files[name] = file;
-  }
   sym::Binding binding;
   for (const std::string& item : args.dims) {
     auto [name, value] = split_assignment(item, "--dim");
@@ -118,10 +131,10 @@ int run_model(const RunArgs& args) {
   }
   std::vector<graph::Tensor> inputs;
   for (const ir::InputSpec& spec : compiled.inputs()) {
-    auto it = files.find(spec.onnx_name);
-    if (it != files.end()) {
-      inputs.push_back(onnx::read_tensor_file(it->second));
-      files.erase(it);
+    auto it = given.find(spec.onnx_name);
+    if (it != given.end()) {
+      inputs.push_back(*it->second);
+      given.erase(it);
       continue;
     }
     std::vector<int64_t> dims;
@@ -137,13 +150,6 @@ int run_model(const RunArgs& args) {
     inputs.push_back(random_input(spec.dtype, dims, bound, rng));
     fmt::print("input {}: not given, using seeded random {} {}\n", spec.onnx_name,
                graph::dtype_name(spec.dtype), dims_text(dims));
-  }
-  if (!files.empty()) {
-    std::string names;
-    for (const ir::InputSpec& spec : compiled.inputs())
-      names += (names.empty() ? "" : ", ") + spec.onnx_name;
-    user_error("--input {}: the model has no input of that name (its inputs: {})",
-               files.begin()->first, names);
   }
 
   auto start = std::chrono::steady_clock::now();

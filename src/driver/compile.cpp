@@ -1,6 +1,8 @@
 // The compile pipeline as one straight list of stages; each stage can dump its result.
 #include "driver/compile.h"
 
+#include <omp.h>
+
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -130,6 +132,9 @@ CompiledModel compile(const graph::Model& model, const CompileOptions& options) 
   stats.buffers = static_cast<int>(program.buffers.size());
   stats.intermediate_allocations = source.plan.intermediate_allocations(program);
   stats.cache_hit = cache.stats().compiles == 0;
+  // The host holds libgomp itself (this call links it): model libraries use OpenMP, and
+  // unloading the last user of libgomp under its idle worker threads crashes the process.
+  stats.threads = omp_get_max_threads();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::write(log::Category::kCompile, "compiled {} kernels in {:.2f}s ({})", stats.kernels,
              stats.seconds, stats.cache_hit ? "cache hit" : "built");

@@ -35,6 +35,7 @@ struct CompileStats {
   int intermediate_allocations = 0;
   bool cache_hit = false;  // the shared library came from the code cache
   double seconds = 0;      // wall time of compile()
+  int threads = 0;         // OpenMP threads the kernels and libraries use
 };
 
 class CompiledModel {

@@ -119,12 +119,20 @@ struct IndexCheck {
   std::string node;  // "node 'g' (Gather)" for the message
 };
 
+/// A run-time check that a specialized input still holds the values the compile assumed.
+struct ValueGuard {
+  std::string buffer;
+  std::string onnx_name;
+  std::vector<int64_t> values;
+};
+
 /// The result of lowering: buffers in dependency order, the model's inputs and outputs.
 struct Program {
   std::vector<std::unique_ptr<Buffer>> buffers;
   std::vector<InputSpec> inputs;
   std::vector<OutputSpec> outputs;
   std::vector<IndexCheck> index_checks;
+  std::vector<ValueGuard> value_guards;
   /// Facts about size symbols (e.g. from Reshape: s0 * 4 == 16 * s1) known when lowering.
   sym::Analyzer analyzer;
 

@@ -105,8 +105,31 @@ class GraphLowering {
       buffer->dtype = input->type().dtype;
       buffer->layout = ir::Layout::contiguous(shape_of(*input));
       program_.inputs.push_back({input->name(), buffer->name, buffer->dtype, buffer->layout.sizes});
-      env_[input] = ctx_.from_buffer(ctx_.add_buffer(std::move(buffer)));
+      TensorValue value = ctx_.from_buffer(ctx_.add_buffer(std::move(buffer)));
+      specialize(*input, value);
+      env_[input] = std::move(value);
     }
+  }
+
+  /// Gives a small integer input its compile-time values, guarded at run time.
+  void specialize(const graph::Value& input, TensorValue& value) {
+    auto it = ctx_.options().input_values.find(input.name());
+    if (it == ctx_.options().input_values.end()) return;
+    const graph::Tensor& t = *it->second;
+    bool integer = t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32;
+    if (!integer || t.dtype() != value.dtype || t.rank() > 1 ||
+        t.numel() > kMaxSpecializedElements || static_cast<size_t>(t.rank()) != value.rank()) {
+      return;
+    }
+    if (t.rank() == 1 && value.shape[0] != sym::Expr(t.numel())) return;
+    ir::ValueGuard guard{*ctx_.as_buffer(value), input.name(), {}};
+    std::vector<sym::Expr> known;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      guard.values.push_back(t.element_as_int64(i));
+      known.emplace_back(guard.values.back());
+    }
+    value.known = std::move(known);
+    program_.value_guards.push_back(std::move(guard));
   }
 
   void lower_node(const graph::Node& node) {
@@ -133,6 +156,17 @@ class GraphLowering {
       inputs.emplace_back(it->second);
     }
     std::vector<TensorValue> outputs = lowering->fn(ctx_, node, inputs);
+    // Lazy outputs remember every node folded into them: this one and its lazy inputs'.
+    std::vector<ir::Origin> origins = {{node.name(), node.op_type()}};
+    for (const auto& in : inputs) {
+      if (in && !ctx_.as_buffer(*in))
+        origins.insert(origins.end(), in->origins.begin(), in->origins.end());
+    }
+    std::sort(origins.begin(), origins.end());
+    origins.erase(std::unique(origins.begin(), origins.end()), origins.end());
+    for (TensorValue& out : outputs) {
+      if (!ctx_.as_buffer(out)) out.origins = origins;
+    }
     for (size_t k = 0; k < node.outputs().size(); ++k) {
       const graph::Value* out = node.outputs()[k];
       if (out == nullptr) continue;
@@ -186,13 +220,8 @@ class GraphLowering {
         TensorValue copy = value;
         copy.known.reset();
         copy.known_float.reset();
-        if (existing) {
-          copy = ctx_.pointwise(value.dtype, value.shape,
-                                [&](ir::LoopBody& body, const std::vector<sym::Expr>& index) {
-                                  return ctx_.load_at(body, value, index);
-                                });
-        }
-        name = *ctx_.as_buffer(ctx_.realize(copy, "graph output"));
+        if (buffer != nullptr && value.origins.empty()) copy.origins = buffer->origins;
+        name = *ctx_.as_buffer(ctx_.realize(copy, "graph output", /*copy=*/true));
       }
       taken.insert(name);
       program_.outputs.push_back({out->name(), name, value.dtype, value.shape});

@@ -218,8 +218,8 @@ std::optional<std::string> LoweringContext::as_buffer(const TensorValue& value) 
   return buffer->name;
 }
 
-TensorValue LoweringContext::realize(const TensorValue& value, std::string_view reason) {
-  if (as_buffer(value)) return value;
+TensorValue LoweringContext::realize(const TensorValue& value, std::string_view reason, bool copy) {
+  if (!copy && as_buffer(value)) return value;
   auto buffer = std::make_unique<ir::Buffer>();
   buffer->name = new_buffer_name();
   buffer->kind = ir::BufferKind::kComputed;
@@ -231,7 +231,12 @@ TensorValue LoweringContext::realize(const TensorValue& value, std::string_view 
   body.set_result(ir::kNoValue);
   body.store(buffer->name, value.dtype, buffer->layout.index(body.vars()), result);
   log::write(log::Category::kSchedule, "realize {} ({})", buffer->name, reason);
-  TensorValue realized = from_buffer(add_buffer(std::move(buffer)));
+  for (const ir::Origin& origin : value.origins) buffer->add_origin(origin);
+  program_.buffers.push_back(std::move(buffer));
+  if (value.origins.empty() && node_ != nullptr) {
+    program_.buffers.back()->add_origin({node_->name(), node_->op_type()});
+  }
+  TensorValue realized = from_buffer(*program_.buffers.back());
   realized.known = value.known;
   realized.known_float = value.known_float;
   return realized;

@@ -41,6 +41,9 @@ struct TensorValue {
   std::optional<std::vector<sym::Expr>> known;
   /// Floating contents known at compile time (scalars and small constants), row-major.
   std::optional<std::vector<double>> known_float;
+  /// The ONNX nodes whose computation is folded into `body` (sorted): a buffer materialized from
+  /// this value is named after them, not after the node that happened to force it.
+  std::vector<ir::Origin> origins;
 
   size_t rank() const { return shape.size(); }
   /// The known integer values; throws UserError naming `what` when not known at compile time.
@@ -52,7 +55,14 @@ struct LoweringOptions {
   /// A lazy value whose body has more compute ops than this is realized before being inlined
   /// into a second consumer.
   int max_inline_ops = 64;
+  /// Values of model inputs known when compiling (by ONNX input name). Small integer inputs
+  /// (rank <= 1, at most kMaxSpecializedElements) among them are specialized: ops that need
+  /// their values at compile time (Reshape's shape, Slice's starts, axes...) read them, and the
+  /// wrapper checks at run time that the input still holds them.
+  std::map<std::string, std::shared_ptr<const graph::Tensor>> input_values;
 };
+
+inline constexpr int64_t kMaxSpecializedElements = 8;
 
 class LoweringContext {
  public:
@@ -107,9 +117,10 @@ class LoweringContext {
 
   // --- Materializing ---------------------------------------------------------------------------
 
-  /// Materializes `value` into a contiguous computed buffer unless it already is a load of one;
-  /// returns a value loading that buffer. `reason` is recorded in the log.
-  TensorValue realize(const TensorValue& value, std::string_view reason);
+  /// Materializes `value` into a contiguous computed buffer unless it already is a load of one
+  /// (with `copy`, always: a graph output never shares storage with an input, a constant or
+  /// another output); returns a value loading that buffer. `reason` is recorded in the log.
+  TensorValue realize(const TensorValue& value, std::string_view reason, bool copy = false);
   /// A strided view of a materialized buffer holding `value`: an affine load of a buffer is
   /// returned as a view without a copy; anything else is realized first. When `contiguous` is
   /// set, the view is guaranteed contiguous (a copy is made if needed).

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+
 #include "lower/elementwise.h"
 #include "lower/op_util.h"
 #include "support/error.h"
@@ -128,23 +130,77 @@ ValueId channel_param(LoweringContext& ctx, LoopBody& body, const TensorValue& p
   return body.cast(ctx.load_at(body, p, LoweringContext::broadcast_index(at, p.shape)), dtype);
 }
 
-/// BatchNormalization in training mode returns running statistics: not supported.
-void refuse_training(const LoweringContext& ctx, const graph::Node& node) {
-  bool training = false;
-  if (node.opset() >= 14) training = node.attr_int("training_mode", 0) != 0;
-  if (node.opset() < 7) training = node.attr_int("is_test", 0) == 0 && node.outputs().size() > 1;
-  for (size_t k = 1; k < node.outputs().size(); ++k)
-    training = training || node.output(k) != nullptr;
-  if (training) {
-    ctx.fail(
-        "training mode (training_mode=1 or running-statistics outputs) is not supported; "
-        "export the model for inference");
+/// True when the node asks for training mode. From opset 14 that is the training_mode
+/// attribute; older opsets' extra statistics outputs (a different, deprecated contract) are
+/// refused with a clear message.
+bool is_training(const LoweringContext& ctx, const graph::Node& node) {
+  if (node.opset() >= 14) return node.attr_int("training_mode", 0) != 0;
+  bool extra_outputs = false;
+  for (size_t k = 1; k < node.outputs().size(); ++k) {
+    extra_outputs = extra_outputs || node.output(k) != nullptr;
   }
+  if (extra_outputs) {
+    ctx.fail(
+        fmt::format("the running-statistics outputs of opset {} are not supported; use "
+                    "opset 14 or later (training_mode) or export the model for inference",
+                    node.opset()));
+  }
+  return false;
+}
+
+/// (x - mean) / sqrt(var + epsilon) * scale + bias, per channel (dim 1).
+TensorValue normalize_channels(
+    LoweringContext& ctx, const TensorValue& x, const TensorValue& mean, const TensorValue& var,
+    const TensorValue& scale, const TensorValue& bias, double epsilon,
+    const std::function<std::vector<Expr>(const std::vector<Expr>&)>& stat_index) {
+  DType dt = compute_dtype(x.dtype);
+  auto stat = [&](LoopBody& body, const TensorValue& p, const std::vector<Expr>& index) {
+    if (stat_index) return body.cast(ctx.load_at(body, p, stat_index(index)), dt);
+    return channel_param(ctx, body, p, index, dt);
+  };
+  return ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+    ValueId v = ctx.load_at(body, x, index);
+    ValueId diff = body.binary(OpCode::kSub, v, stat(body, mean, index));
+    ValueId inv = inv_std(body, stat(body, var, index), epsilon);
+    ValueId normalized = body.binary(OpCode::kMul, diff, inv);
+    ValueId scaled =
+        body.binary(OpCode::kMul, normalized, channel_param(ctx, body, scale, index, dt));
+    return body.binary(OpCode::kAdd, scaled, channel_param(ctx, body, bias, index, dt));
+  });
+}
+
+/// Training mode (opset >= 14): normalize with the batch statistics (mean and population
+/// variance over every dim but the channel) and return the updated running statistics
+/// running = input * momentum + batch * (1 - momentum).
+std::vector<TensorValue> batch_norm_training(LoweringContext& ctx, const graph::Node& node,
+                                             const TensorValue& x, const TensorValue& scale,
+                                             const TensorValue& bias, const TensorValue& mean,
+                                             const TensorValue& var, double epsilon) {
+  std::vector<bool> reduced(x.rank(), true);
+  reduced[1] = false;
+  DType acc = stash_dtype(x.dtype);
+  Moments m = moments(ctx, x, reduced, acc);
+  TensorValue y = normalize_channels(ctx, x, m.mean, m.var, scale, bias, epsilon,
+                                     [&m](const std::vector<Expr>& index) { return m.at(index); });
+  double momentum = node.attr_float("momentum", 0.9f);
+  auto running = [&](const TensorValue& input, const TensorValue& batch, size_t k) {
+    return ctx.pointwise(output_dtype(node, k, input.dtype), input.shape,
+                         [&](LoopBody& body, const std::vector<Expr>& index) {
+                           std::vector<Expr> at(x.rank(), Expr(0));
+                           at[1] = index[0];
+                           ValueId old_v = body.cast(ctx.load_at(body, input, index), acc);
+                           ValueId new_v = ctx.load_at(body, batch, at);
+                           ValueId keep = body.constant(momentum, acc);
+                           ValueId take = body.constant(1.0 - momentum, acc);
+                           return body.binary(OpCode::kAdd, body.binary(OpCode::kMul, old_v, keep),
+                                              body.binary(OpCode::kMul, new_v, take));
+                         });
+  };
+  return {y, running(mean, m.mean, 1), running(var, m.var, 2)};
 }
 
 std::vector<TensorValue> lower_batch_norm(LoweringContext& ctx, const graph::Node& node,
                                           const LowerInputs& inputs) {
-  refuse_training(ctx, node);
   const TensorValue& x = required_input(ctx, inputs, 0, "X");
   const TensorValue& scale = required_input(ctx, inputs, 1, "scale");
   const TensorValue& bias = required_input(ctx, inputs, 2, "B");
@@ -153,16 +209,11 @@ std::vector<TensorValue> lower_batch_norm(LoweringContext& ctx, const graph::Nod
   require_dtype(ctx, x.dtype, kFloats, "input X");
   if (x.rank() < 2) ctx.fail(fmt::format("X must have rank at least 2, found {}", x.rank()));
   double epsilon = node.attr_float("epsilon", 1e-5f);
-  DType dt = compute_dtype(x.dtype);
-  return {ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& index) {
-    ValueId v = ctx.load_at(body, x, index);
-    ValueId diff = body.binary(OpCode::kSub, v, channel_param(ctx, body, mean, index, dt));
-    ValueId inv = inv_std(body, channel_param(ctx, body, var, index, dt), epsilon);
-    ValueId normalized = body.binary(OpCode::kMul, diff, inv);
-    ValueId scaled =
-        body.binary(OpCode::kMul, normalized, channel_param(ctx, body, scale, index, dt));
-    return body.binary(OpCode::kAdd, scaled, channel_param(ctx, body, bias, index, dt));
-  })};
+  if (is_training(ctx, node)) {
+    if (mean.rank() != 1 || var.rank() != 1) ctx.fail("running statistics must be 1-D");
+    return batch_norm_training(ctx, node, x, scale, bias, mean, var, epsilon);
+  }
+  return {normalize_channels(ctx, x, mean, var, scale, bias, epsilon, nullptr)};
 }
 
 std::vector<TensorValue> lower_instance_norm(LoweringContext& ctx, const graph::Node& node,

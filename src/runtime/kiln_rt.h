@@ -170,6 +170,24 @@ inline void check_indices(const T* indices, int64_t count, int64_t size, const c
   }
 }
 
+/// Checks that an input the model was specialized on (a shape argument given as an input) still
+/// holds the values it was compiled for.
+template <typename T>
+inline void check_values(const T* data, const int64_t* expected, int64_t count, const char* name) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (static_cast<int64_t>(data[i]) == expected[i]) continue;
+    std::string want, got;
+    for (int64_t j = 0; j < count; ++j) {
+      want += (j ? ", " : "") + std::to_string(expected[j]);
+      got += (j ? ", " : "") + std::to_string(static_cast<int64_t>(data[j]));
+    }
+    fail(
+        "input '%s': the model was compiled for the values [%s] of this input (it sets a shape); "
+        "got [%s]: compile again with these values",
+        name, want.c_str(), got.c_str());
+  }
+}
+
 /// Copies a strided view into contiguous memory (row-major over its sizes).
 template <typename T>
 inline void copy_to_contiguous(const View& v, T* out) {

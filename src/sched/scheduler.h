@@ -16,7 +16,9 @@
 #include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
 #include "ir/buffer.h"
+
 #include "sched/kernel_group.h"
 #include "sched/schedule.h"
 
@@ -27,7 +29,7 @@ struct GroupKey {
   sym::Expr numel;
   sym::Expr reduce_numel;
   bool operator==(const GroupKey& other) const = default;
-  std::string str() const { return "(" + numel.str() + ", " + reduce_numel.str() + ")"; }
+  std::string str() const { return fmt::format("({}, {})", numel.str(), reduce_numel.str()); }
 };
 
 /// A scheduler node as backends see it when asked about a fusion.

@@ -17,6 +17,23 @@ ArgMax ArgMin Softmax LogSoftmax LayerNormalization BatchNormalization MatMul Ge
 AveragePool GlobalAveragePool
 """.split())
 
+# Cases listed but not run, each with its reason (written as comments into the list).
+NOT_RUN = {
+    "node/test_cast_FLOAT_to_BFLOAT16":
+        "ONNX 1.12's expected data truncates float to bfloat16; Kiln rounds to nearest even, as "
+        "later ONNX versions specify (BFLOAT16_to_FLOAT passes)",
+    "node/test_castlike_FLOAT_to_BFLOAT16_expanded":
+        "the model declares input 'like' as [3, 4] but the suite's data is [1] (Kiln checks "
+        "declared shapes), and the expected data truncates as above",
+    "node/test_castlike_BFLOAT16_to_FLOAT_expanded":
+        "the model declares input 'like' as [3, 4] but the suite's data is [1]; Kiln checks "
+        "declared input shapes, as ONNX Runtime does",
+    "node/test_identity_opt":
+        "optional values as model inputs come with the conformance issue (Optional/Sequence ops)",
+    "node/test_identity_sequence":
+        "sequence values as model inputs come with the conformance issue (Optional/Sequence ops)",
+}
+
 
 def graph_ops(graph, ops):
     for node in graph.node:
@@ -70,7 +87,10 @@ def main():
     with open(out, "w") as f:
         f.write("# Suite cases whose ops all belong to the compiler core (tests/onnx/list_core_cases.py)\n")
         for c in cases:
-            f.write(c + "\n")
+            if c in NOT_RUN:
+                f.write(f"# {c}: {NOT_RUN[c]}\n")
+            else:
+                f.write(c + "\n")
     print(f"{len(cases)} cases -> {out}", file=sys.stderr)
 
 

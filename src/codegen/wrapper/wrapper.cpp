@@ -117,6 +117,7 @@ class WrapperWriter {
       auto _ = out.scope();
       out.line("kiln_rt::Workspace ws;");
       bind_inputs(out);
+      guard_values(out);
       bind_constants(out);
       for (size_t i = 0; i < schedule_.items.size(); ++i) write_item(out, i);
       write_outputs(out);
@@ -148,6 +149,20 @@ class WrapperWriter {
       }
       out.linef("const {}* {} = static_cast<const {}*>(in{}.data);", ctype(in.dtype), in.buffer,
                 ctype(in.dtype), k);
+    }
+  }
+
+  /// Specialized inputs must still hold the values the compile assumed.
+  void guard_values(IndentedBuffer& out) {
+    for (const ir::ValueGuard& guard : program_.value_guards) {
+      out.linef("{{");
+      {
+        auto _ = out.scope();
+        out.linef("static const int64_t expected[] = {{{}}};", fmt::join(guard.values, ", "));
+        out.linef("kiln_rt::check_values({}, expected, {}, {});", guard.buffer, guard.values.size(),
+                  quoted(guard.onnx_name));
+      }
+      out.line("}");
     }
   }
 

@@ -36,6 +36,12 @@ def build(case):
                  helper.make_node("Relu", ["a"], ["b"], name="relu_b"),
                  helper.make_node("Neg", ["b"], ["c"], name="neg_c")]
         return model(nodes, ["x"], ["c"])
+    if case == "custom_op":
+        # A valid model with an op of a domain Kiln has no lowering for.
+        node = helper.make_node("Frobnicate", ["x"], ["y"], name="frob", domain="com.example")
+        m = model([node], ["x"], ["y"])
+        m.opset_import.append(helper.make_opsetid("com.example", 1))
+        return m
     if case == "opset18":
         return model([helper.make_node("Relu", ["x"], ["y"], name="relu")], ["x"], ["y"], opset=18)
     raise SystemExit(f"unknown case {case}")

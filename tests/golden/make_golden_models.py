@@ -1,0 +1,163 @@
+#!/usr/bin/python3
+"""Writes the small models of the golden tests (tests/golden/golden_test.cpp).
+
+Usage: /usr/bin/python3 make_golden_models.py NAME OUT.onnx
+Every model is float32 with static shapes; weights are deterministic (no random state).
+"""
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F = TensorProto.FLOAT
+
+
+def weight(name, shape, seed):
+    n = int(np.prod(shape))
+    data = ((np.arange(n, dtype=np.float32) * 0.37 + seed) % 1.0 - 0.5) * (2.0 / np.sqrt(shape[0]))
+    return numpy_helper.from_array(data.reshape(shape).astype(np.float32), name)
+
+
+def scalar(name, value):
+    return numpy_helper.from_array(np.array(value, dtype=np.float32), name)
+
+
+def model(nodes, inputs, outputs, initializers, opset=17):
+    graph = helper.make_graph(nodes, "golden", inputs, outputs, initializers)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                          producer_name="kiln-golden")
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def tensor(name, shape):
+    return helper.make_tensor_value_info(name, F, shape)
+
+
+def add_relu_mul():
+    """Relu(Add(x, y)) * 2."""
+    nodes = [
+        helper.make_node("Add", ["x", "y"], ["s"], name="add"),
+        helper.make_node("Relu", ["s"], ["r"], name="relu"),
+        helper.make_node("Mul", ["r", "two"], ["out"], name="mul"),
+    ]
+    return model(nodes, [tensor("x", [8, 100]), tensor("y", [8, 100])], [tensor("out", [8, 100])],
+                 [scalar("two", 2.0)])
+
+
+def layernorm_gelu():
+    """LayerNormalization over the last axis, then Gelu as x * 0.5 * (1 + Erf(x / sqrt(2)))."""
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["ln"], name="ln",
+                         axis=-1, epsilon=1e-5),
+        helper.make_node("Div", ["ln", "sqrt2"], ["d"], name="div"),
+        helper.make_node("Erf", ["d"], ["e"], name="erf"),
+        helper.make_node("Add", ["e", "one"], ["a"], name="add"),
+        helper.make_node("Mul", ["ln", "half"], ["h"], name="mul_half"),
+        helper.make_node("Mul", ["h", "a"], ["out"], name="mul"),
+    ]
+    inits = [weight("gamma", [64], 0.1), weight("beta", [64], 0.7), scalar("sqrt2", np.sqrt(2.0)),
+             scalar("one", 1.0), scalar("half", 0.5)]
+    return model(nodes, [tensor("x", [4, 64])], [tensor("out", [4, 64])], inits)
+
+
+def softmax_decomposed():
+    """Softmax over the last axis written out; opset 13: ReduceMax takes axes as an attribute,
+    ReduceSum as an input (an initializer)."""
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["m"], name="rmax", axes=[-1], keepdims=1),
+        helper.make_node("Sub", ["x", "m"], ["s"], name="sub"),
+        helper.make_node("Exp", ["s"], ["e"], name="exp"),
+        helper.make_node("ReduceSum", ["e", "axes"], ["z"], name="rsum", keepdims=1),
+        helper.make_node("Div", ["e", "z"], ["out"], name="div"),
+    ]
+    axes = numpy_helper.from_array(np.array([-1], dtype=np.int64), "axes")
+    return model(nodes, [tensor("x", [4, 32])], [tensor("out", [4, 32])], [axes], opset=13)
+
+
+def outputs_kernel_then_extern():
+    """out_a is computed by a kernel and read later by a MatMul; every buffer is [16, 16]."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w0"], ["h0"], name="mm0"),
+        helper.make_node("Relu", ["h0"], ["out_a"], name="relu0"),
+        helper.make_node("MatMul", ["out_a", "w1"], ["h1"], name="mm1"),
+        helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
+        helper.make_node("MatMul", ["r1", "w2"], ["h2"], name="mm2"),
+        helper.make_node("Relu", ["h2"], ["r2"], name="relu2"),
+        helper.make_node("MatMul", ["r2", "w3"], ["h3"], name="mm3"),
+        helper.make_node("Relu", ["h3"], ["out_b"], name="relu3"),
+    ]
+    inits = [weight(f"w{i}", [16, 16], 0.1 * i) for i in range(4)]
+    return model(nodes, [tensor("x", [16, 16])], [tensor("out_a", [16, 16]),
+                                                   tensor("out_b", [16, 16])], inits)
+
+
+def outputs_extern_then_kernel():
+    """out_a is computed by a MatMul and read later by a pointwise kernel (an in-place
+    candidate); every buffer is [16, 16]."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w0"], ["out_a"], name="mm0"),
+        helper.make_node("Relu", ["out_a"], ["r0"], name="relu0"),
+        helper.make_node("MatMul", ["r0", "w1"], ["h1"], name="mm1"),
+        helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
+        helper.make_node("MatMul", ["r1", "w2"], ["h2"], name="mm2"),
+        helper.make_node("Relu", ["h2"], ["r2"], name="relu2"),
+        helper.make_node("MatMul", ["r2", "w3"], ["out_b"], name="mm3"),
+    ]
+    inits = [weight(f"w{i}", [16, 16], 0.1 * i) for i in range(4)]
+    return model(nodes, [tensor("x", [16, 16])], [tensor("out_a", [16, 16]),
+                                                   tensor("out_b", [16, 16])], inits)
+
+
+def matmul_chain():
+    """10 blocks of MatMul -> Add(bias) -> Relu, each with its own weight and bias."""
+    nodes, inits, cur = [], [], "x"
+    for i in range(10):
+        out = "out" if i == 9 else f"r{i}"
+        nodes += [
+            helper.make_node("MatMul", [cur, f"w{i}"], [f"m{i}"], name=f"mm{i}"),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"], name=f"add{i}"),
+            helper.make_node("Relu", [f"a{i}"], [out], name=f"relu{i}"),
+        ]
+        inits += [weight(f"w{i}", [32, 32], 0.05 * i), weight(f"b{i}", [32], 0.3 + 0.05 * i)]
+        cur = out
+    return model(nodes, [tensor("x", [8, 32])], [tensor("out", [8, 32])], inits)
+
+
+def reduce_mul_chain():
+    """10 blocks of y = x * ReduceSum(x, axes=[-1], keepdims=1): x stays [8, 32]."""
+    nodes, cur = [], "x"
+    for i in range(10):
+        out = "out" if i == 9 else f"y{i}"
+        nodes += [
+            helper.make_node("ReduceSum", [cur, "axes"], [f"s{i}"], name=f"rsum{i}", keepdims=1),
+            helper.make_node("Mul", [cur, f"s{i}"], [out], name=f"mul{i}"),
+        ]
+        cur = out
+    axes = numpy_helper.from_array(np.array([-1], dtype=np.int64), "axes")
+    return model(nodes, [tensor("x", [8, 32])], [tensor("out", [8, 32])], [axes])
+
+
+def twin_chains():
+    """Two identical, independent pointwise chains on two inputs of the same shape."""
+    nodes = []
+    for k in ("1", "2"):
+        nodes += [
+            helper.make_node("Sigmoid", ["x" + k], ["s" + k], name="sigmoid" + k),
+            helper.make_node("Mul", ["x" + k, "s" + k], ["m" + k], name="mul" + k),
+            helper.make_node("Add", ["m" + k, "c"], ["out" + k], name="add" + k),
+        ]
+    return model(nodes, [tensor("x1", [8, 64]), tensor("x2", [8, 64])],
+                 [tensor("out1", [8, 64]), tensor("out2", [8, 64])], [scalar("c", 0.25)])
+
+
+MODELS = {f.__name__: f for f in (add_relu_mul, layernorm_gelu, softmax_decomposed,
+                                   outputs_kernel_then_extern, outputs_extern_then_kernel,
+                                   matmul_chain, reduce_mul_chain, twin_chains)}
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in MODELS:
+        sys.exit(f"usage: make_golden_models.py {{{','.join(MODELS)}}} OUT.onnx")
+    onnx.save(MODELS[sys.argv[1]](), sys.argv[2])

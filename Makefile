@@ -4,7 +4,7 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build demo test format clean
+.PHONY: all deps configure build demo bench test format clean
 
 all: build
 
@@ -19,8 +19,16 @@ configure: $(BUILD_DIR)/build.ninja
 build: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-demo: build
+# Builds kiln (not the tests), the ResNet-18-shaped demo model if needed, then compiles the model
+# (code cache: $(BUILD_DIR)/demo-cache) and runs it; see scripts/demo.sh.
+demo: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln
 	bash scripts/demo.sh $(BUILD_DIR)
+
+# STREAM triad bandwidth versus a Kiln-compiled fused pointwise chain (bench/stream_bench.cpp).
+bench: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln_stream_bench
+	$(BUILD_DIR)/bin/kiln_stream_bench
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

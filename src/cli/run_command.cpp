@@ -1,12 +1,14 @@
-// `kiln run MODEL --input NAME=FILE ...`: compile (or hit the code cache), run once, write and
-// summarize the outputs.
+// `kiln run MODEL --input NAME=FILE ...`: compile (or hit the code cache), run once (or, with
+// --repeat N, a warm-up run and N timed runs), write and summarize the outputs.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <random>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "driver/compile.h"
@@ -28,6 +30,8 @@ struct RunArgs {
   std::string dump_dir;
   std::string cache_dir;
   uint64_t seed = 0;
+  int repeat = 0;  // timed runs after a warm-up; 0: run once
+  bool print_kernels = false;
 };
 
 std::pair<std::string, std::string> split_assignment(const std::string& text, const char* what) {
@@ -96,10 +100,81 @@ std::string dims_text(const std::vector<int64_t>& dims) {
   return fmt::format("[{}]", fmt::join(dims, ", "));
 }
 
+/// A temporary directory removed when this goes out of scope (for --print-kernels without
+/// --dump).
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "kiln-run-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) user_error("cannot create a temporary directory");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+/// Lists the generated kernels from the dumped wrapper (5_wrapper.cpp): it declares each
+/// distinct kernel function once, `extern "C" void NAME(...);`, and opens each library call
+/// with a comment `{  // KIND from NODE`.
+void print_kernels(const fs::path& dump_dir) {
+  fs::path wrapper = dump_dir / "5_wrapper.cpp";
+  std::error_code ec;
+  if (!fs::exists(wrapper, ec)) {
+    fmt::print("kernels: no {} to read the names from\n", wrapper.string());
+    return;
+  }
+  std::istringstream text(files::read(wrapper));
+  const std::string declaration = "extern \"C\" void ";
+  std::vector<std::string> names;
+  std::map<std::string, int> calls;  // call sites per kernel
+  std::map<std::string, int> library_calls;
+  for (std::string line; std::getline(text, line);) {
+    if (line.rfind(declaration, 0) == 0 && line.ends_with(");")) {
+      size_t open = line.find('(', declaration.size());
+      names.push_back(line.substr(declaration.size(), open - declaration.size()));
+      continue;
+    }
+    size_t first = line.find_first_not_of(' ');
+    if (first == std::string::npos) continue;
+    std::string_view rest = std::string_view(line).substr(first);
+    if (rest.starts_with("{  // ")) {
+      rest.remove_prefix(6);
+      library_calls[std::string(rest.substr(0, rest.find(' ')))]++;
+      continue;
+    }
+    for (const std::string& name : names) {
+      if (rest.starts_with(name) && rest.size() > name.size() && rest[name.size()] == '(') {
+        calls[name]++;
+      }
+    }
+  }
+  fmt::print("kernels ({}):\n", names.size());
+  for (const std::string& name : names) {
+    int n = calls[name];
+    fmt::print("  {}{}\n", name, n > 1 ? fmt::format(" (called {} times)", n) : "");
+  }
+  std::vector<std::string> library;
+  for (const auto& [kind, n] : library_calls) library.push_back(fmt::format("{} {}", n, kind));
+  if (!library.empty()) fmt::print("library calls: {}\n", fmt::join(library, ", "));
+}
+
 int run_model(const RunArgs& args) {
   graph::Model model = onnx::import_model(args.model);
   driver::CompileOptions options;
   options.dump_dir = args.dump_dir;
+  std::unique_ptr<TempDir> temp_dump;
+  if (args.print_kernels && options.dump_dir.empty()) {
+    temp_dump = std::make_unique<TempDir>();
+    options.dump_dir = temp_dump->path();
+  }
   options.cache_dir = args.cache_dir;
   // Given inputs are read before compiling: small integer ones (shape arguments passed as
   // inputs) are specialized on their values, which the compiled model checks at run time.
@@ -123,6 +198,8 @@ int run_model(const RunArgs& args) {
   fmt::print("compiled {}: {} kernels, {} library calls, {} ({:.2f} s)\n", args.model,
              stats.kernels, stats.extern_calls, stats.cache_hit ? "from the code cache" : "built",
              stats.seconds);
+  if (args.print_kernels) print_kernels(options.dump_dir);
+  temp_dump.reset();
 
   sym::Binding binding;
   for (const std::string& item : args.dims) {
@@ -152,11 +229,29 @@ int run_model(const RunArgs& args) {
                graph::dtype_name(spec.dtype), dims_text(dims));
   }
 
-  auto start = std::chrono::steady_clock::now();
-  std::vector<graph::Tensor> outputs = compiled.run(inputs);
-  double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  fmt::print("ran in {:.3f} ms\n", ms);
+  // Each timed run starts with the previous outputs released, so only the run is timed.
+  auto timed_run = [&](std::vector<graph::Tensor>& outputs) {
+    outputs.clear();
+    auto start = std::chrono::steady_clock::now();
+    outputs = compiled.run(inputs);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  std::vector<graph::Tensor> outputs;
+  double first_ms = timed_run(outputs);
+  if (args.repeat == 0) {
+    fmt::print("ran in {:.3f} ms\n", first_ms);
+  } else {
+    std::vector<double> ms(static_cast<size_t>(args.repeat));
+    for (double& t : ms) t = timed_run(outputs);
+    std::sort(ms.begin(), ms.end());
+    size_t n = ms.size();
+    double median = n % 2 == 1 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+    fmt::print(
+        "first run (warm-up) {:.3f} ms; {} timed runs: min {:.3f} ms, median {:.3f} ms ({} "
+        "OpenMP threads)\n",
+        first_ms, n, ms.front(), median, stats.threads);
+  }
   for (size_t k = 0; k < outputs.size(); ++k) {
     const std::string& name = compiled.outputs()[k].onnx_name;
     fs::path path = fs::path(args.output_dir) / (files::safe_file_name(name) + ".npy");
@@ -171,7 +266,7 @@ int run_model(const RunArgs& args) {
 void add_run_command(CLI::App& app, CommandAction& chosen) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd =
-      app.add_subcommand("run", "Compile a model (or find it in the code cache) and run it once");
+      app.add_subcommand("run", "Compile a model (or find it in the code cache) and run it");
   cmd->add_option("model", args->model, "the ONNX model")->required();
   cmd->add_option("--input", args->inputs, "NAME=FILE (.npy or .pb); inputs not given are random");
   cmd->add_option("--dim", args->dims, "SYMBOL=VALUE for the shapes of random inputs (default 1)");
@@ -181,6 +276,11 @@ void add_run_command(CLI::App& app, CommandAction& chosen) {
   cmd->add_option("--cache-dir", args->cache_dir,
                   "the code cache (default: KILN_CACHE_DIR or ~/.cache/kiln)");
   cmd->add_option("--seed", args->seed, "seed of random inputs");
+  cmd->add_option("--repeat", args->repeat,
+                  "after a warm-up run, run N more times and print the min and median latency")
+      ->check(CLI::Range(0, 1000000));
+  cmd->add_flag("--print-kernels", args->print_kernels,
+                "list the generated kernels (read from the dumped wrapper) and library calls");
   cmd->callback([args, &chosen] { chosen = [args] { return run_model(*args); }; });
 }
 

@@ -7,6 +7,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "lower/constant_fold.h"
 #include "lower/lowering.h"
 #include "support/error.h"
 #include "support/log.h"
@@ -91,6 +92,7 @@ class GraphLowering {
     ctx_.set_node(nullptr);
     bind_outputs();
     simplify_indices(program_);
+    finish_constant_folding(program_);
     prune_unused_constants(program_);
     return std::move(program_);
   }
@@ -176,11 +178,12 @@ class GraphLowering {
     }
   }
 
-  /// Decides whether a freshly lowered value stays lazy (inlined into its users) or is
-  /// materialized now.
+  /// Decides whether a freshly lowered value stays lazy (inlined into its users), is folded into
+  /// a constant (it depends only on constants), or is materialized now.
   TensorValue settle(TensorValue value, const graph::Value& out) {
     check_type(value, out);
     if (value.known || value.known_float) return value;
+    if (std::optional<TensorValue> folded = fold_constant(ctx_, value)) return *folded;
     int uses = use_count(out, graph_);
     int ops = value.body->compute_op_count();
     if (uses > 1 && ops > 0) return ctx_.realize(value, fmt::format("{} users", uses));

@@ -1,0 +1,208 @@
+#!/usr/bin/python3
+"""Writes small models with seeded random weights and inputs, and their expected outputs computed
+here in plain numpy (float64, then rounded to float32), for tests/models/test_models.sh. The
+reference never comes from Kiln or from ONNX Runtime: convolution, batch normalization, pooling,
+Gemm and Softmax are written out below.
+
+Usage: /usr/bin/python3 make_models.py OUT_DIR
+
+Writes, each into its own folder under OUT_DIR:
+  mlp/      x: float32[4, 16] -> y: float32[4, 10]. MatMul + Add + Relu, Gemm (transB) + Relu,
+            Gemm + Softmax. Files: model.onnx, x.npy, y.npy.
+  mlp_dyn/  the same MLP with x: float32[batch, 16]. Files: model.onnx, x_b{1,3,8,0}.npy,
+            y_b{1,3,8,0}.npy.
+  cnn/      x: float32[2, 3, 16, 16] -> y: float32[2, 10]. Conv (bias, pads 1, stride 2),
+            BatchNormalization, Relu, MaxPool 2x2, Conv (bias, pads 1), Relu, GlobalAveragePool,
+            Flatten, Gemm (transB). Files: model.onnx, x.npy, y.npy.
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+SEED = 20240611
+BATCHES = (1, 3, 8, 0)  # 0: an empty batch, which the MLP can take
+
+
+# --- numpy references ----------------------------------------------------------------------------
+
+def conv2d(x, w, b, pads, strides):
+    """x: [N, C, H, W], w: [M, C, KH, KW], b: [M]; pads (top, left, bottom, right)."""
+    n, c, h, wd = x.shape
+    m, c2, kh, kw = w.shape
+    assert c == c2
+    top, left, bottom, right = pads
+    sh, sw = strides
+    xp = np.zeros((n, c, h + top + bottom, wd + left + right), dtype=x.dtype)
+    xp[:, :, top:top + h, left:left + wd] = x
+    oh = (h + top + bottom - kh) // sh + 1
+    ow = (wd + left + right - kw) // sw + 1
+    y = np.zeros((n, m, oh, ow), dtype=np.float64)
+    for i in range(oh):
+        for j in range(ow):
+            patch = xp[:, :, i * sh:i * sh + kh, j * sw:j * sw + kw]  # [N, C, KH, KW]
+            y[:, :, i, j] = np.tensordot(patch, w, axes=([1, 2, 3], [1, 2, 3]))
+    return y + b.reshape(1, m, 1, 1)
+
+
+def batch_norm(x, scale, bias, mean, var, eps):
+    shape = (1, -1, 1, 1)
+    return (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape) \
+        + bias.reshape(shape)
+
+
+def max_pool(x, kernel, stride):
+    n, c, h, w = x.shape
+    oh = (h - kernel) // stride + 1
+    ow = (w - kernel) // stride + 1
+    y = np.empty((n, c, oh, ow), dtype=x.dtype)
+    for i in range(oh):
+        for j in range(ow):
+            y[:, :, i, j] = x[:, :, i * stride:i * stride + kernel,
+                              j * stride:j * stride + kernel].max(axis=(2, 3))
+    return y
+
+
+def relu(x):
+    return np.maximum(x, 0)
+
+
+def softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def f64(*arrays):
+    return [a.astype(np.float64) for a in arrays]
+
+
+# --- models ---------------------------------------------------------------------------------------
+
+def save(model, folder):
+    onnx.checker.check_model(model, full_check=True)
+    os.makedirs(folder, exist_ok=True)
+    onnx.save_model(model, os.path.join(folder, "model.onnx"))
+
+
+def finish(nodes, name, x_shape, y_shape, params):
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+        initializer=[numpy_helper.from_array(v, k) for k, v in params.items()])
+    model = helper.make_model(graph, producer_name="kiln-tests",
+                              opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def mlp_params(rng):
+    def normal(*shape, scale):
+        return (scale * rng.standard_normal(shape)).astype(np.float32)
+    return {
+        "w1": normal(16, 32, scale=0.25), "b1": normal(32, scale=0.1),
+        "w2t": normal(24, 32, scale=0.2), "b2": normal(24, scale=0.1),  # Gemm, transB=1
+        "w3": normal(24, 10, scale=0.3), "b3": normal(10, scale=0.1),
+    }
+
+
+def mlp_model(params, batch):
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["mm1"], name="fc1_matmul"),
+        helper.make_node("Add", ["mm1", "b1"], ["a1"], name="fc1_add"),
+        helper.make_node("Relu", ["a1"], ["h1"], name="fc1_relu"),
+        helper.make_node("Gemm", ["h1", "w2t", "b2"], ["a2"], transB=1, name="fc2_gemm"),
+        helper.make_node("Relu", ["a2"], ["h2"], name="fc2_relu"),
+        helper.make_node("Gemm", ["h2", "w3", "b3"], ["a3"], alpha=1.5, beta=0.5,
+                         name="fc3_gemm"),
+        helper.make_node("Softmax", ["a3"], ["y"], axis=-1, name="softmax"),
+    ]
+    return finish(nodes, "mlp", [batch, 16], [batch, 10], params)
+
+
+def mlp_reference(p, x):
+    x, w1, b1, w2t, b2, w3, b3 = f64(x, p["w1"], p["b1"], p["w2t"], p["b2"], p["w3"], p["b3"])
+    h1 = relu(x @ w1 + b1)
+    h2 = relu(h1 @ w2t.T + b2)
+    return softmax(1.5 * (h2 @ w3) + 0.5 * b3)
+
+
+def cnn_params(rng):
+    def normal(*shape, scale):
+        return (scale * rng.standard_normal(shape)).astype(np.float32)
+    return {
+        "conv1.w": normal(8, 3, 3, 3, scale=0.3), "conv1.b": normal(8, scale=0.1),
+        "bn.scale": (1 + 0.2 * rng.standard_normal(8)).astype(np.float32),
+        "bn.bias": normal(8, scale=0.1),
+        "bn.mean": normal(8, scale=0.1),
+        "bn.var": rng.uniform(0.5, 1.5, 8).astype(np.float32),
+        "conv2.w": normal(16, 8, 3, 3, scale=0.2), "conv2.b": normal(16, scale=0.1),
+        "fc.w": normal(10, 16, scale=0.3), "fc.b": normal(10, scale=0.1),
+    }
+
+
+def cnn_model(params, batch):
+    nodes = [
+        helper.make_node("Conv", ["x", "conv1.w", "conv1.b"], ["c1"], kernel_shape=[3, 3],
+                         pads=[1, 1, 1, 1], strides=[2, 2], name="conv1"),
+        helper.make_node("BatchNormalization",
+                         ["c1", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["n1"],
+                         epsilon=1e-3, name="bn1"),
+        helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2],
+                         name="pool1"),
+        helper.make_node("Conv", ["p1", "conv2.w", "conv2.b"], ["c2"], kernel_shape=[3, 3],
+                         pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["r2"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["f"], axis=1, name="flatten"),
+        helper.make_node("Gemm", ["f", "fc.w", "fc.b"], ["y"], transB=1, name="fc"),
+    ]
+    return finish(nodes, "cnn", [batch, 3, 16, 16], [batch, 10], params)
+
+
+def cnn_reference(p, x):
+    x = x.astype(np.float64)
+    p = {k: v.astype(np.float64) for k, v in p.items()}
+    c1 = conv2d(x, p["conv1.w"], p["conv1.b"], pads=(1, 1, 1, 1), strides=(2, 2))  # [N, 8, 8, 8]
+    n1 = batch_norm(c1, p["bn.scale"], p["bn.bias"], p["bn.mean"], p["bn.var"], 1e-3)
+    p1 = max_pool(relu(n1), kernel=2, stride=2)  # [N, 8, 4, 4]
+    c2 = conv2d(p1, p["conv2.w"], p["conv2.b"], pads=(1, 1, 1, 1), strides=(1, 1))
+    g = relu(c2).mean(axis=(2, 3))  # GlobalAveragePool + Flatten: [N, 16]
+    return g @ p["fc.w"].T + p["fc.b"]
+
+
+def write(folder, name, array):
+    np.save(os.path.join(folder, name), array.astype(np.float32))
+
+
+def main(out):
+    rng = np.random.default_rng(SEED)
+
+    params = mlp_params(rng)
+    folder = os.path.join(out, "mlp")
+    save(mlp_model(params, 4), folder)
+    x = rng.uniform(-2, 2, (4, 16)).astype(np.float32)
+    write(folder, "x.npy", x)
+    write(folder, "y.npy", mlp_reference(params, x))
+
+    folder = os.path.join(out, "mlp_dyn")
+    save(mlp_model(params, "batch"), folder)
+    for batch in BATCHES:
+        x = rng.uniform(-2, 2, (batch, 16)).astype(np.float32)
+        write(folder, f"x_b{batch}.npy", x)
+        write(folder, f"y_b{batch}.npy", mlp_reference(params, x))
+
+    params = cnn_params(rng)
+    folder = os.path.join(out, "cnn")
+    save(cnn_model(params, 2), folder)
+    x = rng.uniform(-1, 1, (2, 3, 16, 16)).astype(np.float32)
+    write(folder, "x.npy", x)
+    write(folder, "y.npy", cnn_reference(params, x))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    main(sys.argv[1])

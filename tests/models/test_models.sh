@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# End-to-end models against numpy: make_models.py writes an MLP (MatMul/Add/Relu, Gemm, Softmax),
+# the same MLP with a dynamic batch (run at batch 1, 3, 8 and 0), and a small CNN (Conv with
+# bias, pads and stride, BatchNormalization, Relu, MaxPool, Conv, GlobalAveragePool, Flatten,
+# Gemm), with seeded weights, inputs and expected outputs computed in numpy. Each is compiled and
+# run with `kiln run` into a fresh code cache, and compare.py checks the output's dtype, shape and
+# values (float32 tolerance rtol 1e-4, atol 1e-5: |actual - expected| <= 1e-5 + 1e-4 * |expected|).
+# Arguments: $1 = kiln binary, $2 = scratch directory.
+set -uo pipefail
+KILN="$1"
+SCRATCH="$2"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PYTHON=/usr/bin/python3  # Debian's python3 with python3-onnx and numpy, not a pyenv one
+CACHE="$SCRATCH/cache"
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH"
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+"$PYTHON" "$HERE/make_models.py" "$SCRATCH/models" || fail "make_models.py failed"
+
+# run_case NAME MODEL INPUT EXPECTED: runs kiln on one input and compares output y.
+run_case() {
+  local name="$1" model="$2" input="$3" expected="$4"
+  local out="$SCRATCH/out/$name"
+  mkdir -p "$out"
+  echo "== $name"
+  "$KILN" run "$model" --input "x=$input" --output-dir "$out" --cache-dir "$CACHE" \
+    >"$out/stdout" 2>"$out/stderr"
+  local status=$?
+  cat "$out/stdout" "$out/stderr"
+  [ "$status" -eq 0 ] || fail "$name: kiln run exited $status"
+  [ -f "$out/y.npy" ] || fail "$name: no output y.npy"
+  "$PYTHON" "$HERE/compare.py" "$expected" "$out/y.npy" || fail "$name: output differs from numpy"
+}
+
+M="$SCRATCH/models"
+run_case mlp "$M/mlp/model.onnx" "$M/mlp/x.npy" "$M/mlp/y.npy"
+run_case cnn "$M/cnn/model.onnx" "$M/cnn/x.npy" "$M/cnn/y.npy"
+for b in 1 3 8 0; do
+  run_case "mlp_dyn_b$b" "$M/mlp_dyn/model.onnx" "$M/mlp_dyn/x_b$b.npy" "$M/mlp_dyn/y_b$b.npy"
+done
+
+# The dynamic-batch model is one compile: batches 3, 8 and 0 reuse the library built for batch 1.
+for b in 3 8 0; do
+  grep -q "from the code cache" "$SCRATCH/out/mlp_dyn_b$b/stdout" ||
+    fail "mlp_dyn_b$b: expected the dynamic-batch model to come from the code cache"
+done
+
+# The comparison can fail: the batch-3 output against batch 8's expected values (a shape
+# mismatch) and against the MLP's expected values perturbed beyond the tolerance.
+"$PYTHON" "$HERE/compare.py" "$M/mlp_dyn/y_b8.npy" "$SCRATCH/out/mlp_dyn_b3/y.npy" >/dev/null &&
+  fail "compare.py accepted a shape mismatch"
+"$PYTHON" -c "import numpy as np, sys; y = np.load(sys.argv[1]); y[1, 2] += 1e-3; \
+np.save(sys.argv[2], y)" "$M/mlp/y.npy" "$SCRATCH/perturbed.npy" || fail "could not perturb"
+"$PYTHON" "$HERE/compare.py" "$SCRATCH/perturbed.npy" "$SCRATCH/out/mlp/y.npy" >/dev/null &&
+  fail "compare.py accepted a value off by 1e-3"
+echo ok

@@ -116,7 +116,10 @@ CompiledModel compile(const graph::Model& model, const CompileOptions& options) 
   CompiledModel compiled;
   compiled.library_ = std::make_unique<codecache::LoadedLibrary>(library_path);
   compiled.run_ = compiled.library_->symbol<CompiledModel::RunFn>("kiln_run");
-  compiled.free_ = compiled.library_->symbol<void(void*)>("kiln_free");
+  void* state = compiled.library_->symbol<void*()>("kiln_create_state")();
+  if (state == nullptr)
+    internal_error("{}: cannot create the model's state", library_path.string());
+  compiled.state_ = {state, compiled.library_->symbol<void(void*)>("kiln_destroy_state")};
   for (const std::string& name : source.constants) {
     const ir::Buffer* buffer = program.find(name);
     compiled.constants_.push_back(buffer->constant);

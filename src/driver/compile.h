@@ -59,9 +59,11 @@ class CompiledModel {
   friend CompiledModel compile(const graph::Model& model, const CompileOptions& options);
   CompiledModel() = default;
   std::unique_ptr<codecache::LoadedLibrary> library_;
-  using RunFn = int(const void*, void*, const void* const*, char*, int64_t);
+  using RunFn = int(const void*, void*, const void* const*, void*, char*, int64_t);
   RunFn* run_ = nullptr;
-  void (*free_)(void*) = nullptr;
+  /// The library's per-model state (kiln_create_state); declared after library_ so that it is
+  /// destroyed while the library is still loaded.
+  std::unique_ptr<void, void (*)(void*)> state_{nullptr, nullptr};
   std::vector<std::shared_ptr<const graph::Tensor>> constants_;
   std::vector<const void*> constant_ptrs_;
   std::vector<ir::InputSpec> inputs_;

@@ -25,7 +25,8 @@ std::vector<graph::Tensor> CompiledModel::run(const std::vector<graph::Tensor>& 
   }
   std::vector<kiln_rt::TensorArg> out(outputs_.size());
   char error[1024] = "";
-  int status = run_(in.data(), out.data(), constant_ptrs_.data(), error, sizeof(error));
+  int status =
+      run_(in.data(), out.data(), constant_ptrs_.data(), state_.get(), error, sizeof(error));
   if (status == 2) throw UserError(error);
   if (status != 0) internal_error("the compiled model failed: {}", error);
 
@@ -35,7 +36,9 @@ std::vector<graph::Tensor> CompiledModel::run(const std::vector<graph::Tensor>& 
     auto dtype = static_cast<graph::DType>(out[k].dtype);
     int64_t numel = 1;
     for (int64_t d : dims) numel *= d;
-    auto owner = std::shared_ptr<void>(out[k].data, free_);
+    // Outputs come from the library's malloc-based workspace, the process's one heap: freeing
+    // them needs no call into the library, which may be unloaded before they are.
+    auto owner = std::shared_ptr<void>(out[k].data, std::free);
     results.emplace_back(dtype, std::move(dims), owner, out[k].data,
                          static_cast<size_t>(numel * graph::dtype_size(dtype)));
   }

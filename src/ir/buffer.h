@@ -119,6 +119,15 @@ struct IndexCheck {
   std::string node;  // "node 'g' (Gather)" for the message
 };
 
+/// A run-time check that a reduction without an identity (ArgMax, ArgMin) never reduces an empty
+/// axis into a non-empty output: when `outputs` > 0, `extent` must be > 0.
+struct ExtentCheck {
+  std::string buffer;  // the reduction's buffer: the check goes when it is pruned
+  sym::Expr extent;    // elements reduced into each output
+  sym::Expr outputs;   // elements of the output
+  std::string node;    // "node 'a' (ArgMax)" for the message
+};
+
 /// A run-time check that a specialized input still holds the values the compile assumed.
 struct ValueGuard {
   std::string buffer;
@@ -132,6 +141,7 @@ struct Program {
   std::vector<InputSpec> inputs;
   std::vector<OutputSpec> outputs;
   std::vector<IndexCheck> index_checks;
+  std::vector<ExtentCheck> extent_checks;
   std::vector<ValueGuard> value_guards;
   /// Facts about size symbols (e.g. from Reshape: s0 * 4 == 16 * s1) known when lowering.
   sym::Analyzer analyzer;

@@ -475,6 +475,15 @@ graph::Tensor read_output(const OutputSpec& spec, const Program& program, const 
 std::map<std::string, graph::Tensor> interpret(
     const Program& program, const std::map<std::string, graph::Tensor>& inputs_by_onnx_name) {
   sym::Binding binding = bind_sizes(program, inputs_by_onnx_name);
+  for (const ExtentCheck& check : program.extent_checks) {
+    int64_t outputs = sym::evaluate(check.outputs, binding);
+    if (sym::evaluate(check.extent, binding) == 0 && outputs > 0) {
+      user_error(
+          "{}: the reduced axis is empty (size 0), so there is no index to return for {} "
+          "outputs",
+          check.node, outputs);
+    }
+  }
   Storages storages;
   for (const auto& buffer : program.buffers) {
     evaluate_buffer(*buffer, program, inputs_by_onnx_name, storages, binding);

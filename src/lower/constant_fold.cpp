@@ -277,6 +277,8 @@ void prune_unreachable_buffers(ir::Program& program) {
                 [&](const std::unique_ptr<ir::Buffer>& b) { return dead.count(b->name) > 0; });
   std::erase_if(program.index_checks,
                 [&](const ir::IndexCheck& c) { return dead.count(c.buffer) > 0; });
+  std::erase_if(program.extent_checks,
+                [&](const ir::ExtentCheck& c) { return dead.count(c.buffer) > 0; });
 }
 
 }  // namespace kiln::lower

@@ -247,7 +247,21 @@ std::vector<TensorValue> lower_arg(LoweringContext& ctx, const graph::Node& node
       make_plan(x.shape, axes_mask(ctx, {axis}, x.rank()), node.attr_int("keepdims", 1) != 0);
   bool select_last = node.opset() >= 12 && node.attr_int("select_last_index", 0) != 0;
   ReductionType type = node.op_type() == "ArgMax" ? ReductionType::kArgMax : ReductionType::kArgMin;
-  return {arg_reduction(ctx, x, plan, type, select_last)};
+  // An empty axis has no index to return (ONNX defines none): refused now when the sizes are
+  // known, else checked by the wrapper once they are bound.
+  Expr extent = x.shape[static_cast<size_t>(axis)];
+  Expr outputs = sym::product(plan.out_shape);
+  std::optional<int64_t> known_extent = extent.as_integer(), known_outputs = outputs.as_integer();
+  if (known_extent && known_outputs && *known_extent == 0 && *known_outputs > 0) {
+    ctx.fail(
+        fmt::format("the reduced axis {} is empty (size 0): there is no index to return", axis));
+  }
+  TensorValue result = arg_reduction(ctx, x, plan, type, select_last);
+  if (!known_extent || !known_outputs) {
+    ctx.program().extent_checks.push_back(
+        {*ctx.as_buffer(result), extent, outputs, node.describe()});
+  }
+  return {result};
 }
 
 // --- Softmax / LogSoftmax ------------------------------------------------------------------------

@@ -170,6 +170,15 @@ inline void check_indices(const T* indices, int64_t count, int64_t size, const c
   }
 }
 
+/// Checks that a reduction without an identity (ArgMax, ArgMin) has something to reduce: an empty
+/// axis has no answer unless the output is empty too.
+inline void check_extent(int64_t extent, int64_t outputs, const char* node) {
+  if (extent == 0 && outputs > 0) {
+    fail("%s: the reduced axis is empty (size 0), so there is no index to return for %lld outputs",
+         node, static_cast<long long>(outputs));
+  }
+}
+
 /// Checks that an input the model was specialized on (a shape argument given as an input) still
 /// holds the values it was compiled for.
 template <typename T>

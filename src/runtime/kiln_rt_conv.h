@@ -1,8 +1,8 @@
 #pragma once
 // Kiln runtime: convolution through oneDNN (float32) and a direct loop (float64, which oneDNN
 // lacks). Extern kernel "conv": out[N, M, O...] = conv(X[N, C, D...], W[M, C/group, K...]) + B[M].
-// Each call site owns a ConvSite that caches the oneDNN primitive for the last shapes it saw, so
-// repeated runs at the same shapes pay for primitive creation once.
+// Each call site owns a ConvSite that caches the oneDNN primitive (and its own scratchpad) for the
+// last shapes it saw, so repeated runs at the same shapes pay for primitive creation once.
 
 #include <mutex>
 #include <unordered_map>
@@ -90,6 +90,7 @@ class ConvSite {
     if (bias != nullptr) {
       args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_md_, engine_, const_cast<float*>(bias)));
     }
+    args.emplace(DNNL_ARG_SCRATCHPAD, scratchpad_);
     primitive_.execute(stream_, args);
     stream_.wait();
   }
@@ -133,8 +134,9 @@ class ConvSite {
                     : dnnl::convolution_forward::desc(
                           dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                           src_md_, any_w_md, dst_md_, strides, dilates, pad_l, pad_r);
-    dnnl::convolution_forward::primitive_desc pd(desc, engine_);
+    dnnl::convolution_forward::primitive_desc pd(desc, user_scratchpad(), engine_);
     primitive_ = dnnl::convolution_forward(pd);
+    scratchpad_ = dnnl::memory(pd.scratchpad_desc(), engine_);
     user_w_md_ = user_w_md;
     weights_ = dnnl::memory(pd.weights_desc(), engine_);
     params_ = p;
@@ -145,9 +147,23 @@ class ConvSite {
   /// Reorders the weights into the layout the primitive prefers.
   void reorder_weights(const float* w) {
     dnnl::memory user_w(user_w_md_, engine_, const_cast<float*>(w));
-    dnnl::reorder(user_w, weights_).execute(stream_, user_w, weights_);
+    dnnl::reorder::primitive_desc pd(user_w, weights_, user_scratchpad());
+    dnnl::memory scratchpad(pd.scratchpad_desc(), engine_);
+    dnnl::reorder(pd).execute(
+        stream_,
+        {{DNNL_ARG_FROM, user_w}, {DNNL_ARG_TO, weights_}, {DNNL_ARG_SCRATCHPAD, scratchpad}});
     stream_.wait();
     weights_src_ = w;
+  }
+
+  /// oneDNN's default scratchpad is one buffer shared by every primitive of the process, which
+  /// makes a primitive unsafe to run from a thread other than the one that created it (Debian
+  /// builds oneDNN without DNNL_ENABLE_CONCURRENT_EXEC). A site is called from whichever thread
+  /// runs the model, so each primitive gets its own scratchpad (the site's mutex serializes it).
+  static dnnl::primitive_attr user_scratchpad() {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return attr;
   }
 
   std::mutex mutex_;
@@ -159,6 +175,7 @@ class ConvSite {
   const float* weights_src_ = nullptr;
   dnnl::memory::desc src_md_, dst_md_, bias_md_, user_w_md_;
   dnnl::memory weights_;
+  dnnl::memory scratchpad_;
   dnnl::convolution_forward primitive_;
 };
 #endif

@@ -3,7 +3,6 @@
 # axis is empty (numpy raises, ONNX defines none), so `kiln run` should exit 2 naming the node
 # rather than return an index. Models that can take an empty batch are run in
 # tests/models/test_models.sh (the MLP at batch 0) and test_run_gather_index.sh (no indices).
-# Disabled in tests/CMakeLists.txt while Kiln returns -1 for every column (exit 0).
 source "$(dirname "$0")/run_lib.sh"
 run_model argmax "$SCRATCH/m.onnx"  # y = ArgMax(x float32[batch, 4], axis=0, keepdims=0)
 make_array "$SCRATCH/x.npy" "np.array([[0, 5, 1, 2], [3, 1, 1, 7], [1, 2, 9, 0]], np.float32)"

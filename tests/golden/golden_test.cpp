@@ -137,6 +137,12 @@ struct Dump {
   }
 };
 
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& name : names) s += (s.empty() ? "" : ", ") + name;
+  return s;
+}
+
 struct Compiled {
   driver::CompiledModel model;
   Dump dump;
@@ -398,5 +404,32 @@ TEST(Golden, CompilesAreDeterministicAndCached) {
   }
 }
 
+// 7. Identical kernels are emitted once. Two identical, independent pointwise chains on two
+// inputs of the same shape: either the scheduler fuses them horizontally into one kernel, or the
+// wrapper calls one kernel function twice and 5_kernels*.cpp defines it once. In the 10-block
+// MatMul chain, the nine in-place Add+Relu kernels are one function and the last block's (which
+// writes the output) another.
+TEST(Golden, IdenticalKernelsAreEmittedOnce) {
+  fs::path dir = scratch("identical-kernels");
+  Compiled c = compile_dumped(make_model("twin_chains", dir), dir);
+  std::vector<std::string> defs = c.dump.kernel_definitions();
+  EXPECT_EQ(defs.size(), 1u) << "kernels defined: " << joined(defs);
+  EXPECT_EQ(c.model.stats().kernels, 1);
+  if (defs.size() == 1 && c.dump.plan_calls().size() == 1) {
+    EXPECT_EQ(c.dump.wrapper_calls(defs[0]), 1) << "fused horizontally:\n" << c.dump.wrapper;
+  } else if (defs.size() == 1) {
+    EXPECT_EQ(c.dump.plan_calls().size(), 2u) << c.dump.plan;
+    EXPECT_EQ(c.dump.wrapper_calls(defs[0]), 2) << c.dump.wrapper;
+  }
+
+  Compiled chain = compile_dumped(make_model("matmul_chain", dir), dir, "dump-chain");
+  std::vector<std::string> chain_defs = chain.dump.kernel_definitions();
+  EXPECT_EQ(chain_defs.size(), 2u) << "kernels defined: " << joined(chain_defs);
+  EXPECT_EQ(chain.model.stats().kernels, 2);
+  if (chain_defs.size() == 2) {
+    EXPECT_EQ(chain.dump.wrapper_calls(chain_defs[0]), 9) << chain.dump.wrapper;
+    EXPECT_EQ(chain.dump.wrapper_calls(chain_defs[1]), 1) << chain.dump.wrapper;
+  }
+}
 }  // namespace
 }  // namespace kiln

@@ -25,9 +25,12 @@ struct KernelArg {
 /// sizes are `int64_t`.
 struct GeneratedKernel {
   std::string name;
-  std::string source;  // the function definition (no includes)
+  std::string comment;     // "// name: group" and the ONNX nodes and buffers it covers
+  std::string definition;  // the function definition (no includes)
   std::vector<KernelArg> args;
-  std::vector<std::string> onnx_nodes;  // "name (Op)" covered, also in a comment in `source`
+  std::vector<std::string> onnx_nodes;  // "name (Op)" covered, also in `comment`
+
+  std::string source() const { return comment + definition; }
 };
 
 }  // namespace kiln::codegen

@@ -390,13 +390,14 @@ GeneratedKernel CppKernelBuilder::build() {
   } else {
     emit_pointwise(body);
   }
-  IndentedBuffer out;
-  out.linef("// {}: {}", item_.name, group_.str());
-  for (const std::string& node : item_.onnx_nodes) out.linef("//   ONNX node {}", node);
+  IndentedBuffer comment;
+  comment.linef("// {}: {}", item_.name, group_.str());
+  for (const std::string& node : item_.onnx_nodes) comment.linef("//   ONNX node {}", node);
   for (const sched::KernelMember& m : item_.members) {
     bool local = contains(item_.kernel_local, m.buffer->name);
-    out.linef("//   buffer {}{}", m.buffer->name, local ? " (kernel-local)" : "");
+    comment.linef("//   buffer {}{}", m.buffer->name, local ? " (kernel-local)" : "");
   }
+  IndentedBuffer out;
   out.line(signature() + " {");
   {
     auto _ = out.scope();
@@ -405,10 +406,11 @@ GeneratedKernel CppKernelBuilder::build() {
   out.line("}");
   GeneratedKernel kernel;
   kernel.name = item_.name;
-  kernel.source = out.str();
+  kernel.comment = comment.str();
+  kernel.definition = out.str();
   kernel.args = args_;
   kernel.onnx_nodes = item_.onnx_nodes;
-  log::write(log::Category::kOutputCode, "kernel {}:\n{}", kernel.name, kernel.source);
+  log::write(log::Category::kOutputCode, "kernel {}:\n{}", kernel.name, kernel.source());
   return kernel;
 }
 

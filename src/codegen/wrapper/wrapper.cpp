@@ -73,17 +73,25 @@ class WrapperWriter {
   }
 
  private:
-  /// Identical kernel bodies (up to their name) are emitted once.
+  /// Identical kernel definitions (up to their name) are emitted once, under the first one's
+  /// name; the kernels that call it instead are named in its comment.
   void dedupe_kernels() {
-    std::map<std::string, std::string> by_source;
+    std::map<std::string, std::string> by_definition;
     for (const GeneratedKernel& k : kernels_) {
-      std::string normalized = k.source;
+      std::string normalized = k.definition;
       for (size_t pos = 0; (pos = normalized.find(k.name, pos)) != std::string::npos;) {
         normalized.replace(pos, k.name.size(), "KERNEL");
       }
-      auto [it, fresh] = by_source.emplace(normalized, k.name);
+      auto [it, fresh] = by_definition.emplace(normalized, k.name);
       canonical_[k.name] = it->second;
-      if (fresh) unique_.push_back(&k);
+      if (fresh) {
+        unique_.push_back(&k);
+      } else {
+        std::string& also = also_called_for_[it->second];
+        also += fmt::format("//   also called for {}:", k.name);
+        for (const std::string& node : k.onnx_nodes) also += " " + node;
+        also += "\n";
+      }
     }
     result_.kernel_count = static_cast<int>(unique_.size());
   }
@@ -95,6 +103,14 @@ class WrapperWriter {
     if (result_.uses_dnnl) {
       out.line("#define KILN_RT_WITH_DNNL 1");
       out.line("#include \"kiln_rt_conv.h\"");
+    }
+    out.line("");
+    out.line("// What library calls keep between runs (oneDNN primitives and reordered weights),");
+    out.line("// owned by one loaded model: kiln_create_state / kiln_destroy_state.");
+    if (conv_sites_ == 0) {
+      out.line("struct ModelState {};");
+    } else {
+      out.linef("struct ModelState {{ kiln_rt::ConvSite conv[{}]; }};", conv_sites_);
     }
     out.line("");
     for (const GeneratedKernel* k : unique_) {
@@ -112,12 +128,14 @@ class WrapperWriter {
 
   void write_run_impl(IndentedBuffer& out) {
     out.line("static void run_impl(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,");
-    out.line("                     const void* const* constants) {");
+    out.line("                     const void* const* constants, ModelState& state) {");
     {
       auto _ = out.scope();
       out.line("kiln_rt::Workspace ws;");
+      out.line("(void)state;");
       bind_inputs(out);
       guard_values(out);
+      check_extents(out);
       bind_constants(out);
       for (size_t i = 0; i < schedule_.items.size(); ++i) write_item(out, i);
       write_outputs(out);
@@ -163,6 +181,14 @@ class WrapperWriter {
                   quoted(guard.onnx_name));
       }
       out.line("}");
+    }
+  }
+
+  /// Empty reductions without an identity are refused once the sizes are bound.
+  void check_extents(IndentedBuffer& out) {
+    for (const ir::ExtentCheck& check : program_.extent_checks) {
+      out.linef("kiln_rt::check_extent({}, {}, {});", cexpr(check.extent), cexpr(check.outputs),
+                quoted(check.node));
     }
   }
 
@@ -292,9 +318,8 @@ class WrapperWriter {
     if (buffer.dtype == DType::kFloat32) {
       const ir::Buffer* wb = program_.find(w.buffer);
       bool constant = wb != nullptr && wb->kind == ir::BufferKind::kConstant;
-      out.linef("static kiln_rt::ConvSite site;");
-      out.linef("site.run(p, {}, {}, {}, {}, {});", xp, wp, bp, buffer.name,
-                constant ? "true" : "false");
+      out.linef("state.conv[{}].run(p, {}, {}, {}, {}, {});", conv_sites_++, xp, wp, bp,
+                buffer.name, constant ? "true" : "false");
     } else {
       out.linef("kiln_rt::conv_direct<{}>(p, {}, {}, {}, {});", t, xp, wp, bp, buffer.name);
     }
@@ -322,15 +347,20 @@ class WrapperWriter {
 
   void write_entry_points(IndentedBuffer& out) {
     out.lines(
-        R"(extern "C" int kiln_run(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,
-                        const void* const* constants, char* error, int64_t error_size) {
+        R"(extern "C" void* kiln_create_state() { return new (std::nothrow) ModelState(); }
+
+extern "C" void kiln_destroy_state(void* state) { delete static_cast<ModelState*>(state); }
+
+extern "C" int kiln_run(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,
+                        const void* const* constants, void* state, char* error,
+                        int64_t error_size) {
     auto report = [&](const char* message) {
         if (error != nullptr && error_size > 0) {
             std::snprintf(error, static_cast<size_t>(error_size), "%s", message);
         }
     };
     try {
-        run_impl(inputs, outputs, constants);
+        run_impl(inputs, outputs, constants, *static_cast<ModelState*>(state));
         return 0;
     } catch (const kiln_rt::Error& e) {
         report(e.what());
@@ -353,8 +383,12 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
       unit.line("// Generated by Kiln: kernels. Do not edit.");
       unit.lines(prelude);
       for (size_t k = start; k < std::min(unique_.size(), start + kKernelsPerUnit); ++k) {
+        const GeneratedKernel& kernel = *unique_[k];
         unit.line("");
-        unit.lines(unique_[k]->source);
+        unit.lines(kernel.comment);
+        auto also = also_called_for_.find(kernel.name);
+        if (also != also_called_for_.end()) unit.lines(also->second);
+        unit.lines(kernel.definition);
       }
       result_.units.emplace_back(fmt::format("kernels{}.cpp", start / kKernelsPerUnit), unit.str());
     }
@@ -376,7 +410,9 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
   const std::vector<GeneratedKernel>& kernels_;
   std::set<std::string> outputs_;
   std::set<std::string> checked_;
-  std::map<std::string, std::string> canonical_;
+  int conv_sites_ = 0;  // oneDNN convolution call sites, each with its state in ModelState
+  std::map<std::string, std::string> canonical_;        // kernel -> the kernel emitted for it
+  std::map<std::string, std::string> also_called_for_;  // emitted kernel -> comment lines
   std::vector<const GeneratedKernel*> unique_;
   WrapperSource result_;
 };

@@ -4,12 +4,18 @@
 /// assumed, allocates, frees and reuses intermediates by the memory plan, checks index tensors,
 /// calls the kernels and library functions in schedule order, and returns the outputs.
 ///
-/// The generated entry point (C calling convention, no exception crosses it):
+/// The generated entry points (C calling convention, no exception crosses them):
+///   extern "C" void* kiln_create_state();          // per loaded model, nullptr when out of memory
+///   extern "C" void kiln_destroy_state(void* state);
 ///   extern "C" int kiln_run(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,
-///                           const void* const* constants, char* error, int64_t error_size);
-/// returns 0, or 2 for a bad input (message in `error`), 3 for an internal failure. Outputs are
-/// allocated by the model and released with kiln_free(). `constants` holds the data of every
-/// constant buffer in Program order (WrapperSource::constants).
+///                           const void* const* constants, void* state, char* error,
+///                           int64_t error_size);
+/// kiln_run returns 0, or 2 for a bad input (message in `error`), 3 for an internal failure.
+/// The state holds what library calls cache between runs (oneDNN primitives and weights
+/// reordered for them), so two models that share the library never share it. Outputs are
+/// allocated with the C heap by the model and released with free() (or kiln_free()).
+/// `constants` holds the data of every constant buffer in Program order
+/// (WrapperSource::constants).
 
 #include <string>
 #include <vector>

@@ -398,8 +398,8 @@ TEST(CppKernel, OutputIsDeterministic) {
   sched::Schedule s2 = sched::schedule(prog, CppBackend());
   ASSERT_EQ(s1.items.size(), s2.items.size());
   for (size_t k = 0; k < s1.items.size(); ++k) {
-    EXPECT_EQ(generate_cpp_kernel(s1.items[k], prog).source,
-              generate_cpp_kernel(s2.items[k], prog).source);
+    EXPECT_EQ(generate_cpp_kernel(s1.items[k], prog).source(),
+              generate_cpp_kernel(s2.items[k], prog).source());
   }
 }
 

@@ -67,8 +67,8 @@ class CompiledProgram {
     symbols_.assign(symbols.begin(), symbols.end());
     source = codegen::cpp_kernel_prelude();
     for (const auto& k : kernels) {
-      source += "\n" + k.source;
-      kernel_sources.push_back(k.source);
+      source += "\n" + k.source();
+      kernel_sources.push_back(k.source());
       calls += "  " + call(k) + ";\n";
     }
     source +=

@@ -4,7 +4,9 @@
 // and results match plain C++ loops. Also run-time errors through the API: wrong shapes and
 // dtypes, a wrong input count, inputs disagreeing on a symbol, and out-of-range Gather indices
 // (UserError naming the input or node). Every test compiles into its own fresh code cache under the
-// build tree.
+// build tree. Last, per-model library state: two models that differ only in their Conv weights
+// share one compiled library, yet each runs with its own weights, also alternately, concurrently
+// and after the other was destroyed.
 
 #include <gtest/gtest.h>
 
@@ -12,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "driver/compile.h"
@@ -317,6 +320,83 @@ TEST(RunErrors, OutOfRangeGatherIndexNamesTheNode) {
   EXPECT_EQ(out[0].dims(), (std::vector<int64_t>{4, 2}));
   auto v = out[0].values<float>();
   EXPECT_EQ(std::vector<float>(v.begin(), v.end()), (std::vector<float>{8, 9, 0, 1, 8, 9, 4, 5}));
+}
+
+// --- Per-model library state ------------------------------------------------------------------
+
+constexpr int64_t kConvIn = 2, kConvOut = 3, kConvSize = 6, kConvK = 3;
+
+/// y = Conv(x float32[1, 2, 6, 6], W [3, 2, 3, 3] (weights from `salt`), pads 1): [1, 3, 6, 6].
+graph::Model conv_model(int64_t salt) {
+  ModelBuilder m;
+  Value* x = m.input("x", DType::kFloat32, {1, kConvIn, kConvSize, kConvSize});
+  Value* w = m.constant(float_tensor({kConvOut, kConvIn, kConvK, kConvK}, salt));
+  m.output(m.op("Conv", {x, w}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}, "conv"));
+  return std::move(m.model);
+}
+
+std::vector<float> conv_reference(const Tensor& x, int64_t salt) {
+  Tensor w = float_tensor({kConvOut, kConvIn, kConvK, kConvK}, salt);
+  auto xs = x.values<float>();
+  auto ws = w.values<float>();
+  std::vector<float> out;
+  for (int64_t o = 0; o < kConvOut; ++o) {
+    for (int64_t i = 0; i < kConvSize; ++i) {
+      for (int64_t j = 0; j < kConvSize; ++j) {
+        double acc = 0;
+        for (int64_t c = 0; c < kConvIn; ++c) {
+          for (int64_t ki = 0; ki < kConvK; ++ki) {
+            for (int64_t kj = 0; kj < kConvK; ++kj) {
+              int64_t ii = i + ki - 1, jj = j + kj - 1;
+              if (ii < 0 || ii >= kConvSize || jj < 0 || jj >= kConvSize) continue;
+              acc += double{xs[(c * kConvSize + ii) * kConvSize + jj]} *
+                     ws[((o * kConvIn + c) * kConvK + ki) * kConvK + kj];
+            }
+          }
+        }
+        out.push_back(static_cast<float>(acc));
+      }
+    }
+  }
+  return out;
+}
+
+TEST(ModelState, ModelsSharingALibraryKeepTheirOwnWeights) {
+  CompileOptions options = options_with_fresh_cache();
+  Tensor x = float_tensor({1, kConvIn, kConvSize, kConvSize}, 1);
+  CompiledModel a = compile(conv_model(5), options);
+  CompiledModel b = compile(conv_model(6), options);
+  EXPECT_TRUE(b.stats().cache_hit) << "the two models should share one library";
+  for (int round = 0; round < 2; ++round) {
+    expect_close(a.run({x})[0], conv_reference(x, 5), "a");
+    expect_close(b.run({x})[0], conv_reference(x, 6), "b");
+  }
+  // Concurrent runs of both, from threads other than the ones that created them.
+  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> last(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      const CompiledModel& model = t % 2 ? b : a;
+      for (int k = 0; k < 20; ++k) {
+        Tensor y = model.run({x})[0];
+        auto v = y.values<float>();
+        last[t].assign(v.begin(), v.end());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int t = 0; t < 4; ++t) {
+    std::vector<float> want = conv_reference(x, t % 2 ? 6 : 5);
+    ASSERT_EQ(last[t].size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(last[t][i], want[i], 1e-5 + 1e-4 * std::abs(want[i])) << "thread " << t;
+    }
+  }
+  // A model compiled after another was destroyed may get its weights at the same address.
+  for (int64_t salt : {7, 8, 9}) {
+    CompiledModel c = compile(conv_model(salt), options);
+    expect_close(c.run({x})[0], conv_reference(x, salt), "salt " + std::to_string(salt));
+  }
 }
 
 }  // namespace

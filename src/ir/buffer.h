@@ -116,7 +116,8 @@ struct OutputSpec {
 struct IndexCheck {
   std::string buffer;
   sym::Expr size;
-  std::string node;  // "node 'g' (Gather)" for the message
+  std::string node;                // "node 'g' (Gather)" for the message
+  std::optional<int64_t> ignored;  // a value also allowed (a loss's ignore_index)
 };
 
 /// A run-time check that a reduction without an identity (ArgMax, ArgMin) never reduces an empty
@@ -132,7 +133,7 @@ struct ExtentCheck {
 struct ValueGuard {
   std::string buffer;
   std::string onnx_name;
-  std::vector<int64_t> values;
+  std::vector<double> values;  // integers, bools (0/1) or one floating scalar
 };
 
 /// The result of lowering: buffers in dependency order, the model's inputs and outputs.

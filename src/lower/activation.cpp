@@ -179,9 +179,15 @@ std::vector<TensorValue> lower_is_inf(LoweringContext& ctx, const graph::Node& n
 std::vector<TensorValue> lower_prelu(LoweringContext& ctx, const graph::Node& node,
                                      const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "X");
-  const TensorValue& slope = required_input(ctx, inputs, 1, "slope");
+  TensorValue slope = required_input(ctx, inputs, 1, "slope");
   require_dtype(ctx, x.dtype, node.opset() >= 9 ? kSignedNumbers : kFloats, "input X");
   common_dtype(ctx, {&x, &slope});
+  // Before opset 7 a 1-D slope holds one value per channel (dim 1), not a broadcast operand.
+  if (node.opset() < 7 && slope.rank() == 1 && x.rank() > 2 && slope.shape[0] != Expr(1)) {
+    std::vector<Expr> per_channel(x.rank() - 1, Expr(1));
+    per_channel[0] = slope.shape[0];
+    slope = reshape_view(ctx, slope, per_channel);
+  }
   std::vector<Expr> shape = ctx.broadcast_shapes({x.shape, slope.shape});
   if (shape != x.shape) ctx.fail("slope must broadcast to the shape of X (unidirectionally)");
   return {

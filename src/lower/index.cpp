@@ -24,10 +24,10 @@ namespace {
 
 constexpr int64_t kMaxKnownElements = 4096;
 
-/// Makes sure every index in `indices` lies in [-size, size): at compile time when the indices
-/// and size are static, otherwise by an ir::IndexCheck the wrapper runs before any kernel.
-/// Returns the value to read the indices from (realized when checked at run time).
-TensorValue checked_indices(LoweringContext& ctx, const TensorValue& indices, const Expr& size) {
+}  // namespace
+
+TensorValue checked_indices(LoweringContext& ctx, const TensorValue& indices, const Expr& size,
+                            std::optional<int64_t> ignored) {
   if (!graph::is_integer(indices.dtype)) {
     ctx.fail("expected integer indices, found " + std::string(graph::dtype_name(indices.dtype)));
   }
@@ -40,6 +40,7 @@ TensorValue checked_indices(LoweringContext& ctx, const TensorValue& indices, co
         all_static = false;
         continue;
       }
+      if (*v == ignored) continue;
       if (*v < -*n || *v >= *n) {
         ctx.fail("index " + std::to_string(*v) + " is out of range [" + std::to_string(-*n) + ", " +
                  std::to_string(*n) + ")");
@@ -51,11 +52,13 @@ TensorValue checked_indices(LoweringContext& ctx, const TensorValue& indices, co
   std::string buffer = *ctx.as_buffer(realized);
   auto& checks = ctx.program().index_checks;
   bool present = std::any_of(checks.begin(), checks.end(), [&](const ir::IndexCheck& c) {
-    return c.buffer == buffer && c.size == size;
+    return c.buffer == buffer && c.size == size && c.ignored == ignored;
   });
-  if (!present) checks.push_back({buffer, size, ctx.node().describe()});
+  if (!present) checks.push_back({buffer, size, ctx.node().describe(), ignored});
   return realized;
 }
+
+namespace {
 
 /// Gather over known contents: out[o, j, i] = data[o, wrap(indices[j]), i].
 std::optional<std::vector<Expr>> gather_known(const TensorValue& data, const TensorValue& indices,

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <unordered_map>
 
@@ -113,24 +114,35 @@ class GraphLowering {
     }
   }
 
-  /// Gives a small integer input its compile-time values, guarded at run time.
+  /// Gives a small integer or bool input (a shape argument, a flag) or a floating scalar (a mode
+  /// such as Dropout's ratio) its compile-time values, guarded at run time.
   void specialize(const graph::Value& input, TensorValue& value) {
     auto it = ctx_.options().input_values.find(input.name());
     if (it == ctx_.options().input_values.end()) return;
     const graph::Tensor& t = *it->second;
-    bool integer = t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32;
-    if (!integer || t.dtype() != value.dtype || t.rank() > 1 ||
-        t.numel() > kMaxSpecializedElements || static_cast<size_t>(t.rank()) != value.rank()) {
+    bool integer =
+        t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32 || t.dtype() == DType::kBool;
+    bool floating = t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat64;
+    if (!(integer || floating) || t.dtype() != value.dtype || t.rank() > 1 ||
+        (integer ? t.numel() > kMaxSpecializedElements : t.numel() != 1) ||
+        static_cast<size_t>(t.rank()) != value.rank()) {
       return;
     }
     if (t.rank() == 1 && value.shape[0] != sym::Expr(t.numel())) return;
     ir::ValueGuard guard{*ctx_.as_buffer(value), input.name(), {}};
-    std::vector<sym::Expr> known;
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      guard.values.push_back(t.element_as_int64(i));
-      known.emplace_back(guard.values.back());
+    if (floating) {
+      double v = t.element_as_double(0);
+      if (!std::isfinite(v)) return;
+      guard.values.push_back(v);
+      value.known_float = std::vector<double>{v};
+    } else {
+      std::vector<sym::Expr> known;
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        known.emplace_back(t.element_as_int64(i));
+        guard.values.push_back(static_cast<double>(t.element_as_int64(i)));
+      }
+      value.known = std::move(known);
     }
-    value.known = std::move(known);
     program_.value_guards.push_back(std::move(guard));
   }
 

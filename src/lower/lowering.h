@@ -55,10 +55,11 @@ struct LoweringOptions {
   /// A lazy value whose body has more compute ops than this is realized before being inlined
   /// into a second consumer.
   int max_inline_ops = 64;
-  /// Values of model inputs known when compiling (by ONNX input name). Small integer inputs
-  /// (rank <= 1, at most kMaxSpecializedElements) among them are specialized: ops that need
-  /// their values at compile time (Reshape's shape, Slice's starts, axes...) read them, and the
-  /// wrapper checks at run time that the input still holds them.
+  /// Values of model inputs known when compiling (by ONNX input name). Small integer and bool
+  /// inputs (rank <= 1, at most kMaxSpecializedElements) and floating scalars among them are
+  /// specialized: ops that need their values at compile time (Reshape's shape, Slice's starts,
+  /// axes, Dropout's training_mode and ratio...) read them, and the wrapper checks at run time
+  /// that the input still holds them.
   std::map<std::string, std::shared_ptr<const graph::Tensor>> input_values;
 };
 
@@ -183,6 +184,9 @@ void register_norm_ops(Registry& registry);
 void register_shape_ops(Registry& registry);
 void register_index_ops(Registry& registry);
 void register_nn_ops(Registry& registry);
+void register_training_ops(Registry& registry);
+void register_movement_ops(Registry& registry);
+void register_contraction_ops(Registry& registry);
 
 /// Lowers a whole model graph into a Program. Throws UserError naming the node for unsupported
 /// ops, dtypes (e.g. string tensors) or attributes.

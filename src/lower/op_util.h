@@ -86,6 +86,13 @@ WindowGeometry window_geometry(LoweringContext& ctx, const graph::Node& node,
                                const std::vector<sym::Expr>& spatial, std::vector<int64_t> kernel,
                                bool ceil_mode);
 
+/// Makes sure every index in `indices` lies in [-size, size) (or equals `ignored`): at compile
+/// time when the indices and size are static, otherwise by an ir::IndexCheck the wrapper runs
+/// before any kernel. Returns the value to read the indices from (realized when checked at run
+/// time). Fails naming the node for non-integer indices.
+TensorValue checked_indices(LoweringContext& ctx, const TensorValue& indices, const sym::Expr& size,
+                            std::optional<int64_t> ignored = std::nullopt);
+
 /// Static dims of a shape, or an empty optional when any dim is symbolic.
 std::optional<std::vector<int64_t>> static_shape(const std::vector<sym::Expr>& shape);
 

@@ -32,6 +32,9 @@ const Registry& Registry::instance() {
     register_shape_ops(r);
     register_index_ops(r);
     register_nn_ops(r);
+    register_training_ops(r);
+    register_movement_ops(r);
+    register_contraction_ops(r);
     return r;
   }();
   return registry;

@@ -156,12 +156,14 @@ inline void check_dim(const TensorArg& t, const char* name, int dim, int64_t exp
   }
 }
 
-/// Checks that every index lies in [-size, size) before a kernel uses it (the kernel then wraps
-/// negative values without checking in its hot loop).
+/// Checks that every index lies in [-size, size) (or equals `ignored`, when `has_ignored`) before
+/// a kernel uses it (the kernel then wraps negative values without checking in its hot loop).
 template <typename T>
-inline void check_indices(const T* indices, int64_t count, int64_t size, const char* node) {
+inline void check_indices(const T* indices, int64_t count, int64_t size, bool has_ignored,
+                          int64_t ignored, const char* node) {
   for (int64_t i = 0; i < count; ++i) {
     int64_t v = static_cast<int64_t>(indices[i]);
+    if (has_ignored && v == ignored) continue;
     if (v < -size || v >= size) {
       fail("%s: index %lld is out of range for an axis of size %lld (valid: %lld to %lld)", node,
            static_cast<long long>(v), static_cast<long long>(size), static_cast<long long>(-size),
@@ -179,20 +181,25 @@ inline void check_extent(int64_t extent, int64_t outputs, const char* node) {
   }
 }
 
-/// Checks that an input the model was specialized on (a shape argument given as an input) still
-/// holds the values it was compiled for.
+/// Checks that an input the model was specialized on (a shape argument or a flag given as an
+/// input) still holds the values it was compiled for.
 template <typename T>
-inline void check_values(const T* data, const int64_t* expected, int64_t count, const char* name) {
+inline void check_values(const T* data, const double* expected, int64_t count, const char* name) {
   for (int64_t i = 0; i < count; ++i) {
-    if (static_cast<int64_t>(data[i]) == expected[i]) continue;
+    if (static_cast<double>(data[i]) == expected[i]) continue;
+    auto text = [](double v) {
+      char buffer[32];
+      std::snprintf(buffer, sizeof(buffer), "%.9g", v);
+      return std::string(buffer);
+    };
     std::string want, got;
     for (int64_t j = 0; j < count; ++j) {
-      want += (j ? ", " : "") + std::to_string(expected[j]);
-      got += (j ? ", " : "") + std::to_string(static_cast<int64_t>(data[j]));
+      want += (j ? ", " : "") + text(expected[j]);
+      got += (j ? ", " : "") + text(static_cast<double>(data[j]));
     }
     fail(
-        "input '%s': the model was compiled for the values [%s] of this input (it sets a shape); "
-        "got [%s]: compile again with these values",
+        "input '%s': the model was compiled for the values [%s] of this input (it sets a shape "
+        "or a mode); got [%s]: compile again with these values",
         name, want.c_str(), got.c_str());
   }
 }

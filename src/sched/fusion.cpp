@@ -70,6 +70,12 @@ void Scheduler::record(const SchedNode& node1, const SchedNode& node2, bool fuse
 std::optional<std::string> Scheduler::why_no_fuse_vertical(const SchedNode& node1,
                                                            const SchedNode& node2,
                                                            const KernelGroup& fused) {
+  // The wrapper checks index buffers between kernels, so their readers run after them.
+  for (const std::string& name : node2.unmet) {
+    if (node1.names.count(name) && checked_indices_.count(name)) {
+      return fmt::format("{} holds indices checked before their readers run", name);
+    }
+  }
   std::string misfit;
   auto members1 = map_members(node1.buffers, fused, program_.analyzer, &misfit);
   auto members2 = map_members(node2.buffers, fused, program_.analyzer, &misfit);

@@ -68,6 +68,7 @@ Scheduler::Scheduler(const ir::Program& program, const Backend& backend,
                      const SchedulerOptions& options)
     : program_(program), backend_(backend), options_(options) {
   for (const ir::OutputSpec& out : program.outputs) outputs_.insert(out.buffer);
+  for (const ir::IndexCheck& check : program.index_checks) checked_indices_.insert(check.buffer);
 }
 
 bool Scheduler::is_graph_output(const std::string& name) const { return outputs_.count(name) > 0; }

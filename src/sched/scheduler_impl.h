@@ -86,6 +86,7 @@ class Scheduler {
   std::map<std::string, SchedNode*> name_to_node_;
   std::map<std::string, int> buffer_order_;  // position in the first topological order
   std::set<std::string> outputs_;
+  std::set<std::string> checked_indices_;  // buffers the wrapper checks before their readers
   std::vector<FusionDecision> decisions_;
   std::set<std::tuple<std::string, std::string, std::string>> recorded_;
 };

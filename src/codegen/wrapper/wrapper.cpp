@@ -176,7 +176,7 @@ class WrapperWriter {
       out.linef("{{");
       {
         auto _ = out.scope();
-        out.linef("static const int64_t expected[] = {{{}}};", fmt::join(guard.values, ", "));
+        out.linef("static const double expected[] = {{{}}};", fmt::join(guard.values, ", "));
         out.linef("kiln_rt::check_values({}, expected, {}, {});", guard.buffer, guard.values.size(),
                   quoted(guard.onnx_name));
       }
@@ -232,8 +232,9 @@ class WrapperWriter {
       }
       if (!reads) continue;
       const ir::Buffer* idx = program_.find(check.buffer);
-      out.linef("kiln_rt::check_indices({}, {}, {}, {});", check.buffer,
-                cexpr(idx->layout.storage_size()), cexpr(check.size), quoted(check.node));
+      out.linef("kiln_rt::check_indices({}, {}, {}, {}, {}LL, {});", check.buffer,
+                cexpr(idx->layout.storage_size()), cexpr(check.size),
+                check.ignored ? "true" : "false", check.ignored.value_or(0), quoted(check.node));
       checked_.insert(check.buffer);
     }
   }

@@ -461,7 +461,7 @@ TEST(InterpreterTest, IndexChecksGuardIntegerBuffers) {
   Buffer& c = pb.computed("c", DType::kInt32, {2});
   c.body.store("c", DType::kInt32, i(0), c.body.load("idx", DType::kInt32, i(0)));
   pb.output(c);
-  pb.program.index_checks.push_back(IndexCheck{"idx", 4, "node 'g' (Gather)"});
+  pb.program.index_checks.push_back(IndexCheck{"idx", 4, "node 'g' (Gather)", std::nullopt});
   auto ok = interpret(pb.program, {{"idx", make_tensor<int32_t>(DType::kInt32, {2}, {-4, 3})}});
   EXPECT_EQ(values_of<int32_t>(ok.at("c")), (std::vector<int32_t>{-4, 3}));
   EXPECT_THROW(interpret(pb.program, {{"idx", make_tensor<int32_t>(DType::kInt32, {2}, {0, 4})}}),

@@ -187,6 +187,9 @@ void register_nn_ops(Registry& registry);
 void register_training_ops(Registry& registry);
 void register_movement_ops(Registry& registry);
 void register_contraction_ops(Registry& registry);
+void register_resize_ops(Registry& registry);
+void register_quantize_ops(Registry& registry);
+void register_conv_transpose_ops(Registry& registry);
 
 /// Lowers a whole model graph into a Program. Throws UserError naming the node for unsupported
 /// ops, dtypes (e.g. string tensors) or attributes.

@@ -35,6 +35,9 @@ const Registry& Registry::instance() {
     register_training_ops(r);
     register_movement_ops(r);
     register_contraction_ops(r);
+    register_resize_ops(r);
+    register_quantize_ops(r);
+    register_conv_transpose_ops(r);
     return r;
   }();
   return registry;

@@ -2,7 +2,9 @@
 /// SoftmaxCrossEntropyLoss (LogSoftmax over the class axis, then the same NLL), which gather the
 /// class picked by the target at every position, weight it, and reduce (none, sum, or mean
 /// weighted by the picked classes' weights), all in the loop IR so the gather fuses into the
-/// reduction; and Dropout, the identity at inference (a random mask in training mode is refused).
+/// reduction; Dropout, the identity at inference (a random mask in training mode is refused); and
+/// the optimizer updates of ai.onnx.preview.training (Adagrad, Momentum incl. Nesterov, Adam),
+/// which are elementwise formulas over each optimized tensor and its state.
 ///
 /// Tests: the ONNX node suite (tests/onnx).
 
@@ -210,9 +212,143 @@ std::vector<TensorValue> lower_dropout(LoweringContext& ctx, const graph::Node& 
   return outputs;
 }
 
+// --- Optimizer updates (ai.onnx.preview.training) ---------------------------------------------
+
+/// The inputs of an optimizer: R (learning rate), T (update count), then `groups` lists of n
+/// tensors each (X..., G..., state...). Returns n.
+size_t optimized_count(const LoweringContext& ctx, const LowerInputs& inputs, size_t groups) {
+  if (inputs.size() < 2 || (inputs.size() - 2) % groups != 0 || inputs.size() == 2) {
+    ctx.fail(fmt::format("expected R, T and {} lists of tensors of one length, found {} inputs",
+                         groups, inputs.size()));
+  }
+  return (inputs.size() - 2) / groups;
+}
+
+/// One elementwise update: `fn` gets the loaded scalars R and T (as floats) and the elements of
+/// the tensors at `refs` (X, G, states...) and returns the value of output `which`.
+using UpdateFn = std::function<ValueId(LoopBody& body, ValueId r, ValueId t,
+                                       const std::vector<ValueId>& e, size_t which)>;
+
+std::vector<TensorValue> optimizer(LoweringContext& ctx, const LowerInputs& inputs, size_t groups,
+                                   size_t outputs_per_tensor, const UpdateFn& fn) {
+  const size_t n = optimized_count(ctx, inputs, groups);
+  const TensorValue& r = required_input(ctx, inputs, 0, "R");
+  const TensorValue& t = required_input(ctx, inputs, 1, "T");
+  std::vector<TensorValue> results(n * outputs_per_tensor);
+  for (size_t k = 0; k < n; ++k) {
+    std::vector<const TensorValue*> refs;
+    for (size_t g = 0; g < groups; ++g) {
+      refs.push_back(
+          &required_input(ctx, inputs, 2 + g * n + k, fmt::format("input {}", 2 + g * n + k)));
+      if (refs.back()->shape != refs[0]->shape)
+        ctx.fail("each tensor and its state must have one shape");
+    }
+    const TensorValue& x = *refs[0];
+    require_dtype(ctx, x.dtype, kFloats, "the optimized tensors");
+    const DType f = compute_dtype(x.dtype);
+    for (size_t which = 0; which < outputs_per_tensor; ++which) {
+      results[which * n + k] =
+          ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+            ValueId rv = body.cast(ctx.load_at(body, r, std::vector<Expr>(r.rank(), Expr(0))), f);
+            ValueId tv = body.cast(ctx.load_at(body, t, std::vector<Expr>(t.rank(), Expr(0))), f);
+            std::vector<ValueId> e;
+            for (const TensorValue* ref : refs)
+              e.push_back(body.cast(ctx.load_at(body, *ref, i), f));
+            return body.cast(fn(body, rv, tv, e, which), x.dtype);
+          });
+    }
+  }
+  return results;
+}
+
+/// Small arithmetic helpers over one body, in the dtype of their first operand.
+struct Arith {
+  LoopBody& body;
+  ValueId c(double v, ValueId like) { return body.constant(v, body.dtype(like)); }
+  ValueId add(ValueId a, ValueId b) { return body.binary(OpCode::kAdd, a, b); }
+  ValueId sub(ValueId a, ValueId b) { return body.binary(OpCode::kSub, a, b); }
+  ValueId mul(ValueId a, ValueId b) { return body.binary(OpCode::kMul, a, b); }
+  ValueId div(ValueId a, ValueId b) { return body.binary(OpCode::kDiv, a, b); }
+  ValueId scale(double k, ValueId a) { return mul(c(k, a), a); }
+};
+
+std::vector<TensorValue> lower_adagrad(LoweringContext& ctx, const graph::Node& node,
+                                       const LowerInputs& inputs) {
+  const double decay = node.attr_float("decay_factor", 0), eps = node.attr_float("epsilon", 0),
+               norm = node.attr_float("norm_coefficient", 0);
+  // X, G, H -> X_new, H_new.
+  return optimizer(
+      ctx, inputs, 3, 2,
+      [=](LoopBody& body, ValueId r, ValueId t, const std::vector<ValueId>& e, size_t which) {
+        Arith a{body};
+        ValueId g = a.add(a.scale(norm, e[0]), e[1]);
+        ValueId h = a.add(e[2], a.mul(g, g));
+        if (which == 1) return h;
+        ValueId rate = a.div(r, a.add(a.c(1, t), a.scale(decay, t)));
+        ValueId adaptive = a.add(body.unary(OpCode::kSqrt, h), a.c(eps, h));
+        return a.sub(e[0], a.div(a.mul(rate, g), adaptive));
+      });
+}
+
+std::vector<TensorValue> lower_momentum(LoweringContext& ctx, const graph::Node& node,
+                                        const LowerInputs& inputs) {
+  const double alpha = node.attr_float("alpha", 0), beta = node.attr_float("beta", 0),
+               norm = node.attr_float("norm_coefficient", 0);
+  std::string mode = node.attr_string("mode", "standard");
+  if (mode != "standard" && mode != "nesterov") {
+    ctx.fail(fmt::format("mode must be standard or nesterov, found '{}'", mode));
+  }
+  const bool nesterov = mode == "nesterov";
+  // X, G, V -> X_new, V_new; the first update (T = 0) does not scale the gradient by beta.
+  return optimizer(
+      ctx, inputs, 3, 2,
+      [=](LoopBody& body, ValueId r, ValueId t, const std::vector<ValueId>& e, size_t which) {
+        Arith a{body};
+        ValueId g = a.add(a.scale(norm, e[0]), e[1]);
+        ValueId first = body.binary(OpCode::kLe, t, a.c(0, t));
+        ValueId b = body.where(first, a.c(1, g), a.c(beta, g));
+        ValueId v = a.add(a.scale(alpha, e[2]), a.mul(b, g));
+        if (which == 1) return v;
+        ValueId step = nesterov ? a.add(g, a.scale(alpha, v)) : v;
+        return a.sub(e[0], a.mul(r, step));
+      });
+}
+
+std::vector<TensorValue> lower_adam(LoweringContext& ctx, const graph::Node& node,
+                                    const LowerInputs& inputs) {
+  const double alpha = node.attr_float("alpha", 0.9f), beta = node.attr_float("beta", 0.999f),
+               eps = node.attr_float("epsilon", 1e-6f),
+               norm = node.attr_float("norm_coefficient", 0),
+               norm_post = node.attr_float("norm_coefficient_post", 0);
+  // X, G, V, H -> X_new, V_new, H_new; from the second update on the rate is bias-corrected.
+  return optimizer(
+      ctx, inputs, 4, 3,
+      [=](LoopBody& body, ValueId r, ValueId t, const std::vector<ValueId>& e, size_t which) {
+        Arith a{body};
+        ValueId g = a.add(a.scale(norm, e[0]), e[1]);
+        ValueId v = a.add(a.scale(alpha, e[2]), a.scale(1 - alpha, g));
+        ValueId h = a.add(a.scale(beta, e[3]), a.scale(1 - beta, a.mul(g, g)));
+        if (which == 1) return v;
+        if (which == 2) return h;
+        ValueId h_sqrt = a.add(body.unary(OpCode::kSqrt, h), a.c(eps, h));
+        ValueId pow_b = body.binary(OpCode::kPow, a.c(beta, t), t);
+        ValueId pow_a = body.binary(OpCode::kPow, a.c(alpha, t), t);
+        ValueId corrected = a.div(a.mul(r, body.unary(OpCode::kSqrt, a.sub(a.c(1, t), pow_b))),
+                                  a.sub(a.c(1, t), pow_a));
+        ValueId first = body.binary(OpCode::kLe, t, a.c(0, t));
+        ValueId rate = body.where(first, r, corrected);
+        ValueId x = a.sub(e[0], a.mul(rate, a.div(v, h_sqrt)));
+        return a.scale(1 - norm_post, x);
+      });
+}
+
 }  // namespace
 
 void register_training_ops(Registry& registry) {
+  const std::string training = "ai.onnx.preview.training";
+  registry.add(training, "Adagrad", {lower_adagrad, 1, 1});
+  registry.add(training, "Momentum", {lower_momentum, 1, 1});
+  registry.add(training, "Adam", {lower_adam, 1, 1});
   registry.add("", "Dropout", {lower_dropout, 1, 17});
   registry.add("", "NegativeLogLikelihoodLoss", {lower_nll, 12, 17});
   registry.add("", "SoftmaxCrossEntropyLoss", {lower_softmax_cross_entropy, 12, 17});

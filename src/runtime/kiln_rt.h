@@ -130,12 +130,17 @@ inline std::string dims_str(const int64_t* dims, int rank) {
   return s + "]";
 }
 
-/// Checks an input's dtype and rank; dims are checked one by one by the wrapper (check_dim).
-inline void check_input(const TensorArg& t, const char* name, int32_t dtype, int rank,
-                        const char* expected_shape) {
+/// Checks an input's dtype (alone for an input whose data the model never reads).
+inline void check_dtype(const TensorArg& t, const char* name, int32_t dtype) {
   if (t.dtype != dtype) {
     fail("input '%s': expected dtype %s, got %s", name, dtype_name(dtype), dtype_name(t.dtype));
   }
+}
+
+/// Checks an input's dtype and rank; dims are checked one by one by the wrapper (check_dim).
+inline void check_input(const TensorArg& t, const char* name, int32_t dtype, int rank,
+                        const char* expected_shape) {
+  check_dtype(t, name, dtype);
   if (t.rank != rank) {
     fail("input '%s': expected shape %s (rank %d), got %s (rank %d)", name, expected_shape, rank,
          dims_str(t.dims, t.rank).c_str(), t.rank);

@@ -22,12 +22,6 @@ NOT_RUN = {
     "node/test_cast_FLOAT_to_BFLOAT16":
         "ONNX 1.12's expected data truncates float to bfloat16; Kiln rounds to nearest even, as "
         "later ONNX versions specify (BFLOAT16_to_FLOAT passes)",
-    "node/test_castlike_FLOAT_to_BFLOAT16_expanded":
-        "the model declares input 'like' as [3, 4] but the suite's data is [1] (Kiln checks "
-        "declared shapes), and the expected data truncates as above",
-    "node/test_castlike_BFLOAT16_to_FLOAT_expanded":
-        "the model declares input 'like' as [3, 4] but the suite's data is [1]; Kiln checks "
-        "declared input shapes, as ONNX Runtime does",
     "node/test_identity_opt":
         "optional values as model inputs come with the conformance issue (Optional/Sequence ops)",
     "node/test_identity_sequence":

@@ -144,6 +144,24 @@ class WrapperWriter {
     out.line("");
   }
 
+  /// True when no kernel, library call or output reads the input's data and its shape binds no
+  /// size symbol: only its dtype matters (CastLike's `like`), so only the dtype is checked.
+  bool only_dtype_matters(const ir::InputSpec& in) const {
+    if (outputs_.count(in.buffer)) return false;
+    for (const sym::Expr& dim : in.shape) {
+      if (!dim.is_integer()) return false;
+    }
+    for (const auto& buffer : program_.buffers) {
+      for (const std::string& r : buffer->reads()) {
+        if (r == in.buffer) return false;
+      }
+    }
+    for (const ir::ValueGuard& guard : program_.value_guards) {
+      if (guard.buffer == in.buffer) return false;
+    }
+    return true;
+  }
+
   void bind_inputs(IndentedBuffer& out) {
     std::map<std::string, std::string> bound;  // symbol -> "input 'x' dim 0"
     for (size_t k = 0; k < program_.inputs.size(); ++k) {
@@ -151,6 +169,11 @@ class WrapperWriter {
       std::string shape = quoted(shape_text(in.shape));
       std::string name = quoted(in.onnx_name);
       out.linef("const kiln_rt::TensorArg& in{} = inputs[{}];", k, k);
+      if (only_dtype_matters(in)) {
+        out.linef("kiln_rt::check_dtype(in{}, {}, {});  // data unused", k, name,
+                  static_cast<int>(in.dtype));
+        continue;
+      }
       out.linef("kiln_rt::check_input(in{}, {}, {}, {}, {});", k, name, static_cast<int>(in.dtype),
                 in.shape.size(), shape);
       for (size_t d = 0; d < in.shape.size(); ++d) {

@@ -2,7 +2,8 @@
 /// (constant, reflect, edge) and DepthToSpace / SpaceToDepth as index remaps; GatherND as
 /// indirect loads; ScatterElements, Scatter and ScatterND as a reduction over the updates that
 /// land on each output element (none, add, mul), so indices are only compared, never used to
-/// address memory. Index inputs are bounds-checked before any kernel reads them.
+/// address memory; ReverseSequence as an indirect load along the time axis. Index inputs are
+/// bounds-checked before any kernel reads them.
 ///
 /// Tests: the ONNX node suite (tests/onnx).
 
@@ -332,9 +333,39 @@ std::vector<TensorValue> lower_scatter_nd(LoweringContext& ctx, const graph::Nod
       })};
 }
 
+// --- ReverseSequence -----------------------------------------------------------------------------
+
+std::vector<TensorValue> lower_reverse_sequence(LoweringContext& ctx, const graph::Node& node,
+                                                const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "input");
+  const TensorValue& raw_lens = required_input(ctx, inputs, 1, "sequence_lens");
+  if (x.rank() < 2) ctx.fail(fmt::format("expected an input of rank >= 2, found {}", x.rank()));
+  const size_t time = static_cast<size_t>(node.attr_int("time_axis", 0));
+  const size_t batch = static_cast<size_t>(node.attr_int("batch_axis", 1));
+  if (time > 1 || batch > 1 || time == batch) {
+    ctx.fail(fmt::format("time_axis and batch_axis must be 0 and 1 in some order, found {} and {}",
+                         time, batch));
+  }
+  if (raw_lens.rank() != 1) ctx.fail("sequence_lens must be 1-D ([batch])");
+  // A length is in [0, time]: checked as an index into time + 1 positions.
+  TensorValue lens = checked_indices(ctx, raw_lens, x.shape[time] + 1);
+  // The first len[b] steps of each batch entry are reversed, the rest copied.
+  return {ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+    ValueId len = body.cast(ctx.load_at(body, lens, {i[batch]}), DType::kInt64);
+    ValueId t = body.index_expr(i[time]);
+    ValueId reversed = body.binary(
+        OpCode::kSub, body.binary(OpCode::kSub, len, body.constant(1, DType::kInt64)), t);
+    ValueId source = body.where(body.binary(OpCode::kLt, t, len), reversed, t);
+    std::vector<Expr> at = i;
+    at[time] = body.op(body.indirect(source, x.shape[time])).symbol;
+    return ctx.load_at(body, x, at);
+  })};
+}
+
 }  // namespace
 
 void register_movement_ops(Registry& registry) {
+  registry.add("", "ReverseSequence", {lower_reverse_sequence, 10, 17});
   registry.add("", "Pad", {lower_pad, 1, 17});
   registry.add("", "DepthToSpace", {lower_depth_to_space, 1, 17});
   registry.add("", "SpaceToDepth", {lower_space_to_depth, 1, 17});

@@ -1,7 +1,9 @@
 /// Linear quantization through the loop IR: QuantizeLinear (saturate(round_half_even(x / scale)
 /// + zero_point)), DequantizeLinear ((x - zero_point) * scale), per tensor or per axis, and
 /// DynamicQuantizeLinear (uint8 with the scale and zero point computed from the input's range by
-/// two reductions).
+/// two reductions); and the integer products MatMulInteger, ConvInteger (int32 sums of
+/// zero-point-shifted products) and QLinearMatMul, QLinearConv (the same sums, requantized), as
+/// loop-IR reductions.
 ///
 /// Tests: the ONNX node suite (tests/onnx).
 
@@ -151,9 +153,177 @@ std::vector<TensorValue> lower_dynamic_quantize(LoweringContext& ctx, const grap
   return {y, scale, zero_point};
 }
 
+// --- Integer matrix products and convolutions ------------------------------------------------
+
+/// A zero point's element for a position along its axis (scalar / one element: per tensor), as
+/// int32; 0 when absent.
+ValueId zero_point_at(LoweringContext& ctx, LoopBody& body, const TensorValue* zp,
+                      const Expr& position) {
+  if (zp == nullptr) return body.constant(0, DType::kInt32);
+  bool per_tensor = zp->rank() == 0 || (zp->rank() == 1 && zp->shape[0] == Expr(1));
+  std::vector<Expr> at;
+  if (zp->rank() == 1) at = {per_tensor ? Expr(0) : position};
+  if (zp->rank() > 1) ctx.fail("zero points and scales must be scalars or 1-D");
+  return body.cast(ctx.load_at(body, *zp, at), DType::kInt32);
+}
+
+/// sum_k (a[.., m, k] - a_zp[m]) * (b[.., k, n] - b_zp[n]) in int32, numpy-matmul shapes.
+TensorValue integer_matmul(LoweringContext& ctx, const TensorValue& a, const TensorValue& b,
+                           const TensorValue* a_zp, const TensorValue* b_zp) {
+  if (a.rank() < 2 || b.rank() < 2) ctx.fail("expected inputs of rank >= 2");
+  const size_t ra = a.rank(), rb = b.rank();
+  std::vector<Expr> batch =
+      ctx.broadcast_shapes({std::vector<Expr>(a.shape.begin(), a.shape.end() - 2),
+                            std::vector<Expr>(b.shape.begin(), b.shape.end() - 2)});
+  std::vector<Expr> shape = batch;
+  shape.push_back(a.shape[ra - 2]);
+  shape.push_back(b.shape[rb - 1]);
+  return ctx.reduction(
+      DType::kInt32, shape, {a.shape[ra - 1]}, ReductionType::kSum,
+      [&](LoopBody& body, const std::vector<Expr>& o, const std::vector<Expr>& r) {
+        std::vector<Expr> bi(o.begin(), o.end() - 2);
+        const Expr& m = o[o.size() - 2];
+        const Expr& n = o.back();
+        auto ai = LoweringContext::broadcast_index(bi, {a.shape.begin(), a.shape.end() - 2});
+        auto bj = LoweringContext::broadcast_index(bi, {b.shape.begin(), b.shape.end() - 2});
+        ai.push_back(m);
+        ai.push_back(r[0]);
+        bj.push_back(r[0]);
+        bj.push_back(n);
+        ValueId av = body.binary(OpCode::kSub, body.cast(ctx.load_at(body, a, ai), DType::kInt32),
+                                 zero_point_at(ctx, body, a_zp, m));
+        ValueId bv = body.binary(OpCode::kSub, body.cast(ctx.load_at(body, b, bj), DType::kInt32),
+                                 zero_point_at(ctx, body, b_zp, n));
+        return body.binary(OpCode::kMul, av, bv);
+      });
+}
+
+/// sum over input channels of the group and kernel taps of (x - x_zp) * (w - w_zp[m]), int32.
+TensorValue integer_conv(LoweringContext& ctx, const graph::Node& node, const TensorValue& x,
+                         const TensorValue& w, const TensorValue* x_zp, const TensorValue* w_zp) {
+  if (x.rank() < 3 || w.rank() != x.rank()) ctx.fail("expected X and W of the same rank >= 3");
+  const size_t n = x.rank() - 2;
+  std::vector<int64_t> kernel;
+  for (size_t d = 0; d < n; ++d)
+    kernel.push_back(require_static_dim(ctx, w.shape[2 + d], "kernel"));
+  const int64_t group = node.attr_int("group", 1);
+  std::vector<Expr> spatial(x.shape.begin() + 2, x.shape.end());
+  WindowGeometry g = window_geometry(ctx, node, spatial, kernel, false);
+  std::vector<Expr> shape = {x.shape[0], w.shape[0]};
+  shape.insert(shape.end(), g.out.begin(), g.out.end());
+  const Expr out_group = ctx.analyzer().simplify(sym::floor_div(w.shape[0], Expr(group)));
+  std::vector<Expr> reduce_shape = {w.shape[1]};
+  for (int64_t k : g.kernel) reduce_shape.emplace_back(k);
+  return ctx.reduction(
+      DType::kInt32, shape, reduce_shape, ReductionType::kSum,
+      [&](LoopBody& body, const std::vector<Expr>& o, const std::vector<Expr>& r) {
+        Expr c = sym::floor_div(o[1], out_group) * w.shape[1] + r[0];
+        std::vector<Expr> xi = {o[0], c}, wi = {o[1], r[0]};
+        ValueId mask = ir::kNoValue;
+        for (size_t d = 0; d < n; ++d) {
+          Expr i = o[2 + d] * g.strides[d] - g.pads[d] + r[1 + d] * g.dilations[d];
+          if (g.pads[d] != 0 || g.pads[n + d] != 0) {
+            mask = and_mask(body, mask, in_range(body, i, Expr(0), x.shape[2 + d]));
+          }
+          xi.push_back(i);
+          wi.push_back(r[1 + d]);
+        }
+        ValueId xzp = zero_point_at(ctx, body, x_zp, Expr(0));
+        ValueId xv = body.cast(ctx.load_at(body, x, xi), DType::kInt32);
+        if (mask != ir::kNoValue) {
+          // Padding holds the zero point, so it contributes nothing.
+          xv = body.where(mask, body.cast(load_masked(ctx, body, x, xi, mask, 0), DType::kInt32),
+                          xzp);
+        }
+        ValueId wv = body.binary(OpCode::kSub, body.cast(ctx.load_at(body, w, wi), DType::kInt32),
+                                 zero_point_at(ctx, body, w_zp, o[1]));
+        return body.binary(OpCode::kMul, body.binary(OpCode::kSub, xv, xzp), wv);
+      });
+}
+
+std::vector<TensorValue> lower_matmul_integer(LoweringContext& ctx, const graph::Node&,
+                                              const LowerInputs& inputs) {
+  return {integer_matmul(ctx, required_input(ctx, inputs, 0, "A"),
+                         required_input(ctx, inputs, 1, "B"), optional_input(inputs, 2),
+                         optional_input(inputs, 3))};
+}
+
+std::vector<TensorValue> lower_conv_integer(LoweringContext& ctx, const graph::Node& node,
+                                            const LowerInputs& inputs) {
+  return {integer_conv(ctx, node, required_input(ctx, inputs, 0, "x"),
+                       required_input(ctx, inputs, 1, "w"), optional_input(inputs, 2),
+                       optional_input(inputs, 3))};
+}
+
+/// A float scale (scalar or 1-D) at `position`.
+ValueId scale_at(LoweringContext& ctx, LoopBody& body, const TensorValue& s, const Expr& position) {
+  bool per_tensor = s.rank() == 0 || (s.rank() == 1 && s.shape[0] == Expr(1));
+  std::vector<Expr> at;
+  if (s.rank() == 1) at = {per_tensor ? Expr(0) : position};
+  return body.cast(ctx.load_at(body, s, at), DType::kFloat32);
+}
+
+/// y = saturate(round(acc * a_scale * b_scale / y_scale) + y_zp), with `scales(body, o)`
+/// giving a_scale * b_scale at output index o (per tensor or per output channel).
+TensorValue requantize(LoweringContext& ctx, const TensorValue& acc, const TensorValue& y_scale,
+                       const TensorValue& y_zp,
+                       const std::function<ValueId(LoopBody&, const std::vector<Expr>&)>& scales) {
+  const DType out = y_zp.dtype;
+  const auto range = quantized_range(ctx, out);
+  return ctx.pointwise(out, acc.shape, [&](LoopBody& body, const std::vector<Expr>& o) {
+    const DType f = DType::kFloat32;
+    ValueId v = body.cast(ctx.load_at(body, acc, o), f);
+    ValueId ys = scale_at(ctx, body, y_scale, Expr(0));
+    v = body.binary(OpCode::kDiv, body.binary(OpCode::kMul, v, scales(body, o)), ys);
+    return quantize_value(body, v, zero_point_at(ctx, body, &y_zp, Expr(0)), out, range);
+  });
+}
+
+std::vector<TensorValue> lower_qlinear_matmul(LoweringContext& ctx, const graph::Node&,
+                                              const LowerInputs& inputs) {
+  const TensorValue& a = required_input(ctx, inputs, 0, "a");
+  const TensorValue& a_scale = required_input(ctx, inputs, 1, "a_scale");
+  const TensorValue& b = required_input(ctx, inputs, 3, "b");
+  const TensorValue& b_scale = required_input(ctx, inputs, 4, "b_scale");
+  const TensorValue& y_scale = required_input(ctx, inputs, 6, "y_scale");
+  const TensorValue& y_zp = required_input(ctx, inputs, 7, "y_zero_point");
+  TensorValue acc = integer_matmul(ctx, a, b, optional_input(inputs, 2), optional_input(inputs, 5));
+  return {requantize(ctx, acc, y_scale, y_zp, [&](LoopBody& body, const std::vector<Expr>& o) {
+    return body.binary(OpCode::kMul, scale_at(ctx, body, a_scale, o[o.size() - 2]),
+                       scale_at(ctx, body, b_scale, o.back()));
+  })};
+}
+
+std::vector<TensorValue> lower_qlinear_conv(LoweringContext& ctx, const graph::Node& node,
+                                            const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "x");
+  const TensorValue& x_scale = required_input(ctx, inputs, 1, "x_scale");
+  const TensorValue& w = required_input(ctx, inputs, 3, "w");
+  const TensorValue& w_scale = required_input(ctx, inputs, 4, "w_scale");
+  const TensorValue& y_scale = required_input(ctx, inputs, 6, "y_scale");
+  const TensorValue& y_zp = required_input(ctx, inputs, 7, "y_zero_point");
+  const TensorValue* bias = optional_input(inputs, 8);
+  TensorValue acc =
+      integer_conv(ctx, node, x, w, optional_input(inputs, 2), optional_input(inputs, 5));
+  if (bias != nullptr) {
+    acc = ctx.pointwise(DType::kInt32, acc.shape, [&](LoopBody& body, const std::vector<Expr>& o) {
+      ValueId bv = body.cast(ctx.load_at(body, *bias, {o[1]}), DType::kInt32);
+      return body.binary(OpCode::kAdd, ctx.load_at(body, acc, o), bv);
+    });
+  }
+  return {requantize(ctx, acc, y_scale, y_zp, [&](LoopBody& body, const std::vector<Expr>& o) {
+    return body.binary(OpCode::kMul, scale_at(ctx, body, x_scale, Expr(0)),
+                       scale_at(ctx, body, w_scale, o[1]));
+  })};
+}
+
 }  // namespace
 
 void register_quantize_ops(Registry& registry) {
+  registry.add("", "MatMulInteger", {lower_matmul_integer, 10, 17});
+  registry.add("", "ConvInteger", {lower_conv_integer, 10, 17});
+  registry.add("", "QLinearMatMul", {lower_qlinear_matmul, 10, 17});
+  registry.add("", "QLinearConv", {lower_qlinear_conv, 10, 17});
   registry.add("", "QuantizeLinear", {lower_quantize, 10, 17});
   registry.add("", "DequantizeLinear", {lower_dequantize, 10, 17});
   registry.add("", "DynamicQuantizeLinear", {lower_dynamic_quantize, 11, 17});

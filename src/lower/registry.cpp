@@ -38,6 +38,7 @@ const Registry& Registry::instance() {
     register_resize_ops(r);
     register_quantize_ops(r);
     register_conv_transpose_ops(r);
+    register_grid_sample_ops(r);
     return r;
   }();
   return registry;

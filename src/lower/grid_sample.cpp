@@ -1,0 +1,231 @@
+/// GridSample (opset 16) through the loop IR, as PyTorch's grid_sampler defines it (the suite's
+/// expected outputs come from it): each output pixel unnormalizes its grid coordinates
+/// (align_corners or not), applies the padding mode (zeros, border, reflection) and samples the
+/// input with nearest (round half to even), bilinear (4 taps) or bicubic (16 taps, A = -0.75)
+/// interpolation. Taps outside the input contribute 0. Also the window generators of the signal
+/// family (HannWindow, HammingWindow, BlackmanWindow), generated elementwise.
+///
+/// Tests: the ONNX node suite (tests/onnx).
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <functional>
+
+#include "lower/elementwise.h"
+#include "lower/lowering.h"
+#include "lower/op_util.h"
+#include "support/error.h"
+
+namespace kiln::lower {
+
+using graph::DType;
+using ir::LoopBody;
+using ir::OpCode;
+using ir::ValueId;
+using sym::Expr;
+
+namespace {
+
+enum class Padding { kZeros, kBorder, kReflection };
+
+/// Scalar float arithmetic in one body and dtype.
+struct F {
+  LoopBody& body;
+  DType f;
+  ValueId c(double v) const { return body.constant(v, f); }
+  ValueId add(ValueId a, ValueId b) const { return body.binary(OpCode::kAdd, a, b); }
+  ValueId sub(ValueId a, ValueId b) const { return body.binary(OpCode::kSub, a, b); }
+  ValueId mul(ValueId a, ValueId b) const { return body.binary(OpCode::kMul, a, b); }
+  ValueId div(ValueId a, ValueId b) const { return body.binary(OpCode::kDiv, a, b); }
+  ValueId floor(ValueId a) const { return body.unary(OpCode::kFloor, a); }
+  ValueId clip(ValueId a, double lo, double hi) const {
+    return body.binary(OpCode::kMinimum, body.binary(OpCode::kMaximum, a, c(lo)), c(hi));
+  }
+};
+
+class GridSampler {
+ public:
+  GridSampler(LoweringContext& ctx, const TensorValue& x, Padding padding, bool align_corners)
+      : ctx_(ctx), x_(x), padding_(padding), align_(align_corners) {}
+
+  /// Grid coordinate -> input coordinate along a dim of `size` (static or symbolic).
+  ValueId unnormalize(const F& m, ValueId g, ValueId size) const {
+    ValueId one = m.c(1);
+    if (align_) return m.mul(m.div(m.add(g, one), m.c(2)), m.sub(size, one));
+    return m.div(m.sub(m.mul(m.add(g, one), size), one), m.c(2));
+  }
+
+  /// Applies border or reflection padding to a coordinate (zeros leaves it).
+  ValueId pad(const F& m, ValueId v, ValueId size) const {
+    if (padding_ == Padding::kZeros) return v;
+    ValueId last = m.sub(size, m.c(1));
+    if (padding_ == Padding::kReflection) {
+      v = align_ ? reflect(m, v, m.c(0), m.mul(m.c(2), last))
+                 : reflect(m, v, m.c(-1), m.sub(m.mul(m.c(2), size), m.c(1)));
+    }
+    return m.body.binary(OpCode::kMinimum, m.body.binary(OpCode::kMaximum, v, m.c(0)), last);
+  }
+
+  /// x[n, c, y, x] where (y, x) (float, whole numbers) is inside the input, else 0.
+  ValueId tap(const F& m, const std::vector<Expr>& nc, ValueId yf, ValueId xf) const {
+    ValueId inside = ir::kNoValue;
+    std::vector<Expr> at = nc;
+    for (auto [v, d] : {std::pair{yf, size_t{2}}, std::pair{xf, size_t{3}}}) {
+      ValueId i = m.body.cast(v, DType::kInt64);
+      ValueId n = m.body.index_expr(x_.shape[d]);
+      ValueId ok = m.body.binary(OpCode::kAnd,
+                                 m.body.binary(OpCode::kGe, i, m.body.constant(0, DType::kInt64)),
+                                 m.body.binary(OpCode::kLt, i, n));
+      inside = and_mask(m.body, inside, ok);
+      // Clamped so that the load stays in bounds; `inside` zeroes it where it was not.
+      ValueId clamped = m.body.binary(
+          OpCode::kMinimum, m.body.binary(OpCode::kMaximum, i, m.body.constant(0, DType::kInt64)),
+          m.body.binary(OpCode::kSub, n, m.body.constant(1, DType::kInt64)));
+      at.push_back(m.body.op(m.body.indirect(clamped, x_.shape[d])).symbol);
+    }
+    ValueId v = m.body.cast(ctx_.load_at(m.body, x_, at), m.f);
+    return m.body.where(inside, v, m.c(0));
+  }
+
+ private:
+  /// Reflects v into [low, high] given as twice their values (PyTorch's reflect_coordinates).
+  static ValueId reflect(const F& m, ValueId v, ValueId twice_low, ValueId twice_high) {
+    ValueId lo = m.div(twice_low, m.c(2));
+    ValueId span = m.div(m.sub(twice_high, twice_low), m.c(2));
+    ValueId d = m.body.unary(OpCode::kAbs, m.sub(v, lo));
+    ValueId extra = m.body.binary(OpCode::kFmod, d, span);
+    ValueId flips = m.floor(m.div(d, span));
+    ValueId even = m.body.binary(OpCode::kEq, m.body.binary(OpCode::kFmod, flips, m.c(2)), m.c(0));
+    ValueId r = m.body.where(even, m.add(extra, lo), m.add(m.sub(span, extra), lo));
+    // A one-element axis (span 0) reflects onto its only position.
+    return m.body.where(m.body.binary(OpCode::kEq, span, m.c(0)), m.c(0), r);
+  }
+
+  LoweringContext& ctx_;
+  const TensorValue& x_;
+  Padding padding_;
+  bool align_;
+};
+
+/// The 4 cubic convolution weights for fraction t (A = -0.75).
+std::vector<ValueId> cubic_weights(const F& m, ValueId t) {
+  const double a = -0.75;
+  auto near = [&](ValueId x) {  // |x| <= 1: ((A + 2) x - (A + 3)) x^2 + 1
+    return m.add(m.mul(m.mul(m.sub(m.mul(m.c(a + 2), x), m.c(a + 3)), x), x), m.c(1));
+  };
+  auto far = [&](ValueId x) {  // 1 < |x| < 2: ((A x - 5A) x + 8A) x - 4A
+    return m.sub(m.mul(m.add(m.mul(m.sub(m.mul(m.c(a), x), m.c(5 * a)), x), m.c(8 * a)), x),
+                 m.c(4 * a));
+  };
+  ValueId one = m.c(1);
+  return {far(m.add(t, one)), near(t), near(m.sub(one, t)), far(m.sub(m.c(2), t))};
+}
+
+std::vector<TensorValue> lower_grid_sample(LoweringContext& ctx, const graph::Node& node,
+                                           const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  const TensorValue& grid = required_input(ctx, inputs, 1, "grid");
+  require_dtype(ctx, x.dtype, kFloats, "input 'X'");
+  if (x.rank() != 4 || grid.rank() != 4 || grid.shape[3] != Expr(2)) {
+    ctx.fail(fmt::format("expected X [N, C, H, W] and grid [N, H_out, W_out, 2], found {} and {}",
+                         graph::shape_str(x.shape), graph::shape_str(grid.shape)));
+  }
+  const std::string mode = node.attr_string("mode", "bilinear");
+  const std::string padding_name = node.attr_string("padding_mode", "zeros");
+  if (mode != "bilinear" && mode != "nearest" && mode != "bicubic") {
+    ctx.fail(fmt::format("mode must be bilinear, nearest or bicubic, found '{}'", mode));
+  }
+  Padding padding = padding_name == "border"       ? Padding::kBorder
+                    : padding_name == "reflection" ? Padding::kReflection
+                                                   : Padding::kZeros;
+  if (padding == Padding::kZeros && padding_name != "zeros") {
+    ctx.fail(
+        fmt::format("padding_mode must be zeros, border or reflection, found '{}'", padding_name));
+  }
+  GridSampler sampler(ctx, x, padding, node.attr_int("align_corners", 0) != 0);
+  const DType f = compute_dtype(x.dtype);
+  std::vector<Expr> shape = {x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]};
+  return {ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& o) {
+    F m{body, f};
+    std::vector<Expr> nc = {o[0], o[1]};
+    ValueId h = body.cast(body.index_expr(x.shape[2]), f);
+    ValueId w = body.cast(body.index_expr(x.shape[3]), f);
+    auto coord = [&](int64_t k) {
+      return body.cast(ctx.load_at(body, grid, {o[0], o[2], o[3], Expr(k)}), f);
+    };
+    ValueId gx = sampler.unnormalize(m, coord(0), w), gy = sampler.unnormalize(m, coord(1), h);
+    ValueId result;
+    if (mode == "bicubic") {
+      ValueId x0 = m.floor(gx), y0 = m.floor(gy);
+      std::vector<ValueId> wx = cubic_weights(m, m.sub(gx, x0));
+      std::vector<ValueId> wy = cubic_weights(m, m.sub(gy, y0));
+      result = m.c(0);
+      for (int i = 0; i < 4; ++i) {
+        ValueId yi = sampler.pad(m, m.add(y0, m.c(i - 1)), h);
+        ValueId row = m.c(0);
+        for (int j = 0; j < 4; ++j) {
+          ValueId xj = sampler.pad(m, m.add(x0, m.c(j - 1)), w);
+          row = m.add(row, m.mul(wx[j], sampler.tap(m, nc, yi, xj)));
+        }
+        result = m.add(result, m.mul(wy[i], row));
+      }
+    } else {
+      gx = sampler.pad(m, gx, w);
+      gy = sampler.pad(m, gy, h);
+      if (mode == "nearest") {
+        result = sampler.tap(m, nc, body.unary(OpCode::kRound, gy), body.unary(OpCode::kRound, gx));
+      } else {
+        ValueId x0 = m.floor(gx), y0 = m.floor(gy);
+        ValueId tx = m.sub(gx, x0), ty = m.sub(gy, y0);
+        ValueId x1 = m.add(x0, m.c(1)), y1 = m.add(y0, m.c(1));
+        ValueId sx = m.sub(m.c(1), tx), sy = m.sub(m.c(1), ty);
+        result = m.add(m.add(m.mul(m.mul(sy, sx), sampler.tap(m, nc, y0, x0)),
+                             m.mul(m.mul(sy, tx), sampler.tap(m, nc, y0, x1))),
+                       m.add(m.mul(m.mul(ty, sx), sampler.tap(m, nc, y1, x0)),
+                             m.mul(m.mul(ty, tx), sampler.tap(m, nc, y1, x1))));
+      }
+    }
+    return body.cast(result, x.dtype);
+  })};
+}
+
+/// a0 - a1 cos(2 pi n / N) + a2 cos(4 pi n / N), N = size (periodic) or size - 1, computed in
+/// double and cast to output_datatype.
+std::vector<TensorValue> lower_window(LoweringContext& ctx, const graph::Node& node,
+                                      const LowerInputs& inputs) {
+  std::vector<int64_t> size =
+      require_static_ints(ctx, required_input(ctx, inputs, 0, "size"), "input 'size'");
+  if (size.size() != 1 || size[0] < 0) ctx.fail("input 'size' must be one non-negative value");
+  std::optional<DType> out =
+      graph::dtype_from_onnx(static_cast<int32_t>(node.attr_int("output_datatype", 1)));
+  if (!out || !(graph::is_floating(*out) || graph::is_integer(*out))) {
+    ctx.fail("attribute 'output_datatype' must name a numeric type");
+  }
+  double a0 = 0.5, a1 = 0.5, a2 = 0;
+  if (node.op_type() == "HammingWindow") a0 = 25.0 / 46, a1 = 21.0 / 46;
+  if (node.op_type() == "BlackmanWindow") a0 = 0.42, a2 = 0.08;
+  const bool periodic = node.attr_int("periodic", 1) != 0;
+  const double n = static_cast<double>(periodic ? size[0] : size[0] - 1);
+  const double step = n > 0 ? 2 * M_PI / n : 0;
+  return {ctx.pointwise(*out, {Expr(size[0])}, [&](LoopBody& body, const std::vector<Expr>& i) {
+    F m{body, DType::kFloat64};
+    ValueId angle = m.mul(body.cast(body.index_expr(i[0]), DType::kFloat64), m.c(step));
+    ValueId v = m.sub(m.c(a0), m.mul(m.c(a1), body.unary(OpCode::kCos, angle)));
+    if (a2 != 0) {
+      v = m.add(v, m.mul(m.c(a2), body.unary(OpCode::kCos, m.mul(m.c(2), angle))));
+    }
+    return body.cast(v, *out);
+  })};
+}
+
+}  // namespace
+
+void register_grid_sample_ops(Registry& registry) {
+  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) {
+    registry.add("", op, {lower_window, 17, 17});
+  }
+  registry.add("", "GridSample", {lower_grid_sample, 16, 17});
+}
+
+}  // namespace kiln::lower

@@ -1,7 +1,8 @@
 /// Reductions with structure, in the loop IR: Einsum (a sum over the contracted letters of the
 /// product of the operands, or a plain product when nothing is contracted), CumSum (a masked sum
 /// along the axis), Hardmax (ArgMax, then a comparison) and LRN (a windowed sum of squares over
-/// channels).
+/// channels); and TopK, whose indices come from the library kernel "topk" (a partial sort per
+/// slice) and whose values are gathered by the loop IR.
 ///
 /// Tests: the ONNX node suite (tests/onnx).
 
@@ -263,9 +264,50 @@ std::vector<TensorValue> lower_lrn(LoweringContext& ctx, const graph::Node& node
   })};
 }
 
+// --- TopK ---------------------------------------------------------------------------------------
+
+std::vector<TensorValue> lower_topk(LoweringContext& ctx, const graph::Node& node,
+                                    const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  require_dtype(ctx, x.dtype, kNumbers, "input 'X'");
+  if (x.rank() == 0) ctx.fail("expected an input of rank >= 1");
+  const size_t axis = static_cast<size_t>(
+      ctx.normalize_axis(node.attr_int("axis", -1), static_cast<int64_t>(x.rank())));
+  Expr k;
+  if (node.opset() < 10) {
+    k = Expr(node.attr_int("k", 0));
+  } else {
+    const std::vector<Expr>& ks =
+        require_known(ctx, required_input(ctx, inputs, 1, "K"), "input 'K'");
+    if (ks.size() != 1) ctx.fail("input 'K' must hold one value");
+    k = ks[0];
+  }
+  if (auto kv = k.as_integer()) {
+    if (*kv < 0) ctx.fail(fmt::format("k must be non-negative, found {}", *kv));
+    if (auto n = x.shape[axis].as_integer(); n && *kv > *n) {
+      ctx.fail(fmt::format("k = {} exceeds the axis size {}", *kv, *n));
+    }
+  }
+  std::vector<Expr> shape = x.shape;
+  shape[axis] = k;
+  const bool largest = node.opset() < 11 || node.attr_int("largest", 1) != 0;
+  TensorValue indices = ctx.extern_call(
+      "topk", DType::kInt64, shape, {ctx.as_view(x, true)},
+      {{"axis", static_cast<int64_t>(axis)}, {"largest", int64_t{largest ? 1 : 0}}});
+  // The indices come sorted best first, as sorted = 1 asks; sorted = 0 leaves the order free.
+  TensorValue values =
+      ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+        std::vector<Expr> at = i;
+        at[axis] = body.op(body.indirect(ctx.load_at(body, indices, i), x.shape[axis])).symbol;
+        return ctx.load_at(body, x, at);
+      });
+  return {values, indices};
+}
+
 }  // namespace
 
 void register_contraction_ops(Registry& registry) {
+  registry.add("", "TopK", {lower_topk, 1, 17});
   registry.add("", "Einsum", {lower_einsum, 12, 17});
   registry.add("", "CumSum", {lower_cumsum, 11, 17});
   registry.add("", "Hardmax", {lower_hardmax, 1, 17});

@@ -1,9 +1,9 @@
 /// Data-movement lowerings through the loop IR, so that they fuse with their neighbours: Pad
 /// (constant, reflect, edge) and DepthToSpace / SpaceToDepth as index remaps; GatherND as
-/// indirect loads; ScatterElements, Scatter and ScatterND as a reduction over the updates that
-/// land on each output element (none, add, mul), so indices are only compared, never used to
-/// address memory; ReverseSequence as an indirect load along the time axis. Index inputs are
-/// bounds-checked before any kernel reads them.
+/// indirect loads; ScatterElements, Scatter, ScatterND and MaxUnpool as a reduction over the
+/// updates that land on each output element (none, add, mul), so indices are only compared, never
+/// used to address memory; ReverseSequence as an indirect load along the time axis. Index inputs
+/// are bounds-checked before any kernel reads them.
 ///
 /// Tests: the ONNX node suite (tests/onnx).
 
@@ -333,6 +333,61 @@ std::vector<TensorValue> lower_scatter_nd(LoweringContext& ctx, const graph::Nod
       })};
 }
 
+std::vector<TensorValue> lower_max_unpool(LoweringContext& ctx, const graph::Node& node,
+                                          const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  const TensorValue& indices = required_input(ctx, inputs, 1, "I");
+  const TensorValue* output_shape = optional_input(inputs, 2);
+  if (x.rank() < 3 || indices.shape != x.shape) {
+    ctx.fail("expected X of rank >= 3 and indices I of the same shape");
+  }
+  const size_t n = x.rank() - 2;
+  std::vector<int64_t> kernel = node.attr_ints("kernel_shape", {});
+  std::vector<int64_t> strides = node.attr_ints("strides", std::vector<int64_t>(n, 1));
+  std::vector<int64_t> pads = node.attr_ints("pads", std::vector<int64_t>(2 * n, 0));
+  if (kernel.size() != n || strides.size() != n || pads.size() != 2 * n) {
+    ctx.fail(fmt::format("kernel_shape and strides need {} values and pads {}", n, 2 * n));
+  }
+  std::vector<Expr> inferred = {x.shape[0], x.shape[1]};
+  for (size_t d = 0; d < n; ++d) {
+    inferred.push_back(ctx.analyzer().simplify((x.shape[2 + d] - 1) * strides[d] - pads[d] -
+                                               pads[n + d] + kernel[d]));
+  }
+  std::vector<Expr> shape = inferred;
+  if (output_shape != nullptr) {
+    shape = require_known(ctx, *output_shape, "input 'output_shape'");
+    if (shape.size() != x.rank()) ctx.fail("output_shape must give every dim of the output");
+  }
+  // Each value goes to the position its index names, a flat index over the inferred output
+  // shape (what MaxPool's indices count over); a larger output_shape pads with 0 after it.
+  TensorValue zeros = ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>&) {
+    return body.constant(0, x.dtype);
+  });
+  std::vector<Expr> space(x.shape.begin() + 2, x.shape.end());
+  auto at = [](const std::vector<Expr>& i, const std::vector<Expr>& u) {
+    std::vector<Expr> p = {i[0], i[1]};
+    p.insert(p.end(), u.begin(), u.end());
+    return p;
+  };
+  return {scatter(
+      ctx, zeros, ScatterMode::kNone, space,
+      [&](LoopBody& body, const std::vector<Expr>& i, const std::vector<Expr>& u) {
+        Expr flat(0);
+        ValueId inside = ir::kNoValue;
+        for (size_t d = 0; d < shape.size(); ++d) {
+          flat = flat * inferred[d] + i[d];
+          if (shape[d] != inferred[d]) {
+            inside = and_mask(body, inside, in_range(body, i[d], Expr(0), inferred[d]));
+          }
+        }
+        ValueId idx = body.cast(ctx.load_at(body, indices, at(i, u)), DType::kInt64);
+        return and_mask(body, inside, body.binary(OpCode::kEq, idx, body.index_expr(flat)));
+      },
+      [&](LoopBody& body, const std::vector<Expr>& i, const std::vector<Expr>& u) {
+        return ctx.load_at(body, x, at(i, u));
+      })};
+}
+
 // --- ReverseSequence -----------------------------------------------------------------------------
 
 std::vector<TensorValue> lower_reverse_sequence(LoweringContext& ctx, const graph::Node& node,
@@ -366,6 +421,7 @@ std::vector<TensorValue> lower_reverse_sequence(LoweringContext& ctx, const grap
 
 void register_movement_ops(Registry& registry) {
   registry.add("", "ReverseSequence", {lower_reverse_sequence, 10, 17});
+  registry.add("", "MaxUnpool", {lower_max_unpool, 9, 17});
   registry.add("", "Pad", {lower_pad, 1, 17});
   registry.add("", "DepthToSpace", {lower_depth_to_space, 1, 17});
   registry.add("", "SpaceToDepth", {lower_space_to_depth, 1, 17});

@@ -34,6 +34,7 @@ struct WrapperSource {
   std::vector<std::string> constants;
   /// Does the code call oneDNN (link -ldnnl)?
   bool uses_dnnl = false;
+  bool uses_library = false;  // kiln_rt_library.h kernels (TopK)
   /// Does it call BLAS?
   bool uses_blas = false;
   MemoryPlan plan;

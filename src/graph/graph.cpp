@@ -153,6 +153,12 @@ std::vector<float> Node::attr_floats(const std::string& name, std::vector<float>
   return value ? *value : fallback;
 }
 
+std::vector<std::string> Node::attr_strings(const std::string& name,
+                                            std::vector<std::string> fallback) const {
+  const auto* value = typed_attribute<std::vector<std::string>>(*this, name);
+  return value ? *value : fallback;
+}
+
 const Tensor* Node::attr_tensor(const std::string& name) const {
   return typed_attribute<Tensor>(*this, name);
 }

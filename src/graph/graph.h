@@ -65,9 +65,9 @@ class Value {
 
 /// A typed attribute value. Graph attributes hold subgraphs (If/Loop/Scan bodies).
 using AttributeValue =
-    std::variant<int64_t, float, std::string, Tensor, std::shared_ptr<Graph>,
-                 std::vector<int64_t>, std::vector<float>, std::vector<std::string>,
-                 std::vector<Tensor>, std::vector<std::shared_ptr<Graph>>>;
+    std::variant<int64_t, float, std::string, Tensor, std::shared_ptr<Graph>, std::vector<int64_t>,
+                 std::vector<float>, std::vector<std::string>, std::vector<Tensor>,
+                 std::vector<std::shared_ptr<Graph>>>;
 
 class Node {
  public:
@@ -91,6 +91,8 @@ class Node {
   std::string attr_string(const std::string& name, const std::string& fallback) const;
   std::vector<int64_t> attr_ints(const std::string& name, std::vector<int64_t> fallback) const;
   std::vector<float> attr_floats(const std::string& name, std::vector<float> fallback) const;
+  std::vector<std::string> attr_strings(const std::string& name,
+                                        std::vector<std::string> fallback) const;
   const Tensor* attr_tensor(const std::string& name) const;
   std::shared_ptr<Graph> attr_graph(const std::string& name) const;
   /// Subgraphs of this node's graph attributes, by attribute name order.

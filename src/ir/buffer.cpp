@@ -65,6 +65,12 @@ std::vector<int64_t> ExternCall::attr_ints(const std::string& name) const {
   return std::get<std::vector<int64_t>>(it->second);
 }
 
+std::vector<double> ExternCall::attr_floats(const std::string& name) const {
+  auto it = attrs.find(name);
+  if (it == attrs.end()) return {};
+  return std::get<std::vector<double>>(it->second);
+}
+
 std::vector<std::string> Buffer::reads() const {
   std::vector<std::string> names;
   if (kind == BufferKind::kComputed) {

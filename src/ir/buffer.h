@@ -62,6 +62,7 @@ struct ExternCall {
   int64_t attr_int(const std::string& name, int64_t fallback) const;
   double attr_float(const std::string& name, double fallback) const;
   std::vector<int64_t> attr_ints(const std::string& name) const;
+  std::vector<double> attr_floats(const std::string& name) const;
 };
 
 /// The ONNX node a buffer came from, for kernel names and comments.

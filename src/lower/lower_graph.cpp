@@ -114,8 +114,8 @@ class GraphLowering {
     }
   }
 
-  /// Gives a small integer or bool input (a shape argument, a flag) or a floating scalar (a mode
-  /// such as Dropout's ratio) its compile-time values, guarded at run time.
+  /// Gives a small input (rank <= 1, at most kMaxSpecializedElements values: a shape argument, a
+  /// flag, Dropout's ratio, Resize's scales) its compile-time values, guarded at run time.
   void specialize(const graph::Value& input, TensorValue& value) {
     auto it = ctx_.options().input_values.find(input.name());
     if (it == ctx_.options().input_values.end()) return;
@@ -124,17 +124,18 @@ class GraphLowering {
         t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32 || t.dtype() == DType::kBool;
     bool floating = t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat64;
     if (!(integer || floating) || t.dtype() != value.dtype || t.rank() > 1 ||
-        (integer ? t.numel() > kMaxSpecializedElements : t.numel() != 1) ||
-        static_cast<size_t>(t.rank()) != value.rank()) {
+        t.numel() > kMaxSpecializedElements || static_cast<size_t>(t.rank()) != value.rank()) {
       return;
     }
     if (t.rank() == 1 && value.shape[0] != sym::Expr(t.numel())) return;
     ir::ValueGuard guard{*ctx_.as_buffer(value), input.name(), {}};
     if (floating) {
-      double v = t.element_as_double(0);
-      if (!std::isfinite(v)) return;
-      guard.values.push_back(v);
-      value.known_float = std::vector<double>{v};
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        double v = t.element_as_double(i);
+        if (!std::isfinite(v)) return;
+        guard.values.push_back(v);
+      }
+      value.known_float = guard.values;
     } else {
       std::vector<sym::Expr> known;
       for (int64_t i = 0; i < t.numel(); ++i) {

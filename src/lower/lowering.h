@@ -55,11 +55,11 @@ struct LoweringOptions {
   /// A lazy value whose body has more compute ops than this is realized before being inlined
   /// into a second consumer.
   int max_inline_ops = 64;
-  /// Values of model inputs known when compiling (by ONNX input name). Small integer and bool
-  /// inputs (rank <= 1, at most kMaxSpecializedElements) and floating scalars among them are
-  /// specialized: ops that need their values at compile time (Reshape's shape, Slice's starts,
-  /// axes, Dropout's training_mode and ratio...) read them, and the wrapper checks at run time
-  /// that the input still holds them.
+  /// Values of model inputs known when compiling (by ONNX input name). Small integer, bool and
+  /// floating inputs (rank <= 1, at most kMaxSpecializedElements) among them are specialized:
+  /// ops that need their values at compile time (Reshape's shape, Slice's starts, axes,
+  /// Dropout's training_mode and ratio, Resize's scales...) read them, and the wrapper checks at
+  /// run time that the input still holds them.
   std::map<std::string, std::shared_ptr<const graph::Tensor>> input_values;
 };
 
@@ -191,6 +191,7 @@ void register_resize_ops(Registry& registry);
 void register_quantize_ops(Registry& registry);
 void register_conv_transpose_ops(Registry& registry);
 void register_grid_sample_ops(Registry& registry);
+void register_recurrent_ops(Registry& registry);
 
 /// Lowers a whole model graph into a Program. Throws UserError naming the node for unsupported
 /// ops, dtypes (e.g. string tensors) or attributes.

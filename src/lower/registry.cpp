@@ -39,6 +39,7 @@ const Registry& Registry::instance() {
     register_quantize_ops(r);
     register_conv_transpose_ops(r);
     register_grid_sample_ops(r);
+    register_recurrent_ops(r);
     return r;
   }();
   return registry;

@@ -293,6 +293,8 @@ class WrapperWriter {
       write_conv(out, buffer);
     } else if (call.kernel == "topk") {
       write_topk(out, buffer);
+    } else if (call.kernel == "rnn") {
+      write_rnn(out, buffer);
     } else {
       internal_error("extern kernel '{}' has no wrapper code", call.kernel);
     }
@@ -328,6 +330,36 @@ class WrapperWriter {
               data_pointer(x), x.layout.rank(), call.attr_int("axis", 0),
               cexpr(buffer.layout.sizes.at(static_cast<size_t>(call.attr_int("axis", 0)))),
               call.attr_int("largest", 1) != 0 ? "true" : "false", buffer.name);
+  }
+
+  void write_rnn(IndentedBuffer& out, const ir::Buffer& buffer) {
+    const ir::ExternCall& call = buffer.call;
+    const auto& in = call.inputs;
+    const ir::View& x = *in.at(0);
+    const bool batch_major = call.attr_int("batch_major", 0) != 0;
+    out.line("kiln_rt::RnnParams p;");
+    out.linef("p.kind = {}; p.dirs = {}; p.reverse = {}; p.batch_major = {};",
+              call.attr_int("kind", 0), call.attr_int("dirs", 1), call.attr_int("reverse", 0),
+              batch_major ? 1 : 0);
+    out.linef("p.seq = {}; p.batch = {}; p.input = {}; p.hidden = {};",
+              cexpr(x.layout.sizes[batch_major ? 1 : 0]),
+              cexpr(x.layout.sizes[batch_major ? 0 : 1]), cexpr(x.layout.sizes[2]),
+              cexpr(buffer.layout.sizes[3]));
+    out.linef("p.clip = {}; p.linear_before_reset = {}; p.input_forget = {};",
+              call.attr_float("clip", 0), call.attr_int("linear_before_reset", 0),
+              call.attr_int("input_forget", 0));
+    std::vector<int64_t> acts = call.attr_ints("activations");
+    std::vector<double> alpha = call.attr_floats("alpha"), beta = call.attr_floats("beta");
+    for (size_t k = 0; k < acts.size(); ++k) {
+      out.linef("p.acts[{}] = {}; p.alpha[{}] = {}; p.beta[{}] = {};", k, acts[k], k, alpha[k], k,
+                beta[k]);
+    }
+    std::vector<std::string> args;
+    for (size_t k = 0; k < 8; ++k) {
+      args.push_back(k < in.size() && in[k] ? data_pointer(*in[k]) : "nullptr");
+    }
+    out.linef("kiln_rt::rnn<{}>(p, {}, {});", ctype(buffer.dtype), fmt::join(args, ", "),
+              buffer.name);
   }
 
   void write_conv(IndentedBuffer& out, const ir::Buffer& buffer) {
@@ -444,7 +476,7 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
       const std::string& k = item.buffers.at(0)->call.kernel;
       if (k == "matmul") result_.uses_blas = true;
       if (k == "conv") result_.uses_dnnl = true;
-      if (k == "topk") result_.uses_library = true;
+      if (k == "topk" || k == "rnn") result_.uses_library = true;
     }
   }
 

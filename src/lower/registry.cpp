@@ -40,6 +40,7 @@ const Registry& Registry::instance() {
     register_conv_transpose_ops(r);
     register_grid_sample_ops(r);
     register_recurrent_ops(r);
+    register_library_ops(r);
     return r;
   }();
   return registry;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -191,6 +192,119 @@ inline void rnn(const RnnParams& p, const T* x, const T* w, const T* r, const T*
       for (int64_t j = 0; j < H; ++j) {
         y_at(S, d, n)[j] = static_cast<T>(h[j]);
         y_at(S + 1, d, n)[j] = static_cast<T>(c[j]);
+      }
+    }
+  }
+}
+
+}  // namespace kiln_rt
+
+namespace kiln_rt {
+
+/// Determinants of `count` square matrices of size n (contiguous), by LU with partial pivoting
+/// in double precision.
+template <typename T>
+inline void det(const T* x, int64_t count, int64_t n, T* out) {
+#pragma omp parallel for if (count * n * n * n > 65536)
+  for (int64_t m = 0; m < count; ++m) {
+    std::vector<double> a(x + m * n * n, x + (m + 1) * n * n);
+    double d = 1;
+    for (int64_t c = 0; c < n && d != 0; ++c) {
+      int64_t pivot = c;
+      for (int64_t r = c + 1; r < n; ++r) {
+        if (std::abs(a[r * n + c]) > std::abs(a[pivot * n + c])) pivot = r;
+      }
+      if (a[pivot * n + c] == 0) {
+        d = 0;
+        break;
+      }
+      if (pivot != c) {
+        for (int64_t k = 0; k < n; ++k) std::swap(a[c * n + k], a[pivot * n + k]);
+        d = -d;
+      }
+      d *= a[c * n + c];
+      for (int64_t r = c + 1; r < n; ++r) {
+        double f = a[r * n + c] / a[c * n + c];
+        for (int64_t k = c; k < n; ++k) a[r * n + k] -= f * a[c * n + k];
+      }
+    }
+    out[m] = static_cast<T>(d);
+  }
+}
+
+/// RoiAlign: out [rois, C, oh, ow] from X [N, C, H, W], boxes [rois, 4] (x1, y1, x2, y2) and
+/// batch_indices, averaging (or taking the max of) bilinear samples on a grid of sampling_ratio
+/// (0: adaptive, ceil(roi size / output size)) points per bin.
+struct RoiAlignParams {
+  int64_t n = 0, c = 0, h = 0, w = 0, rois = 0, oh = 1, ow = 1;
+  int64_t sampling_ratio = 0;
+  double spatial_scale = 1;
+  bool half_pixel = true;
+  bool max_mode = false;
+};
+
+template <typename T, typename I>
+inline void roi_align(const RoiAlignParams& p, const T* x, const T* boxes, const I* batch, T* out) {
+  const double offset = p.half_pixel ? 0.5 : 0;
+  for (int64_t r = 0; r < p.rois; ++r) {
+    const int64_t b = static_cast<int64_t>(batch[r]);
+    if (b < 0 || b >= p.n) {
+      fail("RoiAlign: batch index %lld of roi %lld is out of range [0, %lld)",
+           static_cast<long long>(b), static_cast<long long>(r), static_cast<long long>(p.n));
+    }
+    const double x1 = boxes[r * 4] * p.spatial_scale - offset;
+    const double y1 = boxes[r * 4 + 1] * p.spatial_scale - offset;
+    double rw = boxes[r * 4 + 2] * p.spatial_scale - offset - x1;
+    double rh = boxes[r * 4 + 3] * p.spatial_scale - offset - y1;
+    if (!p.half_pixel) {
+      rw = std::max(rw, 1.0);
+      rh = std::max(rh, 1.0);
+    }
+    const double bin_h = rh / p.oh, bin_w = rw / p.ow;
+    const int64_t gh = p.sampling_ratio > 0 ? p.sampling_ratio : int64_t(std::ceil(rh / p.oh));
+    const int64_t gw = p.sampling_ratio > 0 ? p.sampling_ratio : int64_t(std::ceil(rw / p.ow));
+    const double count = std::max<int64_t>(gh * gw, 1);
+#pragma omp parallel for if (p.c * p.oh * p.ow * gh * gw > 65536)
+    for (int64_t ch = 0; ch < p.c; ++ch) {
+      const T* plane = x + (b * p.c + ch) * p.h * p.w;
+      for (int64_t ph = 0; ph < p.oh; ++ph) {
+        for (int64_t pw = 0; pw < p.ow; ++pw) {
+          double acc = 0, best = -std::numeric_limits<double>::infinity();
+          for (int64_t iy = 0; iy < gh; ++iy) {
+            double y = y1 + ph * bin_h + (iy + 0.5) * bin_h / gh;
+            for (int64_t ix = 0; ix < gw; ++ix) {
+              double xx = x1 + pw * bin_w + (ix + 0.5) * bin_w / gw;
+              if (y < -1.0 || y > p.h || xx < -1.0 || xx > p.w) {
+                best = std::max(best, 0.0);
+                continue;
+              }
+              double yc = std::max(y, 0.0), xc = std::max(xx, 0.0);
+              int64_t y0 = static_cast<int64_t>(yc), x0 = static_cast<int64_t>(xc), yh, xh;
+              if (y0 >= p.h - 1) {
+                yh = y0 = p.h - 1;
+                yc = double(y0);
+              } else {
+                yh = y0 + 1;
+              }
+              if (x0 >= p.w - 1) {
+                xh = x0 = p.w - 1;
+                xc = double(x0);
+              } else {
+                xh = x0 + 1;
+              }
+              const double ly = yc - y0, lx = xc - x0, hy = 1 - ly, hx = 1 - lx;
+              const double v[4] = {hy * hx * plane[y0 * p.w + x0], hy * lx * plane[y0 * p.w + xh],
+                                   ly * hx * plane[yh * p.w + x0], ly * lx * plane[yh * p.w + xh]};
+              if (p.max_mode) {
+                for (double t : v) best = std::max(best, t);
+              } else {
+                acc += v[0] + v[1] + v[2] + v[3];
+              }
+            }
+          }
+          out[((r * p.c + ch) * p.oh + ph) * p.ow + pw] =
+              static_cast<T>(p.max_mode ? best : acc / count);
+        }
       }
     }
   }

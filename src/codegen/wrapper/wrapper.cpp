@@ -295,6 +295,13 @@ class WrapperWriter {
       write_topk(out, buffer);
     } else if (call.kernel == "rnn") {
       write_rnn(out, buffer);
+    } else if (call.kernel == "det") {
+      const ir::View& x = *call.inputs.at(0);
+      const sym::Expr n = x.layout.sizes.back();
+      out.linef("kiln_rt::det<{}>({}, {}, {}, {});", ctype(buffer.dtype), data_pointer(x),
+                cexpr(buffer.layout.numel()), cexpr(n), buffer.name);
+    } else if (call.kernel == "roi_align") {
+      write_roi_align(out, buffer);
     } else {
       internal_error("extern kernel '{}' has no wrapper code", call.kernel);
     }
@@ -360,6 +367,23 @@ class WrapperWriter {
     }
     out.linef("kiln_rt::rnn<{}>(p, {}, {});", ctype(buffer.dtype), fmt::join(args, ", "),
               buffer.name);
+  }
+
+  void write_roi_align(IndentedBuffer& out, const ir::Buffer& buffer) {
+    const ir::ExternCall& call = buffer.call;
+    const ir::View& x = *call.inputs.at(0);
+    out.line("kiln_rt::RoiAlignParams p;");
+    out.linef("p.n = {}; p.c = {}; p.h = {}; p.w = {};", cexpr(x.layout.sizes[0]),
+              cexpr(x.layout.sizes[1]), cexpr(x.layout.sizes[2]), cexpr(x.layout.sizes[3]));
+    out.linef("p.rois = {}; p.oh = {}; p.ow = {};", cexpr(buffer.layout.sizes[0]),
+              cexpr(buffer.layout.sizes[2]), cexpr(buffer.layout.sizes[3]));
+    out.linef("p.sampling_ratio = {}; p.spatial_scale = {}; p.half_pixel = {}; p.max_mode = {};",
+              call.attr_int("sampling_ratio", 0), call.attr_float("spatial_scale", 1),
+              call.attr_int("half_pixel", 1), call.attr_int("max_mode", 0));
+    const ir::View& batch = *call.inputs.at(2);
+    out.linef("kiln_rt::roi_align<{}, {}>(p, {}, {}, {}, {});", ctype(buffer.dtype),
+              ctype(batch.dtype), data_pointer(x), data_pointer(*call.inputs.at(1)),
+              data_pointer(batch), buffer.name);
   }
 
   void write_conv(IndentedBuffer& out, const ir::Buffer& buffer) {
@@ -476,7 +500,7 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
       const std::string& k = item.buffers.at(0)->call.kernel;
       if (k == "matmul") result_.uses_blas = true;
       if (k == "conv") result_.uses_dnnl = true;
-      if (k == "topk" || k == "rnn") result_.uses_library = true;
+      if (k == "topk" || k == "rnn" || k == "det" || k == "roi_align") result_.uses_library = true;
     }
   }
 

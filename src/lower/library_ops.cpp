@@ -1,0 +1,70 @@
+/// Ops lowered to library kernels of kiln_rt_library.h, whose loops the loop IR cannot express:
+/// Det (LU factorization per matrix) and RoiAlign (a per-box sampling grid whose size depends on
+/// the box).
+///
+/// Tests: the ONNX node suite (tests/onnx).
+
+#include <fmt/format.h>
+
+#include "lower/elementwise.h"
+#include "lower/lowering.h"
+#include "lower/op_util.h"
+#include "support/error.h"
+
+namespace kiln::lower {
+
+using graph::DType;
+using sym::Expr;
+
+namespace {
+
+std::vector<TensorValue> lower_det(LoweringContext& ctx, const graph::Node&,
+                                   const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  require_dtype(ctx, x.dtype, kFloats, "input 'X'");
+  if (x.rank() < 2 || x.shape[x.rank() - 1] != x.shape[x.rank() - 2]) {
+    ctx.fail(
+        fmt::format("expected square matrices [..., M, M], found {}", graph::shape_str(x.shape)));
+  }
+  std::vector<Expr> shape(x.shape.begin(), x.shape.end() - 2);
+  return {ctx.extern_call("det", x.dtype, shape, {ctx.as_view(x, true)}, {})};
+}
+
+std::vector<TensorValue> lower_roi_align(LoweringContext& ctx, const graph::Node& node,
+                                         const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  const TensorValue& rois = required_input(ctx, inputs, 1, "rois");
+  const TensorValue& batch = required_input(ctx, inputs, 2, "batch_indices");
+  require_dtype(ctx, x.dtype, kFloats, "input 'X'");
+  if (x.rank() != 4 || rois.rank() != 2 || rois.shape[1] != Expr(4) || batch.rank() != 1) {
+    ctx.fail(fmt::format(
+        "expected X [N, C, H, W], rois [R, 4] and batch_indices [R], found {}, "
+        "{} and {}",
+        graph::shape_str(x.shape), graph::shape_str(rois.shape), graph::shape_str(batch.shape)));
+  }
+  if (rois.dtype != x.dtype) ctx.fail("rois must have the dtype of X");
+  std::string mode = node.attr_string("mode", "avg");
+  if (mode != "avg" && mode != "max")
+    ctx.fail(fmt::format("mode must be avg or max, found '{}'", mode));
+  // Opset 16 added coordinate_transformation_mode (default half_pixel); before, no offset.
+  std::string transform = node.attr_string("coordinate_transformation_mode",
+                                           node.opset() >= 16 ? "half_pixel" : "output_half_pixel");
+  const int64_t oh = node.attr_int("output_height", 1), ow = node.attr_int("output_width", 1);
+  std::vector<Expr> shape = {rois.shape[0], x.shape[1], Expr(oh), Expr(ow)};
+  return {ctx.extern_call(
+      "roi_align", x.dtype, shape,
+      {ctx.as_view(x, true), ctx.as_view(rois, true), ctx.as_view(batch, true)},
+      {{"sampling_ratio", node.attr_int("sampling_ratio", 0)},
+       {"spatial_scale", static_cast<double>(node.attr_float("spatial_scale", 1.0f))},
+       {"half_pixel", int64_t{transform == "half_pixel"}},
+       {"max_mode", int64_t{mode == "max"}}})};
+}
+
+}  // namespace
+
+void register_library_ops(Registry& registry) {
+  registry.add("", "Det", {lower_det, 11, 17});
+  registry.add("", "RoiAlign", {lower_roi_align, 10, 17});
+}
+
+}  // namespace kiln::lower

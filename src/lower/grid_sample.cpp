@@ -29,20 +29,7 @@ namespace {
 
 enum class Padding { kZeros, kBorder, kReflection };
 
-/// Scalar float arithmetic in one body and dtype.
-struct F {
-  LoopBody& body;
-  DType f;
-  ValueId c(double v) const { return body.constant(v, f); }
-  ValueId add(ValueId a, ValueId b) const { return body.binary(OpCode::kAdd, a, b); }
-  ValueId sub(ValueId a, ValueId b) const { return body.binary(OpCode::kSub, a, b); }
-  ValueId mul(ValueId a, ValueId b) const { return body.binary(OpCode::kMul, a, b); }
-  ValueId div(ValueId a, ValueId b) const { return body.binary(OpCode::kDiv, a, b); }
-  ValueId floor(ValueId a) const { return body.unary(OpCode::kFloor, a); }
-  ValueId clip(ValueId a, double lo, double hi) const {
-    return body.binary(OpCode::kMinimum, body.binary(OpCode::kMaximum, a, c(lo)), c(hi));
-  }
-};
+using F = FloatMath;
 
 class GridSampler {
  public:
@@ -84,7 +71,7 @@ class GridSampler {
           m.body.binary(OpCode::kSub, n, m.body.constant(1, DType::kInt64)));
       at.push_back(m.body.op(m.body.indirect(clamped, x_.shape[d])).symbol);
     }
-    ValueId v = m.body.cast(ctx_.load_at(m.body, x_, at), m.f);
+    ValueId v = m.body.cast(ctx_.load_at(m.body, x_, at), m.dtype);
     return m.body.where(inside, v, m.c(0));
   }
 

@@ -177,15 +177,6 @@ std::vector<TensorValue> lower_constant_of_shape(LoweringContext& ctx, const gra
   return {filled(ctx, dtype, shape, value)};
 }
 
-/// A known scalar argument as a double (integer or floating known contents).
-std::optional<double> known_scalar(const TensorValue& v) {
-  if (v.known_float && v.known_float->size() == 1) return (*v.known_float)[0];
-  if (v.known && v.known->size() == 1) {
-    if (auto c = (*v.known)[0].as_integer()) return static_cast<double>(*c);
-  }
-  return std::nullopt;
-}
-
 std::vector<TensorValue> lower_range(LoweringContext& ctx, const graph::Node&,
                                      const LowerInputs& inputs) {
   const TensorValue& start = required_input(ctx, inputs, 0, "start");

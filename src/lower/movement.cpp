@@ -39,14 +39,7 @@ std::vector<TensorValue> lower_pad(LoweringContext& ctx, const graph::Node& node
   if (node.opset() >= 11) {
     pads = require_known(ctx, required_input(ctx, inputs, 1, "pads"), "input 'pads'");
     value_input = optional_input(inputs, 2);
-    if (value_input != nullptr) {
-      value.reset();
-      if (value_input->known_float && value_input->known_float->size() == 1) {
-        value = (*value_input->known_float)[0];
-      } else if (value_input->known && value_input->known->size() == 1) {
-        if (auto c = (*value_input->known)[0].as_integer()) value = static_cast<double>(*c);
-      }
-    }
+    if (value_input != nullptr) value = known_scalar(*value_input);
   } else {
     for (int64_t p : node.attr_ints(node.opset() >= 2 ? "pads" : "paddings", {}))
       pads.emplace_back(p);

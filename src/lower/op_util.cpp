@@ -283,4 +283,12 @@ int64_t require_static_dim(const LoweringContext& ctx, const Expr& dim, const st
   return *v;
 }
 
+std::optional<double> known_scalar(const TensorValue& v) {
+  if (v.known_float && v.known_float->size() == 1) return (*v.known_float)[0];
+  if (v.known && v.known->size() == 1) {
+    if (auto c = (*v.known)[0].as_integer()) return static_cast<double>(*c);
+  }
+  return std::nullopt;
+}
+
 }  // namespace kiln::lower

@@ -93,6 +93,33 @@ WindowGeometry window_geometry(LoweringContext& ctx, const graph::Node& node,
 TensorValue checked_indices(LoweringContext& ctx, const TensorValue& indices, const sym::Expr& size,
                             std::optional<int64_t> ignored = std::nullopt);
 
+/// Arithmetic on values of one floating dtype inside a loop body, for lowerings that are long
+/// formulas (GridSample, the optimizers).
+struct FloatMath {
+  ir::LoopBody& body;
+  graph::DType dtype;
+  ir::ValueId c(double v) const { return body.constant(v, dtype); }
+  ir::ValueId add(ir::ValueId a, ir::ValueId b) const {
+    return body.binary(ir::OpCode::kAdd, a, b);
+  }
+  ir::ValueId sub(ir::ValueId a, ir::ValueId b) const {
+    return body.binary(ir::OpCode::kSub, a, b);
+  }
+  ir::ValueId mul(ir::ValueId a, ir::ValueId b) const {
+    return body.binary(ir::OpCode::kMul, a, b);
+  }
+  ir::ValueId div(ir::ValueId a, ir::ValueId b) const {
+    return body.binary(ir::OpCode::kDiv, a, b);
+  }
+  ir::ValueId scale(double k, ir::ValueId a) const { return mul(c(k), a); }
+  ir::ValueId floor(ir::ValueId a) const { return body.unary(ir::OpCode::kFloor, a); }
+  ir::ValueId sqrt(ir::ValueId a) const { return body.unary(ir::OpCode::kSqrt, a); }
+};
+
+/// A known one-element value (integer or floating known contents) as a double; nullopt when its
+/// contents are not known at compile time.
+std::optional<double> known_scalar(const TensorValue& v);
+
 /// Static dims of a shape, or an empty optional when any dim is symbolic.
 std::optional<std::vector<int64_t>> static_shape(const std::vector<sym::Expr>& shape);
 

@@ -171,15 +171,6 @@ std::vector<TensorValue> lower_softmax_cross_entropy(LoweringContext& ctx, const
   return {loss, log_prob};
 }
 
-/// A known scalar's value (integer or floating known contents).
-std::optional<double> known_scalar(const TensorValue& v) {
-  if (v.known_float && v.known_float->size() == 1) return (*v.known_float)[0];
-  if (v.known && v.known->size() == 1) {
-    if (auto c = (*v.known)[0].as_integer()) return static_cast<double>(*c);
-  }
-  return std::nullopt;
-}
-
 std::vector<TensorValue> lower_dropout(LoweringContext& ctx, const graph::Node& node,
                                        const LowerInputs& inputs) {
   const TensorValue& data = required_input(ctx, inputs, 0, "data");
@@ -261,17 +252,6 @@ std::vector<TensorValue> optimizer(LoweringContext& ctx, const LowerInputs& inpu
   return results;
 }
 
-/// Small arithmetic helpers over one body, in the dtype of their first operand.
-struct Arith {
-  LoopBody& body;
-  ValueId c(double v, ValueId like) { return body.constant(v, body.dtype(like)); }
-  ValueId add(ValueId a, ValueId b) { return body.binary(OpCode::kAdd, a, b); }
-  ValueId sub(ValueId a, ValueId b) { return body.binary(OpCode::kSub, a, b); }
-  ValueId mul(ValueId a, ValueId b) { return body.binary(OpCode::kMul, a, b); }
-  ValueId div(ValueId a, ValueId b) { return body.binary(OpCode::kDiv, a, b); }
-  ValueId scale(double k, ValueId a) { return mul(c(k, a), a); }
-};
-
 std::vector<TensorValue> lower_adagrad(LoweringContext& ctx, const graph::Node& node,
                                        const LowerInputs& inputs) {
   const double decay = node.attr_float("decay_factor", 0), eps = node.attr_float("epsilon", 0),
@@ -280,12 +260,12 @@ std::vector<TensorValue> lower_adagrad(LoweringContext& ctx, const graph::Node& 
   return optimizer(
       ctx, inputs, 3, 2,
       [=](LoopBody& body, ValueId r, ValueId t, const std::vector<ValueId>& e, size_t which) {
-        Arith a{body};
+        FloatMath a{body, body.dtype(r)};
         ValueId g = a.add(a.scale(norm, e[0]), e[1]);
         ValueId h = a.add(e[2], a.mul(g, g));
         if (which == 1) return h;
-        ValueId rate = a.div(r, a.add(a.c(1, t), a.scale(decay, t)));
-        ValueId adaptive = a.add(body.unary(OpCode::kSqrt, h), a.c(eps, h));
+        ValueId rate = a.div(r, a.add(a.c(1), a.scale(decay, t)));
+        ValueId adaptive = a.add(a.sqrt(h), a.c(eps));
         return a.sub(e[0], a.div(a.mul(rate, g), adaptive));
       });
 }
@@ -303,10 +283,10 @@ std::vector<TensorValue> lower_momentum(LoweringContext& ctx, const graph::Node&
   return optimizer(
       ctx, inputs, 3, 2,
       [=](LoopBody& body, ValueId r, ValueId t, const std::vector<ValueId>& e, size_t which) {
-        Arith a{body};
+        FloatMath a{body, body.dtype(r)};
         ValueId g = a.add(a.scale(norm, e[0]), e[1]);
-        ValueId first = body.binary(OpCode::kLe, t, a.c(0, t));
-        ValueId b = body.where(first, a.c(1, g), a.c(beta, g));
+        ValueId first = body.binary(OpCode::kLe, t, a.c(0));
+        ValueId b = body.where(first, a.c(1), a.c(beta));
         ValueId v = a.add(a.scale(alpha, e[2]), a.mul(b, g));
         if (which == 1) return v;
         ValueId step = nesterov ? a.add(g, a.scale(alpha, v)) : v;
@@ -324,18 +304,17 @@ std::vector<TensorValue> lower_adam(LoweringContext& ctx, const graph::Node& nod
   return optimizer(
       ctx, inputs, 4, 3,
       [=](LoopBody& body, ValueId r, ValueId t, const std::vector<ValueId>& e, size_t which) {
-        Arith a{body};
+        FloatMath a{body, body.dtype(r)};
         ValueId g = a.add(a.scale(norm, e[0]), e[1]);
         ValueId v = a.add(a.scale(alpha, e[2]), a.scale(1 - alpha, g));
         ValueId h = a.add(a.scale(beta, e[3]), a.scale(1 - beta, a.mul(g, g)));
         if (which == 1) return v;
         if (which == 2) return h;
-        ValueId h_sqrt = a.add(body.unary(OpCode::kSqrt, h), a.c(eps, h));
-        ValueId pow_b = body.binary(OpCode::kPow, a.c(beta, t), t);
-        ValueId pow_a = body.binary(OpCode::kPow, a.c(alpha, t), t);
-        ValueId corrected = a.div(a.mul(r, body.unary(OpCode::kSqrt, a.sub(a.c(1, t), pow_b))),
-                                  a.sub(a.c(1, t), pow_a));
-        ValueId first = body.binary(OpCode::kLe, t, a.c(0, t));
+        ValueId h_sqrt = a.add(a.sqrt(h), a.c(eps));
+        ValueId pow_b = body.binary(OpCode::kPow, a.c(beta), t);
+        ValueId pow_a = body.binary(OpCode::kPow, a.c(alpha), t);
+        ValueId corrected = a.div(a.mul(r, a.sqrt(a.sub(a.c(1), pow_b))), a.sub(a.c(1), pow_a));
+        ValueId first = body.binary(OpCode::kLe, t, a.c(0));
         ValueId rate = body.where(first, r, corrected);
         ValueId x = a.sub(e[0], a.mul(rate, a.div(v, h_sqrt)));
         return a.scale(1 - norm_post, x);

@@ -16,6 +16,9 @@ using CommandAction = std::function<int()>;
 /// `kiln info MODEL`: what a model holds and which of its ops Kiln cannot compile yet.
 void add_info_command(CLI::App& app, CommandAction& chosen);
 
+/// `kiln ops`: every op Kiln compiles with its opset range, one per line (for docs/ops.md).
+void add_ops_command(CLI::App& app, CommandAction& chosen);
+
 /// `kiln run MODEL --input NAME=FILE ...`: compile (or hit the code cache), run, write outputs.
 void add_run_command(CLI::App& app, CommandAction& chosen);
 

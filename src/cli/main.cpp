@@ -30,6 +30,7 @@ int run(int argc, char** argv) {
   app.require_subcommand(1);
   CommandAction chosen;
   add_info_command(app, chosen);
+  add_ops_command(app, chosen);
   add_run_command(app, chosen);
 
   try {

@@ -2,8 +2,7 @@
 /// expected outputs come from it): each output pixel unnormalizes its grid coordinates
 /// (align_corners or not), applies the padding mode (zeros, border, reflection) and samples the
 /// input with nearest (round half to even), bilinear (4 taps) or bicubic (16 taps, A = -0.75)
-/// interpolation. Taps outside the input contribute 0. Also the window generators of the signal
-/// family (HannWindow, HammingWindow, BlackmanWindow), generated elementwise.
+/// interpolation. Taps outside the input contribute 0.
 ///
 /// Tests: the ONNX node suite (tests/onnx).
 
@@ -177,41 +176,9 @@ std::vector<TensorValue> lower_grid_sample(LoweringContext& ctx, const graph::No
   })};
 }
 
-/// a0 - a1 cos(2 pi n / N) + a2 cos(4 pi n / N), N = size (periodic) or size - 1, computed in
-/// double and cast to output_datatype.
-std::vector<TensorValue> lower_window(LoweringContext& ctx, const graph::Node& node,
-                                      const LowerInputs& inputs) {
-  std::vector<int64_t> size =
-      require_static_ints(ctx, required_input(ctx, inputs, 0, "size"), "input 'size'");
-  if (size.size() != 1 || size[0] < 0) ctx.fail("input 'size' must be one non-negative value");
-  std::optional<DType> out =
-      graph::dtype_from_onnx(static_cast<int32_t>(node.attr_int("output_datatype", 1)));
-  if (!out || !(graph::is_floating(*out) || graph::is_integer(*out))) {
-    ctx.fail("attribute 'output_datatype' must name a numeric type");
-  }
-  double a0 = 0.5, a1 = 0.5, a2 = 0;
-  if (node.op_type() == "HammingWindow") a0 = 25.0 / 46, a1 = 21.0 / 46;
-  if (node.op_type() == "BlackmanWindow") a0 = 0.42, a2 = 0.08;
-  const bool periodic = node.attr_int("periodic", 1) != 0;
-  const double n = static_cast<double>(periodic ? size[0] : size[0] - 1);
-  const double step = n > 0 ? 2 * M_PI / n : 0;
-  return {ctx.pointwise(*out, {Expr(size[0])}, [&](LoopBody& body, const std::vector<Expr>& i) {
-    F m{body, DType::kFloat64};
-    ValueId angle = m.mul(body.cast(body.index_expr(i[0]), DType::kFloat64), m.c(step));
-    ValueId v = m.sub(m.c(a0), m.mul(m.c(a1), body.unary(OpCode::kCos, angle)));
-    if (a2 != 0) {
-      v = m.add(v, m.mul(m.c(a2), body.unary(OpCode::kCos, m.mul(m.c(2), angle))));
-    }
-    return body.cast(v, *out);
-  })};
-}
-
 }  // namespace
 
 void register_grid_sample_ops(Registry& registry) {
-  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) {
-    registry.add("", op, {lower_window, 17, 17});
-  }
   registry.add("", "GridSample", {lower_grid_sample, 16, 17});
 }
 

@@ -41,6 +41,7 @@ const Registry& Registry::instance() {
     register_grid_sample_ops(r);
     register_recurrent_ops(r);
     register_library_ops(r);
+    register_signal_ops(r);
     return r;
   }();
   return registry;

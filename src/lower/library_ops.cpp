@@ -1,10 +1,12 @@
 /// Ops lowered to library kernels of kiln_rt_library.h, whose loops the loop IR cannot express:
-/// Det (LU factorization per matrix) and RoiAlign (a per-box sampling grid whose size depends on
-/// the box).
+/// Det (LU factorization per matrix), RoiAlign (a per-box sampling grid whose size depends on
+/// the box) and TfIdfVectorizer (n-gram matching against a pool).
 ///
 /// Tests: the ONNX node suite (tests/onnx).
 
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "lower/elementwise.h"
 #include "lower/lowering.h"
@@ -60,9 +62,48 @@ std::vector<TensorValue> lower_roi_align(LoweringContext& ctx, const graph::Node
        {"max_mode", int64_t{mode == "max"}}})};
 }
 
+std::vector<TensorValue> lower_tfidf(LoweringContext& ctx, const graph::Node& node,
+                                     const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  if (x.dtype != DType::kInt32 && x.dtype != DType::kInt64) {
+    ctx.fail(
+        fmt::format("expected int32 or int64 input (string tensors are not supported), "
+                    "found {}",
+                    graph::dtype_name(x.dtype)));
+  }
+  if (x.rank() != 1 && x.rank() != 2) ctx.fail("expected an input [C] or [N, C]");
+  std::vector<int64_t> indexes = node.attr_ints("ngram_indexes", {});
+  std::vector<int64_t> counts = node.attr_ints("ngram_counts", {});
+  std::vector<int64_t> pool = node.attr_ints("pool_int64s", {});
+  if (indexes.empty() || counts.empty() || pool.empty()) {
+    ctx.fail("attributes ngram_indexes, ngram_counts and pool_int64s are required");
+  }
+  const int64_t columns = *std::max_element(indexes.begin(), indexes.end()) + 1;
+  std::string mode = node.attr_string("mode", "TF");
+  if (mode != "TF" && mode != "IDF" && mode != "TFIDF") {
+    ctx.fail(fmt::format("mode must be TF, IDF or TFIDF, found '{}'", mode));
+  }
+  std::vector<double> weights;
+  for (float w : node.attr_floats("weights", {})) weights.push_back(w);
+  std::vector<Expr> shape = {Expr(columns)};
+  if (x.rank() == 2) shape.insert(shape.begin(), x.shape[0]);
+  return {ctx.extern_call("tfidf", DType::kFloat32, shape, {ctx.as_view(x, true)},
+                          {{"min_gram", node.attr_int("min_gram_length", 1)},
+                           {"max_gram", node.attr_int("max_gram_length", 1)},
+                           {"max_skip", node.attr_int("max_skip_count", 0)},
+                           {"mode", int64_t{mode == "TF"    ? 0
+                                            : mode == "IDF" ? 1
+                                                            : 2}},
+                           {"pool", pool},
+                           {"ngram_counts", counts},
+                           {"ngram_indexes", indexes},
+                           {"weights", weights}})};
+}
+
 }  // namespace
 
 void register_library_ops(Registry& registry) {
+  registry.add("", "TfIdfVectorizer", {lower_tfidf, 9, 17});
   registry.add("", "Det", {lower_det, 11, 17});
   registry.add("", "RoiAlign", {lower_roi_align, 10, 17});
 }

@@ -311,3 +311,60 @@ inline void roi_align(const RoiAlignParams& p, const T* x, const T* boxes, const
 }
 
 }  // namespace kiln_rt
+
+namespace kiln_rt {
+
+/// TfIdfVectorizer over int rows: counts the pool's n-grams (min_gram..max_gram items, items
+/// max_skip_count + 1 apart at most; unigrams once per position) per row into their output
+/// columns, then TF (counts), IDF (weight where present) or TFIDF (count * weight).
+struct TfIdfParams {
+  int64_t min_gram = 1, max_gram = 1, max_skip = 0;
+  int32_t mode = 0;  // 0 TF, 1 IDF, 2 TFIDF
+  const int64_t* pool = nullptr;
+  int64_t pool_size = 0;
+  const int64_t* ngram_counts = nullptr;  // start of each n-gram level in the pool
+  int64_t levels = 0;
+  const int64_t* ngram_indexes = nullptr;  // output column of each n-gram, in pool order
+  const double* weights = nullptr;         // per n-gram (null: 1)
+};
+
+template <typename T>
+inline void tfidf(const TfIdfParams& p, const T* x, int64_t rows, int64_t cols, float* out,
+                  int64_t out_cols) {
+  std::fill(out, out + rows * out_cols, 0.0f);
+  // The n-gram numbering continues across levels: level n's first n-gram follows level n-1's.
+  std::vector<int64_t> first_ngram(static_cast<size_t>(p.levels) + 1, 0);
+  for (int64_t n = 1; n <= p.levels; ++n) {
+    int64_t begin = p.ngram_counts[n - 1];
+    int64_t end = n < p.levels ? p.ngram_counts[n] : p.pool_size;
+    first_ngram[n] = first_ngram[n - 1] + (end - begin) / n;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = x + r * cols;
+    float* o = out + r * out_cols;
+    for (int64_t n = p.min_gram; n <= std::min(p.max_gram, p.levels); ++n) {
+      const int64_t begin = p.ngram_counts[n - 1];
+      const int64_t end = n < p.levels ? p.ngram_counts[n] : p.pool_size;
+      for (int64_t skip = 0; skip <= (n == 1 ? 0 : p.max_skip); ++skip) {
+        const int64_t stride = skip + 1;
+        for (int64_t i = 0; i + (n - 1) * stride < cols; ++i) {
+          for (int64_t g = begin; g + n <= end; g += n) {
+            bool match = true;
+            for (int64_t k = 0; k < n && match; ++k) {
+              match = static_cast<int64_t>(row[i + k * stride]) == p.pool[g + k];
+            }
+            if (match) o[p.ngram_indexes[first_ngram[n - 1] + (g - begin) / n]] += 1;
+          }
+        }
+      }
+    }
+    for (int64_t g = 0; g < first_ngram[p.levels]; ++g) {
+      const int64_t c = p.ngram_indexes[g];
+      const float w = p.weights ? static_cast<float>(p.weights[g]) : 1.0f;
+      if (p.mode == 1) o[c] = o[c] > 0 ? w : 0;
+      if (p.mode == 2) o[c] = o[c] * w;
+    }
+  }
+}
+
+}  // namespace kiln_rt

@@ -302,6 +302,8 @@ class WrapperWriter {
                 cexpr(buffer.layout.numel()), cexpr(n), buffer.name);
     } else if (call.kernel == "roi_align") {
       write_roi_align(out, buffer);
+    } else if (call.kernel == "tfidf") {
+      write_tfidf(out, buffer);
     } else {
       internal_error("extern kernel '{}' has no wrapper code", call.kernel);
     }
@@ -384,6 +386,31 @@ class WrapperWriter {
     out.linef("kiln_rt::roi_align<{}, {}>(p, {}, {}, {}, {});", ctype(buffer.dtype),
               ctype(batch.dtype), data_pointer(x), data_pointer(*call.inputs.at(1)),
               data_pointer(batch), buffer.name);
+  }
+
+  void write_tfidf(IndentedBuffer& out, const ir::Buffer& buffer) {
+    const ir::ExternCall& call = buffer.call;
+    const ir::View& x = *call.inputs.at(0);
+    std::vector<int64_t> pool = call.attr_ints("pool"), counts = call.attr_ints("ngram_counts"),
+                         indexes = call.attr_ints("ngram_indexes");
+    std::vector<double> weights = call.attr_floats("weights");
+    out.linef("static const int64_t pool[] = {{{}}};", fmt::join(pool, ", "));
+    out.linef("static const int64_t ngram_counts[] = {{{}}};", fmt::join(counts, ", "));
+    out.linef("static const int64_t ngram_indexes[] = {{{}}};", fmt::join(indexes, ", "));
+    if (!weights.empty())
+      out.linef("static const double weights[] = {{{}}};", fmt::join(weights, ", "));
+    out.line("kiln_rt::TfIdfParams p;");
+    out.linef("p.min_gram = {}; p.max_gram = {}; p.max_skip = {}; p.mode = {};",
+              call.attr_int("min_gram", 1), call.attr_int("max_gram", 1),
+              call.attr_int("max_skip", 0), call.attr_int("mode", 0));
+    out.linef("p.pool = pool; p.pool_size = {}; p.ngram_counts = ngram_counts; p.levels = {};",
+              pool.size(), counts.size());
+    out.linef("p.ngram_indexes = ngram_indexes; p.weights = {};",
+              weights.empty() ? "nullptr" : "weights");
+    const bool batched = x.layout.rank() == 2;
+    out.linef("kiln_rt::tfidf<{}>(p, {}, {}, {}, {}, {});", ctype(x.dtype), data_pointer(x),
+              batched ? cexpr(x.layout.sizes[0]) : "1", cexpr(x.layout.sizes.back()), buffer.name,
+              cexpr(buffer.layout.sizes.back()));
   }
 
   void write_conv(IndentedBuffer& out, const ir::Buffer& buffer) {
@@ -500,7 +527,9 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
       const std::string& k = item.buffers.at(0)->call.kernel;
       if (k == "matmul") result_.uses_blas = true;
       if (k == "conv") result_.uses_dnnl = true;
-      if (k == "topk" || k == "rnn" || k == "det" || k == "roi_align") result_.uses_library = true;
+      if (k == "topk" || k == "rnn" || k == "det" || k == "roi_align" || k == "tfidf") {
+        result_.uses_library = true;
+      }
     }
   }
 

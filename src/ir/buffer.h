@@ -137,6 +137,14 @@ struct ValueGuard {
   std::vector<double> values;  // integers, bools (0/1) or one floating scalar
 };
 
+/// A size known only at run time (the count of NonZero, Compress): the wrapper binds `symbol`
+/// from element 0 of the int64 `buffer` right after the item that computes it, and every later
+/// allocation, kernel and output shape may use it.
+struct DynamicSize {
+  std::string symbol;
+  std::string buffer;
+};
+
 /// The result of lowering: buffers in dependency order, the model's inputs and outputs.
 struct Program {
   std::vector<std::unique_ptr<Buffer>> buffers;
@@ -145,6 +153,7 @@ struct Program {
   std::vector<IndexCheck> index_checks;
   std::vector<ExtentCheck> extent_checks;
   std::vector<ValueGuard> value_guards;
+  std::vector<DynamicSize> dynamic_sizes;
   /// Facts about size symbols (e.g. from Reshape: s0 * 4 == 16 * s1) known when lowering.
   sym::Analyzer analyzer;
 

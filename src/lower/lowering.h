@@ -194,6 +194,7 @@ void register_grid_sample_ops(Registry& registry);
 void register_recurrent_ops(Registry& registry);
 void register_library_ops(Registry& registry);
 void register_signal_ops(Registry& registry);
+void register_dynamic_ops(Registry& registry);
 
 /// Lowers a whole model graph into a Program. Throws UserError naming the node for unsupported
 /// ops, dtypes (e.g. string tensors) or attributes.

@@ -42,6 +42,7 @@ const Registry& Registry::instance() {
     register_recurrent_ops(r);
     register_library_ops(r);
     register_signal_ops(r);
+    register_dynamic_ops(r);
     return r;
   }();
   return registry;

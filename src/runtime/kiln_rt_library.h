@@ -368,3 +368,24 @@ inline void tfidf(const TfIdfParams& p, const T* x, int64_t rows, int64_t cols, 
 }
 
 }  // namespace kiln_rt
+
+namespace kiln_rt {
+
+/// out[0] = how many of the first n elements of x are non-zero (true).
+template <typename T>
+inline void count_nonzero(const T* x, int64_t n, int64_t* out) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) count += x[i] != T(0);
+  out[0] = count;
+}
+
+/// The flat positions of the non-zero elements among the first n of x, in order.
+template <typename T>
+inline void nonzero_positions(const T* x, int64_t n, int64_t* out) {
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] != T(0)) out[k++] = i;
+  }
+}
+
+}  // namespace kiln_rt

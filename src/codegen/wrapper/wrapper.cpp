@@ -243,6 +243,13 @@ class WrapperWriter {
     } else {
       write_extern_call(out, *item.buffers.at(0));
     }
+    for (const ir::DynamicSize& size : program_.dynamic_sizes) {
+      for (const ir::Buffer* b : item.buffers) {
+        if (b->name == size.buffer) {
+          out.linef("const int64_t {} = {}[0];  // known from here on", size.symbol, size.buffer);
+        }
+      }
+    }
     for (const PlanLine& line : result_.plan.after[i]) out.linef("ws.release({});", line.buffer);
   }
 
@@ -304,6 +311,10 @@ class WrapperWriter {
       write_roi_align(out, buffer);
     } else if (call.kernel == "tfidf") {
       write_tfidf(out, buffer);
+    } else if (call.kernel == "count_nonzero" || call.kernel == "nonzero_positions") {
+      const ir::View& x = *call.inputs.at(0);
+      out.linef("kiln_rt::{}<{}>({}, {}, {});", call.kernel, ctype(x.dtype), data_pointer(x),
+                cexpr(x.layout.numel()), buffer.name);
     } else {
       internal_error("extern kernel '{}' has no wrapper code", call.kernel);
     }
@@ -527,7 +538,8 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
       const std::string& k = item.buffers.at(0)->call.kernel;
       if (k == "matmul") result_.uses_blas = true;
       if (k == "conv") result_.uses_dnnl = true;
-      if (k == "topk" || k == "rnn" || k == "det" || k == "roi_align" || k == "tfidf") {
+      if (k == "topk" || k == "rnn" || k == "det" || k == "roi_align" || k == "tfidf" ||
+          k == "count_nonzero" || k == "nonzero_positions") {
         result_.uses_library = true;
       }
     }

@@ -1,0 +1,110 @@
+/// Ops whose output size depends on the data (seed 000's dynamic scalars): NonZero and Compress.
+/// The library kernel count_nonzero writes the count into a one-element buffer; the wrapper binds
+/// it to a fresh size symbol (ir::DynamicSize) right after that call; nonzero_positions then
+/// lists the positions, and the loop IR gathers or unravels them, so later kernels, allocations
+/// and output shapes use the symbol like any other size (possibly 0).
+///
+/// Tests: the ONNX node suite (tests/onnx).
+
+#include <fmt/format.h>
+
+#include <set>
+
+#include "lower/lowering.h"
+#include "lower/op_util.h"
+#include "support/error.h"
+
+namespace kiln::lower {
+
+using graph::DType;
+using ir::LoopBody;
+using ir::ValueId;
+using sym::Expr;
+
+namespace {
+
+/// A fresh size symbol bound at run time from element 0 of `count`'s buffer.
+Expr dynamic_size(LoweringContext& ctx, const TensorValue& count) {
+  std::set<std::string> taken;
+  for (const ir::InputSpec& in : ctx.program().inputs) {
+    for (const Expr& d : in.shape) {
+      for (const Expr& s : sym::free_symbols(d)) taken.insert(s.name());
+    }
+  }
+  std::string name;
+  for (size_t k = ctx.program().dynamic_sizes.size();; ++k) {
+    name = fmt::format("dyn{}", k);
+    if (!taken.count(name)) break;
+  }
+  ctx.program().dynamic_sizes.push_back({name, *ctx.as_buffer(count)});
+  return Expr::symbol(name);
+}
+
+/// The flat positions of the non-zero elements of `x` (viewed as flat and contiguous): a value
+/// [n] with n a dynamic size.
+TensorValue nonzero_positions(LoweringContext& ctx, const TensorValue& x) {
+  ir::View flat = ctx.as_view(x, true);
+  TensorValue count = ctx.extern_call("count_nonzero", DType::kInt64, {Expr(1)}, {flat}, {});
+  Expr n = dynamic_size(ctx, count);
+  // The positions read the count too, so they run after it is bound.
+  return ctx.extern_call("nonzero_positions", DType::kInt64, {n}, {flat, ctx.as_view(count)}, {});
+}
+
+std::vector<TensorValue> lower_nonzero(LoweringContext& ctx, const graph::Node&,
+                                       const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  TensorValue positions = nonzero_positions(ctx, x);
+  const size_t rank = x.rank();
+  std::vector<Expr> strides(rank, Expr(1));  // row-major strides of x
+  for (size_t d = rank; d-- > 1;) strides[d - 1] = strides[d] * x.shape[d];
+  // out[d, j] = coordinate d of flat position j.
+  std::vector<Expr> shape = {Expr(static_cast<int64_t>(rank)), positions.shape[0]};
+  return {ctx.pointwise(DType::kInt64, shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+    ValueId flat = ctx.load_at(body, positions, {i[1]});
+    Expr p = body.op(body.indirect(flat, sym::product(x.shape))).symbol;
+    ValueId result = body.constant(0, DType::kInt64);
+    for (size_t d = 0; d < rank; ++d) {
+      ValueId c = body.index_expr(sym::mod(sym::floor_div(p, strides[d]), x.shape[d]));
+      ValueId here = body.binary(ir::OpCode::kEq, body.index_expr(i[0]),
+                                 body.constant(static_cast<double>(d), DType::kInt64));
+      result = body.where(here, c, result);
+    }
+    return result;
+  })};
+}
+
+std::vector<TensorValue> lower_compress(LoweringContext& ctx, const graph::Node& node,
+                                        const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "input");
+  const TensorValue& condition = required_input(ctx, inputs, 1, "condition");
+  if (condition.rank() != 1) ctx.fail("condition must be 1-D");
+  const bool flatten = !node.has_attribute("axis");
+  TensorValue data = flatten ? reshape_view(ctx, x, {sym::product(x.shape)}) : x;
+  const size_t axis = flatten ? 0
+                              : static_cast<size_t>(ctx.normalize_axis(
+                                    node.attr_int("axis", 0), static_cast<int64_t>(x.rank())));
+  // Only the first min(len(condition), size) entries of the condition count.
+  Expr used = ctx.analyzer().simplify(sym::min(condition.shape[0], data.shape[axis]));
+  TensorValue head = condition;
+  if (used != condition.shape[0]) {
+    head = make_view(ctx, condition, {used}, [](const std::vector<Expr>& o) { return o; });
+  }
+  TensorValue positions = nonzero_positions(ctx, head);
+  std::vector<Expr> shape = data.shape;
+  shape[axis] = positions.shape[0];
+  return {ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+    std::vector<Expr> at = i;
+    at[axis] =
+        body.op(body.indirect(ctx.load_at(body, positions, {i[axis]}), data.shape[axis])).symbol;
+    return ctx.load_at(body, data, at);
+  })};
+}
+
+}  // namespace
+
+void register_dynamic_ops(Registry& registry) {
+  registry.add("", "NonZero", {lower_nonzero, 9, 17});
+  registry.add("", "Compress", {lower_compress, 9, 17});
+}
+
+}  // namespace kiln::lower

@@ -1,4 +1,5 @@
-/// Ops whose output size depends on the data (seed 000's dynamic scalars): NonZero and Compress.
+/// Ops whose output size depends on the data (seed 000's dynamic scalars): NonZero, Compress and
+/// NonMaxSuppression (its kernel runs twice: once to count, once to write the rows).
 /// The library kernel count_nonzero writes the count into a one-element buffer; the wrapper binds
 /// it to a fresh size symbol (ir::DynamicSize) right after that call; nonzero_positions then
 /// lists the positions, and the loop IR gathers or unravels them, so later kernels, allocations
@@ -8,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <set>
 
 #include "lower/lowering.h"
@@ -100,9 +102,42 @@ std::vector<TensorValue> lower_compress(LoweringContext& ctx, const graph::Node&
   })};
 }
 
+std::vector<TensorValue> lower_nms(LoweringContext& ctx, const graph::Node& node,
+                                   const LowerInputs& inputs) {
+  const TensorValue& boxes = required_input(ctx, inputs, 0, "boxes");
+  const TensorValue& scores = required_input(ctx, inputs, 1, "scores");
+  if (boxes.rank() != 3 || boxes.shape[2] != Expr(4) || scores.rank() != 3 ||
+      boxes.dtype != DType::kFloat32 || scores.dtype != DType::kFloat32) {
+    ctx.fail("expected float32 boxes [batches, boxes, 4] and scores [batches, classes, boxes]");
+  }
+  // The scalar arguments must be known when compiling (constants, or inputs given then).
+  auto scalar = [&](size_t i, const char* name) {
+    const TensorValue* v = optional_input(inputs, i);
+    if (v == nullptr) return 0.0;
+    std::optional<double> value = known_scalar(*v);
+    if (!value) ctx.fail(fmt::format("input '{}' must be known when compiling", name));
+    return *value;
+  };
+  std::map<std::string, ir::ExternAttr> attrs = {
+      {"max_per_class", static_cast<int64_t>(scalar(2, "max_output_boxes_per_class"))},
+      {"iou_threshold", scalar(3, "iou_threshold")},
+      {"center_point_box", node.attr_int("center_point_box", 0)}};
+  // Without a score threshold every box is a candidate.
+  if (optional_input(inputs, 4) != nullptr) {
+    attrs["score_threshold"] = scalar(4, "score_threshold");
+  }
+  std::vector<std::optional<ir::View>> views = {ctx.as_view(boxes, true),
+                                                ctx.as_view(scores, true)};
+  TensorValue count = ctx.extern_call("nms_count", DType::kInt64, {Expr(1)}, views, attrs);
+  Expr n = dynamic_size(ctx, count);
+  views.push_back(ctx.as_view(count));
+  return {ctx.extern_call("nms", DType::kInt64, {n, Expr(3)}, views, attrs)};
+}
+
 }  // namespace
 
 void register_dynamic_ops(Registry& registry) {
+  registry.add("", "NonMaxSuppression", {lower_nms, 10, 17});
   registry.add("", "NonZero", {lower_nonzero, 9, 17});
   registry.add("", "Compress", {lower_compress, 9, 17});
 }

@@ -389,3 +389,62 @@ inline void nonzero_positions(const T* x, int64_t n, int64_t* out) {
 }
 
 }  // namespace kiln_rt
+
+namespace kiln_rt {
+
+/// NonMaxSuppression per batch and class: boxes scoring above score_threshold, best first (the
+/// lower index first among equal scores), each kept unless its IoU with a kept box exceeds
+/// iou_threshold, at most max_per_class. Writes [batch, class, box] rows to `out` (when given)
+/// and returns their number. center_point_box: boxes are [x_center, y_center, w, h], else two
+/// opposite corners [y1, x1, y2, x2].
+template <typename T>
+inline int64_t nms(const T* boxes, const T* scores, int64_t batches, int64_t classes,
+                   int64_t spatial, int64_t max_per_class, double iou_threshold,
+                   const double* score_threshold, bool center_point_box, int64_t* out) {
+  auto corners = [&](const T* b, double* c) {  // y_min, x_min, y_max, x_max
+    if (center_point_box) {
+      c[0] = b[1] - b[3] / 2.0, c[1] = b[0] - b[2] / 2.0, c[2] = b[1] + b[3] / 2.0,
+      c[3] = b[0] + b[2] / 2.0;
+    } else {
+      c[0] = std::min<double>(b[0], b[2]), c[1] = std::min<double>(b[1], b[3]),
+      c[2] = std::max<double>(b[0], b[2]), c[3] = std::max<double>(b[1], b[3]);
+    }
+  };
+  auto iou = [&](const double* a, const double* b) {
+    double h = std::min(a[2], b[2]) - std::max(a[0], b[0]);
+    double w = std::min(a[3], b[3]) - std::max(a[1], b[1]);
+    if (h <= 0 || w <= 0) return 0.0;
+    double inter = h * w;
+    double uni = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter;
+    return uni > 0 ? inter / uni : 0.0;
+  };
+  int64_t count = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    std::vector<double> box(static_cast<size_t>(spatial) * 4);
+    for (int64_t i = 0; i < spatial; ++i) corners(boxes + (b * spatial + i) * 4, &box[i * 4]);
+    for (int64_t c = 0; c < classes; ++c) {
+      const T* s = scores + (b * classes + c) * spatial;
+      std::vector<int64_t> order;
+      for (int64_t i = 0; i < spatial; ++i) {
+        if (!score_threshold || static_cast<double>(s[i]) > *score_threshold) order.push_back(i);
+      }
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t x, int64_t y) { return s[x] > s[y]; });
+      std::vector<int64_t> kept;
+      for (int64_t i : order) {
+        if (static_cast<int64_t>(kept.size()) >= max_per_class) break;
+        bool keep = true;
+        for (int64_t k : kept) keep = keep && iou(&box[i * 4], &box[k * 4]) <= iou_threshold;
+        if (!keep) continue;
+        kept.push_back(i);
+        if (out) {
+          out[count * 3] = b, out[count * 3 + 1] = c, out[count * 3 + 2] = i;
+        }
+        ++count;
+      }
+    }
+  }
+  return count;
+}
+
+}  // namespace kiln_rt

@@ -311,6 +311,8 @@ class WrapperWriter {
       write_roi_align(out, buffer);
     } else if (call.kernel == "tfidf") {
       write_tfidf(out, buffer);
+    } else if (call.kernel == "nms_count" || call.kernel == "nms") {
+      write_nms(out, buffer);
     } else if (call.kernel == "count_nonzero" || call.kernel == "nonzero_positions") {
       const ir::View& x = *call.inputs.at(0);
       out.linef("kiln_rt::{}<{}>({}, {}, {});", call.kernel, ctype(x.dtype), data_pointer(x),
@@ -397,6 +399,27 @@ class WrapperWriter {
     out.linef("kiln_rt::roi_align<{}, {}>(p, {}, {}, {}, {});", ctype(buffer.dtype),
               ctype(batch.dtype), data_pointer(x), data_pointer(*call.inputs.at(1)),
               data_pointer(batch), buffer.name);
+  }
+
+  void write_nms(IndentedBuffer& out, const ir::Buffer& buffer) {
+    const ir::ExternCall& call = buffer.call;
+    const ir::View& boxes = *call.inputs.at(0);
+    const ir::View& scores = *call.inputs.at(1);
+    const bool has_score = call.attrs.count("score_threshold") > 0;
+    if (has_score) {
+      out.linef("const double score_threshold = {};", call.attr_float("score_threshold", 0));
+    }
+    std::string args =
+        fmt::format("{}, {}, {}, {}, {}, {}, {}, {}, {}", data_pointer(boxes), data_pointer(scores),
+                    cexpr(scores.layout.sizes[0]), cexpr(scores.layout.sizes[1]),
+                    cexpr(scores.layout.sizes[2]), call.attr_int("max_per_class", 0),
+                    call.attr_float("iou_threshold", 0), has_score ? "&score_threshold" : "nullptr",
+                    call.attr_int("center_point_box", 0) != 0 ? "true" : "false");
+    if (call.kernel == "nms_count") {
+      out.linef("{}[0] = kiln_rt::nms<float>({}, nullptr);", buffer.name, args);
+    } else {
+      out.linef("kiln_rt::nms<float>({}, {});", args, buffer.name);
+    }
   }
 
   void write_tfidf(IndentedBuffer& out, const ir::Buffer& buffer) {
@@ -539,7 +562,7 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
       if (k == "matmul") result_.uses_blas = true;
       if (k == "conv") result_.uses_dnnl = true;
       if (k == "topk" || k == "rnn" || k == "det" || k == "roi_align" || k == "tfidf" ||
-          k == "count_nonzero" || k == "nonzero_positions") {
+          k == "count_nonzero" || k == "nonzero_positions" || k == "nms_count" || k == "nms") {
         result_.uses_library = true;
       }
     }

@@ -1,5 +1,5 @@
-/// Ops whose output size depends on the data (seed 000's dynamic scalars): NonZero, Compress and
-/// NonMaxSuppression (its kernel runs twice: once to count, once to write the rows).
+/// Ops whose output size depends on the data (seed 000's dynamic scalars): NonZero, Compress,
+/// NonMaxSuppression and Unique (their kernels run once to count, then to write each output).
 /// The library kernel count_nonzero writes the count into a one-element buffer; the wrapper binds
 /// it to a fresh size symbol (ir::DynamicSize) right after that call; nonzero_positions then
 /// lists the positions, and the loop IR gathers or unravels them, so later kernels, allocations
@@ -134,9 +134,48 @@ std::vector<TensorValue> lower_nms(LoweringContext& ctx, const graph::Node& node
   return {ctx.extern_call("nms", DType::kInt64, {n, Expr(3)}, views, attrs)};
 }
 
+std::vector<TensorValue> lower_unique(LoweringContext& ctx, const graph::Node& node,
+                                      const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  const bool flatten = !node.has_attribute("axis");
+  const size_t axis = flatten ? 0
+                              : static_cast<size_t>(ctx.normalize_axis(
+                                    node.attr_int("axis", 0), static_cast<int64_t>(x.rank())));
+  const Expr n = flatten ? sym::product(x.shape) : x.shape[axis];
+  // The kernel sees x as [outer, n, inner] around the axis (-1: flattened, [1, numel, 1]).
+  std::map<std::string, ir::ExternAttr> attrs = {
+      {"axis", flatten ? int64_t{-1} : static_cast<int64_t>(axis)},
+      {"sorted", node.attr_int("sorted", 1)}};
+  std::vector<std::optional<ir::View>> views = {ctx.as_view(x, true)};
+  TensorValue count = ctx.extern_call("unique_count", DType::kInt64, {Expr(1)}, views, attrs);
+  Expr u = dynamic_size(ctx, count);
+  views.push_back(ctx.as_view(count));
+  std::vector<Expr> y_shape = {u};
+  if (!flatten) {
+    y_shape = x.shape;
+    y_shape[axis] = u;
+  }
+  std::vector<TensorValue> outputs;
+  const std::vector<std::pair<DType, std::vector<Expr>>> specs = {
+      {x.dtype, y_shape}, {DType::kInt64, {u}}, {DType::kInt64, {n}}, {DType::kInt64, {u}}};
+  for (size_t which = 0; which < specs.size(); ++which) {
+    if (which > 0 && (which >= node.outputs().size() || node.output(which) == nullptr)) {
+      outputs.push_back(TensorValue{});  // not asked for
+      continue;
+    }
+    auto output_attrs = attrs;
+    output_attrs["which"] = static_cast<int64_t>(which);
+    outputs.push_back(
+        ctx.extern_call("unique", specs[which].first, specs[which].second, views, output_attrs));
+  }
+  while (!outputs.empty() && !outputs.back().body) outputs.pop_back();
+  return outputs;
+}
+
 }  // namespace
 
 void register_dynamic_ops(Registry& registry) {
+  registry.add("", "Unique", {lower_unique, 11, 17});
   registry.add("", "NonMaxSuppression", {lower_nms, 10, 17});
   registry.add("", "NonZero", {lower_nonzero, 9, 17});
   registry.add("", "Compress", {lower_compress, 9, 17});

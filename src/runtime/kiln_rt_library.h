@@ -448,3 +448,65 @@ inline int64_t nms(const T* boxes, const T* scores, int64_t batches, int64_t cla
 }
 
 }  // namespace kiln_rt
+
+namespace kiln_rt {
+
+/// Unique over the n slices x[o, k, i] (k < n) of x viewed as [outer, n, inner]: the distinct
+/// slices, sorted (lexicographically) or in order of first occurrence. Returns their count u and
+/// writes output `which` when `out` is given: 0 the slices [outer, u, inner] (T), 1 the first
+/// occurrence of each [u], 2 each slice's position among them [n], 3 their counts [u] (int64).
+template <typename T>
+inline int64_t unique(const T* x, int64_t outer, int64_t n, int64_t inner, bool sorted, int which,
+                      void* out) {
+  auto less = [&](int64_t a, int64_t b) {  // lexicographic over (o, i)
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        T va = x[(o * n + a) * inner + i], vb = x[(o * n + b) * inner + i];
+        if (va != vb) return va < vb;
+      }
+    }
+    return false;
+  };
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), less);
+  // Groups of equal slices, each with its first occurrence (the lowest index: stable sort).
+  std::vector<int64_t> first, group_of(static_cast<size_t>(n)), counts;
+  for (size_t k = 0; k < order.size(); ++k) {
+    if (k == 0 || less(order[k - 1], order[k])) {
+      first.push_back(order[k]);
+      counts.push_back(0);
+    }
+    group_of[order[k]] = static_cast<int64_t>(first.size()) - 1;
+    ++counts.back();
+  }
+  const int64_t u = static_cast<int64_t>(first.size());
+  std::vector<int64_t> rank(static_cast<size_t>(u));  // group -> output position
+  std::iota(rank.begin(), rank.end(), 0);
+  if (!sorted) {
+    std::vector<int64_t> by_first(rank);
+    std::sort(by_first.begin(), by_first.end(),
+              [&](int64_t a, int64_t b) { return first[a] < first[b]; });
+    for (int64_t p = 0; p < u; ++p) rank[by_first[p]] = p;
+  }
+  if (out == nullptr) return u;
+  auto* ints = static_cast<int64_t*>(out);
+  for (int64_t g = 0; g < u; ++g) {
+    const int64_t p = rank[g];
+    if (which == 0) {
+      for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t i = 0; i < inner; ++i) {
+          static_cast<T*>(out)[(o * u + p) * inner + i] = x[(o * n + first[g]) * inner + i];
+        }
+      }
+    }
+    if (which == 1) ints[p] = first[g];
+    if (which == 3) ints[p] = counts[g];
+  }
+  if (which == 2) {
+    for (int64_t k = 0; k < n; ++k) ints[k] = rank[group_of[k]];
+  }
+  return u;
+}
+
+}  // namespace kiln_rt

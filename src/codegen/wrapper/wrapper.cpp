@@ -311,6 +311,8 @@ class WrapperWriter {
       write_roi_align(out, buffer);
     } else if (call.kernel == "tfidf") {
       write_tfidf(out, buffer);
+    } else if (call.kernel == "unique_count" || call.kernel == "unique") {
+      write_unique(out, buffer);
     } else if (call.kernel == "nms_count" || call.kernel == "nms") {
       write_nms(out, buffer);
     } else if (call.kernel == "count_nonzero" || call.kernel == "nonzero_positions") {
@@ -399,6 +401,29 @@ class WrapperWriter {
     out.linef("kiln_rt::roi_align<{}, {}>(p, {}, {}, {}, {});", ctype(buffer.dtype),
               ctype(batch.dtype), data_pointer(x), data_pointer(*call.inputs.at(1)),
               data_pointer(batch), buffer.name);
+  }
+
+  void write_unique(IndentedBuffer& out, const ir::Buffer& buffer) {
+    const ir::ExternCall& call = buffer.call;
+    const ir::View& x = *call.inputs.at(0);
+    const int64_t axis = call.attr_int("axis", -1);
+    sym::Expr outer(1), inner(1), n = x.layout.numel();
+    if (axis >= 0) {
+      const auto& sizes = x.layout.sizes;
+      n = sizes[static_cast<size_t>(axis)];
+      for (size_t d = 0; d < static_cast<size_t>(axis); ++d) outer = outer * sizes[d];
+      for (size_t d = static_cast<size_t>(axis) + 1; d < sizes.size(); ++d)
+        inner = inner * sizes[d];
+    }
+    std::string args =
+        fmt::format("{}, {}, {}, {}, {}", data_pointer(x), cexpr(outer), cexpr(n), cexpr(inner),
+                    call.attr_int("sorted", 1) != 0 ? "true" : "false");
+    if (call.kernel == "unique_count") {
+      out.linef("{}[0] = kiln_rt::unique<{}>({}, -1, nullptr);", buffer.name, ctype(x.dtype), args);
+    } else {
+      out.linef("kiln_rt::unique<{}>({}, {}, {});", ctype(x.dtype), args, call.attr_int("which", 0),
+                buffer.name);
+    }
   }
 
   void write_nms(IndentedBuffer& out, const ir::Buffer& buffer) {
@@ -562,7 +587,8 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
       if (k == "matmul") result_.uses_blas = true;
       if (k == "conv") result_.uses_dnnl = true;
       if (k == "topk" || k == "rnn" || k == "det" || k == "roi_align" || k == "tfidf" ||
-          k == "count_nonzero" || k == "nonzero_positions" || k == "nms_count" || k == "nms") {
+          k == "count_nonzero" || k == "nonzero_positions" || k == "nms_count" || k == "nms" ||
+          k == "unique_count" || k == "unique") {
         result_.uses_library = true;
       }
     }

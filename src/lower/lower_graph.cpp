@@ -194,6 +194,7 @@ class GraphLowering {
   /// Decides whether a freshly lowered value stays lazy (inlined into its users), is folded into
   /// a constant (it depends only on constants), or is materialized now.
   TensorValue settle(TensorValue value, const graph::Value& out) {
+    if (value.sequence) return value;  // its tensors settled when they were made
     check_type(value, out);
     if (value.known || value.known_float) return value;
     if (std::optional<TensorValue> folded = fold_constant(ctx_, value)) return *folded;
@@ -223,6 +224,10 @@ class GraphLowering {
       auto it = env_.find(out);
       if (it == env_.end()) user_error("graph output '{}' is never computed", out->name());
       const TensorValue& value = it->second;
+      if (value.sequence) {
+        user_error("graph output '{}' is a sequence; Kiln compiles tensor outputs only",
+                   out->name());
+      }
       std::optional<std::string> existing = ctx_.as_buffer(value);
       const ir::Buffer* buffer = existing ? program_.find(*existing) : nullptr;
       bool own =

@@ -44,6 +44,9 @@ struct TensorValue {
   /// The ONNX nodes whose computation is folded into `body` (sorted): a buffer materialized from
   /// this value is named after them, not after the node that happened to force it.
   std::vector<ir::Origin> origins;
+  /// Set when the value is an ONNX sequence: its tensors, their number known at compile time
+  /// (SequenceConstruct, SplitToSequence, ...); `dtype` is the element type, `body` unset.
+  std::shared_ptr<const std::vector<TensorValue>> sequence;
 
   size_t rank() const { return shape.size(); }
   /// The known integer values; throws UserError naming `what` when not known at compile time.
@@ -195,6 +198,7 @@ void register_recurrent_ops(Registry& registry);
 void register_library_ops(Registry& registry);
 void register_signal_ops(Registry& registry);
 void register_dynamic_ops(Registry& registry);
+void register_sequence_ops(Registry& registry);
 
 /// Lowers a whole model graph into a Program. Throws UserError naming the node for unsupported
 /// ops, dtypes (e.g. string tensors) or attributes.

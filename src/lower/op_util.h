@@ -116,6 +116,11 @@ struct FloatMath {
   ir::ValueId sqrt(ir::ValueId a) const { return body.unary(ir::OpCode::kSqrt, a); }
 };
 
+/// Concatenation of `parts` (same rank, equal dims but `axis`) along `axis`: known contents
+/// where all parts have them, else a pointwise selection of the part each index falls in.
+TensorValue concat_values(LoweringContext& ctx, const std::vector<const TensorValue*>& parts,
+                          size_t axis);
+
 /// A known one-element value (integer or floating known contents) as a double; nullopt when its
 /// contents are not known at compile time.
 std::optional<double> known_scalar(const TensorValue& v);

@@ -43,6 +43,7 @@ const Registry& Registry::instance() {
     register_library_ops(r);
     register_signal_ops(r);
     register_dynamic_ops(r);
+    register_sequence_ops(r);
     return r;
   }();
   return registry;

@@ -195,20 +195,27 @@ std::vector<TensorValue> lower_concat(LoweringContext& ctx, const graph::Node& n
     ctx.fail("missing required attribute 'axis'");
   size_t axis = static_cast<size_t>(
       ctx.normalize_axis(node.attr_int("axis", 1), static_cast<int64_t>(parts[0]->rank())));
+  return {concat_values(ctx, parts, axis)};
+}
+
+}  // namespace
+
+TensorValue concat_values(LoweringContext& ctx, const std::vector<const TensorValue*>& parts,
+                          size_t axis) {
   std::vector<Expr> shape = concat_shape(ctx, parts, axis);
   DType dtype = parts[0]->dtype;
   auto known = concat_known(parts, &TensorValue::known, axis);
   bool simple_known = dtype == DType::kInt64 || dtype == DType::kInt32 || dtype == DType::kBool;
   if (known && (simple_known || known->size() <= 8)) {
-    return {ctx.from_known(dtype, shape, std::move(*known))};
+    return ctx.from_known(dtype, shape, std::move(*known));
   }
   // Parts that are statically empty along the axis contribute nothing.
   std::vector<const TensorValue*> live;
   for (const TensorValue* p : parts) {
     if (p->shape[axis] != Expr(0)) live.push_back(p);
   }
-  if (live.empty()) return {*parts[0]};  // the output is empty too
-  if (live.size() == 1) return {*live[0]};
+  if (live.empty()) return *parts[0];  // the output is empty too
+  if (live.size() == 1) return *live[0];
   TensorValue out =
       ctx.pointwise(dtype, shape, [&](LoopBody& body, const std::vector<Expr>& index) {
         ValueId result = ir::kNoValue;
@@ -230,8 +237,10 @@ std::vector<TensorValue> lower_concat(LoweringContext& ctx, const graph::Node& n
       });
   out.known = std::move(known);
   out.known_float = concat_known(parts, &TensorValue::known_float, axis);
-  return {out};
+  return out;
 }
+
+namespace {
 
 /// The sizes of Split's outputs along the axis.
 std::vector<Expr> split_sizes(LoweringContext& ctx, const graph::Node& node,

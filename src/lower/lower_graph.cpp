@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -114,6 +115,27 @@ class GraphLowering {
     }
   }
 
+  /// True when a node reads `input` at an operand whose value its lowering needs when compiling
+  /// (Resize's roi and scales, Dropout's ratio, NonMaxSuppression's thresholds, ...): floating
+  /// inputs are specialized only then, since they are usually data.
+  bool is_float_argument(const graph::Value& input) const {
+    static const std::map<std::string, std::set<size_t>> kArguments = {
+        {"Resize", {1, 2}},
+        {"Upsample", {1}},
+        {"Dropout", {1}},
+        {"NonMaxSuppression", {3, 4}},
+        {"MelWeightMatrix", {3, 4}},
+        {"Pad", {2}}};
+    for (const auto& node : graph_.nodes()) {
+      auto it = kArguments.find(node->op_type());
+      if (it == kArguments.end() || !node->domain().empty()) continue;
+      for (size_t slot : it->second) {
+        if (node->input(slot) == &input) return true;
+      }
+    }
+    return false;
+  }
+
   /// Gives a small input (rank <= 1, at most kMaxSpecializedElements values: a shape argument, a
   /// flag, Dropout's ratio, Resize's scales) its compile-time values, guarded at run time.
   void specialize(const graph::Value& input, TensorValue& value) {
@@ -122,7 +144,8 @@ class GraphLowering {
     const graph::Tensor& t = *it->second;
     bool integer =
         t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32 || t.dtype() == DType::kBool;
-    bool floating = t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat64;
+    bool floating =
+        (t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat64) && is_float_argument(input);
     if (!(integer || floating) || t.dtype() != value.dtype || t.rank() > 1 ||
         t.numel() > kMaxSpecializedElements || static_cast<size_t>(t.rank()) != value.rank()) {
       return;

@@ -58,11 +58,11 @@ struct LoweringOptions {
   /// A lazy value whose body has more compute ops than this is realized before being inlined
   /// into a second consumer.
   int max_inline_ops = 64;
-  /// Values of model inputs known when compiling (by ONNX input name). Small integer, bool and
-  /// floating inputs (rank <= 1, at most kMaxSpecializedElements) among them are specialized:
-  /// ops that need their values at compile time (Reshape's shape, Slice's starts, axes,
-  /// Dropout's training_mode and ratio, Resize's scales...) read them, and the wrapper checks at
-  /// run time that the input still holds them.
+  /// Values of model inputs known when compiling (by ONNX input name). Small integer and bool
+  /// inputs (rank <= 1, at most kMaxSpecializedElements) among them are specialized, and small
+  /// floating ones where an op needs them when compiling (Resize's scales, Dropout's ratio,
+  /// NonMaxSuppression's thresholds): those ops (and Reshape's shape, Slice's starts, axes...)
+  /// read them, and the wrapper checks at run time that the input still holds them.
   std::map<std::string, std::shared_ptr<const graph::Tensor>> input_values;
 };
 

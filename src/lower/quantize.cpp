@@ -40,14 +40,18 @@ std::pair<double, double> quantized_range(const LoweringContext& ctx, DType dtyp
   }
 }
 
-/// The element of a per-tensor (scalar or one-element) or per-axis (1-D along `axis`) parameter
-/// for the input element at `index`.
+/// The element of a per-tensor (scalar or one-element) or per-axis (1-D) parameter for
+/// `position` along its axis.
+ValueId param_at(LoweringContext& ctx, LoopBody& body, const TensorValue& p, const Expr& position) {
+  if (p.rank() == 0) return ctx.load_at(body, p, {});
+  if (p.rank() != 1) ctx.fail("scales and zero points must be scalars or 1-D (per axis)");
+  return ctx.load_at(body, p, {p.shape[0] == Expr(1) ? Expr(0) : position});
+}
+
+/// param_at for the input element at `index` (per axis: along `axis`).
 ValueId quant_param(LoweringContext& ctx, LoopBody& body, const TensorValue& p,
                     const std::vector<Expr>& index, size_t axis) {
-  if (p.rank() == 0) return ctx.load_at(body, p, {});
-  if (p.rank() == 1 && p.shape[0] == Expr(1)) return ctx.load_at(body, p, {Expr(0)});
-  if (p.rank() != 1) ctx.fail("scale and zero point must be scalars or 1-D (per axis)");
-  return ctx.load_at(body, p, {index[axis]});
+  return param_at(ctx, body, p, p.rank() == 1 && p.shape[0] != Expr(1) ? index[axis] : Expr(0));
 }
 
 /// The axis of per-axis parameters (attribute axis, default 1); unused, and not checked, when
@@ -160,11 +164,7 @@ std::vector<TensorValue> lower_dynamic_quantize(LoweringContext& ctx, const grap
 ValueId zero_point_at(LoweringContext& ctx, LoopBody& body, const TensorValue* zp,
                       const Expr& position) {
   if (zp == nullptr) return body.constant(0, DType::kInt32);
-  bool per_tensor = zp->rank() == 0 || (zp->rank() == 1 && zp->shape[0] == Expr(1));
-  std::vector<Expr> at;
-  if (zp->rank() == 1) at = {per_tensor ? Expr(0) : position};
-  if (zp->rank() > 1) ctx.fail("zero points and scales must be scalars or 1-D");
-  return body.cast(ctx.load_at(body, *zp, at), DType::kInt32);
+  return body.cast(param_at(ctx, body, *zp, position), DType::kInt32);
 }
 
 /// sum_k (a[.., m, k] - a_zp[m]) * (b[.., k, n] - b_zp[n]) in int32, numpy-matmul shapes.
@@ -257,10 +257,7 @@ std::vector<TensorValue> lower_conv_integer(LoweringContext& ctx, const graph::N
 
 /// A float scale (scalar or 1-D) at `position`.
 ValueId scale_at(LoweringContext& ctx, LoopBody& body, const TensorValue& s, const Expr& position) {
-  bool per_tensor = s.rank() == 0 || (s.rank() == 1 && s.shape[0] == Expr(1));
-  std::vector<Expr> at;
-  if (s.rank() == 1) at = {per_tensor ? Expr(0) : position};
-  return body.cast(ctx.load_at(body, s, at), DType::kFloat32);
+  return body.cast(param_at(ctx, body, s, position), DType::kFloat32);
 }
 
 /// y = saturate(round(acc * a_scale * b_scale / y_scale) + y_zp), with `scales(body, o)`

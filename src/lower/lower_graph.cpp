@@ -116,7 +116,7 @@ class GraphLowering {
   }
 
   /// True when a node reads `input` at an operand whose value its lowering needs when compiling
-  /// (Resize's roi and scales, Dropout's ratio, NonMaxSuppression's thresholds, ...): floating
+  /// (Resize's roi and scales, Range's bounds, OneHot's depth, Dropout's ratio, ...): floating
   /// inputs are specialized only then, since they are usually data.
   bool is_float_argument(const graph::Value& input) const {
     static const std::map<std::string, std::set<size_t>> kArguments = {
@@ -125,7 +125,9 @@ class GraphLowering {
         {"Dropout", {1}},
         {"NonMaxSuppression", {3, 4}},
         {"MelWeightMatrix", {3, 4}},
-        {"Pad", {2}}};
+        {"Pad", {2}},
+        {"OneHot", {1}},
+        {"Range", {0, 1, 2}}};
     for (const auto& node : graph_.nodes()) {
       auto it = kArguments.find(node->op_type());
       if (it == kArguments.end() || !node->domain().empty()) continue;

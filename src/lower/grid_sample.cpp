@@ -28,22 +28,20 @@ namespace {
 
 enum class Padding { kZeros, kBorder, kReflection };
 
-using F = FloatMath;
-
 class GridSampler {
  public:
   GridSampler(LoweringContext& ctx, const TensorValue& x, Padding padding, bool align_corners)
       : ctx_(ctx), x_(x), padding_(padding), align_(align_corners) {}
 
   /// Grid coordinate -> input coordinate along a dim of `size` (static or symbolic).
-  ValueId unnormalize(const F& m, ValueId g, ValueId size) const {
+  ValueId unnormalize(const FloatMath& m, ValueId g, ValueId size) const {
     ValueId one = m.c(1);
     if (align_) return m.mul(m.div(m.add(g, one), m.c(2)), m.sub(size, one));
     return m.div(m.sub(m.mul(m.add(g, one), size), one), m.c(2));
   }
 
   /// Applies border or reflection padding to a coordinate (zeros leaves it).
-  ValueId pad(const F& m, ValueId v, ValueId size) const {
+  ValueId pad(const FloatMath& m, ValueId v, ValueId size) const {
     if (padding_ == Padding::kZeros) return v;
     ValueId last = m.sub(size, m.c(1));
     if (padding_ == Padding::kReflection) {
@@ -54,7 +52,7 @@ class GridSampler {
   }
 
   /// x[n, c, y, x] where (y, x) (float, whole numbers) is inside the input, else 0.
-  ValueId tap(const F& m, const std::vector<Expr>& nc, ValueId yf, ValueId xf) const {
+  ValueId tap(const FloatMath& m, const std::vector<Expr>& nc, ValueId yf, ValueId xf) const {
     ValueId inside = ir::kNoValue;
     std::vector<Expr> at = nc;
     for (auto [v, d] : {std::pair{yf, size_t{2}}, std::pair{xf, size_t{3}}}) {
@@ -76,7 +74,7 @@ class GridSampler {
 
  private:
   /// Reflects v into [low, high] given as twice their values (PyTorch's reflect_coordinates).
-  static ValueId reflect(const F& m, ValueId v, ValueId twice_low, ValueId twice_high) {
+  static ValueId reflect(const FloatMath& m, ValueId v, ValueId twice_low, ValueId twice_high) {
     ValueId lo = m.div(twice_low, m.c(2));
     ValueId span = m.div(m.sub(twice_high, twice_low), m.c(2));
     ValueId d = m.body.unary(OpCode::kAbs, m.sub(v, lo));
@@ -95,7 +93,7 @@ class GridSampler {
 };
 
 /// The 4 cubic convolution weights for fraction t (A = -0.75).
-std::vector<ValueId> cubic_weights(const F& m, ValueId t) {
+std::vector<ValueId> cubic_weights(const FloatMath& m, ValueId t) {
   const double a = -0.75;
   auto near = [&](ValueId x) {  // |x| <= 1: ((A + 2) x - (A + 3)) x^2 + 1
     return m.add(m.mul(m.mul(m.sub(m.mul(m.c(a + 2), x), m.c(a + 3)), x), x), m.c(1));
@@ -133,7 +131,7 @@ std::vector<TensorValue> lower_grid_sample(LoweringContext& ctx, const graph::No
   const DType f = compute_dtype(x.dtype);
   std::vector<Expr> shape = {x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]};
   return {ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& o) {
-    F m{body, f};
+    FloatMath m{body, f};
     std::vector<Expr> nc = {o[0], o[1]};
     ValueId h = body.cast(body.index_expr(x.shape[2]), f);
     ValueId w = body.cast(body.index_expr(x.shape[3]), f);

@@ -34,7 +34,7 @@ struct WrapperSource {
   std::vector<std::string> constants;
   /// Does the code call oneDNN (link -ldnnl)?
   bool uses_dnnl = false;
-  bool uses_library = false;  // kiln_rt_library.h kernels (TopK)
+  bool uses_library = false;  // kiln_rt_library.h kernels (TopK, RNN, NMS, ...)
   /// Does it call BLAS?
   bool uses_blas = false;
   MemoryPlan plan;

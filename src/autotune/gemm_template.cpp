@@ -1,0 +1,502 @@
+#include "autotune/gemm_template.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "support/error.h"
+#include "support/indented_buffer.h"
+
+namespace kiln::autotune {
+namespace {
+
+// The generated code keeps A's packed block on each thread's stack; OpenMP worker stacks are at
+// least 2 MiB (libgomp's default), so a quarter of that leaves room for everything else.
+constexpr int64_t kMaxPackedABytes = int64_t{512} << 10;
+
+int64_t round_up(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int register_count(GemmIsa isa) { return isa == GemmIsa::kAvx512 ? 32 : 16; }
+
+const char* isa_name(GemmIsa isa) { return isa == GemmIsa::kAvx512 ? "avx512" : "avx2"; }
+
+// The intrinsics of one ISA, as the renderer spells them.
+struct IsaText {
+  const char* vec;
+  const char* prefix;  // "_mm256" or "_mm512"
+  const char* target;  // for #pragma GCC target
+  int width;
+};
+
+IsaText isa_text(GemmIsa isa) {
+  if (isa == GemmIsa::kAvx512) return {"__m512", "_mm512", "avx512f,avx2,fma", 16};
+  return {"__m256", "_mm256", "avx2,fma", 8};
+}
+
+// The broadcast of one float at `ptr` into every lane.
+std::string broadcast(GemmIsa isa, const std::string& ptr) {
+  if (isa == GemmIsa::kAvx512) return fmt::format("_mm512_set1_ps(*({}))", ptr);
+  return fmt::format("_mm256_broadcast_ss({})", ptr);
+}
+
+std::string epilogue_params(const GemmEpilogue& epilogue) {
+  std::string text;
+  for (const std::string& arg : epilogue.args) text += fmt::format(", const float* {}", arg);
+  return text;
+}
+
+std::string epilogue_call_args(const GemmEpilogue& epilogue) {
+  std::string text;
+  for (const std::string& arg : epilogue.args) text += ", " + arg;
+  return text;
+}
+
+void render_header(IndentedBuffer& out, const GemmConfig& config, const GemmProblem& problem,
+                   const GemmEpilogue& epilogue) {
+  out.linef("// Kiln GEMM template {}", config.name());
+  out.linef("// C[M, {}] = epilogue(A[M, {}] @ B[{}, {}]), B prepacked into {}-column panels",
+            problem.n, problem.k, problem.k, problem.n, config.nr);
+  out.linef("// epilogue: {}", epilogue.empty() ? "none" : epilogue.expr);
+  out.linef("#pragma GCC target(\"{}\")", isa_text(config.isa).target);
+  out.line("#include <immintrin.h>");
+  out.line("");
+  out.line("#include <algorithm>");
+  out.line("#include <cmath>");
+  out.line("#include <cstdint>");
+  out.line("");
+  out.line("namespace {");
+  out.line("");
+  out.linef("constexpr int64_t kN = {};", problem.n);
+  out.linef("constexpr int64_t kK = {};", problem.k);
+  out.linef("constexpr int64_t kMR = {}, kNR = {};", config.mr, config.nr);
+  out.linef("constexpr int64_t kMC = {}, kNC = {}, kKC = {};", config.mc, config.nc, config.kc);
+  out.line("// N rounded up to NR: the row length of one packed KC block of B.");
+  out.linef("constexpr int64_t kNPad = {};", round_up(problem.n, config.nr));
+  out.linef("constexpr bool kHasEpilogue = {};", epilogue.empty() ? "false" : "true");
+  out.line("");
+}
+
+void render_pack_a(IndentedBuffer& out) {
+  out.line(
+      "// Packs rows [i0, i0 + mc_pad) and depth [p0, p0 + kc) of A into MR-row panels: panel");
+  out.line("// q holds kc steps of MR floats; rows at or past M are zero.");
+  out.line(
+      "inline void pack_a(int64_t M, const float* A, int64_t i0, int64_t mc_pad, int64_t p0, "
+      "int64_t kc, float* Ap) {");
+  {
+    auto _ = out.scope();
+    out.line("for (int64_t q = 0; q < mc_pad; q += kMR) {");
+    {
+      auto _ = out.scope();
+      out.line("float* dst = Ap + q * kc;");
+      out.line("for (int64_t r = 0; r < kMR; ++r) {");
+      {
+        auto _ = out.scope();
+        out.line("const int64_t i = i0 + q + r;");
+        out.line("if (i < M) {");
+        out.line("    const float* src = A + i * kK + p0;");
+        out.line("    for (int64_t p = 0; p < kc; ++p) dst[p * kMR + r] = src[p];");
+        out.line("} else {");
+        out.line("    for (int64_t p = 0; p < kc; ++p) dst[p * kMR + r] = 0.0f;");
+        out.line("}");
+      }
+      out.line("}");
+    }
+    out.line("}");
+  }
+  out.line("}");
+  out.line("");
+}
+
+void render_micro_kernel(IndentedBuffer& out, const GemmConfig& config,
+                         const GemmEpilogue& epilogue) {
+  const IsaText isa = isa_text(config.isa);
+  const int vectors = config.nr / isa.width;
+  auto acc = [](int r, int v) { return fmt::format("c{}_{}", r, v); };
+
+  out.line("// C[i0 : i0 + mr, j0 : j0 + nr] = (C +) a (kc x MR panel) @ b (kc x NR panel). Full");
+  out.line("// tiles store straight from the accumulators; edge tiles and the epilogue (after the");
+  out.line("// last K block) go through a tile on the stack.");
+  out.linef(
+      "__attribute__((always_inline)) inline void micro_kernel(int64_t kc, const float* a, const "
+      "float* b, float* C, int64_t i0, int64_t j0, int64_t mr, int64_t nr, bool first, bool "
+      "last{}) {{",
+      epilogue_params(epilogue));
+  {
+    auto _ = out.scope();
+    for (int r = 0; r < config.mr; ++r) {
+      std::string line;
+      for (int v = 0; v < vectors; ++v) {
+        line +=
+            fmt::format("{}{} {} = {}_setzero_ps();", v ? " " : "", isa.vec, acc(r, v), isa.prefix);
+      }
+      out.line(line);
+    }
+    out.line("#pragma GCC unroll 4");
+    out.line("for (int64_t p = 0; p < kc; ++p) {");
+    {
+      auto _ = out.scope();
+      for (int v = 0; v < vectors; ++v) {
+        out.linef("const {} b{} = {}_loadu_ps(b + {});", isa.vec, v, isa.prefix, v * isa.width);
+      }
+      for (int r = 0; r < config.mr; ++r) {
+        std::string line = fmt::format("{}const {} a{} = {};", "", isa.vec, r,
+                                       broadcast(config.isa, fmt::format("a + {}", r)));
+        out.line(line);
+        for (int v = 0; v < vectors; ++v) {
+          out.linef("{} = {}_fmadd_ps(a{}, b{}, {});", acc(r, v), isa.prefix, r, v, acc(r, v));
+        }
+      }
+      out.line("a += kMR;");
+      out.line("b += kNR;");
+    }
+    out.line("}");
+    out.line("float* c = C + i0 * kN + j0;");
+    out.line("if (mr == kMR && nr == kNR && !(last && kHasEpilogue)) {");
+    {
+      auto _ = out.scope();
+      out.line("if (first) {");
+      {
+        auto _ = out.scope();
+        for (int r = 0; r < config.mr; ++r) {
+          for (int v = 0; v < vectors; ++v) {
+            out.linef("{}_storeu_ps(c + {} * kN + {}, {});", isa.prefix, r, v * isa.width,
+                      acc(r, v));
+          }
+        }
+      }
+      out.line("} else {");
+      {
+        auto _ = out.scope();
+        for (int r = 0; r < config.mr; ++r) {
+          for (int v = 0; v < vectors; ++v) {
+            const std::string at = fmt::format("c + {} * kN + {}", r, v * isa.width);
+            out.linef("{}_storeu_ps({}, {}_add_ps({}_loadu_ps({}), {}));", isa.prefix, at,
+                      isa.prefix, isa.prefix, at, acc(r, v));
+          }
+        }
+      }
+      out.line("}");
+      out.line("return;");
+    }
+    out.line("}");
+    out.line("alignas(64) float t[kMR * kNR];");
+    for (int r = 0; r < config.mr; ++r) {
+      for (int v = 0; v < vectors; ++v) {
+        out.linef("{}_store_ps(t + {}, {});", isa.prefix, r * config.nr + v * isa.width, acc(r, v));
+      }
+    }
+    out.line("for (int64_t r = 0; r < mr; ++r) {");
+    {
+      auto _ = out.scope();
+      out.line("float* cr = c + r * kN;");
+      out.line("const float* tr = t + r * kNR;");
+      if (epilogue.empty()) {
+        out.line("for (int64_t q = 0; q < nr; ++q) cr[q] = first ? tr[q] : cr[q] + tr[q];");
+      } else {
+        out.line("const int64_t m = i0 + r;");
+        out.line("(void)m;");
+        out.line("for (int64_t q = 0; q < nr; ++q) {");
+        {
+          auto _ = out.scope();
+          out.line("float v = first ? tr[q] : cr[q] + tr[q];");
+          out.line("if (last) {");
+          out.line("    const int64_t n = j0 + q;");
+          out.line("    (void)n;");
+          out.linef("    v = ({});", epilogue.expr);
+          out.line("}");
+          out.line("cr[q] = v;");
+        }
+        out.line("}");
+      }
+    }
+    out.line("}");
+  }
+  out.line("}");
+  out.line("");
+}
+
+void render_tile(IndentedBuffer& out, const GemmConfig& config, const GemmEpilogue& epilogue) {
+  out.line("// One (M block, N block) tile of C: every K block in turn, packing A's block first.");
+  out.linef(
+      "inline void tile(int64_t M, const float* A, const float* Bp, float* C, int64_t ib, int64_t "
+      "jb, float* Ap{}) {{",
+      epilogue_params(epilogue));
+  {
+    auto _ = out.scope();
+    out.line("const int64_t i0 = ib * kMC, mc = std::min(kMC, M - i0);");
+    out.line("const int64_t mc_pad = (mc + kMR - 1) / kMR * kMR;");
+    out.line("const int64_t j0 = jb * kNC, nc = std::min(kNC, kN - j0);");
+    out.line("for (int64_t p0 = 0; p0 < kK; p0 += kKC) {");
+    {
+      auto _ = out.scope();
+      out.line("const int64_t kc = std::min(kKC, kK - p0);");
+      out.line("const bool first = p0 == 0, last = p0 + kc == kK;");
+      out.line("pack_a(M, A, i0, mc_pad, p0, kc, Ap);");
+      out.line("const float* Bblock = Bp + p0 * kNPad;");
+      const std::string call = fmt::format(
+          "micro_kernel(kc, Ap + i * kc, Bblock + (j0 + j) * kc, C, i0 + i, j0 + j, "
+          "std::min(kMR, mc - i), std::min(kNR, nc - j), first, last{});",
+          epilogue_call_args(epilogue));
+      const char* outer = "for (int64_t j = 0; j < nc; j += kNR) {";
+      const char* inner = "for (int64_t i = 0; i < mc; i += kMR) {";
+      if (config.loop_order == GemmLoopOrder::kMrOuter) std::swap(outer, inner);
+      out.line(outer);
+      {
+        auto _ = out.scope();
+        out.line(inner);
+        out.line("    " + call);
+        out.line("}");
+      }
+      out.line("}");
+    }
+    out.line("}");
+  }
+  out.line("}");
+  out.line("");
+}
+
+void render_entry(IndentedBuffer& out, const GemmConfig& config, const GemmProblem& problem,
+                  const std::string& function_name, const GemmEpilogue& epilogue) {
+  out.linef("extern \"C\" void {}(int64_t M, const float* A, const float* Bp, float* C{}) {{",
+            function_name, epilogue_params(epilogue));
+  auto _ = out.scope();
+  out.line("if (M <= 0) return;");
+  if (problem.k == 0) {
+    // No K block runs: C is the epilogue of zero.
+    out.line("(void)A;");
+    out.line("(void)Bp;");
+    out.line("for (int64_t m = 0; m < M; ++m) {");
+    out.line("    for (int64_t n = 0; n < kN; ++n) {");
+    out.line("        const float v = 0.0f;");
+    out.linef("        C[m * kN + n] = {};", epilogue.empty() ? "v" : "(" + epilogue.expr + ")");
+    out.line("    }");
+    out.line("}");
+    return;
+  }
+  const std::string call =
+      fmt::format("tile(M, A, Bp, C, ib, jb, Ap{});", epilogue_call_args(epilogue));
+  out.line("const int64_t m_blocks = (M + kMC - 1) / kMC;");
+  out.line("constexpr int64_t n_blocks = (kN + kNC - 1) / kNC;");
+  out.line("// Threads only pay off with more than one tile and some work per thread.");
+  out.line("const bool parallel = m_blocks * n_blocks > 1 && M * kN * kK >= (int64_t{1} << 18);");
+  out.line("#pragma omp parallel if (parallel)");
+  out.line("{");
+  {
+    auto _ = out.scope();
+    out.line("alignas(64) float Ap[kMC * kKC];");
+    switch (config.thread_split) {
+      case GemmThreadSplit::kMN:
+        out.line("#pragma omp for collapse(2) schedule(static)");
+        out.line("for (int64_t jb = 0; jb < n_blocks; ++jb) {");
+        out.line("    for (int64_t ib = 0; ib < m_blocks; ++ib) " + call);
+        out.line("}");
+        break;
+      case GemmThreadSplit::kM:
+        out.line("#pragma omp for schedule(static)");
+        out.line("for (int64_t ib = 0; ib < m_blocks; ++ib) {");
+        out.line("    for (int64_t jb = 0; jb < n_blocks; ++jb) " + call);
+        out.line("}");
+        break;
+      case GemmThreadSplit::kN:
+        out.line("#pragma omp for schedule(static)");
+        out.line("for (int64_t jb = 0; jb < n_blocks; ++jb) {");
+        out.line("    for (int64_t ib = 0; ib < m_blocks; ++ib) " + call);
+        out.line("}");
+        break;
+    }
+  }
+  out.line("}");
+}
+
+const char* loop_order_name(GemmLoopOrder order) {
+  return order == GemmLoopOrder::kNrOuter ? "nr-outer" : "mr-outer";
+}
+
+const char* thread_split_name(GemmThreadSplit split) {
+  switch (split) {
+    case GemmThreadSplit::kM:
+      return "m";
+    case GemmThreadSplit::kN:
+      return "n";
+    case GemmThreadSplit::kMN:
+      return "mn";
+  }
+  return "?";
+}
+
+}  // namespace
+
+int vector_width(GemmIsa isa) { return isa == GemmIsa::kAvx512 ? 16 : 8; }
+
+std::string GemmConfig::name() const {
+  return fmt::format("{}_{}x{}_mc{}_nc{}_kc{}_{}_{}", isa_name(isa), mr, nr, mc, nc, kc,
+                     loop_order_name(loop_order), thread_split_name(thread_split));
+}
+
+void check_gemm_config(const GemmConfig& config) {
+  const int width = vector_width(config.isa);
+  KILN_CHECK(config.mr > 0 && config.nr > 0 && config.mc > 0 && config.nc > 0 && config.kc > 0,
+             "gemm config {}: every block must be positive", config.name());
+  KILN_CHECK(config.nr % width == 0, "gemm config {}: NR must be a multiple of {}", config.name(),
+             width);
+  const int vectors = config.nr / width;
+  const int registers = config.mr * vectors + vectors + 1;
+  KILN_CHECK(registers <= register_count(config.isa),
+             "gemm config {}: needs {} vector registers, {} has {}", config.name(), registers,
+             isa_name(config.isa), register_count(config.isa));
+  KILN_CHECK(config.mc % config.mr == 0, "gemm config {}: MC must be a multiple of MR",
+             config.name());
+  KILN_CHECK(config.nc % config.nr == 0, "gemm config {}: NC must be a multiple of NR",
+             config.name());
+  KILN_CHECK(int64_t{config.mc} * config.kc * 4 <= kMaxPackedABytes,
+             "gemm config {}: the packed A block ({} bytes) is over the {} byte stack budget",
+             config.name(), int64_t{config.mc} * config.kc * 4, kMaxPackedABytes);
+}
+
+int64_t packed_b_size(const GemmConfig& config, const GemmProblem& problem) {
+  return problem.k * round_up(problem.n, config.nr);
+}
+
+std::vector<float> prepack_b(const GemmConfig& config, const GemmProblem& problem, const float* b) {
+  check_gemm_config(config);
+  const int64_t n = problem.n, k = problem.k, nr = config.nr;
+  const int64_t npad = round_up(n, nr);
+  std::vector<float> packed(static_cast<size_t>(packed_b_size(config, problem)), 0.0f);
+  for (int64_t p0 = 0; p0 < k; p0 += config.kc) {
+    const int64_t kc = std::min<int64_t>(config.kc, k - p0);
+    for (int64_t j0 = 0; j0 < npad; j0 += nr) {
+      float* dst = packed.data() + p0 * npad + j0 * kc;
+      const int64_t width = std::min(nr, n - j0);
+      for (int64_t p = 0; p < kc; ++p) {
+        std::copy_n(b + (p0 + p) * n + j0, width, dst + p * nr);
+      }
+    }
+  }
+  return packed;
+}
+
+std::string render_gemm(const GemmConfig& config, const GemmProblem& problem,
+                        const std::string& function_name, const GemmEpilogue& epilogue) {
+  check_gemm_config(config);
+  KILN_CHECK(problem.n > 0 && problem.k >= 0,
+             "gemm problem: N must be positive and K not negative"
+             " (N {}, K {})",
+             problem.n, problem.k);
+  IndentedBuffer out;
+  render_header(out, config, problem, epilogue);
+  if (problem.k > 0) {
+    render_pack_a(out);
+    render_micro_kernel(out, config, epilogue);
+    render_tile(out, config, epilogue);
+  }
+  out.line("}  // namespace");
+  out.line("");
+  render_entry(out, config, problem, function_name, epilogue);
+  out.line("}");
+  return out.str();
+}
+
+GemmIsa host_gemm_isa() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") ? GemmIsa::kAvx512 : GemmIsa::kAvx2;
+}
+
+namespace {
+
+// One register block with the KC blocks worth trying for it.
+struct RegisterBlock {
+  GemmIsa isa;
+  int mr;
+  int nr;
+  int kc;      // the default: a KC x NR panel of B in about half of a 48 KiB L1
+  int alt_kc;  // a deeper one (fewer passes over C)
+};
+
+std::vector<RegisterBlock> register_blocks(GemmIsa isa, int64_t m_hint) {
+  std::vector<RegisterBlock> blocks;
+  if (isa == GemmIsa::kAvx512) {
+    blocks.push_back({GemmIsa::kAvx512, 12, 32, 256, 384});
+    blocks.push_back({GemmIsa::kAvx512, 14, 32, 256, 384});
+    blocks.push_back({GemmIsa::kAvx512, 8, 48, 192, 320});
+    blocks.push_back({GemmIsa::kAvx512, 6, 64, 128, 256});
+  }
+  blocks.push_back({GemmIsa::kAvx2, 6, 16, 384, 256});
+  blocks.push_back({GemmIsa::kAvx2, 4, 24, 256, 384});
+  blocks.push_back({GemmIsa::kAvx2, 8, 8, 512, 256});
+  if (m_hint < 4) {
+    // A single row wastes the rows of a taller block; a wide one-row block keeps 6 chains of FMA
+    // in flight and reads B once.
+    if (isa == GemmIsa::kAvx512) blocks.push_back({GemmIsa::kAvx512, 1, 96, 512, 1024});
+    blocks.push_back({GemmIsa::kAvx2, 1, 48, 512, 1024});
+  }
+  return blocks;
+}
+
+// Cache blocks for one register block: MC rows of A (A's packed block within the stack budget,
+// no taller than M), and NC so that the tiles divide evenly among the threads where possible.
+GemmConfig blocked_config(const RegisterBlock& block, int kc, int64_t m_hint,
+                          const GemmProblem& problem, int threads) {
+  GemmConfig config;
+  config.isa = block.isa;
+  config.mr = block.mr;
+  config.nr = block.nr;
+  config.kc = static_cast<int>(std::clamp<int64_t>(problem.k, 1, kc));
+  const int64_t m = std::max<int64_t>(m_hint, 1);
+  const int64_t max_mc = kMaxPackedABytes / 4 / config.kc / block.mr * block.mr;
+  int64_t mc = std::min<int64_t>(round_up(m, block.mr), std::max<int64_t>(max_mc, block.mr));
+  mc = std::min<int64_t>(mc, std::max<int64_t>(block.mr, 192 / block.mr * block.mr));
+  // Split M too when a single M block would leave threads with N blocks only.
+  int64_t m_blocks = ceil_div(m, mc);
+  config.mc = static_cast<int>(mc);
+  const int64_t want_n_blocks =
+      threads / std::gcd<int64_t>(m_blocks, std::max(threads, 1));  // tiles % threads == 0
+  int64_t nc = round_up(ceil_div(problem.n, std::max<int64_t>(want_n_blocks, 1)), block.nr);
+  // Keep a B block (KC x NC) within a few MiB so it stays in the shared cache across M blocks.
+  const int64_t max_nc = std::max<int64_t>(block.nr, (int64_t{4} << 20) / 4 / config.kc);
+  if (nc > max_nc) nc = round_up(ceil_div(problem.n, ceil_div(problem.n, max_nc)), block.nr);
+  config.nc = static_cast<int>(nc);
+  return config;
+}
+
+}  // namespace
+
+std::vector<GemmConfig> gemm_configs(int64_t m_hint, const GemmProblem& problem, int threads,
+                                     GemmIsa isa) {
+  std::vector<GemmConfig> configs;
+  auto add = [&](const GemmConfig& config) {
+    check_gemm_config(config);
+    if (std::find(configs.begin(), configs.end(), config) == configs.end()) {
+      configs.push_back(config);
+    }
+  };
+  const std::vector<RegisterBlock> blocks = register_blocks(isa, m_hint);
+  // The default first: the first register block at its default KC.
+  add(blocked_config(blocks.front(), blocks.front().kc, m_hint, problem, threads));
+  for (const RegisterBlock& block : blocks) {
+    GemmConfig config = blocked_config(block, block.kc, m_hint, problem, threads);
+    add(config);
+    add(blocked_config(block, block.alt_kc, m_hint, problem, threads));
+    config.loop_order = GemmLoopOrder::kMrOuter;
+    add(config);
+  }
+  // Other thread splits of the default.
+  for (GemmThreadSplit split : {GemmThreadSplit::kM, GemmThreadSplit::kN}) {
+    GemmConfig config = configs.front();
+    config.thread_split = split;
+    add(config);
+  }
+  return configs;
+}
+
+GemmConfig gemm_default_config(int64_t m_hint, const GemmProblem& problem, int threads,
+                               GemmIsa isa) {
+  return gemm_configs(m_hint, problem, threads, isa).front();
+}
+
+}  // namespace kiln::autotune

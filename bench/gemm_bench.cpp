@@ -1,0 +1,360 @@
+// kiln_gemm_bench: the C++ GEMM template (src/autotune/gemm_template.h) against OpenBLAS and
+// oneDNN at transformer and CNN shapes. For each shape (written M x K x N: C[M, N] = A[M, K] @
+// B[K, N], float32, row-major) it times
+//   - OpenBLAS cblas_sgemm (Debian's openblas-openmp),
+//   - oneDNN matmul with B in plain row-major layout, and with B reordered once, outside the
+//     timing, into the layout oneDNN picks (format_tag::any), the counterpart of our prepack,
+//   - every config of gemm_configs() for the host ISA, compiled through the code cache with Kiln's
+//     JIT flags (-O3 -march=native -fopenmp) and called on B prepacked outside the timing,
+// each by the median of repetitions after warm-up, on all OpenMP threads. It prints GFLOP/s, each
+// template's ratio to OpenBLAS and to oneDNN (the better of its two), the fraction of the
+// machine's FMA peak, and whether each template's result matches OpenBLAS's. It never asserts.
+//
+// Peak: cores x clock x 2 FMA units x floats per vector x 2 flops. The clock is measured (a
+// chain of dependent imul, 3 cycles each, timed over ~20 ms); /proc/cpuinfo's "cpu MHz"
+// is printed beside it (in a VM it is often the nominal TSC rate, not the running clock).
+//
+// Usage: kiln_gemm_bench [--quick] [--cpu-time] [--shape MxKxN]...
+//   --quick: the default config only; --cpu-time: see g_cpu_time.
+#include <cblas.h>
+#include <fmt/format.h>
+#include <omp.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <dnnl.hpp>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "autotune/gemm_template.h"
+#include "codecache/code_cache.h"
+#include "codecache/loaded_library.h"
+#include "support/error.h"
+
+#ifndef KILN_BENCH_CACHE_DIR
+#define KILN_BENCH_CACHE_DIR "bench-cache"
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using kiln::autotune::GemmConfig;
+using kiln::autotune::GemmIsa;
+using kiln::autotune::GemmProblem;
+using Clock = std::chrono::steady_clock;
+using GemmFn = void(int64_t, const float*, const float*, float*);
+
+struct Shape {
+  int64_t m, k, n;
+  std::string text() const { return fmt::format("{}x{}x{}", m, k, n); }
+  double flops() const { return 2.0 * double(m) * double(n) * double(k); }
+};
+
+// 64-byte aligned float storage (vectors would give 16-byte alignment only).
+struct Buffer {
+  explicit Buffer(size_t count)
+      : data(static_cast<float*>(std::aligned_alloc(64, (count * 4 + 63) / 64 * 64))),
+        size(count) {}
+  ~Buffer() { std::free(data); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  float* data;
+  size_t size;
+};
+
+void fill_random(Buffer& buffer, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (size_t i = 0; i < buffer.size; ++i) buffer.data[i] = dist(rng);
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// --cpu-time: time by this process's CPU time instead of the wall clock. With OMP_NUM_THREADS=1
+// on a shared machine it leaves out the time other processes ran (with more threads it would count
+// OpenMP's spinning at barriers).
+bool g_cpu_time = false;
+
+double now_seconds() {
+  if (!g_cpu_time) return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// The median time of `fn` over repetitions after warm-up: two warm-up calls, then as many as fit
+// in about `budget` seconds (at least 5, at most 200).
+double time_median(const std::function<void()>& fn, double budget = 0.4) {
+  const auto warm = Clock::now();
+  fn();
+  fn();
+  const double once = std::max(seconds_since(warm) / 2, 1e-7);
+  const int reps = static_cast<int>(std::clamp(budget / once, 5.0, 200.0));
+  std::vector<double> times;
+  times.reserve(reps);
+  for (int i = 0; i < reps; ++i) {
+    const double start = now_seconds();
+    fn();
+    times.push_back(now_seconds() - start);
+  }
+  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
+  return times[reps / 2];
+}
+
+// The running clock in GHz: a chain of dependent imul (3 cycles each on every x86-64 core since
+// Nehalem), 1000 per iteration, timed. (A chain of add-immediates is no good: Golden Cove's
+// renamer folds them.)
+double measure_clock_ghz() {
+  auto run = [](int64_t iterations) {
+    const auto start = Clock::now();
+    uint64_t x = 1;
+    for (int64_t i = 0; i < iterations; ++i) {
+      asm volatile(
+          ".rept 1000\n\t"
+          "imulq %0, %0\n\t"
+          ".endr"
+          : "+r"(x));
+    }
+    return seconds_since(start);
+  };
+  run(2000);
+  double best = 1e9;
+  for (int i = 0; i < 5; ++i) best = std::min(best, run(20000));
+  return 20000.0 * 1000.0 * 3 / best / 1e9;
+}
+
+double cpuinfo_mhz() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("cpu MHz", 0) == 0) return std::atof(line.substr(line.find(':') + 1).c_str());
+  }
+  return 0;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+// oneDNN matmul on one shape, with B plain (ab) or in the layout oneDNN prefers (reordered once).
+class DnnlMatmul {
+ public:
+  DnnlMatmul(const Shape& s, const float* a, const float* b, float* c, bool packed_b)
+      : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+    using tag = dnnl::memory::format_tag;
+    using dt = dnnl::memory::data_type;
+    const dnnl::memory::desc a_md({s.m, s.k}, dt::f32, tag::ab);
+    const dnnl::memory::desc b_plain({s.k, s.n}, dt::f32, tag::ab);
+    const dnnl::memory::desc b_md({s.k, s.n}, dt::f32, packed_b ? tag::any : tag::ab);
+    const dnnl::memory::desc c_md({s.m, s.n}, dt::f32, tag::ab);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine_);
+    a_ = dnnl::memory(a_md, engine_, const_cast<float*>(a));
+    c_ = dnnl::memory(c_md, engine_, c);
+    dnnl::memory b_user(b_plain, engine_, const_cast<float*>(b));
+    if (pd.weights_desc() != b_plain) {
+      b_ = dnnl::memory(pd.weights_desc(), engine_);
+      dnnl::reorder(b_user, b_).execute(stream_, b_user, b_);
+      stream_.wait();
+    } else {
+      b_ = b_user;
+    }
+    matmul_ = dnnl::matmul(pd);
+    impl_ = pd.impl_info_str();
+  }
+
+  void run() {
+    matmul_.execute(stream_, {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, c_}});
+    stream_.wait();
+  }
+
+  const std::string& impl() const { return impl_; }
+
+ private:
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  dnnl::memory a_, b_, c_;
+  dnnl::matmul matmul_;
+  std::string impl_;
+};
+
+// max |x - y| / max |y|: how far a result is from OpenBLAS's.
+double relative_error(const float* x, const float* y, size_t count) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < count; ++i) {
+    diff = std::max(diff, double(std::abs(x[i] - y[i])));
+    scale = std::max(scale, double(std::abs(y[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+struct Summary {
+  Shape shape;
+  double openblas = 0, onednn = 0, onednn_packed = 0, default_template = 0, best_template = 0;
+  std::string best_name;
+};
+
+Summary bench_shape(const Shape& s, bool quick, double peak, kiln::codecache::CodeCache& cache) {
+  const int threads = omp_get_max_threads();
+  const GemmProblem problem{.n = s.n, .k = s.k};
+  std::vector<GemmConfig> configs =
+      kiln::autotune::gemm_configs(s.m, problem, threads, kiln::autotune::host_gemm_isa());
+  if (quick) configs.resize(1);
+
+  Buffer a(s.m * s.k), b(s.k * s.n), c(s.m * s.n), ref(s.m * s.n);
+  fill_random(a, 1);
+  fill_random(b, 2);
+  auto gflops = [&](double seconds) { return s.flops() / seconds / 1e9; };
+
+  fmt::print("\n== {} (M x K x N), {:.3f} GFLOP, {} threads\n", s.text(), s.flops() / 1e9, threads);
+  Summary summary;
+  summary.shape = s;
+  auto report = [&](const std::string& name, double seconds, const std::string& extra) {
+    fmt::print("  {:<52} {:9.3f} ms {:8.1f} GFLOP/s {:5.1f}% peak {}\n", name, seconds * 1e3,
+               gflops(seconds), 100 * gflops(seconds) / peak, extra);
+  };
+
+  const double t_blas = time_median([&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, 1.0f, a.data, s.k, b.data,
+                s.n, 0.0f, ref.data, s.n);
+  });
+  summary.openblas = gflops(t_blas);
+  report("openblas sgemm", t_blas, "");
+
+  for (bool packed : {false, true}) {
+    DnnlMatmul dnnl(s, a.data, b.data, c.data, packed);
+    const double t = time_median([&] { dnnl.run(); });
+    (packed ? summary.onednn_packed : summary.onednn) = gflops(t);
+    report(packed ? "onednn matmul (B reordered once)" : "onednn matmul (B plain)", t,
+           fmt::format("[{}] err {:.1e}", dnnl.impl(), relative_error(c.data, ref.data, c.size)));
+  }
+  const double best_dnnl = std::max(summary.onednn, summary.onednn_packed);
+
+  // Compile every config at once (the code cache runs compilers in parallel).
+  std::vector<kiln::codecache::LibrarySpec> specs;
+  for (const GemmConfig& config : configs) {
+    specs.push_back({{{"gemm.cpp", kiln::autotune::render_gemm(config, problem, "gemm")}}, {}});
+  }
+  const auto compile_start = Clock::now();
+  const std::vector<fs::path> libraries = cache.compile_many(specs);
+  fmt::print("  ({} template configs compiled or found in the cache in {:.1f} s)\n", configs.size(),
+             seconds_since(compile_start));
+
+  struct Row {
+    std::string name;
+    double seconds;
+    double error;
+  };
+  std::vector<Row> rows;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    kiln::codecache::LoadedLibrary library(libraries[i]);
+    auto* gemm = library.symbol<GemmFn>("gemm");
+    const std::vector<float> packed_vector = kiln::autotune::prepack_b(configs[i], problem, b.data);
+    Buffer packed(packed_vector.size());
+    std::copy(packed_vector.begin(), packed_vector.end(), packed.data);
+    std::fill_n(c.data, c.size, 0.0f);
+    const double t = time_median([&] { gemm(s.m, a.data, packed.data, c.data); });
+    rows.push_back(
+        {configs[i].name() + (i == 0 ? " *" : ""), t, relative_error(c.data, ref.data, c.size)});
+    if (i == 0) summary.default_template = gflops(t);
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const Row& x, const Row& y) { return x.seconds < y.seconds; });
+  fmt::print(
+      "  templates (* = heuristic default), fastest first; ratios to openblas / best "
+      "onednn:\n");
+  for (const Row& row : rows) {
+    report(row.name, row.seconds,
+           fmt::format("{:5.2f}x blas {:5.2f}x dnnl{}", gflops(row.seconds) / summary.openblas,
+                       gflops(row.seconds) / best_dnnl,
+                       row.error > 1e-4 ? fmt::format("  MISMATCH (err {:.1e})", row.error) : ""));
+  }
+  summary.best_template = gflops(rows.front().seconds);
+  summary.best_name = rows.front().name;
+  return summary;
+}
+
+std::vector<Shape> parse_shapes(int argc, char** argv, bool& quick) {
+  std::vector<Shape> shapes;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--cpu-time") {
+      g_cpu_time = true;
+    } else if (arg == "--shape" && i + 1 < argc) {
+      Shape s{};
+      if (std::sscanf(argv[++i], "%ldx%ldx%ld", &s.m, &s.k, &s.n) != 3) {
+        kiln::user_error("--shape: expected MxKxN, found '{}'", argv[i]);
+      }
+      shapes.push_back(s);
+    } else {
+      kiln::user_error("unknown argument '{}' (expected --quick, --cpu-time or --shape MxKxN)",
+                       arg);
+    }
+  }
+  if (shapes.empty()) {
+    // 3136x64x576 as the issue lists it, and 3136x576x64 (ResNet-50's 3x3 convolution with 64
+    // channels on 56x56 as im2col + GEMM: K = 64 * 9, N = 64).
+    shapes = {{128, 768, 768}, {128, 768, 3072}, {128, 3072, 768},   {1, 2048, 1000},
+              {3136, 64, 576}, {3136, 576, 64},  {1024, 1024, 1024}, {2048, 2048, 2048}};
+  }
+  return shapes;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  bool quick = false;
+  const std::vector<Shape> shapes = parse_shapes(argc, argv, quick);
+  const int threads = omp_get_max_threads();
+  const double ghz = measure_clock_ghz();
+  const GemmIsa isa = kiln::autotune::host_gemm_isa();
+  const int width = kiln::autotune::vector_width(isa);
+  const double peak = threads * ghz * 2 * width * 2;
+  const double peak_avx2 = threads * ghz * 2 * 8 * 2;
+  fmt::print("kiln_gemm_bench: {}, {} OpenMP threads, OpenBLAS {}\n", cpu_model(), threads,
+             OPENBLAS_VERSION);
+  fmt::print(
+      "clock {:.2f} GHz measured (dependent imul chain; /proc/cpuinfo says {:.0f} MHz)\n"
+      "FMA peak = {} cores x {:.2f} GHz x 2 units x {} floats x 2 = {:.0f} GFLOP/s ({}); "
+      "with 256-bit vectors {:.0f} GFLOP/s\n",
+      ghz, cpuinfo_mhz(), threads, ghz, width, peak, isa == GemmIsa::kAvx512 ? "AVX-512" : "AVX2",
+      peak_avx2);
+  fmt::print("the machine may be shared: timings are medians ({}) and still noisy\n",
+             g_cpu_time ? "process CPU time" : "wall clock");
+
+  kiln::codecache::CodeCache cache(KILN_BENCH_CACHE_DIR);
+  std::vector<Summary> summaries;
+  for (const Shape& s : shapes) summaries.push_back(bench_shape(s, quick, peak, cache));
+
+  fmt::print("\n== summary (GFLOP/s; ratios of the best template)\n");
+  fmt::print("{:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>6}  {}\n", "MxKxN", "openblas",
+             "dnnl", "dnnl-pk", "default", "best", "/blas", "/dnnl", "%peak", "best config");
+  for (const Summary& r : summaries) {
+    fmt::print("{:<16} {:9.1f} {:9.1f} {:9.1f} {:9.1f} {:9.1f} {:7.2f} {:7.2f} {:6.1f}  {}\n",
+               r.shape.text(), r.openblas, r.onednn, r.onednn_packed, r.default_template,
+               r.best_template, r.best_template / r.openblas,
+               r.best_template / std::max(r.onednn, r.onednn_packed), 100 * r.best_template / peak,
+               r.best_name);
+  }
+  return 0;
+} catch (const std::exception& e) {
+  fmt::print(stderr, "kiln_gemm_bench: error: {}\n", e.what());
+  return 1;
+}

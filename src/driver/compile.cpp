@@ -73,6 +73,33 @@ std::string schedule_text(const sched::Schedule& schedule) {
          schedule.after_fusion_text;
 }
 
+/// A graph's schedule and kernels: the model's, or a control-flow subgraph's.
+struct GraphStages {
+  std::string function;
+  const ir::Program* program = nullptr;
+  sched::Schedule schedule;
+  std::vector<codegen::GeneratedKernel> kernels;
+};
+
+/// Schedules `program` and generates its kernels, then its subgraphs' (depth first). Kernels of
+/// a subgraph are prefixed with its name, so names stay unique in the library.
+void schedule_graph(const std::string& function, const std::string& prefix,
+                    const ir::Program& program, codegen::CppBackend& backend,
+                    std::vector<GraphStages>& graphs) {
+  GraphStages g;
+  g.function = function;
+  g.program = &program;
+  g.schedule = sched::schedule(program, backend);
+  for (sched::ScheduleItem& item : g.schedule.items) {
+    if (item.kind != sched::ItemKind::kKernel) continue;
+    if (!prefix.empty()) item.name = prefix + "_" + item.name;
+    g.kernels.push_back(codegen::generate_cpp_kernel(item, program));
+  }
+  graphs.push_back(std::move(g));
+  for (const auto& sub : program.subgraphs)
+    schedule_graph("subgraph_" + sub->name, sub->name, sub->program, backend, graphs);
+}
+
 }  // namespace
 
 int compile_count() { return g_compiles.load(); }
@@ -90,18 +117,22 @@ CompiledModel compile(const graph::Model& model, const CompileOptions& options) 
   dump.write("1_ir.txt", program.str());
 
   codegen::CppBackend backend;
-  sched::Schedule schedule = sched::schedule(program, backend);
-  dump.write("2_schedule.txt", schedule_text(schedule));
-  dump.write("3_fusion_decisions.txt", schedule.decisions_text());
-
-  std::vector<codegen::GeneratedKernel> kernels;
-  for (const sched::ScheduleItem& item : schedule.items) {
-    if (item.kind == sched::ItemKind::kKernel) {
-      kernels.push_back(codegen::generate_cpp_kernel(item, program));
-    }
+  std::vector<GraphStages> graphs;
+  schedule_graph("run_impl", "", program, backend, graphs);
+  const sched::Schedule& schedule = graphs.front().schedule;
+  std::string schedules, decisions;
+  for (const GraphStages& g : graphs) {
+    std::string title = g.function == "run_impl" ? "" : "# " + g.function + "\n";
+    schedules += title + schedule_text(g.schedule);
+    decisions += title + g.schedule.decisions_text();
   }
-  codegen::WrapperSource source =
-      codegen::generate_wrapper(program, schedule, kernels, codegen::cpp_kernel_prelude());
+  dump.write("2_schedule.txt", schedules);
+  dump.write("3_fusion_decisions.txt", decisions);
+
+  std::vector<codegen::GraphCode> code;
+  for (const GraphStages& g : graphs)
+    code.push_back({g.function, g.program, &g.schedule, &g.kernels});
+  codegen::WrapperSource source = codegen::generate_wrapper(code, codegen::cpp_kernel_prelude());
   dump.write("4_memory_plan.txt", source.plan.str(program, schedule));
   std::vector<codecache::SourceUnit> units;
   for (const auto& [name, text] : source.units) {
@@ -120,11 +151,9 @@ CompiledModel compile(const graph::Model& model, const CompileOptions& options) 
   if (state == nullptr)
     internal_error("{}: cannot create the model's state", library_path.string());
   compiled.state_ = {state, compiled.library_->symbol<void(void*)>("kiln_destroy_state")};
-  for (const std::string& name : source.constants) {
-    const ir::Buffer* buffer = program.find(name);
-    compiled.constants_.push_back(buffer->constant);
-    compiled.constant_ptrs_.push_back(buffer->constant->data());
-  }
+  compiled.constants_ = source.constants;
+  for (const auto& constant : compiled.constants_)
+    compiled.constant_ptrs_.push_back(constant->data());
   compiled.inputs_ = program.inputs;
   compiled.outputs_ = program.outputs;
   compiled.index_checks_ = program.index_checks;

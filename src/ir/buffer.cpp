@@ -90,6 +90,15 @@ void Buffer::add_origin(const Origin& origin) {
   if (it == origins.end() || !(*it == origin)) origins.insert(it, origin);
 }
 
+bool is_control_flow(const Buffer& buffer) {
+  const std::string& k = buffer.call.kernel;
+  return buffer.kind == BufferKind::kExtern && (k == "if" || k == "loop" || k == "scan");
+}
+
+bool is_control_flow_result(const Buffer& buffer) {
+  return buffer.kind == BufferKind::kExtern && buffer.call.kernel == "result";
+}
+
 Buffer* Program::find(const std::string& name) const {
   for (const auto& b : buffers) {
     if (b->name == name) return b.get();

@@ -138,12 +138,25 @@ struct ValueGuard {
 };
 
 /// A size known only at run time (the count of NonZero, Compress): the wrapper binds `symbol`
-/// from element 0 of the int64 `buffer` right after the item that computes it, and every later
-/// allocation, kernel and output shape may use it.
+/// from element 0 of the int64 `buffer` right after the item that computes it (right after the
+/// inputs for an input: a Loop body's iteration number), and every later allocation, kernel and
+/// output shape may use it. With `result` >= 0, `buffer` is a control-flow call and the symbol is
+/// dim `dim` of the run-time shape of its result `result`.
 struct DynamicSize {
   std::string symbol;
   std::string buffer;
+  int result = -1;
+  int dim = -1;
 };
+
+struct Subgraph;
+
+/// Control flow (If, Loop, Scan) is an extern call whose kernel names the construct; it runs
+/// subgraphs (Program::subgraphs, named by the call's string attributes) and yields several
+/// tensors whose storage the subgraph allocates. The call's own buffer holds no data; each
+/// result is a buffer of its own, an extern call "result" (attribute "index") reading it.
+bool is_control_flow(const Buffer& buffer);
+bool is_control_flow_result(const Buffer& buffer);
 
 /// The result of lowering: buffers in dependency order, the model's inputs and outputs.
 struct Program {
@@ -154,11 +167,24 @@ struct Program {
   std::vector<ExtentCheck> extent_checks;
   std::vector<ValueGuard> value_guards;
   std::vector<DynamicSize> dynamic_sizes;
+  /// The subgraphs of the program's control-flow calls (nested ones live in their parent's).
+  std::vector<std::shared_ptr<const Subgraph>> subgraphs;
   /// Facts about size symbols (e.g. from Reshape: s0 * 4 == 16 * s1) known when lowering.
   sym::Analyzer analyzer;
 
   Buffer* find(const std::string& name) const;
   std::string str() const;
+};
+
+/// A subgraph of a control-flow call (an If branch, a Loop or Scan body), lowered into a Program
+/// of its own that the wrapper turns into a function: its inputs are the subgraph's formal
+/// inputs, then the outer values it reads (captures); its outputs are allocated by it and
+/// adopted by the caller.
+struct Subgraph {
+  std::string name;  // "g1": its function and kernels are named after it
+  Program program;
+  size_t formal_inputs = 0;  // program.inputs beyond these are captures, in `captures` order
+  std::vector<std::string> captures;  // the outer buffers passed for them
 };
 
 }  // namespace kiln::ir

@@ -122,6 +122,17 @@ std::string Program::str() const {
   for (const auto& b : buffers) out += b->str();
   for (const OutputSpec& o : outputs)
     out += fmt::format("output {} <- {}\n", o.onnx_name, o.buffer);
+  for (const auto& g : subgraphs) {
+    out += fmt::format("\nsubgraph {} (captures", g->name);
+    for (const std::string& c : g->captures) out += " " + c;
+    out += ")\n";
+    std::string inner = g->program.str();
+    for (size_t pos = 0, end; pos < inner.size(); pos = end + 1) {
+      end = inner.find('\n', pos);
+      if (end == std::string::npos) end = inner.size();
+      out += "  " + inner.substr(pos, end - pos) + "\n";
+    }
+  }
   return out;
 }
 

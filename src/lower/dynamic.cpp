@@ -27,19 +27,7 @@ namespace {
 
 /// A fresh size symbol bound at run time from element 0 of `count`'s buffer.
 Expr dynamic_size(LoweringContext& ctx, const TensorValue& count) {
-  std::set<std::string> taken;
-  for (const ir::InputSpec& in : ctx.program().inputs) {
-    for (const Expr& d : in.shape) {
-      for (const Expr& s : sym::free_symbols(d)) taken.insert(s.name());
-    }
-  }
-  std::string name;
-  for (size_t k = ctx.program().dynamic_sizes.size();; ++k) {
-    name = fmt::format("dyn{}", k);
-    if (!taken.count(name)) break;
-  }
-  ctx.program().dynamic_sizes.push_back({name, *ctx.as_buffer(count)});
-  return Expr::symbol(name);
+  return ctx.dynamic_size({"", *ctx.as_buffer(count)});
 }
 
 /// The flat positions of the non-zero elements of `x` (viewed as flat and contiguous): a value

@@ -10,7 +10,7 @@
 #include <unordered_map>
 
 #include "lower/constant_fold.h"
-#include "lower/lowering.h"
+#include "lower/graph_lowering.h"
 #include "support/error.h"
 #include "support/log.h"
 
@@ -80,207 +80,302 @@ void prune_unused_constants(ir::Program& program) {
   });
 }
 
-class GraphLowering {
- public:
-  GraphLowering(const graph::Graph& graph, const LoweringOptions& options)
-      : graph_(graph), ctx_(program_, options) {}
-
-  ir::Program run() {
-    bind_inputs();
-    for (const graph::Value* init : graph_.initializers()) {
-      env_[init] = ctx_.from_constant(init->initializer_data());
-    }
-    for (const auto& node : graph_.nodes()) lower_node(*node);
-    ctx_.set_node(nullptr);
-    bind_outputs();
-    simplify_indices(program_);
-    finish_constant_folding(program_);
-    prune_unused_constants(program_);
-    return std::move(program_);
-  }
-
- private:
-  void bind_inputs() {
-    int k = 0;
-    for (const graph::Value* input : graph_.inputs()) {
-      auto buffer = std::make_unique<ir::Buffer>();
-      buffer->name = fmt::format("arg{}_{}", k++, c_identifier(input->name()));
-      buffer->kind = ir::BufferKind::kInput;
-      buffer->dtype = input->type().dtype;
-      buffer->layout = ir::Layout::contiguous(shape_of(*input));
-      program_.inputs.push_back({input->name(), buffer->name, buffer->dtype, buffer->layout.sizes});
-      TensorValue value = ctx_.from_buffer(ctx_.add_buffer(std::move(buffer)));
-      specialize(*input, value);
-      env_[input] = std::move(value);
-    }
-  }
-
-  /// True when a node reads `input` at an operand whose value its lowering needs when compiling
-  /// (Resize's roi and scales, Range's bounds, OneHot's depth, Dropout's ratio, ...): floating
-  /// inputs are specialized only then, since they are usually data.
-  bool is_float_argument(const graph::Value& input) const {
-    static const std::map<std::string, std::set<size_t>> kArguments = {
-        {"Resize", {1, 2}},
-        {"Upsample", {1}},
-        {"Dropout", {1}},
-        {"NonMaxSuppression", {3, 4}},
-        {"MelWeightMatrix", {3, 4}},
-        {"Pad", {2}},
-        {"OneHot", {1}},
-        {"Range", {0, 1, 2}}};
-    for (const auto& node : graph_.nodes()) {
-      auto it = kArguments.find(node->op_type());
-      if (it == kArguments.end() || !node->domain().empty()) continue;
-      for (size_t slot : it->second) {
-        if (node->input(slot) == &input) return true;
-      }
-    }
-    return false;
-  }
-
-  /// Gives a small input (rank <= 1, at most kMaxSpecializedElements values: a shape argument, a
-  /// flag, Dropout's ratio, Resize's scales) its compile-time values, guarded at run time.
-  void specialize(const graph::Value& input, TensorValue& value) {
-    auto it = ctx_.options().input_values.find(input.name());
-    if (it == ctx_.options().input_values.end()) return;
-    const graph::Tensor& t = *it->second;
-    bool integer =
-        t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32 || t.dtype() == DType::kBool;
-    bool floating =
-        (t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat64) && is_float_argument(input);
-    if (!(integer || floating) || t.dtype() != value.dtype || t.rank() > 1 ||
-        t.numel() > kMaxSpecializedElements || static_cast<size_t>(t.rank()) != value.rank()) {
-      return;
-    }
-    if (t.rank() == 1 && value.shape[0] != sym::Expr(t.numel())) return;
-    ir::ValueGuard guard{*ctx_.as_buffer(value), input.name(), {}};
-    if (floating) {
-      for (int64_t i = 0; i < t.numel(); ++i) {
-        double v = t.element_as_double(i);
-        if (!std::isfinite(v)) return;
-        guard.values.push_back(v);
-      }
-      value.known_float = guard.values;
-    } else {
-      std::vector<sym::Expr> known;
-      for (int64_t i = 0; i < t.numel(); ++i) {
-        known.emplace_back(t.element_as_int64(i));
-        guard.values.push_back(static_cast<double>(t.element_as_int64(i)));
-      }
-      value.known = std::move(known);
-    }
-    program_.value_guards.push_back(std::move(guard));
-  }
-
-  void lower_node(const graph::Node& node) {
-    ctx_.set_node(&node);
-    const OpLowering* lowering = Registry::instance().find(node.domain(), node.op_type());
-    if (lowering == nullptr) {
-      ctx_.fail(fmt::format("op {}{} is not supported by Kiln",
-                            node.domain().empty() ? "" : node.domain() + ".", node.op_type()));
-    }
-    if (node.domain().empty() &&
-        (node.opset() < lowering->min_opset || node.opset() > lowering->max_opset)) {
-      ctx_.fail(fmt::format("opset {} of {} is not supported (Kiln supports opsets {} to {})",
-                            node.opset(), node.op_type(), lowering->min_opset,
-                            lowering->max_opset));
-    }
-    std::vector<std::optional<TensorValue>> inputs;
-    for (const graph::Value* in : node.inputs()) {
-      if (in == nullptr) {
-        inputs.emplace_back();
-        continue;
-      }
-      auto it = env_.find(in);
-      if (it == env_.end()) ctx_.fail(fmt::format("input '{}' has no value", in->name()));
-      inputs.emplace_back(it->second);
-    }
-    std::vector<TensorValue> outputs = lowering->fn(ctx_, node, inputs);
-    // Lazy outputs remember every node folded into them: this one and its lazy inputs'.
-    std::vector<ir::Origin> origins = {{node.name(), node.op_type()}};
-    for (const auto& in : inputs) {
-      if (in && !ctx_.as_buffer(*in))
-        origins.insert(origins.end(), in->origins.begin(), in->origins.end());
-    }
-    std::sort(origins.begin(), origins.end());
-    origins.erase(std::unique(origins.begin(), origins.end()), origins.end());
-    for (TensorValue& out : outputs) {
-      if (!ctx_.as_buffer(out)) out.origins = origins;
-    }
-    for (size_t k = 0; k < node.outputs().size(); ++k) {
-      const graph::Value* out = node.outputs()[k];
-      if (out == nullptr) continue;
-      if (k >= outputs.size())
-        ctx_.fail(fmt::format("output {} ('{}') is not supported", k, out->name()));
-      env_[out] = settle(std::move(outputs[k]), *out);
-    }
-  }
-
-  /// Decides whether a freshly lowered value stays lazy (inlined into its users), is folded into
-  /// a constant (it depends only on constants), or is materialized now.
-  TensorValue settle(TensorValue value, const graph::Value& out) {
-    if (value.sequence) return value;  // its tensors settled when they were made
-    check_type(value, out);
-    if (value.known || value.known_float) return value;
-    if (std::optional<TensorValue> folded = fold_constant(ctx_, value)) return *folded;
-    int uses = use_count(out, graph_);
-    int ops = value.body->compute_op_count();
-    if (uses > 1 && ops > 0) return ctx_.realize(value, fmt::format("{} users", uses));
-    if (ops > ctx_.options().max_inline_ops) return ctx_.realize(value, "large body");
-    return value;
-  }
-
-  void check_type(const TensorValue& value, const graph::Value& out) {
-    const graph::Type& type = out.type();
-    if (type.kind != graph::ValueKind::kTensor || type.dtype == DType::kUndefined) return;
-    KILN_CHECK(type.dtype == value.dtype, "{}: output '{}' lowered as {}, model says {}",
-               ctx_.node().describe(), out.name(), graph::dtype_name(value.dtype),
-               graph::dtype_name(type.dtype));
-    if (type.shape) {
-      KILN_CHECK(type.shape->size() == value.rank(),
-                 "{}: output '{}' lowered with rank {}, model says {}", ctx_.node().describe(),
-                 out.name(), value.rank(), type.shape->size());
-    }
-  }
-
-  void bind_outputs() {
-    std::set<std::string> taken;
-    for (const graph::Value* out : graph_.outputs()) {
-      auto it = env_.find(out);
-      if (it == env_.end()) user_error("graph output '{}' is never computed", out->name());
-      const TensorValue& value = it->second;
-      if (value.sequence) {
-        user_error("graph output '{}' is a sequence; Kiln compiles tensor outputs only",
-                   out->name());
-      }
-      std::optional<std::string> existing = ctx_.as_buffer(value);
-      const ir::Buffer* buffer = existing ? program_.find(*existing) : nullptr;
-      bool own =
-          buffer != nullptr && !taken.count(buffer->name) &&
-          (buffer->kind == ir::BufferKind::kComputed || buffer->kind == ir::BufferKind::kExtern);
-      std::string name;
-      if (own) {
-        name = buffer->name;
-      } else {
-        // Outputs that alias an input, a constant or another output get their own copy.
-        TensorValue copy = value;
-        copy.known.reset();
-        copy.known_float.reset();
-        if (buffer != nullptr && value.origins.empty()) copy.origins = buffer->origins;
-        name = *ctx_.as_buffer(ctx_.realize(copy, "graph output", /*copy=*/true));
-      }
-      taken.insert(name);
-      program_.outputs.push_back({out->name(), name, value.dtype, value.shape});
-    }
-  }
-
-  const graph::Graph& graph_;
-  ir::Program program_;
-  LoweringContext ctx_;
-  std::unordered_map<const graph::Value*, TensorValue> env_;
-};
-
 }  // namespace
+
+GraphLowering::GraphLowering(const graph::Graph& graph, const LoweringOptions& options)
+    : graph_(graph), ctx_(program_, options) {
+  ctx_.set_graph_lowering(this);
+}
+
+GraphLowering::GraphLowering(const graph::Graph& graph, const LoweringOptions& options,
+                             GraphLowering* parent, std::string name)
+    : graph_(graph), ctx_(program_, options), parent_(parent), name_(std::move(name)) {
+  ctx_.set_graph_lowering(this);
+}
+
+ir::Program GraphLowering::run() {
+  bind_inputs();
+  finish();
+  return std::move(program_);
+}
+
+void GraphLowering::finish() {
+  for (const graph::Value* init : graph_.initializers()) {
+    env_[init] = ctx_.from_constant(init->initializer_data());
+  }
+  for (const auto& node : graph_.nodes()) lower_node(*node);
+  ctx_.set_node(nullptr);
+  bind_outputs();
+  simplify_indices(program_);
+  finish_constant_folding(program_);
+  prune_unused_constants(program_);
+}
+
+std::string GraphLowering::next_subgraph_name() {
+  GraphLowering* root = this;
+  while (root->parent_ != nullptr) root = root->parent_;
+  return fmt::format("g{}", ++root->subgraph_count_);
+}
+
+LoweredSubgraph GraphLowering::lower_subgraph(const graph::Graph& graph,
+                                              const std::vector<FormalInput>& formals) {
+  if (formals.size() != graph.inputs().size()) {
+    ctx_.fail(fmt::format("subgraph '{}' has {} inputs, expected {}", graph.name(),
+                          graph.inputs().size(), formals.size()));
+  }
+  LoweringOptions options = ctx_.options();
+  options.input_values.clear();  // a subgraph's inputs are not the model's
+  GraphLowering sub(graph, options, this, next_subgraph_name());
+  const graph::Node& node = ctx_.node();
+  sub.bind_formals(formals);
+  sub.finish();
+  ctx_.set_node(&node);
+  LoweredSubgraph lowered;
+  lowered.subgraph = std::make_shared<ir::Subgraph>();
+  lowered.subgraph->name = sub.name_;
+  lowered.subgraph->formal_inputs = formals.size();
+  lowered.subgraph->program = std::move(sub.program_);
+  for (const graph::Value* captured : sub.captures_) lowered.captures.push_back(lookup(*captured));
+  return lowered;
+}
+
+std::vector<TensorValue> GraphLowering::inline_graph(const graph::Graph& graph,
+                                                     const std::vector<TensorValue>& formals) {
+  const graph::Node& node = ctx_.node();
+  if (formals.size() != graph.inputs().size()) {
+    ctx_.fail(fmt::format("subgraph '{}' has {} inputs, expected {}", graph.name(),
+                          graph.inputs().size(), formals.size()));
+  }
+  for (size_t k = 0; k < formals.size(); ++k) env_[graph.inputs()[k]] = formals[k];
+  for (const graph::Value* init : graph.initializers()) {
+    env_[init] = ctx_.from_constant(init->initializer_data());
+  }
+  for (const auto& inner : graph.nodes()) lower_node(*inner);
+  ctx_.set_node(&node);
+  std::vector<TensorValue> outputs;
+  for (const graph::Value* out : graph.outputs()) outputs.push_back(lookup(*out));
+  return outputs;
+}
+
+void GraphLowering::bind_formals(const std::vector<FormalInput>& formals) {
+  for (size_t k = 0; k < formals.size(); ++k) {
+    const graph::Value* input = graph_.inputs()[k];
+    auto buffer = std::make_unique<ir::Buffer>();
+    buffer->name = fmt::format("arg{}_{}", k, c_identifier(input->name()));
+    buffer->kind = ir::BufferKind::kInput;
+    buffer->dtype = formals[k].dtype;
+    buffer->layout = ir::Layout::contiguous(formals[k].shape);
+    program_.inputs.push_back({input->name(), buffer->name, buffer->dtype, buffer->layout.sizes});
+    TensorValue value = ctx_.from_buffer(ctx_.add_buffer(std::move(buffer)));
+    if (formals[k].iteration) {
+      std::string symbol = "iter_" + name_;
+      program_.dynamic_sizes.push_back({symbol, *ctx_.as_buffer(value)});
+      value.known = std::vector<sym::Expr>{sym::Expr::symbol(symbol)};
+    }
+    env_[input] = std::move(value);
+  }
+}
+
+const TensorValue& GraphLowering::lookup(const graph::Value& value) {
+  auto it = env_.find(&value);
+  if (it != env_.end()) return it->second;
+  if (parent_ == nullptr) ctx_.fail(fmt::format("input '{}' has no value", value.name()));
+  // A value of an enclosing graph: copied when known at compile time, else captured.
+  const TensorValue& outer = parent_->lookup(value);
+  if (outer.sequence) {
+    ctx_.fail(
+        fmt::format("the subgraph reads the sequence '{}' of an enclosing graph; Kiln "
+                    "passes only tensors into subgraphs",
+                    value.name()));
+  }
+  bool static_known = outer.known.has_value();
+  for (const sym::Expr& e : outer.known.value_or(std::vector<sym::Expr>{}))
+    static_known = static_known && e.is_integer();
+  for (const sym::Expr& d : outer.shape) static_known = static_known && d.is_integer();
+  if (static_known) return env_[&value] = ctx_.from_known(outer.dtype, outer.shape, *outer.known);
+  if (std::optional<std::string> name = parent_->ctx_.as_buffer(outer)) {
+    const ir::Buffer* buffer = parent_->program_.find(*name);
+    if (buffer->kind == ir::BufferKind::kConstant)
+      return env_[&value] = ctx_.from_constant(buffer->constant);
+  }
+  auto buffer = std::make_unique<ir::Buffer>();
+  buffer->name = fmt::format("cap{}_{}", captures_.size(), c_identifier(value.name()));
+  buffer->kind = ir::BufferKind::kInput;
+  buffer->dtype = outer.dtype;
+  buffer->layout = ir::Layout::contiguous(outer.shape);
+  program_.inputs.push_back({value.name(), buffer->name, buffer->dtype, buffer->layout.sizes});
+  captures_.push_back(&value);
+  return env_[&value] = ctx_.from_buffer(ctx_.add_buffer(std::move(buffer)));
+}
+
+void GraphLowering::bind_inputs() {
+  int k = 0;
+  for (const graph::Value* input : graph_.inputs()) {
+    auto buffer = std::make_unique<ir::Buffer>();
+    buffer->name = fmt::format("arg{}_{}", k++, c_identifier(input->name()));
+    buffer->kind = ir::BufferKind::kInput;
+    buffer->dtype = input->type().dtype;
+    buffer->layout = ir::Layout::contiguous(shape_of(*input));
+    program_.inputs.push_back({input->name(), buffer->name, buffer->dtype, buffer->layout.sizes});
+    TensorValue value = ctx_.from_buffer(ctx_.add_buffer(std::move(buffer)));
+    specialize(*input, value);
+    env_[input] = std::move(value);
+  }
+}
+
+/// True when a node reads `input` at an operand whose value its lowering needs when compiling
+/// (Resize's roi and scales, Range's bounds, OneHot's depth, Dropout's ratio, ...): floating
+/// inputs are specialized only then, since they are usually data.
+bool GraphLowering::is_float_argument(const graph::Value& input) const {
+  static const std::map<std::string, std::set<size_t>> kArguments = {{"Resize", {1, 2}},
+                                                                     {"Upsample", {1}},
+                                                                     {"Dropout", {1}},
+                                                                     {"NonMaxSuppression", {3, 4}},
+                                                                     {"MelWeightMatrix", {3, 4}},
+                                                                     {"Pad", {2}},
+                                                                     {"OneHot", {1}},
+                                                                     {"Range", {0, 1, 2}}};
+  for (const auto& node : graph_.nodes()) {
+    auto it = kArguments.find(node->op_type());
+    if (it == kArguments.end() || !node->domain().empty()) continue;
+    for (size_t slot : it->second) {
+      if (node->input(slot) == &input) return true;
+    }
+  }
+  return false;
+}
+
+/// Gives a small input (rank <= 1, at most kMaxSpecializedElements values: a shape argument, a
+/// flag, Dropout's ratio, Resize's scales) its compile-time values, guarded at run time.
+void GraphLowering::specialize(const graph::Value& input, TensorValue& value) {
+  auto it = ctx_.options().input_values.find(input.name());
+  if (it == ctx_.options().input_values.end()) return;
+  const graph::Tensor& t = *it->second;
+  bool integer =
+      t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32 || t.dtype() == DType::kBool;
+  bool floating =
+      (t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat64) && is_float_argument(input);
+  if (!(integer || floating) || t.dtype() != value.dtype || t.rank() > 1 ||
+      t.numel() > kMaxSpecializedElements || static_cast<size_t>(t.rank()) != value.rank()) {
+    return;
+  }
+  if (t.rank() == 1 && value.shape[0] != sym::Expr(t.numel())) return;
+  ir::ValueGuard guard{*ctx_.as_buffer(value), input.name(), {}};
+  if (floating) {
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      double v = t.element_as_double(i);
+      if (!std::isfinite(v)) return;
+      guard.values.push_back(v);
+    }
+    value.known_float = guard.values;
+  } else {
+    std::vector<sym::Expr> known;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      known.emplace_back(t.element_as_int64(i));
+      guard.values.push_back(static_cast<double>(t.element_as_int64(i)));
+    }
+    value.known = std::move(known);
+  }
+  program_.value_guards.push_back(std::move(guard));
+}
+
+void GraphLowering::lower_node(const graph::Node& node) {
+  ctx_.set_node(&node);
+  const OpLowering* lowering = Registry::instance().find(node.domain(), node.op_type());
+  if (lowering == nullptr) {
+    ctx_.fail(fmt::format("op {}{} is not supported by Kiln",
+                          node.domain().empty() ? "" : node.domain() + ".", node.op_type()));
+  }
+  if (node.domain().empty() &&
+      (node.opset() < lowering->min_opset || node.opset() > lowering->max_opset)) {
+    ctx_.fail(fmt::format("opset {} of {} is not supported (Kiln supports opsets {} to {})",
+                          node.opset(), node.op_type(), lowering->min_opset, lowering->max_opset));
+  }
+  std::vector<std::optional<TensorValue>> inputs;
+  for (const graph::Value* in : node.inputs()) {
+    if (in == nullptr) {
+      inputs.emplace_back();
+      continue;
+    }
+    inputs.emplace_back(lookup(*in));
+  }
+  std::vector<TensorValue> outputs = lowering->fn(ctx_, node, inputs);
+  // Lazy outputs remember every node folded into them: this one and its lazy inputs'.
+  std::vector<ir::Origin> origins = {{node.name(), node.op_type()}};
+  for (const auto& in : inputs) {
+    if (in && !ctx_.as_buffer(*in))
+      origins.insert(origins.end(), in->origins.begin(), in->origins.end());
+  }
+  std::sort(origins.begin(), origins.end());
+  origins.erase(std::unique(origins.begin(), origins.end()), origins.end());
+  for (TensorValue& out : outputs) {
+    if (!ctx_.as_buffer(out)) out.origins = origins;
+  }
+  for (size_t k = 0; k < node.outputs().size(); ++k) {
+    const graph::Value* out = node.outputs()[k];
+    if (out == nullptr) continue;
+    if (k >= outputs.size())
+      ctx_.fail(fmt::format("output {} ('{}') is not supported", k, out->name()));
+    env_[out] = settle(std::move(outputs[k]), *out);
+  }
+}
+
+/// Decides whether a freshly lowered value stays lazy (inlined into its users), is folded into
+/// a constant (it depends only on constants), or is materialized now.
+TensorValue GraphLowering::settle(TensorValue value, const graph::Value& out) {
+  if (value.sequence) return value;  // its tensors settled when they were made
+  check_type(value, out);
+  if (value.known || value.known_float) return value;
+  if (std::optional<TensorValue> folded = fold_constant(ctx_, value)) return *folded;
+  int uses = use_count(out, graph_);
+  int ops = value.body->compute_op_count();
+  if (uses > 1 && ops > 0) return ctx_.realize(value, fmt::format("{} users", uses));
+  if (ops > ctx_.options().max_inline_ops) return ctx_.realize(value, "large body");
+  return value;
+}
+
+void GraphLowering::check_type(const TensorValue& value, const graph::Value& out) {
+  const graph::Type& type = out.type();
+  if (type.kind != graph::ValueKind::kTensor || type.dtype == DType::kUndefined) return;
+  KILN_CHECK(type.dtype == value.dtype, "{}: output '{}' lowered as {}, model says {}",
+             ctx_.node().describe(), out.name(), graph::dtype_name(value.dtype),
+             graph::dtype_name(type.dtype));
+  if (type.shape) {
+    KILN_CHECK(type.shape->size() == value.rank(),
+               "{}: output '{}' lowered with rank {}, model says {}", ctx_.node().describe(),
+               out.name(), value.rank(), type.shape->size());
+  }
+}
+
+void GraphLowering::bind_outputs() {
+  std::set<std::string> taken;
+  for (const graph::Value* out : graph_.outputs()) {
+    auto it = env_.find(out);
+    if (it == env_.end()) user_error("graph output '{}' is never computed", out->name());
+    const TensorValue& value = it->second;
+    if (value.sequence) {
+      user_error("graph output '{}' is a sequence; Kiln compiles tensor outputs only", out->name());
+    }
+    std::optional<std::string> existing = ctx_.as_buffer(value);
+    const ir::Buffer* buffer = existing ? program_.find(*existing) : nullptr;
+    bool own =
+        buffer != nullptr && !taken.count(buffer->name) &&
+        (buffer->kind == ir::BufferKind::kComputed || buffer->kind == ir::BufferKind::kExtern);
+    std::string name;
+    if (own) {
+      name = buffer->name;
+    } else {
+      // Outputs that alias an input, a constant or another output get their own copy.
+      TensorValue copy = value;
+      copy.known.reset();
+      copy.known_float.reset();
+      if (buffer != nullptr && value.origins.empty()) copy.origins = buffer->origins;
+      name = *ctx_.as_buffer(ctx_.realize(copy, "graph output", /*copy=*/true));
+    }
+    taken.insert(name);
+    program_.outputs.push_back({out->name(), name, value.dtype, value.shape});
+  }
+}
 
 ir::Program lower_graph(const graph::Graph& graph, const LoweringOptions& options) {
   return GraphLowering(graph, options).run();

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <set>
+
 #include <algorithm>
 
 #include "support/error.h"
@@ -44,6 +46,22 @@ LoweringContext::LoweringContext(ir::Program& program, const LoweringOptions& op
 void LoweringContext::fail(const std::string& message) const {
   if (node_ == nullptr) throw UserError(message);
   throw UserError(node_->describe() + ": " + message);
+}
+
+sym::Expr LoweringContext::dynamic_size(ir::DynamicSize size) {
+  std::set<std::string> taken;
+  for (const ir::InputSpec& in : program_.inputs) {
+    for (const sym::Expr& d : in.shape) {
+      for (const sym::Expr& s : sym::free_symbols(d)) taken.insert(s.name());
+    }
+  }
+  for (const ir::DynamicSize& d : program_.dynamic_sizes) taken.insert(d.symbol);
+  for (size_t k = program_.dynamic_sizes.size();; ++k) {
+    size.symbol = fmt::format("dyn{}", k);
+    if (!taken.count(size.symbol)) break;
+  }
+  program_.dynamic_sizes.push_back(size);
+  return sym::Expr::symbol(size.symbol);
 }
 
 std::string LoweringContext::new_buffer_name() { return fmt::format("buf{}", next_buffer_++); }

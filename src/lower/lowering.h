@@ -68,6 +68,8 @@ struct LoweringOptions {
 
 inline constexpr int64_t kMaxSpecializedElements = 8;
 
+class GraphLowering;
+
 class LoweringContext {
  public:
   LoweringContext(ir::Program& program, const LoweringOptions& options);
@@ -82,6 +84,11 @@ class LoweringContext {
 
   /// Throws UserError naming the current node: "node 'x' (Op): <message>".
   [[noreturn]] void fail(const std::string& message) const;
+
+  /// The lowering of the graph this context belongs to (control-flow ops lower their subgraphs
+  /// through it).
+  GraphLowering& graph_lowering() const { return *graph_lowering_; }
+  void set_graph_lowering(GraphLowering* lowering) { graph_lowering_ = lowering; }
 
   // --- Making values ---------------------------------------------------------------------------
 
@@ -132,6 +139,8 @@ class LoweringContext {
   /// The buffer name if `value` is exactly a load of a whole buffer in its own layout.
   std::optional<std::string> as_buffer(const TensorValue& value) const;
 
+  /// A fresh size symbol ("dyn<N>") bound at run time as `size` says (its symbol is set here).
+  sym::Expr dynamic_size(ir::DynamicSize size);
   /// A fresh buffer name ("buf<N>").
   std::string new_buffer_name();
   /// Adds a buffer to the program with the current node as origin.
@@ -153,6 +162,7 @@ class LoweringContext {
   ir::Program& program_;
   LoweringOptions options_;
   const graph::Node* node_ = nullptr;
+  GraphLowering* graph_lowering_ = nullptr;
   int next_buffer_ = 0;
 };
 
@@ -199,6 +209,7 @@ void register_library_ops(Registry& registry);
 void register_signal_ops(Registry& registry);
 void register_dynamic_ops(Registry& registry);
 void register_sequence_ops(Registry& registry);
+void register_control_flow_ops(Registry& registry);
 
 /// Lowers a whole model graph into a Program. Throws UserError naming the node for unsupported
 /// ops, dtypes (e.g. string tensors) or attributes.

@@ -44,6 +44,7 @@ const Registry& Registry::instance() {
     register_signal_ops(r);
     register_dynamic_ops(r);
     register_sequence_ops(r);
+    register_control_flow_ops(r);
     return r;
   }();
   return registry;

@@ -76,6 +76,8 @@ class Workspace {
     std::free(*it);
     live_.erase(it);
   }
+  /// Takes ownership of storage allocated elsewhere (a control-flow result).
+  void adopt(void* p) { live_.push_back(p); }
   /// Hands a buffer to the caller (a model output): no longer freed here.
   void detach(const void* p) {
     auto it = std::find(live_.begin(), live_.end(), p);

@@ -11,6 +11,11 @@ Writes, each into its own folder under OUT_DIR:
             Gemm + Softmax. Files: model.onnx, x.npy, y.npy.
   mlp_dyn/  the same MLP with x: float32[batch, 16]. Files: model.onnx, x_b{1,3,8,0}.npy,
             y_b{1,3,8,0}.npy.
+  control/  x: float32[n] -> y: float32[n], z: float32[trips]. Control flow decided by the data: an
+            If on sum(x) > 0 (then 2x, else x - 1), then a Loop of floor(clip(max(x), 0, 6))
+            trips whose body holds a nested If on the parity of the iteration (acc + i, else
+            acc - x, reading x two graphs up) and scans sum(acc). Files: model.onnx,
+            x_{pos,neg,zero}.npy, y_*.npy, z_*.npy (zero: a loop that runs no iteration).
   cnn/      x: float32[2, 3, 16, 16] -> y: float32[2, 10]. Conv (bias, pads 1, stride 2),
             BatchNormalization, Relu, MaxPool 2x2, Conv (bias, pads 1), Relu, GlobalAveragePool,
             Flatten, Gemm (transB). Files: model.onnx, x.npy, y.npy.
@@ -173,6 +178,67 @@ def cnn_reference(p, x):
     return g @ p["fc.w"].T + p["fc.b"]
 
 
+def control_model():
+    f = TensorProto.FLOAT
+    scalar = lambda name, t: helper.make_tensor_value_info(name, t, [])
+    then_branch = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["t_out"])], "then",
+        [], [helper.make_tensor_value_info("t_out", f, ["n"])])
+    else_branch = helper.make_graph(
+        [helper.make_node("Sub", ["x", "one"], ["e_out"])], "else",
+        [], [helper.make_tensor_value_info("e_out", f, ["n"])])
+    even = helper.make_graph(
+        [helper.make_node("Add", ["acc_in", "i_float"], ["even_out"])], "even",
+        [], [helper.make_tensor_value_info("even_out", f, ["n"])])
+    odd = helper.make_graph(
+        [helper.make_node("Sub", ["acc_in", "x"], ["odd_out"])], "odd",
+        [], [helper.make_tensor_value_info("odd_out", f, ["n"])])
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["i_float"], to=f),
+         helper.make_node("Mod", ["i", "two_i"], ["parity"]),
+         helper.make_node("Equal", ["parity", "zero_i"], ["is_even"]),
+         helper.make_node("If", ["is_even"], ["acc_out"], then_branch=even, else_branch=odd),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("ReduceSum", ["acc_out"], ["total"], keepdims=0)],
+        "body",
+        [scalar("i", TensorProto.INT64), scalar("cond_in", TensorProto.BOOL),
+         helper.make_tensor_value_info("acc_in", f, ["n"])],
+        [scalar("cond_out", TensorProto.BOOL), helper.make_tensor_value_info("acc_out", f, ["n"]),
+         scalar("total", f)])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["sum"], keepdims=0),
+        helper.make_node("Greater", ["sum", "zero"], ["positive"]),
+        helper.make_node("If", ["positive"], ["start"], then_branch=then_branch,
+                         else_branch=else_branch),
+        helper.make_node("ReduceMax", ["x"], ["max"], keepdims=0),
+        helper.make_node("Clip", ["max", "zero", "six"], ["clipped"]),
+        helper.make_node("Floor", ["clipped"], ["floored"]),
+        helper.make_node("Cast", ["floored"], ["trips"], to=TensorProto.INT64),
+        helper.make_node("Loop", ["trips", "", "start"], ["y", "z"], body=body),
+    ]
+    consts = {"zero": np.float32(0), "one": np.float32(1), "two": np.float32(2),
+              "six": np.float32(6), "two_i": np.int64(2), "zero_i": np.int64(0)}
+    graph = helper.make_graph(
+        nodes, "control", [helper.make_tensor_value_info("x", f, ["n"])],
+        [helper.make_tensor_value_info("y", f, ["n"]),
+         helper.make_tensor_value_info("z", f, ["trips"])],
+        initializer=[numpy_helper.from_array(np.array(v), k) for k, v in consts.items()])
+    model = helper.make_model(graph, producer_name="kiln-tests",
+                              opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def control_reference(x):
+    x = x.astype(np.float64)
+    acc = 2 * x if x.sum() > 0 else x - 1
+    totals = []
+    for i in range(int(np.floor(np.clip(x.max(), 0, 6)))):
+        acc = acc + i if i % 2 == 0 else acc - x
+        totals.append(acc.sum())
+    return acc, np.array(totals)
+
+
 def write(folder, name, array):
     np.save(os.path.join(folder, name), array.astype(np.float32))
 
@@ -193,6 +259,15 @@ def main(out):
         x = rng.uniform(-2, 2, (batch, 16)).astype(np.float32)
         write(folder, f"x_b{batch}.npy", x)
         write(folder, f"y_b{batch}.npy", mlp_reference(params, x))
+
+    folder = os.path.join(out, "control")
+    save(control_model(), folder)
+    for case, x in (("pos", rng.uniform(-1, 5, 7)), ("neg", np.array([-4.5, 2.5, -3.25, 1.2, -0.5])),
+                    ("zero", -rng.uniform(0.5, 1, 6))):
+        y, z = control_reference(x.astype(np.float32))
+        write(folder, f"x_{case}.npy", x)
+        write(folder, f"y_{case}.npy", y)
+        write(folder, f"z_{case}.npy", z)
 
     params = cnn_params(rng)
     folder = os.path.join(out, "cnn")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end models against numpy: make_models.py writes an MLP (MatMul/Add/Relu, Gemm, Softmax),
-# the same MLP with a dynamic batch (run at batch 1, 3, 8 and 0), and a small CNN (Conv with
+# the same MLP with a dynamic batch (run at batch 1, 3, 8 and 0), a small CNN (Conv with
 # bias, pads and stride, BatchNormalization, Relu, MaxPool, Conv, GlobalAveragePool, Flatten,
-# Gemm), with seeded weights, inputs and expected outputs computed in numpy. Each is compiled and
+# Gemm), and a model with data-dependent If and Loop (nested), with seeded weights, inputs and expected outputs computed in numpy. Each is compiled and
 # run with `kiln run` into a fresh code cache, and compare.py checks the output's dtype, shape and
 # values (float32 tolerance rtol 1e-4, atol 1e-5: |actual - expected| <= 1e-5 + 1e-4 * |expected|).
 # Arguments: $1 = kiln binary, $2 = scratch directory.
@@ -41,6 +41,18 @@ run_case mlp "$M/mlp/model.onnx" "$M/mlp/x.npy" "$M/mlp/y.npy"
 run_case cnn "$M/cnn/model.onnx" "$M/cnn/x.npy" "$M/cnn/y.npy"
 for b in 1 3 8 0; do
   run_case "mlp_dyn_b$b" "$M/mlp_dyn/model.onnx" "$M/mlp_dyn/x_b$b.npy" "$M/mlp_dyn/y_b$b.npy"
+done
+
+# Control flow decided by the data (If, then a Loop with a nested If): one compile serves the
+# three inputs, whose If takes either branch and whose Loop runs 4, 2 and 0 times.
+for c in pos neg zero; do
+  run_case "control_$c" "$M/control/model.onnx" "$M/control/x_$c.npy" "$M/control/y_$c.npy"
+  "$PYTHON" "$HERE/compare.py" "$M/control/z_$c.npy" "$SCRATCH/out/control_$c/z.npy" ||
+    fail "control_$c: output z differs from numpy"
+done
+for c in neg zero; do
+  grep -q "from the code cache" "$SCRATCH/out/control_$c/stdout" ||
+    fail "control_$c: expected the control-flow model to come from the code cache"
 done
 
 # The dynamic-batch model is one compile: batches 3, 8 and 0 reuse the library built for batch 1.

@@ -43,7 +43,11 @@ MemoryPlan plan_memory(const ir::Program& program, const sched::Schedule& schedu
     std::map<std::string, std::string> inplace(item.inplace.begin(), item.inplace.end());
     for (const ir::Buffer* buffer : item.buffers) {
       const std::string& name = buffer->name;
-      if (local.count(name)) continue;
+      if (local.count(name) || ir::is_control_flow(*buffer)) continue;
+      if (ir::is_control_flow_result(*buffer)) {  // the subgraph allocated it
+        plan.storage[name] = name;
+        continue;
+      }
       auto in = inplace.find(name);
       if (in != inplace.end() && !outputs.count(name)) {
         plan.before[i].push_back({PlanLine::Kind::kReuse, name, in->second, true});
@@ -65,7 +69,8 @@ MemoryPlan plan_memory(const ir::Program& program, const sched::Schedule& schedu
     for (const std::string& name : item.last_use) {
       const ir::Buffer* buffer = program.find(name);
       KILN_CHECK(buffer != nullptr, "last use of unknown buffer {}", name);
-      if (buffer->kind == ir::BufferKind::kInput || buffer->kind == ir::BufferKind::kConstant)
+      if (buffer->kind == ir::BufferKind::kInput || buffer->kind == ir::BufferKind::kConstant ||
+          ir::is_control_flow(*buffer))
         continue;
       if (outputs.count(name) || local.count(name) || taken_inplace.count(name)) continue;
       pool[reuse_key(*buffer)].push_back(name);

@@ -52,17 +52,21 @@ std::string dims_list(const std::vector<sym::Expr>& dims) {
 
 class WrapperWriter {
  public:
-  WrapperWriter(const ir::Program& program, const sched::Schedule& schedule,
-                const std::vector<GeneratedKernel>& kernels)
-      : program_(program), schedule_(schedule), kernels_(kernels) {
-    for (const ir::OutputSpec& out : program.outputs) outputs_.insert(out.buffer);
-  }
+  explicit WrapperWriter(const std::vector<GraphCode>& graphs) : graphs_(graphs) {}
 
   WrapperSource run(const std::string& kernel_prelude) {
-    result_.plan = plan_memory(program_, schedule_);
+    scan_externs();
+    for (const GraphCode& g : graphs_) plans_.push_back(plan_memory(*g.program, *g.schedule));
+    result_.plan = plans_.front();
     dedupe_kernels();
     IndentedBuffer body;
-    write_run_impl(body);
+    for (size_t i = 1; i < graphs_.size(); ++i) {
+      body.linef("static void {}(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,",
+                 graphs_[i].function);
+      body.line("    const void* const* constants, ModelState& state);");
+    }
+    if (graphs_.size() > 1) body.line("");
+    for (size_t i = 0; i < graphs_.size(); ++i) write_function(body, i);
     IndentedBuffer unit;
     write_header(unit);
     unit.splice(body);
@@ -77,20 +81,22 @@ class WrapperWriter {
   /// name; the kernels that call it instead are named in its comment.
   void dedupe_kernels() {
     std::map<std::string, std::string> by_definition;
-    for (const GeneratedKernel& k : kernels_) {
-      std::string normalized = k.definition;
-      for (size_t pos = 0; (pos = normalized.find(k.name, pos)) != std::string::npos;) {
-        normalized.replace(pos, k.name.size(), "KERNEL");
-      }
-      auto [it, fresh] = by_definition.emplace(normalized, k.name);
-      canonical_[k.name] = it->second;
-      if (fresh) {
-        unique_.push_back(&k);
-      } else {
-        std::string& also = also_called_for_[it->second];
-        also += fmt::format("//   also called for {}:", k.name);
-        for (const std::string& node : k.onnx_nodes) also += " " + node;
-        also += "\n";
+    for (const GraphCode& g : graphs_) {
+      for (const GeneratedKernel& k : *g.kernels) {
+        std::string normalized = k.definition;
+        for (size_t pos = 0; (pos = normalized.find(k.name, pos)) != std::string::npos;) {
+          normalized.replace(pos, k.name.size(), "KERNEL");
+        }
+        auto [it, fresh] = by_definition.emplace(normalized, k.name);
+        canonical_[k.name] = it->second;
+        if (fresh) {
+          unique_.push_back(&k);
+        } else {
+          std::string& also = also_called_for_[it->second];
+          also += fmt::format("//   also called for {}:", k.name);
+          for (const std::string& node : k.onnx_nodes) also += " " + node;
+          also += "\n";
+        }
       }
     }
     result_.kernel_count = static_cast<int>(unique_.size());
@@ -101,6 +107,7 @@ class WrapperWriter {
     out.line("#include \"kiln_rt.h\"");
     if (result_.uses_blas) out.line("#include \"kiln_rt_blas.h\"");
     if (result_.uses_library) out.line("#include \"kiln_rt_library.h\"");
+    if (uses_control_) out.line("#include \"kiln_rt_control.h\"");
     if (result_.uses_dnnl) {
       out.line("#define KILN_RT_WITH_DNNL 1");
       out.line("#include \"kiln_rt_conv.h\"");
@@ -127,18 +134,31 @@ class WrapperWriter {
     out.line("");
   }
 
-  void write_run_impl(IndentedBuffer& out) {
-    out.line("static void run_impl(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,");
-    out.line("                     const void* const* constants, ModelState& state) {");
+  /// The function of graph `i`: the model's body (run_impl) or a subgraph's.
+  void write_function(IndentedBuffer& out, size_t i) {
+    const GraphCode& g = graphs_[i];
+    program_ = g.program;
+    schedule_ = g.schedule;
+    kernels_ = g.kernels;
+    plan_ = &plans_[i];
+    outputs_.clear();
+    checked_.clear();
+    for (const ir::OutputSpec& o : program_->outputs) outputs_.insert(o.buffer);
+    if (i > 0)
+      out.linef("// A control-flow subgraph: its inputs are its formal inputs, then captures.");
+    out.linef("static void {}(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,",
+              g.function);
+    out.line("    const void* const* constants, ModelState& state) {");
     {
       auto _ = out.scope();
       out.line("kiln_rt::Workspace ws;");
       out.line("(void)state;");
+      out.line("(void)constants;");
       bind_inputs(out);
       guard_values(out);
       check_extents(out);
       bind_constants(out);
-      for (size_t i = 0; i < schedule_.items.size(); ++i) write_item(out, i);
+      for (size_t k = 0; k < schedule_->items.size(); ++k) write_item(out, k);
       write_outputs(out);
     }
     out.line("}");
@@ -152,21 +172,24 @@ class WrapperWriter {
     for (const sym::Expr& dim : in.shape) {
       if (!dim.is_integer()) return false;
     }
-    for (const auto& buffer : program_.buffers) {
+    for (const auto& buffer : program_->buffers) {
       for (const std::string& r : buffer->reads()) {
         if (r == in.buffer) return false;
       }
     }
-    for (const ir::ValueGuard& guard : program_.value_guards) {
+    for (const ir::ValueGuard& guard : program_->value_guards) {
       if (guard.buffer == in.buffer) return false;
+    }
+    for (const ir::DynamicSize& size : program_->dynamic_sizes) {
+      if (size.buffer == in.buffer) return false;
     }
     return true;
   }
 
   void bind_inputs(IndentedBuffer& out) {
     std::map<std::string, std::string> bound;  // symbol -> "input 'x' dim 0"
-    for (size_t k = 0; k < program_.inputs.size(); ++k) {
-      const ir::InputSpec& in = program_.inputs[k];
+    for (size_t k = 0; k < program_->inputs.size(); ++k) {
+      const ir::InputSpec& in = program_->inputs[k];
       std::string shape = quoted(shape_text(in.shape));
       std::string name = quoted(in.onnx_name);
       out.linef("const kiln_rt::TensorArg& in{} = inputs[{}];", k, k);
@@ -191,12 +214,16 @@ class WrapperWriter {
       }
       out.linef("const {}* {} = static_cast<const {}*>(in{}.data);", ctype(in.dtype), in.buffer,
                 ctype(in.dtype), k);
+      for (const ir::DynamicSize& size : program_->dynamic_sizes) {
+        if (size.buffer == in.buffer)
+          out.linef("const int64_t {} = {}[0];", size.symbol, in.buffer);
+      }
     }
   }
 
   /// Specialized inputs must still hold the values the compile assumed.
   void guard_values(IndentedBuffer& out) {
-    for (const ir::ValueGuard& guard : program_.value_guards) {
+    for (const ir::ValueGuard& guard : program_->value_guards) {
       out.linef("{{");
       {
         auto _ = out.scope();
@@ -210,25 +237,25 @@ class WrapperWriter {
 
   /// Empty reductions without an identity are refused once the sizes are bound.
   void check_extents(IndentedBuffer& out) {
-    for (const ir::ExtentCheck& check : program_.extent_checks) {
+    for (const ir::ExtentCheck& check : program_->extent_checks) {
       out.linef("kiln_rt::check_extent({}, {}, {});", cexpr(check.extent), cexpr(check.outputs),
                 quoted(check.node));
     }
   }
 
   void bind_constants(IndentedBuffer& out) {
-    for (const auto& buffer : program_.buffers) {
+    for (const auto& buffer : program_->buffers) {
       if (buffer->kind != ir::BufferKind::kConstant) continue;
       out.linef("const {}* {} = static_cast<const {}*>(constants[{}]);", ctype(buffer->dtype),
                 buffer->name, ctype(buffer->dtype), result_.constants.size());
-      result_.constants.push_back(buffer->name);
+      result_.constants.push_back(buffer->constant);
     }
   }
 
   void write_item(IndentedBuffer& out, size_t i) {
-    const sched::ScheduleItem& item = schedule_.items[i];
-    for (const PlanLine& line : result_.plan.before[i]) {
-      const ir::Buffer* b = program_.find(line.buffer);
+    const sched::ScheduleItem& item = schedule_->items[i];
+    for (const PlanLine& line : plan_->before[i]) {
+      const ir::Buffer* b = program_->find(line.buffer);
       std::string t = ctype(b->dtype);
       if (line.kind == PlanLine::Kind::kAllocate) {
         out.linef("{}* {} = ws.alloc<{}>({});", t, b->name, t, cexpr(b->layout.storage_size()));
@@ -240,29 +267,39 @@ class WrapperWriter {
     write_index_checks(out, item);
     if (item.kind == sched::ItemKind::kKernel) {
       write_kernel_call(out, item);
+    } else if (ir::is_control_flow(*item.buffers.at(0))) {
+      write_control_flow(out, *item.buffers.at(0));
+    } else if (ir::is_control_flow_result(*item.buffers.at(0))) {
+      const ir::Buffer& b = *item.buffers.at(0);
+      out.linef("{}* {} = static_cast<{}*>({}[{}].data);", ctype(b.dtype), b.name, ctype(b.dtype),
+                b.call.inputs.at(0)->buffer, b.call.attr_int("index", 0));
     } else {
       write_extern_call(out, *item.buffers.at(0));
     }
-    for (const ir::DynamicSize& size : program_.dynamic_sizes) {
+    for (const ir::DynamicSize& size : program_->dynamic_sizes) {
       for (const ir::Buffer* b : item.buffers) {
-        if (b->name == size.buffer) {
+        if (b->name != size.buffer) continue;
+        if (size.result >= 0) {
+          out.linef("const int64_t {} = {}[{}].dims[{}];  // known from here on", size.symbol,
+                    size.buffer, size.result, size.dim);
+        } else {
           out.linef("const int64_t {} = {}[0];  // known from here on", size.symbol, size.buffer);
         }
       }
     }
-    for (const PlanLine& line : result_.plan.after[i]) out.linef("ws.release({});", line.buffer);
+    for (const PlanLine& line : plan_->after[i]) out.linef("ws.release({});", line.buffer);
   }
 
   /// Index tensors are checked once, right before the first item that reads them.
   void write_index_checks(IndentedBuffer& out, const sched::ScheduleItem& item) {
-    for (const ir::IndexCheck& check : program_.index_checks) {
+    for (const ir::IndexCheck& check : program_->index_checks) {
       if (checked_.count(check.buffer)) continue;
       bool reads = false;
       for (const ir::Buffer* b : item.buffers) {
         for (const std::string& r : b->reads()) reads = reads || r == check.buffer;
       }
       if (!reads) continue;
-      const ir::Buffer* idx = program_.find(check.buffer);
+      const ir::Buffer* idx = program_->find(check.buffer);
       out.linef("kiln_rt::check_indices({}, {}, {}, {}, {}LL, {});", check.buffer,
                 cexpr(idx->layout.storage_size()), cexpr(check.size),
                 check.ignored ? "true" : "false", check.ignored.value_or(0), quoted(check.node));
@@ -272,7 +309,7 @@ class WrapperWriter {
 
   void write_kernel_call(IndentedBuffer& out, const sched::ScheduleItem& item) {
     const GeneratedKernel* kernel = nullptr;
-    for (const GeneratedKernel& k : kernels_) {
+    for (const GeneratedKernel& k : *kernels_) {
       if (k.name == item.name) kernel = &k;
     }
     KILN_CHECK(kernel != nullptr, "no generated kernel for item {}", item.name);
@@ -501,13 +538,147 @@ class WrapperWriter {
                                             cexpr(call.inputs[2]->layout.offset))
                               : "nullptr";
     if (buffer.dtype == DType::kFloat32) {
-      const ir::Buffer* wb = program_.find(w.buffer);
+      const ir::Buffer* wb = program_->find(w.buffer);
       bool constant = wb != nullptr && wb->kind == ir::BufferKind::kConstant;
       out.linef("state.conv[{}].run(p, {}, {}, {}, {}, {});", conv_sites_++, xp, wp, bp,
                 buffer.name, constant ? "true" : "false");
     } else {
       out.linef("kiln_rt::conv_direct<{}>(p, {}, {}, {}, {});", t, xp, wp, bp, buffer.name);
     }
+  }
+
+  /// An If, Loop or Scan: the results array, the call, then the wrapper takes over the results'
+  /// storage (each result item then names its pointer).
+  void write_control_flow(IndentedBuffer& out, const ir::Buffer& buffer) {
+    const ir::ExternCall& call = buffer.call;
+    const int64_t results = call.attr_int("results", 0);
+    out.linef("kiln_rt::TensorArg {}[{}] = {{}};", buffer.name, std::max<int64_t>(results, 1));
+    out.linef("{{  // {} from {}", call.kernel, origins_text(buffer));
+    {
+      auto _ = out.scope();
+      if (call.kernel == "if") {
+        write_if(out, buffer);
+      } else {
+        write_loop_or_scan(out, buffer);
+      }
+    }
+    out.line("}");
+    out.linef("for (const kiln_rt::TensorArg& r : {}) ws.adopt(r.data);", buffer.name);
+  }
+
+  const ir::Subgraph& subgraph(const std::string& name) const {
+    for (const auto& g : program_->subgraphs) {
+      if (g->name == name) return *g;
+    }
+    internal_error("no subgraph {}", name);
+  }
+
+  static std::string function_name(const std::string& subgraph) { return "subgraph_" + subgraph; }
+
+  /// `name`: an array of TensorArgs for views [first, first + count) of the call's inputs (or a
+  /// null pointer when there are none).
+  void write_args(IndentedBuffer& out, const std::string& name, const ir::ExternCall& call,
+                  size_t first, size_t count) {
+    if (count == 0) {
+      out.linef("const kiln_rt::TensorArg* {} = nullptr;", name);
+      return;
+    }
+    out.linef("const kiln_rt::TensorArg {}[] = {{", name);
+    for (size_t k = first; k < first + count; ++k) {
+      const ir::View& v = *call.inputs.at(k);
+      out.linef("    kiln_rt::tensor_arg({} + {}, {}, {{{}}}),", v.buffer, cexpr(v.layout.offset),
+                static_cast<int>(v.dtype), dims_list(v.layout.sizes));
+    }
+    out.line("};");
+  }
+
+  static size_t capture_count(const ir::Subgraph& g) {
+    return g.program.inputs.size() - g.formal_inputs;
+  }
+
+  void write_if(IndentedBuffer& out, const ir::Buffer& buffer) {
+    const ir::ExternCall& call = buffer.call;
+    const ir::Subgraph& then_branch = subgraph(std::get<std::string>(call.attrs.at("then")));
+    const ir::Subgraph& else_branch = subgraph(std::get<std::string>(call.attrs.at("else")));
+    const ir::View& cond = *call.inputs.at(0);
+    out.linef("if ({}[{}]) {{", cond.buffer, cexpr(cond.layout.offset));
+    size_t first = 1;
+    for (const ir::Subgraph* g : {&then_branch, &else_branch}) {
+      {
+        auto _ = out.scope();
+        write_args(out, "args", call, first, capture_count(*g));
+        out.linef("{}(args, {}, constants, state);", function_name(g->name), buffer.name);
+      }
+      first += capture_count(*g);
+      if (g == &then_branch) out.line("} else {");
+    }
+    out.line("}");
+  }
+
+  void write_loop_or_scan(IndentedBuffer& out, const ir::Buffer& buffer) {
+    const ir::ExternCall& call = buffer.call;
+    const ir::Subgraph& body = subgraph(std::get<std::string>(call.attrs.at("body")));
+    const bool loop = call.kernel == "loop";
+    const size_t carried =
+        static_cast<size_t>(loop ? call.attr_int("carried", 0) : call.attr_int("states", 0));
+    const size_t first = loop ? 2 : 0;  // Loop: M and cond come first
+    const size_t scans = loop ? 0 : body.formal_inputs - carried;
+    const size_t captures = capture_count(body);
+    write_args(out, "initial", call, first, carried);
+    if (!loop) write_args(out, "scanned", call, carried, scans);
+    write_args(out, "captured", call, call.inputs.size() - captures, captures);
+    std::vector<int64_t> specs = call.attr_ints("scan_specs");
+    std::vector<int64_t> out_axes = call.attr_ints("scan_output_axes");
+    std::vector<int64_t> out_dirs = call.attr_ints("scan_output_directions");
+    std::vector<std::string> spec_text;
+    for (size_t pos = 0; pos < specs.size(); pos += 2 + static_cast<size_t>(specs[pos + 1])) {
+      size_t k = spec_text.size();
+      std::vector<int64_t> dims(
+          specs.begin() + static_cast<std::ptrdiff_t>(pos) + 2,
+          specs.begin() + static_cast<std::ptrdiff_t>(pos) + 2 + specs[pos + 1]);
+      spec_text.push_back(fmt::format("{{{}, {}, {{{}}}, {}, {}}}", specs[pos], specs[pos + 1],
+                                      fmt::join(dims, ", "), k < out_axes.size() ? out_axes[k] : 0,
+                                      k < out_dirs.size() && out_dirs[k] ? "true" : "false"));
+    }
+    if (spec_text.empty()) {
+      out.line("const kiln_rt::ScanOutputSpec* specs = nullptr;");
+    } else {
+      out.linef("static const kiln_rt::ScanOutputSpec specs[] = {{{}}};",
+                fmt::join(spec_text, ", "));
+    }
+    out.linef("auto body = [&](const kiln_rt::TensorArg* in, kiln_rt::TensorArg* out) {{");
+    out.linef("    {}(in, out, constants, state);", function_name(body.name));
+    out.line("};");
+    const std::string node = quoted(node_text(buffer));
+    if (loop) {
+      auto scalar = [&](size_t k, const char* type) {
+        const std::optional<ir::View>& v = call.inputs.at(k);
+        return v ? fmt::format("reinterpret_cast<const {}*>({} + {})", type, v->buffer,
+                               cexpr(v->layout.offset))
+                 : std::string("nullptr");
+      };
+      out.linef("kiln_rt::run_loop(body, {}, {}, {}, {}, initial, {}, specs, {}, captured, {});",
+                node, scalar(0, "int64_t"), scalar(1, "bool"), carried, spec_text.size(), captures,
+                buffer.name);
+      return;
+    }
+    std::vector<int64_t> in_axes = call.attr_ints("scan_input_axes");
+    std::vector<int64_t> in_dirs = call.attr_ints("scan_input_directions");
+    std::vector<std::string> in_text;
+    for (size_t k = 0; k < scans; ++k) {
+      in_text.push_back(fmt::format("{{{}, {}}}", in_axes.at(k), in_dirs.at(k) ? "true" : "false"));
+    }
+    out.linef("static const kiln_rt::ScanInputSpec in_specs[] = {{{}}};", fmt::join(in_text, ", "));
+    out.linef(
+        "kiln_rt::{}(body, {}, {}, initial, {}, scanned, in_specs, {}, specs, {}, captured, "
+        "{});",
+        call.attr_int("batched", 0) ? "run_scan_batched" : "run_scan", node, carried, scans,
+        spec_text.size(), captures, buffer.name);
+  }
+
+  std::string node_text(const ir::Buffer& buffer) const {
+    if (buffer.origins.empty()) return "a control-flow node";
+    return fmt::format("node '{}' ({})", buffer.origins[0].node, buffer.origins[0].op_type);
   }
 
   std::string origins_text(const ir::Buffer& buffer) {
@@ -518,8 +689,8 @@ class WrapperWriter {
   }
 
   void write_outputs(IndentedBuffer& out) {
-    for (size_t k = 0; k < program_.outputs.size(); ++k) {
-      const ir::OutputSpec& o = program_.outputs[k];
+    for (size_t k = 0; k < program_->outputs.size(); ++k) {
+      const ir::OutputSpec& o = program_->outputs[k];
       out.linef("outputs[{}].data = {};", k, o.buffer);
       out.linef("outputs[{}].dtype = {};", k, static_cast<int>(o.dtype));
       out.linef("outputs[{}].rank = {};", k, o.shape.size());
@@ -579,30 +750,38 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
     }
   }
 
- public:
   void scan_externs() {
-    for (const auto& item : schedule_.items) {
-      if (item.kind != sched::ItemKind::kExtern) continue;
-      const std::string& k = item.buffers.at(0)->call.kernel;
-      // Every extern call other than BLAS and oneDNN is a kiln_rt_library.h kernel; one the
-      // wrapper does not know fails in write_extern_call.
-      if (k == "matmul") {
-        result_.uses_blas = true;
-      } else if (k == "conv") {
-        result_.uses_dnnl = true;
-      } else {
-        result_.uses_library = true;
+    for (const GraphCode& g : graphs_) {
+      for (const auto& item : g.schedule->items) {
+        if (item.kind != sched::ItemKind::kExtern) continue;
+        const ir::Buffer& b = *item.buffers.at(0);
+        const std::string& k = b.call.kernel;
+        // Every extern call other than BLAS, oneDNN and control flow is a kiln_rt_library.h
+        // kernel; one the wrapper does not know fails in write_extern_call.
+        if (ir::is_control_flow(b) || ir::is_control_flow_result(b)) {
+          uses_control_ = true;
+        } else if (k == "matmul") {
+          result_.uses_blas = true;
+        } else if (k == "conv") {
+          result_.uses_dnnl = true;
+        } else {
+          result_.uses_library = true;
+        }
       }
     }
   }
 
- private:
-  const ir::Program& program_;
-  const sched::Schedule& schedule_;
-  const std::vector<GeneratedKernel>& kernels_;
+  const std::vector<GraphCode>& graphs_;
+  std::vector<MemoryPlan> plans_;  // per graph
+  // The graph whose function is being written.
+  const ir::Program* program_ = nullptr;
+  const sched::Schedule* schedule_ = nullptr;
+  const std::vector<GeneratedKernel>* kernels_ = nullptr;
+  const MemoryPlan* plan_ = nullptr;
   std::set<std::string> outputs_;
   std::set<std::string> checked_;
-  int conv_sites_ = 0;  // oneDNN convolution call sites, each with its state in ModelState
+  int conv_sites_ = 0;         // oneDNN convolution call sites, each with its state in ModelState
+  bool uses_control_ = false;  // kiln_rt_control.h (Loop, Scan)
   std::map<std::string, std::string> canonical_;        // kernel -> the kernel emitted for it
   std::map<std::string, std::string> also_called_for_;  // emitted kernel -> comment lines
   std::vector<const GeneratedKernel*> unique_;
@@ -611,12 +790,9 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
 
 }  // namespace
 
-WrapperSource generate_wrapper(const ir::Program& program, const sched::Schedule& schedule,
-                               const std::vector<GeneratedKernel>& kernels,
+WrapperSource generate_wrapper(const std::vector<GraphCode>& graphs,
                                const std::string& kernel_prelude) {
-  WrapperWriter writer(program, schedule, kernels);
-  writer.scan_externs();
-  return writer.run(kernel_prelude);
+  return WrapperWriter(graphs).run(kernel_prelude);
 }
 
 }  // namespace kiln::codegen

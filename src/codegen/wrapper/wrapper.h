@@ -17,6 +17,7 @@
 /// `constants` holds the data of every constant buffer in Program order
 /// (WrapperSource::constants).
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,8 @@ namespace kiln::codegen {
 struct WrapperSource {
   /// Translation units: the wrapper first, then kernel units (compiled in parallel).
   std::vector<std::pair<std::string, std::string>> units;
-  /// Constant buffers passed through `constants`, in order.
-  std::vector<std::string> constants;
+  /// The data of the constant buffers passed through `constants`, in order (every graph's).
+  std::vector<std::shared_ptr<const graph::Tensor>> constants;
   /// Does the code call oneDNN (link -ldnnl)?
   bool uses_dnnl = false;
   bool uses_library = false;  // kiln_rt_library.h kernels (TopK, RNN, NMS, ...)
@@ -41,10 +42,19 @@ struct WrapperSource {
   int kernel_count = 0;  // distinct kernel functions after deduplication
 };
 
-/// Generates the wrapper and groups the kernels into translation units. `kernels` are the
-/// generated kernels of the schedule's kernel items, in item order.
-WrapperSource generate_wrapper(const ir::Program& program, const sched::Schedule& schedule,
-                               const std::vector<GeneratedKernel>& kernels,
+/// One graph to generate a function for: the model's (first, function "run_impl") or a
+/// control-flow subgraph's. `kernels` are the generated kernels of the schedule's kernel items,
+/// in item order; their names are unique across graphs.
+struct GraphCode {
+  std::string function;
+  const ir::Program* program = nullptr;
+  const sched::Schedule* schedule = nullptr;
+  const std::vector<GeneratedKernel>* kernels = nullptr;
+};
+
+/// Generates the wrapper (one function per graph) and groups the kernels of all graphs into
+/// translation units; identical kernels are emitted once.
+WrapperSource generate_wrapper(const std::vector<GraphCode>& graphs,
                                const std::string& kernel_prelude);
 
 }  // namespace kiln::codegen

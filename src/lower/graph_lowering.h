@@ -1,0 +1,74 @@
+#pragma once
+/// GraphLowering walks one graph's nodes in order and applies their lowerings (lower_graph.cpp).
+/// Control-flow lowerings (control_flow.cpp) reach it through LoweringContext::graph_lowering()
+/// to lower their subgraphs: into a Program of their own (an If branch or Loop body that runs at
+/// run time), or inline into the current one (a branch chosen when compiling).
+///
+/// A subgraph reads values of enclosing graphs by name; the first read of such a value makes it
+/// a capture: an input of the subgraph's Program, passed by the control-flow call. Captured
+/// values known when compiling (constants, shapes) are copied into the subgraph instead.
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "lower/lowering.h"
+
+namespace kiln::lower {
+
+/// A formal input of a subgraph: its dtype and shape (sizes of the caller's scope or symbols of
+/// the subgraph's own). `iteration` marks a Loop body's iteration number, whose value becomes a
+/// size symbol the body's shapes may use (Slice(x, i, i + 1)).
+struct FormalInput {
+  graph::DType dtype = graph::DType::kFloat32;
+  std::vector<sym::Expr> shape;
+  bool iteration = false;
+};
+
+struct LoweredSubgraph {
+  std::shared_ptr<ir::Subgraph> subgraph;
+  /// The caller's values for the subgraph's captures, in input order after the formal inputs.
+  std::vector<TensorValue> captures;
+};
+
+class GraphLowering {
+ public:
+  /// Lowers a model's main graph (inputs may be specialized by options.input_values).
+  GraphLowering(const graph::Graph& graph, const LoweringOptions& options);
+  ir::Program run();
+
+  /// Lowers `graph` (a subgraph of the node being lowered) into a Program of its own.
+  LoweredSubgraph lower_subgraph(const graph::Graph& graph,
+                                 const std::vector<FormalInput>& formals);
+  /// Lowers `graph`'s nodes into this program with its inputs bound to `formals`; returns its
+  /// outputs.
+  std::vector<TensorValue> inline_graph(const graph::Graph& graph,
+                                        const std::vector<TensorValue>& formals);
+
+ private:
+  GraphLowering(const graph::Graph& graph, const LoweringOptions& options, GraphLowering* parent,
+                std::string name);
+  void bind_inputs();
+  void bind_formals(const std::vector<FormalInput>& formals);
+  bool is_float_argument(const graph::Value& input) const;
+  void specialize(const graph::Value& input, TensorValue& value);
+  void lower_node(const graph::Node& node);
+  /// The value of `value`: from this graph, or captured from an enclosing one.
+  const TensorValue& lookup(const graph::Value& value);
+  TensorValue settle(TensorValue value, const graph::Value& out);
+  void check_type(const TensorValue& value, const graph::Value& out);
+  void bind_outputs();
+  void finish();
+  std::string next_subgraph_name();
+
+  const graph::Graph& graph_;
+  ir::Program program_;
+  LoweringContext ctx_;
+  std::unordered_map<const graph::Value*, TensorValue> env_;
+  GraphLowering* parent_ = nullptr;  // set for a subgraph
+  std::string name_;                 // "" for the main graph, "g<N>" for subgraphs
+  std::vector<const graph::Value*> captures_;
+  int subgraph_count_ = 0;  // main graph only: names handed out
+};
+
+}  // namespace kiln::lower

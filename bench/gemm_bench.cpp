@@ -93,23 +93,47 @@ double now_seconds() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-// The median time of `fn` over repetitions after warm-up: two warm-up calls, then as many as fit
-// in about `budget` seconds (at least 5, at most 200).
-double time_median(const std::function<void()>& fn, double budget = 0.4) {
-  const auto warm = Clock::now();
-  fn();
-  fn();
-  const double once = std::max(seconds_since(warm) / 2, 1e-7);
-  const int reps = static_cast<int>(std::clamp(budget / once, 5.0, 200.0));
-  std::vector<double> times;
-  times.reserve(reps);
-  for (int i = 0; i < reps; ++i) {
-    const double start = now_seconds();
-    fn();
-    times.push_back(now_seconds() - start);
+// One thing to time, with its samples. Candidates are timed in interleaved rounds (every
+// candidate a few calls per round, rounds repeated), so that a burst of load from other processes
+// on a shared machine spreads over all of them instead of spoiling one.
+struct Candidate {
+  Candidate(std::string name, std::function<void()> run)
+      : name(std::move(name)), run(std::move(run)) {}
+
+  std::string name;
+  std::function<void()> run;
+  std::vector<double> samples;
+
+  double median() const {
+    std::vector<double> sorted = samples;
+    std::sort(sorted.begin(), sorted.end());
+    return sorted[sorted.size() / 2];
   }
-  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
-  return times[reps / 2];
+  double best() const { return *std::min_element(samples.begin(), samples.end()); }
+};
+
+// Two warm-up calls per candidate, then `rounds` rounds of about `round_budget` seconds each
+// (split evenly among the candidates, at least 2 calls each per round).
+void time_interleaved(std::vector<Candidate>& candidates, int rounds = 7,
+                      double round_budget = 0.25) {
+  std::vector<int> calls(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const auto start = Clock::now();
+    candidates[i].run();
+    candidates[i].run();
+    const double once = std::max(seconds_since(start) / 2, 1e-7);
+    const double share = round_budget / double(candidates.size());
+    calls[i] = static_cast<int>(std::clamp(share / once, 2.0, 100.0));
+  }
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      for (int call = 0; call < calls[i]; ++call) {
+        const double start = now_seconds();
+        candidates[i].run();
+        candidates[i].samples.push_back(now_seconds() - start);
+      }
+    }
+  }
 }
 
 // The running clock in GHz: a chain of dependent imul (3 cycles each on every x86-64 core since
@@ -224,26 +248,6 @@ Summary bench_shape(const Shape& s, bool quick, double peak, kiln::codecache::Co
   fmt::print("\n== {} (M x K x N), {:.3f} GFLOP, {} threads\n", s.text(), s.flops() / 1e9, threads);
   Summary summary;
   summary.shape = s;
-  auto report = [&](const std::string& name, double seconds, const std::string& extra) {
-    fmt::print("  {:<52} {:9.3f} ms {:8.1f} GFLOP/s {:5.1f}% peak {}\n", name, seconds * 1e3,
-               gflops(seconds), 100 * gflops(seconds) / peak, extra);
-  };
-
-  const double t_blas = time_median([&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, 1.0f, a.data, s.k, b.data,
-                s.n, 0.0f, ref.data, s.n);
-  });
-  summary.openblas = gflops(t_blas);
-  report("openblas sgemm", t_blas, "");
-
-  for (bool packed : {false, true}) {
-    DnnlMatmul dnnl(s, a.data, b.data, c.data, packed);
-    const double t = time_median([&] { dnnl.run(); });
-    (packed ? summary.onednn_packed : summary.onednn) = gflops(t);
-    report(packed ? "onednn matmul (B reordered once)" : "onednn matmul (B plain)", t,
-           fmt::format("[{}] err {:.1e}", dnnl.impl(), relative_error(c.data, ref.data, c.size)));
-  }
-  const double best_dnnl = std::max(summary.onednn, summary.onednn_packed);
 
   // Compile every config at once (the code cache runs compilers in parallel).
   std::vector<kiln::codecache::LibrarySpec> specs;
@@ -251,41 +255,75 @@ Summary bench_shape(const Shape& s, bool quick, double peak, kiln::codecache::Co
     specs.push_back({{{"gemm.cpp", kiln::autotune::render_gemm(config, problem, "gemm")}}, {}});
   }
   const auto compile_start = Clock::now();
-  const std::vector<fs::path> libraries = cache.compile_many(specs);
+  const std::vector<fs::path> paths = cache.compile_many(specs);
   fmt::print("  ({} template configs compiled or found in the cache in {:.1f} s)\n", configs.size(),
              seconds_since(compile_start));
 
-  struct Row {
-    std::string name;
-    double seconds;
-    double error;
-  };
-  std::vector<Row> rows;
+  // The candidates: OpenBLAS (its result is the reference), oneDNN both ways, every template.
+  std::vector<Candidate> candidates;
+  candidates.emplace_back("openblas sgemm", [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, 1.0f, a.data, s.k, b.data,
+                s.n, 0.0f, ref.data, s.n);
+  });
+  std::vector<std::unique_ptr<DnnlMatmul>> dnnl;
+  for (bool packed : {false, true}) {
+    dnnl.push_back(std::make_unique<DnnlMatmul>(s, a.data, b.data, c.data, packed));
+    candidates.emplace_back(fmt::format("onednn matmul, B {} [{}]",
+                                        packed ? "reordered once" : "plain", dnnl.back()->impl()),
+                            [d = dnnl.back().get()] { d->run(); });
+  }
+  constexpr size_t kFirstTemplate = 3;
+  std::vector<kiln::codecache::LoadedLibrary> libraries;
+  std::vector<std::unique_ptr<Buffer>> packed_b;
   for (size_t i = 0; i < configs.size(); ++i) {
-    kiln::codecache::LoadedLibrary library(libraries[i]);
-    auto* gemm = library.symbol<GemmFn>("gemm");
-    const std::vector<float> packed_vector = kiln::autotune::prepack_b(configs[i], problem, b.data);
-    Buffer packed(packed_vector.size());
-    std::copy(packed_vector.begin(), packed_vector.end(), packed.data);
-    std::fill_n(c.data, c.size, 0.0f);
-    const double t = time_median([&] { gemm(s.m, a.data, packed.data, c.data); });
-    rows.push_back(
-        {configs[i].name() + (i == 0 ? " *" : ""), t, relative_error(c.data, ref.data, c.size)});
-    if (i == 0) summary.default_template = gflops(t);
+    libraries.emplace_back(paths[i]);
+    auto* gemm = libraries.back().symbol<GemmFn>("gemm");
+    const std::vector<float> packed = kiln::autotune::prepack_b(configs[i], problem, b.data);
+    packed_b.push_back(std::make_unique<Buffer>(packed.size()));
+    std::copy(packed.begin(), packed.end(), packed_b.back()->data);
+    candidates.emplace_back(
+        configs[i].name() + (i == 0 ? " *" : ""),
+        [&, gemm, bp = packed_b.back()->data] { gemm(s.m, a.data, bp, c.data); });
   }
-  std::sort(rows.begin(), rows.end(),
-            [](const Row& x, const Row& y) { return x.seconds < y.seconds; });
-  fmt::print(
-      "  templates (* = heuristic default), fastest first; ratios to openblas / best "
-      "onednn:\n");
-  for (const Row& row : rows) {
-    report(row.name, row.seconds,
-           fmt::format("{:5.2f}x blas {:5.2f}x dnnl{}", gflops(row.seconds) / summary.openblas,
-                       gflops(row.seconds) / best_dnnl,
-                       row.error > 1e-4 ? fmt::format("  MISMATCH (err {:.1e})", row.error) : ""));
+
+  // Correctness against OpenBLAS (one call each, before timing).
+  candidates[0].run();
+  std::vector<double> errors(candidates.size(), 0.0);
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    std::fill_n(c.data, c.size, std::nanf(""));
+    candidates[i].run();
+    errors[i] = relative_error(c.data, ref.data, c.size);
   }
-  summary.best_template = gflops(rows.front().seconds);
-  summary.best_name = rows.front().name;
+
+  time_interleaved(candidates);
+
+  summary.openblas = gflops(candidates[0].median());
+  summary.onednn = gflops(candidates[1].median());
+  summary.onednn_packed = gflops(candidates[2].median());
+  summary.default_template = gflops(candidates[kFirstTemplate].median());
+  const double best_dnnl = std::max(summary.onednn, summary.onednn_packed);
+  std::vector<size_t> order;
+  for (size_t i = 0; i < candidates.size(); ++i) order.push_back(i);
+  std::stable_sort(order.begin() + kFirstTemplate, order.end(), [&](size_t x, size_t y) {
+    return candidates[x].median() < candidates[y].median();
+  });
+  summary.best_template = gflops(candidates[order[kFirstTemplate]].median());
+  summary.best_name = candidates[order[kFirstTemplate]].name;
+
+  fmt::print("  {:<54} {:>9} {:>9} {:>8} {:>6} {:>6} {:>6}\n", "median of samples:", "ms",
+             "best ms", "GFLOP/s", "%peak", "/blas", "/dnnl");
+  for (size_t rank = 0; rank < order.size(); ++rank) {
+    const Candidate& candidate = candidates[order[rank]];
+    if (rank == kFirstTemplate) {
+      fmt::print("  templates (* = heuristic default), fastest first:\n");
+    }
+    const double g = gflops(candidate.median());
+    const double error = errors[order[rank]];
+    fmt::print("  {:<54} {:9.3f} {:9.3f} {:8.1f} {:6.1f} {:6.2f} {:6.2f}{}\n", candidate.name,
+               candidate.median() * 1e3, candidate.best() * 1e3, g, 100 * g / peak,
+               g / summary.openblas, g / best_dnnl,
+               error > 1e-4 ? fmt::format("  MISMATCH (max err {:.1e})", error) : "");
+  }
   return summary;
 }
 

@@ -119,9 +119,13 @@ void render_micro_kernel(IndentedBuffer& out, const GemmConfig& config,
   const int vectors = config.nr / isa.width;
   auto acc = [](int r, int v) { return fmt::format("c{}_{}", r, v); };
 
-  out.line("// C[i0 : i0 + mr, j0 : j0 + nr] = (C +) a (kc x MR panel) @ b (kc x NR panel). Full");
+  out.line(
+      "// C[i0 : i0 + mr, j0 : j0 + nr] = (C +) a (kc x MR) @ b (kc x NR panel), where row r of");
+  out.line(
+      "// a at step p is a[r * kARow + p * kAStep] (packed: <1, kMR>; A itself: <kK, 1>). Full");
   out.line("// tiles store straight from the accumulators; edge tiles and the epilogue (after the");
   out.line("// last K block) go through a tile on the stack.");
+  out.line("template <int64_t kARow, int64_t kAStep>");
   out.linef(
       "__attribute__((always_inline)) inline void micro_kernel(int64_t kc, const float* a, const "
       "float* b, float* C, int64_t i0, int64_t j0, int64_t mr, int64_t nr, bool first, bool "
@@ -146,13 +150,13 @@ void render_micro_kernel(IndentedBuffer& out, const GemmConfig& config,
       }
       for (int r = 0; r < config.mr; ++r) {
         std::string line = fmt::format("{}const {} a{} = {};", "", isa.vec, r,
-                                       broadcast(config.isa, fmt::format("a + {}", r)));
+                                       broadcast(config.isa, fmt::format("a + {} * kARow", r)));
         out.line(line);
         for (int v = 0; v < vectors; ++v) {
           out.linef("{} = {}_fmadd_ps(a{}, b{}, {});", acc(r, v), isa.prefix, r, v, acc(r, v));
         }
       }
-      out.line("a += kMR;");
+      out.line("a += kAStep;");
       out.line("b += kNR;");
     }
     out.line("}");
@@ -222,7 +226,15 @@ void render_micro_kernel(IndentedBuffer& out, const GemmConfig& config,
 }
 
 void render_tile(IndentedBuffer& out, const GemmConfig& config, const GemmEpilogue& epilogue) {
-  out.line("// One (M block, N block) tile of C: every K block in turn, packing A's block first.");
+  if (config.pack_a) {
+    out.line(
+        "// One (M block, N block) tile of C: every K block in turn, packing A's block first.");
+  } else {
+    out.line(
+        "// One (M block, N block) tile of C: every K block in turn, the micro-kernel reading A");
+    out.line("// in place, but for a last panel of fewer than MR rows, which is packed (zero rows");
+    out.line("// past M) so that no row past M is read.");
+  }
   out.linef(
       "inline void tile(int64_t M, const float* A, const float* Bp, float* C, int64_t ib, int64_t "
       "jb, float* Ap{}) {{",
@@ -237,12 +249,25 @@ void render_tile(IndentedBuffer& out, const GemmConfig& config, const GemmEpilog
       auto _ = out.scope();
       out.line("const int64_t kc = std::min(kKC, kK - p0);");
       out.line("const bool first = p0 == 0, last = p0 + kc == kK;");
-      out.line("pack_a(M, A, i0, mc_pad, p0, kc, Ap);");
+      if (config.pack_a) {
+        out.line("pack_a(M, A, i0, mc_pad, p0, kc, Ap);");
+      } else {
+        out.line("const int64_t mc_full = mc / kMR * kMR;");
+        out.line("if (mc_full < mc) pack_a(M, A, i0 + mc_full, kMR, p0, kc, Ap);");
+      }
       out.line("const float* Bblock = Bp + p0 * kNPad;");
-      const std::string call = fmt::format(
-          "micro_kernel(kc, Ap + i * kc, Bblock + (j0 + j) * kc, C, i0 + i, j0 + j, "
-          "std::min(kMR, mc - i), std::min(kNR, nc - j), first, last{});",
+      const std::string args = fmt::format(
+          "Bblock + (j0 + j) * kc, C, i0 + i, j0 + j, std::min(kMR, mc - i), std::min(kNR, nc - "
+          "j), first, last{});",
           epilogue_call_args(epilogue));
+      const std::string call = config.pack_a
+                                   ? "micro_kernel<1, kMR>(kc, Ap + i * kc, " + args
+                                   : "if (i < mc_full) {\n"
+                                     "    micro_kernel<kK, 1>(kc, A + (i0 + i) * kK + p0, " +
+                                         args +
+                                         "\n} else {\n"
+                                         "    micro_kernel<1, kMR>(kc, Ap, " +
+                                         args + "\n}";
       const char* outer = "for (int64_t j = 0; j < nc; j += kNR) {";
       const char* inner = "for (int64_t i = 0; i < mc; i += kMR) {";
       if (config.loop_order == GemmLoopOrder::kMrOuter) std::swap(outer, inner);
@@ -250,7 +275,10 @@ void render_tile(IndentedBuffer& out, const GemmConfig& config, const GemmEpilog
       {
         auto _ = out.scope();
         out.line(inner);
-        out.line("    " + call);
+        {
+          auto _ = out.scope();
+          out.lines(call);
+        }
         out.line("}");
       }
       out.line("}");
@@ -335,8 +363,9 @@ const char* thread_split_name(GemmThreadSplit split) {
 int vector_width(GemmIsa isa) { return isa == GemmIsa::kAvx512 ? 16 : 8; }
 
 std::string GemmConfig::name() const {
-  return fmt::format("{}_{}x{}_mc{}_nc{}_kc{}_{}_{}", isa_name(isa), mr, nr, mc, nc, kc,
-                     loop_order_name(loop_order), thread_split_name(thread_split));
+  return fmt::format("{}_{}x{}_mc{}_nc{}_kc{}_{}_{}{}", isa_name(isa), mr, nr, mc, nc, kc,
+                     loop_order_name(loop_order), thread_split_name(thread_split),
+                     pack_a ? "" : "_direct-a");
 }
 
 void check_gemm_config(const GemmConfig& config) {
@@ -420,21 +449,22 @@ struct RegisterBlock {
 
 std::vector<RegisterBlock> register_blocks(GemmIsa isa, int64_t m_hint) {
   std::vector<RegisterBlock> blocks;
+  if (m_hint < 4) {
+    // A single row wastes the rows of a taller block; a wide one-row block keeps 6 chains of FMA
+    // in flight and reads B once. Reading B is the cost at one row: the 256-bit block measured
+    // as fast as the 512-bit one (bench/gemm_bench.cpp, 1x2048x1000), so it comes first.
+    blocks.push_back({GemmIsa::kAvx2, 1, 48, 512, 1024});
+    if (isa == GemmIsa::kAvx512) blocks.push_back({GemmIsa::kAvx512, 1, 96, 512, 1024});
+  }
   if (isa == GemmIsa::kAvx512) {
     blocks.push_back({GemmIsa::kAvx512, 12, 32, 256, 384});
     blocks.push_back({GemmIsa::kAvx512, 14, 32, 256, 384});
     blocks.push_back({GemmIsa::kAvx512, 8, 48, 192, 320});
-    blocks.push_back({GemmIsa::kAvx512, 6, 64, 128, 256});
+    blocks.push_back({GemmIsa::kAvx512, 6, 64, 256, 128});
   }
   blocks.push_back({GemmIsa::kAvx2, 6, 16, 384, 256});
   blocks.push_back({GemmIsa::kAvx2, 4, 24, 256, 384});
   blocks.push_back({GemmIsa::kAvx2, 8, 8, 512, 256});
-  if (m_hint < 4) {
-    // A single row wastes the rows of a taller block; a wide one-row block keeps 6 chains of FMA
-    // in flight and reads B once.
-    if (isa == GemmIsa::kAvx512) blocks.push_back({GemmIsa::kAvx512, 1, 96, 512, 1024});
-    blocks.push_back({GemmIsa::kAvx2, 1, 48, 512, 1024});
-  }
   return blocks;
 }
 
@@ -482,15 +512,26 @@ std::vector<GemmConfig> gemm_configs(int64_t m_hint, const GemmProblem& problem,
     GemmConfig config = blocked_config(block, block.kc, m_hint, problem, threads);
     add(config);
     add(blocked_config(block, block.alt_kc, m_hint, problem, threads));
-    config.loop_order = GemmLoopOrder::kMrOuter;
-    add(config);
+    GemmConfig mr_outer = config;
+    mr_outer.loop_order = GemmLoopOrder::kMrOuter;
+    add(mr_outer);
+    GemmConfig direct_a = config;
+    direct_a.pack_a = false;
+    add(direct_a);
   }
-  // Other thread splits of the default.
-  for (GemmThreadSplit split : {GemmThreadSplit::kM, GemmThreadSplit::kN}) {
-    GemmConfig config = configs.front();
-    config.thread_split = split;
-    add(config);
-  }
+  // Other thread splits of the default, with blocks that give every thread work: M blocks of
+  // about M / threads rows, or N blocks of about N / threads columns.
+  const GemmConfig first = configs.front();
+  const int64_t m = std::max<int64_t>(m_hint, 1), parts = std::max(threads, 1);
+  GemmConfig split_m = first;
+  split_m.thread_split = GemmThreadSplit::kM;
+  split_m.mc =
+      static_cast<int>(std::min<int64_t>(first.mc, round_up(ceil_div(m, parts), first.mr)));
+  add(split_m);
+  GemmConfig split_n = first;
+  split_n.thread_split = GemmThreadSplit::kN;
+  split_n.nc = static_cast<int>(round_up(ceil_div(problem.n, parts), first.nr));
+  add(split_n);
   return configs;
 }
 

@@ -6,10 +6,11 @@
 ///
 /// in the Goto / BLIS style: B is a constant weight packed once at compile time (prepack_b) into
 /// the panels the micro-kernel reads; A is packed per cache block into MR-row panels on the
-/// stack; an MR x NR register-blocked micro-kernel broadcasts A and loads NR / VW vectors of B per
-/// k (AVX2 + FMA, or AVX-512); OpenMP threads share the (M block, N block) tiles. The optional
-/// epilogue is a C++ expression applied to each output element before it is stored. Tested in
-/// tests/unit/autotune/gemm_template_test.cpp; benchmarked by bench/gemm_bench.cpp.
+/// stack (or read in place); an MR x NR register-blocked micro-kernel broadcasts A and loads NR /
+/// VW vectors of B per k (AVX2 + FMA, or AVX-512); OpenMP threads share the (M block, N block)
+/// tiles. The optional epilogue is a C++ expression applied to each output element before it is
+/// stored. Tested in tests/unit/autotune/gemm_template_test.cpp; benchmarked by
+/// bench/gemm_bench.cpp.
 ///
 /// The rendered function is
 ///
@@ -66,8 +67,13 @@ struct GemmConfig {
   int kc = 256;
   GemmLoopOrder loop_order = GemmLoopOrder::kNrOuter;
   GemmThreadSplit thread_split = GemmThreadSplit::kMN;
+  /// Pack each MC x KC block of A into MR-row panels (true), or let the micro-kernel read A in
+  /// place, MR rows K apart (false: no packing pass, which pays off when N is small and A is
+  /// read few times; a last panel of fewer than MR rows is still packed).
+  bool pack_a = true;
 
-  /// A short name for logs and tables, e.g. "avx2_6x16_mc96_nc768_kc256_nr-outer_mn".
+  /// A short name for logs and tables, e.g. "avx2_6x16_mc96_nc768_kc256_nr-outer_mn" (with
+  /// "_direct-a" when A is not packed).
   std::string name() const;
   bool operator==(const GemmConfig&) const = default;
 };

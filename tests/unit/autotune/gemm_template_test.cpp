@@ -99,7 +99,8 @@ bool can_run(const GemmConfig& config) {
 }
 
 // Small blocks so that little problems cross every block edge: more than one K block, M block
-// and N block, with remainders in each.
+// and N block, with remainders in each; every register block, loop order, thread split and both
+// ways of reading A.
 std::vector<GemmConfig> small_block_configs() {
   std::vector<GemmConfig> configs;
   GemmConfig c6x16{.isa = GemmIsa::kAvx2, .mr = 6, .nr = 16, .mc = 12, .nc = 32, .kc = 16};
@@ -113,6 +114,13 @@ std::vector<GemmConfig> small_block_configs() {
   configs.push_back(c8x8);
   configs.push_back({.isa = GemmIsa::kAvx2, .mr = 1, .nr = 48, .mc = 3, .nc = 48, .kc = 7});
   configs.push_back({.isa = GemmIsa::kAvx512, .mr = 12, .nr = 32, .mc = 24, .nc = 64, .kc = 16});
+  GemmConfig direct6x16 = c6x16;
+  direct6x16.pack_a = false;
+  configs.push_back(direct6x16);
+  GemmConfig direct14x32{.isa = GemmIsa::kAvx512, .mr = 14, .nr = 32, .mc = 28, .nc = 32, .kc = 8};
+  direct14x32.pack_a = false;
+  direct14x32.loop_order = GemmLoopOrder::kMrOuter;
+  configs.push_back(direct14x32);
   GemmConfig c8x48{.isa = GemmIsa::kAvx512, .mr = 8, .nr = 48, .mc = 16, .nc = 96, .kc = 9};
   c8x48.loop_order = GemmLoopOrder::kMrOuter;
   configs.push_back(c8x48);

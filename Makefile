@@ -4,7 +4,7 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build demo bench test format clean
+.PHONY: all deps configure build demo bench bench-gemm test format clean
 
 all: build
 
@@ -29,6 +29,11 @@ demo: deps configure
 bench: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln_stream_bench
 	$(BUILD_DIR)/bin/kiln_stream_bench
+
+# The C++ GEMM template's configs against OpenBLAS and oneDNN matmul (bench/gemm_bench.cpp).
+bench-gemm: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln_gemm_bench
+	$(BUILD_DIR)/bin/kiln_gemm_bench
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

@@ -11,8 +11,9 @@
 // machine's FMA peak, and whether each template's result matches OpenBLAS's. It never asserts.
 //
 // Peak: cores x clock x 2 FMA units x floats per vector x 2 flops. The clock is measured (a
-// chain of dependent imul, 3 cycles each, timed over ~20 ms); /proc/cpuinfo's "cpu MHz"
-// is printed beside it (in a VM it is often the nominal TSC rate, not the running clock).
+// chain of dependent imul, 3 cycles each, by thread CPU time, best of 10 runs of ~20 ms);
+// /proc/cpuinfo's "cpu MHz" is printed beside it (in a VM it is often the nominal TSC rate, not the
+// running clock).
 //
 // Usage: kiln_gemm_bench [--quick] [--cpu-time] [--shape MxKxN]...
 //   --quick: the default config only; --cpu-time: see g_cpu_time.
@@ -137,11 +138,17 @@ void time_interleaved(std::vector<Candidate>& candidates, int rounds = 7,
 }
 
 // The running clock in GHz: a chain of dependent imul (3 cycles each on every x86-64 core since
-// Nehalem), 1000 per iteration, timed. (A chain of add-immediates is no good: Golden Cove's
-// renamer folds them.)
+// Nehalem), 1000 per iteration, timed by this thread's CPU time (so that time the thread spent
+// descheduled on a shared machine does not count); the best of several runs. (A chain of
+// add-immediates is no good: Golden Cove's renamer folds them.)
 double measure_clock_ghz() {
-  auto run = [](int64_t iterations) {
-    const auto start = Clock::now();
+  auto thread_seconds = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  };
+  auto run = [&](int64_t iterations) {
+    const double start = thread_seconds();
     uint64_t x = 1;
     for (int64_t i = 0; i < iterations; ++i) {
       asm volatile(
@@ -150,11 +157,11 @@ double measure_clock_ghz() {
           ".endr"
           : "+r"(x));
     }
-    return seconds_since(start);
+    return thread_seconds() - start;
   };
   run(2000);
   double best = 1e9;
-  for (int i = 0; i < 5; ++i) best = std::min(best, run(20000));
+  for (int i = 0; i < 10; ++i) best = std::min(best, run(20000));
   return 20000.0 * 1000.0 * 3 / best / 1e9;
 }
 

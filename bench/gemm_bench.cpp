@@ -53,6 +53,7 @@ using kiln::autotune::GemmIsa;
 using kiln::autotune::GemmProblem;
 using Clock = std::chrono::steady_clock;
 using GemmFn = void(int64_t, const float*, const float*, float*);
+using GemmBiasFn = void(int64_t, const float*, const float*, float*, const float*);
 
 struct Shape {
   int64_t m, k, n;
@@ -261,10 +262,17 @@ Summary bench_shape(const Shape& s, bool quick, double peak, kiln::codecache::Co
   for (const GemmConfig& config : configs) {
     specs.push_back({{{"gemm.cpp", kiln::autotune::render_gemm(config, problem, "gemm")}}, {}});
   }
+  // The default once more with a fused bias + Relu epilogue: what the epilogue costs.
+  const kiln::autotune::GemmEpilogue bias_relu{.expr = "std::max(v + bias[n], 0.0f)",
+                                               .args = {"bias"}};
+  specs.push_back(
+      {{{"gemm.cpp", kiln::autotune::render_gemm(configs[0], problem, "gemm", bias_relu)}}, {}});
   const auto compile_start = Clock::now();
   const std::vector<fs::path> paths = cache.compile_many(specs);
-  fmt::print("  ({} template configs compiled or found in the cache in {:.1f} s)\n", configs.size(),
-             seconds_since(compile_start));
+  fmt::print(
+      "  ({} template configs and the default with an epilogue compiled or found in the "
+      "cache in {:.1f} s)\n",
+      configs.size(), seconds_since(compile_start));
 
   // The candidates: OpenBLAS (its result is the reference), oneDNN both ways, every template.
   std::vector<Candidate> candidates;
@@ -292,14 +300,26 @@ Summary bench_shape(const Shape& s, bool quick, double peak, kiln::codecache::Co
         configs[i].name() + (i == 0 ? " *" : ""),
         [&, gemm, bp = packed_b.back()->data] { gemm(s.m, a.data, bp, c.data); });
   }
+  const size_t epilogue_index = candidates.size();
+  Buffer bias(s.n);
+  fill_random(bias, 3);
+  libraries.emplace_back(paths.back());
+  auto* gemm_bias_relu = libraries.back().symbol<GemmBiasFn>("gemm");
+  candidates.emplace_back("default + fused bias + relu epilogue", [&, bp = packed_b[0]->data] {
+    gemm_bias_relu(s.m, a.data, bp, c.data, bias.data);
+  });
 
   // Correctness against OpenBLAS (one call each, before timing).
   candidates[0].run();
   std::vector<double> errors(candidates.size(), 0.0);
+  Buffer ref_bias_relu(ref.size);
+  for (size_t i = 0; i < ref.size; ++i) {
+    ref_bias_relu.data[i] = std::max(ref.data[i] + bias.data[i % s.n], 0.0f);
+  }
   for (size_t i = 1; i < candidates.size(); ++i) {
     std::fill_n(c.data, c.size, std::nanf(""));
     candidates[i].run();
-    errors[i] = relative_error(c.data, ref.data, c.size);
+    errors[i] = relative_error(c.data, (i == epilogue_index ? ref_bias_relu : ref).data, c.size);
   }
 
   time_interleaved(candidates);
@@ -311,9 +331,9 @@ Summary bench_shape(const Shape& s, bool quick, double peak, kiln::codecache::Co
   const double best_dnnl = std::max(summary.onednn, summary.onednn_packed);
   std::vector<size_t> order;
   for (size_t i = 0; i < candidates.size(); ++i) order.push_back(i);
-  std::stable_sort(order.begin() + kFirstTemplate, order.end(), [&](size_t x, size_t y) {
-    return candidates[x].median() < candidates[y].median();
-  });
+  std::stable_sort(
+      order.begin() + kFirstTemplate, order.begin() + epilogue_index,
+      [&](size_t x, size_t y) { return candidates[x].median() < candidates[y].median(); });
   summary.best_template = gflops(candidates[order[kFirstTemplate]].median());
   summary.best_name = candidates[order[kFirstTemplate]].name;
 
@@ -323,6 +343,10 @@ Summary bench_shape(const Shape& s, bool quick, double peak, kiln::codecache::Co
     const Candidate& candidate = candidates[order[rank]];
     if (rank == kFirstTemplate) {
       fmt::print("  templates (* = heuristic default), fastest first:\n");
+    }
+    if (rank == epilogue_index) {
+      fmt::print("  fused epilogue ({:+.1f}% time over the default without it):\n",
+                 100 * (candidate.median() / candidates[kFirstTemplate].median() - 1));
     }
     const double g = gflops(candidate.median());
     const double error = errors[order[rank]];

@@ -199,23 +199,28 @@ void render_micro_kernel(IndentedBuffer& out, const GemmConfig& config,
     {
       auto _ = out.scope();
       out.line("float* cr = c + r * kN;");
-      out.line("const float* tr = t + r * kNR;");
+      out.line("float* tr = t + r * kNR;");
+      out.line("if (!first) {");
+      out.line("    for (int64_t q = 0; q < nr; ++q) tr[q] += cr[q];");
+      out.line("}");
       if (epilogue.empty()) {
-        out.line("for (int64_t q = 0; q < nr; ++q) cr[q] = first ? tr[q] : cr[q] + tr[q];");
+        out.line("for (int64_t q = 0; q < nr; ++q) cr[q] = tr[q];");
       } else {
-        out.line("const int64_t m = i0 + r;");
-        out.line("(void)m;");
-        out.line("for (int64_t q = 0; q < nr; ++q) {");
+        // Separate loops for the last K block and the others, each simple enough to vectorize.
+        out.line("if (last) {");
         {
           auto _ = out.scope();
-          out.line("float v = first ? tr[q] : cr[q] + tr[q];");
-          out.line("if (last) {");
+          out.line("const int64_t m = i0 + r;");
+          out.line("(void)m;");
+          out.line("for (int64_t q = 0; q < nr; ++q) {");
           out.line("    const int64_t n = j0 + q;");
           out.line("    (void)n;");
-          out.linef("    v = ({});", epilogue.expr);
+          out.line("    const float v = tr[q];");
+          out.linef("    cr[q] = ({});", epilogue.expr);
           out.line("}");
-          out.line("cr[q] = v;");
         }
+        out.line("} else {");
+        out.line("    for (int64_t q = 0; q < nr; ++q) cr[q] = tr[q];");
         out.line("}");
       }
     }

@@ -141,6 +141,19 @@ void render_micro_kernel(IndentedBuffer& out, const GemmConfig& config,
       }
       out.line(line);
     }
+    // Start fetching the C tile (one prefetch per 64-byte line) while the FMAs run; prefetches
+    // past the end of C (edge tiles) are harmless.
+    out.line("const float* c_lines = C + i0 * kN + j0;");
+    for (int r = 0; r < config.mr; ++r) {
+      std::string line;
+      for (int l = 0; l < config.nr; l += 16) {
+        line += fmt::format(
+            "{}_mm_prefetch(reinterpret_cast<const char*>(c_lines + {} * kN + {}), "
+            "_MM_HINT_T0);",
+            l ? " " : "", r, l);
+      }
+      out.line(line);
+    }
     out.line("#pragma GCC unroll 4");
     out.line("for (int64_t p = 0; p < kc; ++p) {");
     {
@@ -247,7 +260,7 @@ void render_tile(IndentedBuffer& out, const GemmConfig& config, const GemmEpilog
   {
     auto _ = out.scope();
     out.line("const int64_t i0 = ib * kMC, mc = std::min(kMC, M - i0);");
-    out.line("const int64_t mc_pad = (mc + kMR - 1) / kMR * kMR;");
+    if (config.pack_a) out.line("const int64_t mc_pad = (mc + kMR - 1) / kMR * kMR;");
     out.line("const int64_t j0 = jb * kNC, nc = std::min(kNC, kN - j0);");
     out.line("for (int64_t p0 = 0; p0 < kK; p0 += kKC) {");
     {
@@ -322,7 +335,8 @@ void render_entry(IndentedBuffer& out, const GemmConfig& config, const GemmProbl
   out.line("{");
   {
     auto _ = out.scope();
-    out.line("alignas(64) float Ap[kMC * kKC];");
+    // The packed block of A (direct A packs only a short last panel).
+    out.linef("alignas(64) float Ap[{} * kKC];", config.pack_a ? "kMC" : "kMR");
     switch (config.thread_split) {
       case GemmThreadSplit::kMN:
         out.line("#pragma omp for collapse(2) schedule(static)");

@@ -175,6 +175,15 @@ double cpuinfo_mhz() {
   return 0;
 }
 
+// The first three fields of /proc/loadavg: how busy the machine was (other processes compete
+// with the timed threads on a shared machine).
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return fmt::format("{} {} {}", one, five, fifteen);
+}
+
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -405,14 +414,16 @@ int main(int argc, char** argv) try {
       "with 256-bit vectors {:.0f} GFLOP/s\n",
       ghz, cpuinfo_mhz(), threads, ghz, width, peak, isa == GemmIsa::kAvx512 ? "AVX-512" : "AVX2",
       peak_avx2);
-  fmt::print("the machine may be shared: timings are medians ({}) and still noisy\n",
-             g_cpu_time ? "process CPU time" : "wall clock");
+  fmt::print(
+      "the machine may be shared: timings are medians ({}) and still noisy; load average {}\n",
+      g_cpu_time ? "process CPU time" : "wall clock", load_average());
 
   kiln::codecache::CodeCache cache(KILN_BENCH_CACHE_DIR);
   std::vector<Summary> summaries;
   for (const Shape& s : shapes) summaries.push_back(bench_shape(s, quick, peak, cache));
 
-  fmt::print("\n== summary (GFLOP/s; ratios of the best template)\n");
+  fmt::print("\n== summary (GFLOP/s; ratios of the best template; load average now {})\n",
+             load_average());
   fmt::print("{:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>6}  {}\n", "MxKxN", "openblas",
              "dnnl", "dnnl-pk", "default", "best", "/blas", "/dnnl", "%peak", "best config");
   for (const Summary& r : summaries) {

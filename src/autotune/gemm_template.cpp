@@ -11,8 +11,9 @@
 namespace kiln::autotune {
 namespace {
 
-// The generated code keeps A's packed block on each thread's stack; OpenMP worker stacks are at
-// least 2 MiB (libgomp's default), so a quarter of that leaves room for everything else.
+// The generated code keeps A's packed block on each thread's stack. OpenMP worker threads get
+// glibc's default thread stack (the stack rlimit, usually 8 MiB) unless OMP_STACKSIZE says
+// otherwise; 512 KiB leaves room for the rest under any sensible setting.
 constexpr int64_t kMaxPackedABytes = int64_t{512} << 10;
 
 int64_t round_up(int64_t value, int64_t multiple) {
@@ -433,9 +434,7 @@ std::string render_gemm(const GemmConfig& config, const GemmProblem& problem,
                         const std::string& function_name, const GemmEpilogue& epilogue) {
   check_gemm_config(config);
   KILN_CHECK(problem.n > 0 && problem.k >= 0,
-             "gemm problem: N must be positive and K not negative"
-             " (N {}, K {})",
-             problem.n, problem.k);
+             "gemm problem: expected N > 0 and K >= 0, found N {}, K {}", problem.n, problem.k);
   IndentedBuffer out;
   render_header(out, config, problem, epilogue);
   if (problem.k > 0) {
@@ -511,9 +510,10 @@ GemmConfig blocked_config(const RegisterBlock& block, int kc, int64_t m_hint,
   const int64_t max_nc = std::max<int64_t>(block.nr, (int64_t{4} << 20) / 4 / config.kc);
   if (nc > max_nc) nc = round_up(ceil_div(problem.n, ceil_div(problem.n, max_nc)), block.nr);
   config.nc = static_cast<int>(nc);
-  // Packing A pays off when each packed panel feeds many N panels; with few (N small) reading A
-  // in place measured up to 1.5x faster (bench/gemm_bench.cpp, 3136x576x64).
-  config.pack_a = ceil_div(nc, block.nr) > 4;
+  // Reading A in place measured as fast as packing it or faster at every shape of
+  // bench/gemm_bench.cpp on a Sapphire Rapids core (1.5x at 3136x576x64, where an N block has a
+  // single panel and packing is not amortized); packed A stays among the candidates.
+  config.pack_a = false;
   return config;
 }
 
@@ -555,6 +555,10 @@ std::vector<GemmConfig> gemm_configs(int64_t m_hint, const GemmProblem& problem,
   split_n.thread_split = GemmThreadSplit::kN;
   split_n.nc = static_cast<int>(round_up(ceil_div(problem.n, parts), first.nr));
   add(split_n);
+  // A taller A block (fewer passes over each B block) when M has room for it.
+  GemmConfig tall = first;
+  tall.mc = first.mc * 2;
+  if (m >= 2 * tall.mc && int64_t{tall.mc} * tall.kc * 4 <= kMaxPackedABytes) add(tall);
   return configs;
 }
 

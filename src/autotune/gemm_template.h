@@ -17,9 +17,12 @@
 ///   extern "C" void <name>(int64_t M, const float* A, const float* Bp, float* C
 ///                          [, const float* <epilogue argument>]...);
 ///
-/// where Bp is prepack_b's result (any alignment). The source is C++17 and needs
-/// immintrin.h and OpenMP (-fopenmp); AVX-512 configs need -mavx512f (or -march=native on a host
-/// that has it).
+/// where Bp is prepack_b's result (any alignment) and the pointers need no alignment. The source
+/// is C++17, needs OpenMP (-fopenmp; without it the kernel runs on one thread) and turns on its
+/// ISA with `#pragma GCC target`, so GCC compiles an AVX-512 config under any -march (other
+/// compilers need -mavx512f or -march=native); running one needs a CPU that has the ISA
+/// (host_gemm_isa). A process that loads and unloads kernel libraries should link the OpenMP
+/// runtime itself, or unloading the last library that uses it unloads it under its idle threads.
 
 #include <cstdint>
 #include <string>

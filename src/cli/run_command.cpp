@@ -178,21 +178,34 @@ int run_model(const RunArgs& args) {
   options.cache_dir = args.cache_dir;
   // Given inputs are read before compiling: small integer ones (shape arguments passed as
   // inputs) are specialized on their values, which the compiled model checks at run time.
+  // Sequences and optionals (.pb files holding a SequenceProto or OptionalProto) fix their
+  // length and presence; their tensors are given by flat name ("x[0]", "x[1]", ...).
   std::map<std::string, std::shared_ptr<const graph::Tensor>> given;
   for (const std::string& item : args.inputs) {
     auto [name, file] = split_assignment(item, "--input");
-    given[name] = std::make_shared<graph::Tensor>(onnx::read_tensor_file(file));
+    const auto& inputs = model.graph->inputs();
+    auto input = std::find_if(inputs.begin(), inputs.end(),
+                              [&](const graph::Value* v) { return v->name() == name; });
+    if (input == inputs.end()) {
+      std::string names;
+      for (const graph::Value* v : inputs) names += (names.empty() ? "" : ", ") + v->name();
+      user_error("--input {}: the model has no input of that name (its inputs: {})", name, names);
+    }
+    graph::IoValue value = onnx::read_value_file(file, (*input)->type());
+    if (value.kind == graph::ValueKind::kTensor && !value.optional) {
+      given[name] = std::make_shared<graph::Tensor>(value.tensors.at(0));
+      continue;
+    }
+    options.lowering.structured_inputs[name] = value;
+    for (size_t e = 0; e < value.tensors.size(); ++e) {
+      std::string flat =
+          value.kind == graph::ValueKind::kSequence ? fmt::format("{}[{}]", name, e) : name;
+      given[flat] = std::make_shared<graph::Tensor>(value.tensors[e]);
+    }
   }
   for (const auto& [name, tensor] : given) {
-    const auto& inputs = model.graph->inputs();
-    bool known = std::any_of(inputs.begin(), inputs.end(),
-                             [&](const graph::Value* v) { return v->name() == name; });
-    if (known) continue;
-    std::string names;
-    for (const graph::Value* v : inputs) names += (names.empty() ? "" : ", ") + v->name();
-    user_error("--input {}: the model has no input of that name (its inputs: {})", name, names);
+    if (name.find('[') == std::string::npos) options.lowering.input_values[name] = tensor;
   }
-  options.lowering.input_values = given;
   driver::CompiledModel compiled = driver::compile(model, options);
   const driver::CompileStats& stats = compiled.stats();
   fmt::print("compiled {}: {} kernels, {} library calls, {} ({:.2f} s)\n", args.model,
@@ -251,6 +264,9 @@ int run_model(const RunArgs& args) {
         "first run (warm-up) {:.3f} ms; {} timed runs: min {:.3f} ms, median {:.3f} ms ({} "
         "OpenMP threads)\n",
         first_ms, n, ms.front(), median, stats.threads);
+  }
+  for (const ir::BoundaryValue& b : compiled.output_values()) {
+    if (!b.present) fmt::print("output {}: an empty optional\n", b.onnx_name);
   }
   for (size_t k = 0; k < outputs.size(); ++k) {
     const std::string& name = compiled.outputs()[k].onnx_name;

@@ -156,6 +156,8 @@ CompiledModel compile(const graph::Model& model, const CompileOptions& options) 
     compiled.constant_ptrs_.push_back(constant->data());
   compiled.inputs_ = program.inputs;
   compiled.outputs_ = program.outputs;
+  compiled.input_values_ = program.input_values;
+  compiled.output_values_ = program.output_values;
   compiled.index_checks_ = program.index_checks;
   CompileStats& stats = compiled.stats_;
   stats.kernels = source.kernel_count;

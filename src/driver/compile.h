@@ -55,6 +55,14 @@ class CompiledModel {
   /// out-of-range index.
   std::vector<graph::Tensor> run(const std::vector<graph::Tensor>& inputs) const;
 
+  /// The model's inputs and outputs as ONNX values (tensors, sequences, optionals) over the
+  /// flat inputs() and outputs().
+  const std::vector<ir::BoundaryValue>& input_values() const { return input_values_; }
+  const std::vector<ir::BoundaryValue>& output_values() const { return output_values_; }
+  /// run() on ONNX values: sequences and optionals must have the length and presence the model
+  /// was compiled for (UserError otherwise).
+  std::vector<graph::IoValue> run_values(const std::vector<graph::IoValue>& inputs) const;
+
  private:
   friend CompiledModel compile(const graph::Model& model, const CompileOptions& options);
   CompiledModel() = default;
@@ -68,6 +76,8 @@ class CompiledModel {
   std::vector<const void*> constant_ptrs_;
   std::vector<ir::InputSpec> inputs_;
   std::vector<ir::OutputSpec> outputs_;
+  std::vector<ir::BoundaryValue> input_values_;
+  std::vector<ir::BoundaryValue> output_values_;
   std::vector<ir::IndexCheck> index_checks_;
   CompileStats stats_;
 };

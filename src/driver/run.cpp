@@ -45,4 +45,45 @@ std::vector<graph::Tensor> CompiledModel::run(const std::vector<graph::Tensor>& 
   return results;
 }
 
+std::vector<graph::IoValue> CompiledModel::run_values(
+    const std::vector<graph::IoValue>& inputs) const {
+  if (inputs.size() != input_values_.size()) {
+    user_error("the model takes {} inputs, {} were given", input_values_.size(), inputs.size());
+  }
+  std::vector<graph::Tensor> flat;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const ir::BoundaryValue& b = input_values_[k];
+    const graph::IoValue& v = inputs[k];
+    if (v.kind != b.kind || v.optional != b.optional) {
+      user_error("input '{}': expected a {}{}, got {}", b.onnx_name, b.optional ? "optional " : "",
+                 b.kind == graph::ValueKind::kSequence ? "sequence" : "tensor", v.str());
+    }
+    if (v.present != b.present) {
+      user_error(
+          "input '{}': the model was compiled for an optional that is {}; got one that is "
+          "{}: compile again with this value",
+          b.onnx_name, b.present ? "present" : "empty", v.present ? "present" : "empty");
+    }
+    if (v.present && v.tensors.size() != b.count) {
+      user_error(
+          "input '{}': the model was compiled for a sequence of {} tensors; got {}: "
+          "compile again with this value",
+          b.onnx_name, b.count, v.tensors.size());
+    }
+    if (v.present) flat.insert(flat.end(), v.tensors.begin(), v.tensors.end());
+  }
+  std::vector<graph::Tensor> results = run(flat);
+  std::vector<graph::IoValue> values;
+  for (const ir::BoundaryValue& b : output_values_) {
+    graph::IoValue v;
+    v.kind = b.kind;
+    v.optional = b.optional;
+    v.present = b.present;
+    v.tensors.assign(results.begin() + static_cast<std::ptrdiff_t>(b.first),
+                     results.begin() + static_cast<std::ptrdiff_t>(b.first + b.count));
+    values.push_back(std::move(v));
+  }
+  return values;
+}
+
 }  // namespace kiln::driver

@@ -13,6 +13,24 @@
 
 namespace kiln::graph {
 
+IoValue IoValue::tensor(Tensor t) {
+  IoValue v;
+  v.tensors.push_back(std::move(t));
+  return v;
+}
+
+std::string IoValue::str() const {
+  std::string content;
+  if (!present) {
+    content = "empty";
+  } else if (kind == ValueKind::kSequence) {
+    content = "seq(" + std::to_string(tensors.size()) + " tensors)";
+  } else {
+    content = std::string(dtype_name(tensors.at(0).dtype()));
+  }
+  return optional ? "optional(" + content + ")" : content;
+}
+
 std::string shape_str(const Shape& shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) {

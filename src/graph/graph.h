@@ -39,6 +39,18 @@ struct Type {
   std::string str() const;  // "float32[batch, 3]", "seq(float32[?])", "optional(int64[])"
 };
 
+/// A model input or output value as the user holds it: a tensor, a sequence of tensors, or an
+/// optional (empty, or holding a tensor or a sequence). `kind` is the content's kind.
+struct IoValue {
+  ValueKind kind = ValueKind::kTensor;
+  bool optional = false;
+  bool present = true;          // false: an empty optional
+  std::vector<Tensor> tensors;  // the tensor, or the sequence's elements; none when empty
+
+  static IoValue tensor(Tensor t);
+  std::string str() const;  // "float32[3]", "seq(2 x float32)", "optional(empty)"
+};
+
 class Value {
  public:
   Value(std::string name, Type type) : name_(std::move(name)), type_(std::move(type)) {}

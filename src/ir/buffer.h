@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "graph/dtype.h"
+#include "graph/graph.h"
 #include "graph/tensor.h"
 #include "ir/loop_body.h"
 #include "sym/expr.h"
@@ -112,6 +113,19 @@ struct OutputSpec {
   std::vector<sym::Expr> shape;
 };
 
+/// How a model input or output maps onto the entry point's flat tensors (InputSpecs or
+/// OutputSpecs): a tensor is one; a sequence, whose length is fixed when compiling, one per
+/// element; an optional is what it holds, or nothing when it is empty (also fixed when
+/// compiling).
+struct BoundaryValue {
+  std::string onnx_name;
+  graph::ValueKind kind = graph::ValueKind::kTensor;  // of the content
+  bool optional = false;
+  bool present = true;
+  size_t first = 0;  // its first spec
+  size_t count = 1;  // its specs
+};
+
 /// A runtime check the wrapper performs before any kernel runs on the data it guards: that every
 /// element of an integer buffer lies in [-size, size) (Gather-style indices).
 struct IndexCheck {
@@ -163,6 +177,9 @@ struct Program {
   std::vector<std::unique_ptr<Buffer>> buffers;
   std::vector<InputSpec> inputs;
   std::vector<OutputSpec> outputs;
+  /// The model's inputs and outputs as ONNX values, in graph order, over `inputs` / `outputs`.
+  std::vector<BoundaryValue> input_values;
+  std::vector<BoundaryValue> output_values;
   std::vector<IndexCheck> index_checks;
   std::vector<ExtentCheck> extent_checks;
   std::vector<ValueGuard> value_guards;

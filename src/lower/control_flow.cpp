@@ -179,6 +179,71 @@ std::vector<int64_t> scan_output_spec(const ir::OutputSpec& out) {
   return spec;
 }
 
+/// The most iterations of a Loop run when compiling.
+constexpr int64_t kMaxUnrolledIterations = 1024;
+
+/// A scalar's value known when compiling, or nullopt.
+std::optional<int64_t> known_scalar_int(const TensorValue* v) {
+  if (v == nullptr || !v->known || v->known->size() != 1) return std::nullopt;
+  return (*v->known)[0].as_integer();
+}
+
+/// A Loop carrying sequences or optionals (whose lengths and presence Kiln fixes when compiling)
+/// runs when compiling: its trip count and condition must be known then, and each iteration's
+/// body is lowered inline.
+std::vector<TensorValue> unroll_loop(LoweringContext& ctx, const graph::Graph& body,
+                                     const LowerInputs& inputs) {
+  const TensorValue* max_trip = optional_input(inputs, 0);
+  const TensorValue* cond = optional_input(inputs, 1);
+  std::optional<int64_t> trips = known_scalar_int(max_trip);
+  std::optional<int64_t> keep = known_scalar_int(cond);
+  if ((max_trip && !trips) || (cond && !keep) || (!max_trip && !cond)) {
+    ctx.fail(
+        "a Loop that carries sequences or optionals runs when compiling, so its trip count "
+        "and condition must be known then");
+  }
+  std::vector<TensorValue> carried;
+  for (size_t k = 2; k < inputs.size(); ++k)
+    carried.push_back(required_input(ctx, inputs, k, "v_initial"));
+  std::vector<std::vector<TensorValue>> scans;
+  int64_t i = 0;
+  for (; (!trips || i < *trips) && (!keep || *keep != 0); ++i) {
+    if (i == kMaxUnrolledIterations) {
+      ctx.fail(fmt::format("the Loop runs more than {} iterations when compiling",
+                           kMaxUnrolledIterations));
+    }
+    std::vector<TensorValue> formals = {ctx.from_known(DType::kInt64, {}, {Expr(i)}),
+                                        ctx.from_known(DType::kBool, {}, {Expr(keep.value_or(1))})};
+    formals.insert(formals.end(), carried.begin(), carried.end());
+    std::vector<TensorValue> outs = ctx.graph_lowering().inline_graph(body, formals);
+    if (outs.size() < 1 + carried.size())
+      ctx.fail(fmt::format("the body has {} outputs, expected at least {}", outs.size(),
+                           1 + carried.size()));
+    if (cond) {
+      keep = known_scalar_int(&outs[0]);
+      if (!keep) ctx.fail("the body's condition is not known when compiling");
+    }
+    std::copy(outs.begin() + 1, outs.begin() + 1 + static_cast<std::ptrdiff_t>(carried.size()),
+              carried.begin());
+    scans.resize(outs.size() - 1 - carried.size());
+    for (size_t k = 0; k < scans.size(); ++k) scans[k].push_back(outs[1 + carried.size() + k]);
+  }
+  for (std::vector<TensorValue>& scan : scans) {
+    std::vector<TensorValue> parts;
+    for (const TensorValue& t : scan) {
+      std::vector<Expr> shape = t.shape;
+      shape.insert(shape.begin(), Expr(1));
+      parts.push_back(make_view(ctx, t, shape, [](const std::vector<Expr>& o) {
+        return std::vector<Expr>(o.begin() + 1, o.end());
+      }));
+    }
+    std::vector<const TensorValue*> pointers;
+    for (const TensorValue& p : parts) pointers.push_back(&p);
+    carried.push_back(concat_values(ctx, pointers, 0));
+  }
+  return carried;
+}
+
 std::vector<TensorValue> lower_loop(LoweringContext& ctx, const graph::Node& node,
                                     const LowerInputs& inputs) {
   const graph::Graph& body = subgraph_attr(ctx, node, "body");
@@ -189,10 +254,13 @@ std::vector<TensorValue> lower_loop(LoweringContext& ctx, const graph::Node& nod
   if (cond && (cond->dtype != DType::kBool || cond->rank() > 1))
     ctx.fail("the condition must be a bool scalar");
   const size_t carried = inputs.size() > 2 ? inputs.size() - 2 : 0;
+  for (size_t k = 2; k < inputs.size(); ++k) {
+    if (inputs[k] && (inputs[k]->sequence || inputs[k]->optional))
+      return unroll_loop(ctx, body, inputs);
+  }
   std::vector<FormalInput> formals = {{DType::kInt64, {}, true}, {DType::kBool, {}, false}};
   for (size_t k = 0; k < carried; ++k) {
     const TensorValue& v = required_input(ctx, inputs, 2 + k, "v_initial");
-    if (v.sequence) ctx.fail("loop-carried sequences are not supported yet");
     formals.push_back({v.dtype, v.shape, false});
   }
   std::vector<bool> stable;

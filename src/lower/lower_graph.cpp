@@ -130,6 +130,14 @@ LoweredSubgraph GraphLowering::lower_subgraph(const graph::Graph& graph,
   sub.bind_formals(formals);
   sub.finish();
   ctx_.set_node(&node);
+  for (const ir::BoundaryValue& out : sub.program_.output_values) {
+    if (out.kind != graph::ValueKind::kTensor || out.optional) {
+      ctx_.fail(
+          fmt::format("subgraph output '{}' is a sequence or an optional; subgraphs that run "
+                      "at run time return tensors only",
+                      out.onnx_name));
+    }
+  }
   LoweredSubgraph lowered;
   lowered.subgraph = std::make_shared<ir::Subgraph>();
   lowered.subgraph->name = sub.name_;
@@ -211,15 +219,76 @@ const TensorValue& GraphLowering::lookup(const graph::Value& value) {
 void GraphLowering::bind_inputs() {
   int k = 0;
   for (const graph::Value* input : graph_.inputs()) {
-    auto buffer = std::make_unique<ir::Buffer>();
-    buffer->name = fmt::format("arg{}_{}", k++, c_identifier(input->name()));
-    buffer->kind = ir::BufferKind::kInput;
-    buffer->dtype = input->type().dtype;
-    buffer->layout = ir::Layout::contiguous(shape_of(*input));
-    program_.inputs.push_back({input->name(), buffer->name, buffer->dtype, buffer->layout.sizes});
-    TensorValue value = ctx_.from_buffer(ctx_.add_buffer(std::move(buffer)));
-    specialize(*input, value);
+    const graph::Type& type = input->type();
+    ir::BoundaryValue boundary{input->name(), type.kind, false, true, program_.inputs.size(), 1};
+    auto add_input = [&](std::string onnx_name, DType dtype, std::vector<sym::Expr> shape) {
+      auto buffer = std::make_unique<ir::Buffer>();
+      buffer->name = fmt::format("arg{}_{}", k++, c_identifier(onnx_name));
+      buffer->kind = ir::BufferKind::kInput;
+      buffer->dtype = dtype;
+      buffer->layout = ir::Layout::contiguous(std::move(shape));
+      program_.inputs.push_back({onnx_name, buffer->name, dtype, buffer->layout.sizes});
+      return ctx_.from_buffer(ctx_.add_buffer(std::move(buffer)));
+    };
+    if (type.kind == graph::ValueKind::kTensor) {
+      TensorValue value = add_input(input->name(), type.dtype, shape_of(*input));
+      specialize(*input, value);
+      env_[input] = std::move(value);
+      program_.input_values.push_back(boundary);
+      continue;
+    }
+    // A sequence or an optional: its structure comes from the value given when compiling.
+    auto given = ctx_.options().structured_inputs.find(input->name());
+    if (given == ctx_.options().structured_inputs.end()) {
+      user_error(
+          "input '{}' is a {}: Kiln fixes a sequence's length and an optional's presence when "
+          "compiling, so give its value",
+          input->name(), type.str());
+    }
+    const graph::IoValue& v = given->second;
+    const graph::Type& content =
+        type.kind == graph::ValueKind::kOptional && type.element ? *type.element : type;
+    const graph::Type* element = content.kind == graph::ValueKind::kSequence && content.element
+                                     ? content.element.get()
+                                     : &content;
+    boundary.kind = content.kind;
+    boundary.optional = type.kind == graph::ValueKind::kOptional;
+    boundary.present = v.present;
+    boundary.count = v.present ? v.tensors.size() : 0;
+    if (v.kind != content.kind || boundary.optional != v.optional) {
+      user_error("input '{}': the model says {}, the value given is {}", input->name(), type.str(),
+                 v.str());
+    }
+    TensorValue value;
+    value.dtype = element->dtype;
+    value.optional = boundary.optional;
+    value.none = !v.present;
+    std::vector<TensorValue> elements;
+    for (size_t e = 0; e < boundary.count; ++e) {
+      const graph::Tensor& t = v.tensors[e];
+      // Static dims the model declares stay; the others are symbols of this element (the
+      // elements of a sequence may differ in any dim the model leaves symbolic).
+      bool declared = element->shape && element->shape->size() == static_cast<size_t>(t.rank());
+      std::vector<sym::Expr> shape;
+      for (int64_t d = 0; d < t.rank(); ++d) {
+        const sym::Expr* dim = declared ? &(*element->shape)[static_cast<size_t>(d)] : nullptr;
+        shape.push_back(
+            dim && dim->is_integer()
+                ? *dim
+                : sym::Expr::symbol(fmt::format("{}_{}_d{}", c_identifier(input->name()), e, d)));
+      }
+      bool sequence = content.kind == graph::ValueKind::kSequence;
+      elements.push_back(add_input(
+          sequence ? fmt::format("{}[{}]", input->name(), e) : input->name(), t.dtype(), shape));
+    }
+    if (content.kind == graph::ValueKind::kSequence) {
+      value.sequence = std::make_shared<const std::vector<TensorValue>>(std::move(elements));
+    } else if (v.present) {
+      elements[0].optional = true;
+      value = std::move(elements[0]);
+    }
     env_[input] = std::move(value);
+    program_.input_values.push_back(boundary);
   }
 }
 
@@ -323,7 +392,7 @@ void GraphLowering::lower_node(const graph::Node& node) {
 /// Decides whether a freshly lowered value stays lazy (inlined into its users), is folded into
 /// a constant (it depends only on constants), or is materialized now.
 TensorValue GraphLowering::settle(TensorValue value, const graph::Value& out) {
-  if (value.sequence) return value;  // its tensors settled when they were made
+  if (value.sequence || value.none) return value;  // a sequence's tensors settled when made
   check_type(value, out);
   if (value.known || value.known_float) return value;
   if (std::optional<TensorValue> folded = fold_constant(ctx_, value)) return *folded;
@@ -349,13 +418,8 @@ void GraphLowering::check_type(const TensorValue& value, const graph::Value& out
 
 void GraphLowering::bind_outputs() {
   std::set<std::string> taken;
-  for (const graph::Value* out : graph_.outputs()) {
-    auto it = env_.find(out);
-    if (it == env_.end()) user_error("graph output '{}' is never computed", out->name());
-    const TensorValue& value = it->second;
-    if (value.sequence) {
-      user_error("graph output '{}' is a sequence; Kiln compiles tensor outputs only", out->name());
-    }
+  // A graph output that aliases an input, a constant or another output gets its own copy.
+  auto output_buffer = [&](const TensorValue& value) {
     std::optional<std::string> existing = ctx_.as_buffer(value);
     const ir::Buffer* buffer = existing ? program_.find(*existing) : nullptr;
     bool own =
@@ -365,7 +429,6 @@ void GraphLowering::bind_outputs() {
     if (own) {
       name = buffer->name;
     } else {
-      // Outputs that alias an input, a constant or another output get their own copy.
       TensorValue copy = value;
       copy.known.reset();
       copy.known_float.reset();
@@ -373,7 +436,26 @@ void GraphLowering::bind_outputs() {
       name = *ctx_.as_buffer(ctx_.realize(copy, "graph output", /*copy=*/true));
     }
     taken.insert(name);
-    program_.outputs.push_back({out->name(), name, value.dtype, value.shape});
+    return name;
+  };
+  for (const graph::Value* out : graph_.outputs()) {
+    const TensorValue& value = lookup(*out);
+    ir::BoundaryValue boundary{out->name(), graph::ValueKind::kTensor, value.optional,
+                               !value.none, program_.outputs.size(),   1};
+    if (value.sequence) {
+      boundary.kind = graph::ValueKind::kSequence;
+      boundary.count = value.none ? 0 : value.sequence->size();
+      for (size_t e = 0; e < boundary.count; ++e) {
+        const TensorValue& element = (*value.sequence)[e];
+        program_.outputs.push_back({fmt::format("{}[{}]", out->name(), e), output_buffer(element),
+                                    element.dtype, element.shape});
+      }
+    } else if (value.none) {
+      boundary.count = 0;
+    } else {
+      program_.outputs.push_back({out->name(), output_buffer(value), value.dtype, value.shape});
+    }
+    program_.output_values.push_back(boundary);
   }
 }
 

@@ -47,6 +47,11 @@ struct TensorValue {
   /// Set when the value is an ONNX sequence: its tensors, their number known at compile time
   /// (SequenceConstruct, SplitToSequence, ...); `dtype` is the element type, `body` unset.
   std::shared_ptr<const std::vector<TensorValue>> sequence;
+  /// Set when the value is an ONNX optional; `none` when it holds nothing (then only `dtype`,
+  /// the element type, and `sequence` for an optional sequence, are meaningful). Whether an
+  /// optional holds a value is always known when compiling.
+  bool optional = false;
+  bool none = false;
 
   size_t rank() const { return shape.size(); }
   /// The known integer values; throws UserError naming `what` when not known at compile time.
@@ -64,6 +69,9 @@ struct LoweringOptions {
   /// NonMaxSuppression's thresholds): those ops (and Reshape's shape, Slice's starts, axes...)
   /// read them, and the wrapper checks at run time that the input still holds them.
   std::map<std::string, std::shared_ptr<const graph::Tensor>> input_values;
+  /// Values of sequence and optional inputs (by ONNX input name): they fix a sequence's length
+  /// and an optional's presence, and its elements' ranks where the model does not give them.
+  std::map<std::string, graph::IoValue> structured_inputs;
 };
 
 inline constexpr int64_t kMaxSpecializedElements = 8;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "lower/graph_lowering.h"
 #include "lower/lowering.h"
 #include "lower/op_util.h"
 #include "support/error.h"
@@ -173,9 +174,88 @@ std::vector<TensorValue> lower_concat_from_sequence(LoweringContext& ctx, const 
   return {concat_values(ctx, pointers, axis)};
 }
 
+// --- Optionals ----------------------------------------------------------------------------------
+
+std::vector<TensorValue> lower_optional(LoweringContext& ctx, const graph::Node& node,
+                                        const LowerInputs& inputs) {
+  if (const TensorValue* x = optional_input(inputs, 0)) {
+    TensorValue v = *x;
+    v.optional = true;
+    return {v};
+  }
+  // An empty optional: its element type is the output's declared type.
+  const graph::Type& type = node.output(0)->type();
+  if (type.kind != graph::ValueKind::kOptional || !type.element)
+    ctx.fail("an empty Optional needs its type (the output's declared optional type)");
+  TensorValue v;
+  v.optional = true;
+  v.none = true;
+  const graph::Type& element = *type.element;
+  if (element.kind == graph::ValueKind::kSequence) {
+    v.dtype = element.element ? element.element->dtype : DType::kUndefined;
+    v.sequence = std::make_shared<const Tensors>();
+  } else {
+    v.dtype = element.dtype;
+  }
+  return {v};
+}
+
+std::vector<TensorValue> lower_optional_has_element(LoweringContext& ctx, const graph::Node&,
+                                                    const LowerInputs& inputs) {
+  const TensorValue* x = optional_input(inputs, 0);
+  bool has = x != nullptr && !x->none;
+  return {ctx.from_known(DType::kBool, {}, {Expr(has ? 1 : 0)})};
+}
+
+std::vector<TensorValue> lower_optional_get_element(LoweringContext& ctx, const graph::Node&,
+                                                    const LowerInputs& inputs) {
+  TensorValue v = required_input(ctx, inputs, 0, "input");
+  if (v.none) ctx.fail("the optional input is empty");
+  v.optional = false;
+  return {v};
+}
+
+// --- SequenceMap
+// ----------------------------------------------------------------------------------
+
+/// The body runs once per position of the sequences (all of one length), each run lowered inline
+/// with the elements at that position and the plain tensor inputs; its outputs form sequences.
+std::vector<TensorValue> lower_sequence_map(LoweringContext& ctx, const graph::Node& node,
+                                            const LowerInputs& inputs) {
+  std::shared_ptr<graph::Graph> body = node.attr_graph("body");
+  if (!body) ctx.fail("attribute 'body' (a graph) is missing");
+  const TensorValue& first = required_sequence(ctx, inputs, 0);
+  const size_t n = first.sequence->size();
+  for (size_t k = 1; k < inputs.size(); ++k) {
+    const TensorValue& in = required_input(ctx, inputs, k, "additional input");
+    if (in.sequence && in.sequence->size() != n) {
+      ctx.fail(fmt::format("input {} is a sequence of {} tensors, input 0 of {}", k,
+                           in.sequence->size(), n));
+    }
+  }
+  std::vector<Tensors> outputs(body->outputs().size());
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<TensorValue> formals;
+    for (const auto& in : inputs) formals.push_back(in->sequence ? (*in->sequence)[i] : *in);
+    std::vector<TensorValue> results = ctx.graph_lowering().inline_graph(*body, formals);
+    for (size_t k = 0; k < results.size(); ++k) outputs[k].push_back(std::move(results[k]));
+  }
+  std::vector<TensorValue> sequences;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const graph::Type& type = body->outputs()[k]->type();
+    DType dtype = outputs[k].empty() ? type.dtype : outputs[k][0].dtype;
+    sequences.push_back(make_sequence(dtype, std::move(outputs[k])));
+  }
+  return sequences;
+}
+
 }  // namespace
 
 void register_sequence_ops(Registry& registry) {
+  registry.add("", "Optional", {lower_optional, 15, 17});
+  registry.add("", "OptionalHasElement", {lower_optional_has_element, 15, 17});
+  registry.add("", "OptionalGetElement", {lower_optional_get_element, 15, 17});
+  registry.add("", "SequenceMap", {lower_sequence_map, 17, 17});
   registry.add("", "SequenceEmpty", {lower_sequence_empty, 11, 17});
   registry.add("", "SequenceConstruct", {lower_sequence_construct, 11, 17});
   registry.add("", "SequenceInsert", {lower_sequence_insert, 11, 17});

@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 
+#include <onnx/onnx-data_pb.h>
 #include "onnx/tensor_proto.h"
 #include "support/error.h"
 #include "support/files.h"
@@ -341,6 +342,53 @@ Tensor read_tensor_file(const fs::path& path) {
   if (ext == ".pb") return read_pb(path);
   if (ext == ".npy") return decode_npy(files::read(path), path.string());
   user_error("{}: unknown tensor file extension '{}' (expected .pb or .npy)", path.string(), ext);
+}
+
+namespace {
+
+graph::IoValue sequence_from_proto(const ::onnx::SequenceProto& proto, const fs::path& path) {
+  if (proto.elem_type() != ::onnx::SequenceProto::TENSOR &&
+      proto.elem_type() != ::onnx::SequenceProto::UNDEFINED) {
+    user_error("{}: a sequence of non-tensors (elem_type {}) is not supported", path.string(),
+               static_cast<int>(proto.elem_type()));
+  }
+  graph::IoValue v;
+  v.kind = graph::ValueKind::kSequence;
+  for (const auto& t : proto.tensor_values())
+    v.tensors.push_back(tensor_from_proto(t, path.parent_path(), path.string()));
+  return v;
+}
+
+}  // namespace
+
+graph::IoValue read_value_file(const fs::path& path, const graph::Type& type) {
+  if (type.kind == graph::ValueKind::kTensor) return graph::IoValue::tensor(read_tensor_file(path));
+  if (path.extension() != ".pb") {
+    user_error("{}: a {} value is read from a .pb file (an onnx SequenceProto or OptionalProto)",
+               path.string(), type.str());
+  }
+  std::string bytes = files::read(path);
+  if (type.kind == graph::ValueKind::kSequence) {
+    ::onnx::SequenceProto proto;
+    if (!proto.ParseFromString(bytes))
+      user_error("{}: not a valid SequenceProto file", path.string());
+    return sequence_from_proto(proto, path);
+  }
+  ::onnx::OptionalProto proto;
+  if (!proto.ParseFromString(bytes))
+    user_error("{}: not a valid OptionalProto file", path.string());
+  graph::IoValue v;
+  if (proto.has_sequence_value()) {
+    v = sequence_from_proto(proto.sequence_value(), path);
+  } else if (proto.has_tensor_value()) {
+    v.tensors.push_back(tensor_from_proto(proto.tensor_value(), path.parent_path(), path.string()));
+  } else {
+    v.present = false;
+    bool sequence = type.element && type.element->kind == graph::ValueKind::kSequence;
+    v.kind = sequence ? graph::ValueKind::kSequence : graph::ValueKind::kTensor;
+  }
+  v.optional = true;
+  return v;
 }
 
 void write_tensor_file(const Tensor& t, const fs::path& path, const std::string& name) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 
+#include "graph/graph.h"
 #include "graph/tensor.h"
 
 namespace kiln::onnx {
@@ -20,6 +21,11 @@ graph::Tensor read_tensor_file(const std::filesystem::path& path);
 /// cannot hold (bfloat16, string) and for unknown extensions.
 void write_tensor_file(const graph::Tensor& t, const std::filesystem::path& path,
                        const std::string& name = "");
+
+/// Reads a model input or output of type `type` from a file: for a tensor, as read_tensor_file;
+/// for a sequence or an optional, a ".pb" file holding an onnx SequenceProto or OptionalProto
+/// (as in the ONNX test suite). `what` names the value in errors.
+graph::IoValue read_value_file(const std::filesystem::path& path, const graph::Type& type);
 
 /// A short human summary, e.g. "float32[2, 3] min=-1 max=4 mean=1.5 values=[-1, 0, 1, ...]".
 std::string tensor_summary(const graph::Tensor& t);

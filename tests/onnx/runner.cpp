@@ -98,13 +98,35 @@ std::string compare(const graph::Tensor& actual, const graph::Tensor& expected) 
                      expected.element_as_double(first));
 }
 
-/// Reads a suite tensor; uint16 data stands for bfloat16 where the model expects bfloat16.
-graph::Tensor read_suite_tensor(const fs::path& path, graph::DType expected) {
-  graph::Tensor t = onnx::read_tensor_file(path);
-  if (expected != graph::DType::kBFloat16 || t.dtype() != graph::DType::kUInt16) return t;
-  auto storage = std::make_shared<graph::Tensor>(std::move(t));
-  return graph::Tensor(graph::DType::kBFloat16, storage->dims(), storage, storage->data(),
-                       storage->nbytes());
+/// Reads a suite value (a tensor, or a SequenceProto / OptionalProto) of the model's type;
+/// uint16 data stands for bfloat16 where the model expects bfloat16.
+graph::IoValue read_suite_value(const fs::path& path, const graph::Type& type) {
+  graph::IoValue v = onnx::read_value_file(path, type);
+  for (graph::Tensor& t : v.tensors) {
+    if (t.dtype() != graph::DType::kUInt16) continue;
+    const graph::Type* element = &type;
+    while (element->element) element = element->element.get();
+    if (element->dtype != graph::DType::kBFloat16) continue;
+    auto storage = std::make_shared<graph::Tensor>(std::move(t));
+    t = graph::Tensor(graph::DType::kBFloat16, storage->dims(), storage, storage->data(),
+                      storage->nbytes());
+  }
+  return v;
+}
+
+/// Compares an output value with the expected one: its structure, then each tensor.
+std::string compare_values(const graph::IoValue& actual, const graph::IoValue& expected) {
+  if (actual.present != expected.present || actual.kind != expected.kind ||
+      actual.tensors.size() != expected.tensors.size()) {
+    return fmt::format("got {}, expected {}", actual.str(), expected.str());
+  }
+  for (size_t k = 0; k < actual.tensors.size(); ++k) {
+    std::string diff = compare(actual.tensors[k], expected.tensors[k]);
+    if (diff.empty()) continue;
+    return expected.kind == graph::ValueKind::kSequence ? fmt::format("element {}: {}", k, diff)
+                                                        : diff;
+  }
+  return "";
 }
 
 struct CaseResult {
@@ -137,32 +159,43 @@ CaseResult run_case(const fs::path& data_dir, const std::string& name, const fs:
     }
     std::sort(sets.begin(), sets.end());
     // As `kiln run` does, the compile sees the given inputs' values, so shape arguments passed
-    // as inputs are specialized (and guarded at run time).
+    // as inputs are specialized (and guarded at run time), and sequences and optionals get
+    // their lengths and presence.
     driver::CompileOptions options;
     options.cache_dir = cache_dir;
     const auto& graph_inputs = model.graph->inputs();
-    for (size_t k = 0; k < graph_inputs.size() && !sets.empty(); ++k) {
-      fs::path file = sets[0] / fmt::format("input_{}.pb", k);
-      if (!fs::exists(file)) continue;
-      options.lowering.input_values[graph_inputs[k]->name()] =
-          std::make_shared<graph::Tensor>(read_suite_tensor(file, graph_inputs[k]->type().dtype));
+    const auto& graph_outputs = model.graph->outputs();
+    auto read_inputs = [&](const fs::path& set) {
+      std::vector<graph::IoValue> values;
+      for (size_t k = 0; k < graph_inputs.size(); ++k) {
+        values.push_back(
+            read_suite_value(set / fmt::format("input_{}.pb", k), graph_inputs[k]->type()));
+      }
+      return values;
+    };
+    if (!sets.empty()) {
+      std::vector<graph::IoValue> first = read_inputs(sets[0]);
+      for (size_t k = 0; k < first.size(); ++k) {
+        const std::string& name = graph_inputs[k]->name();
+        if (graph_inputs[k]->type().kind == graph::ValueKind::kTensor) {
+          options.lowering.input_values[name] =
+              std::make_shared<graph::Tensor>(first[k].tensors.at(0));
+        } else {
+          options.lowering.structured_inputs[name] = first[k];
+        }
+      }
     }
     driver::CompiledModel compiled = driver::compile(model, options);
     for (const fs::path& set : sets) {
-      std::vector<graph::Tensor> inputs;
-      for (size_t k = 0; k < compiled.inputs().size(); ++k) {
-        inputs.push_back(
-            read_suite_tensor(set / fmt::format("input_{}.pb", k), compiled.inputs()[k].dtype));
-      }
-      std::vector<graph::Tensor> outputs = compiled.run(inputs);
+      std::vector<graph::IoValue> outputs = compiled.run_values(read_inputs(set));
       for (size_t k = 0; k < outputs.size(); ++k) {
         fs::path expected_path = set / fmt::format("output_{}.pb", k);
         if (!fs::exists(expected_path)) continue;
         std::string diff =
-            compare(outputs[k], read_suite_tensor(expected_path, compiled.outputs()[k].dtype));
+            compare_values(outputs[k], read_suite_value(expected_path, graph_outputs[k]->type()));
         if (!diff.empty()) {
           result.message = fmt::format("{} output {} ('{}'): {}", set.filename().string(), k,
-                                       compiled.outputs()[k].onnx_name, diff);
+                                       graph_outputs[k]->name(), diff);
           return result;
         }
       }

@@ -32,6 +32,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -114,8 +115,8 @@ struct Candidate {
   double best() const { return *std::min_element(samples.begin(), samples.end()); }
 };
 
-// Two warm-up calls per candidate, then `rounds` rounds of about `round_budget` seconds each
-// (split evenly among the candidates, at least 2 calls each per round).
+// Two warm-up calls per candidate, then `rounds` rounds (in a shuffled order each) of about
+// `round_budget` seconds each (split evenly among the candidates, at least 2 calls each per round).
 void time_interleaved(std::vector<Candidate>& candidates, int rounds = 7,
                       double round_budget = 0.25) {
   std::vector<int> calls(candidates.size());
@@ -127,8 +128,14 @@ void time_interleaved(std::vector<Candidate>& candidates, int rounds = 7,
     const double share = round_budget / double(candidates.size());
     calls[i] = static_cast<int>(std::clamp(share / once, 2.0, 100.0));
   }
+  // Each round starts at another candidate (and the order is shuffled), so that no candidate is
+  // always the one that runs after, say, oneDNN with its different data in the caches.
+  std::vector<size_t> order(candidates.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937 rng(12345);
   for (int round = 0; round < rounds; ++round) {
-    for (size_t i = 0; i < candidates.size(); ++i) {
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t i : order) {
       for (int call = 0; call < calls[i]; ++call) {
         const double start = now_seconds();
         candidates[i].run();

@@ -1,5 +1,7 @@
 #include "ir/buffer.h"
 
+#include <set>
+
 #include <algorithm>
 
 #include "support/error.h"
@@ -88,6 +90,36 @@ std::vector<std::string> Buffer::reads() const {
 void Buffer::add_origin(const Origin& origin) {
   auto it = std::lower_bound(origins.begin(), origins.end(), origin);
   if (it == origins.end() || !(*it == origin)) origins.insert(it, origin);
+}
+
+std::vector<std::string> dynamic_size_sources(const Program& program, const Buffer& buffer) {
+  if (program.dynamic_sizes.empty()) return {};
+  std::set<std::string> symbols;
+  auto add = [&](const sym::Expr& e) {
+    for (const sym::Expr& s : sym::free_symbols(e)) symbols.insert(s.name());
+  };
+  auto add_layout = [&](const Layout& l) {
+    for (const sym::Expr& e : l.sizes) add(e);
+    for (const sym::Expr& e : l.strides) add(e);
+    add(l.offset);
+  };
+  add_layout(buffer.layout);
+  if (buffer.kind == BufferKind::kComputed) {
+    for (const sym::Expr& e : buffer.body.sizes()) add(e);
+    for (const sym::Expr& e : buffer.body.reduce_sizes()) add(e);
+    for (const Op& op : buffer.body.ops()) add(op.index);
+  } else if (buffer.kind == BufferKind::kExtern) {
+    for (const auto& in : buffer.call.inputs) {
+      if (in) add_layout(in->layout);
+    }
+  }
+  std::vector<std::string> sources;
+  for (const DynamicSize& d : program.dynamic_sizes) {
+    if (symbols.count(d.symbol) && d.buffer != buffer.name) sources.push_back(d.buffer);
+  }
+  std::sort(sources.begin(), sources.end());
+  sources.erase(std::unique(sources.begin(), sources.end()), sources.end());
+  return sources;
 }
 
 bool is_control_flow(const Buffer& buffer) {

@@ -151,19 +151,26 @@ struct ValueGuard {
   std::vector<double> values;  // integers, bools (0/1) or one floating scalar
 };
 
-/// A size known only at run time (the count of NonZero, Compress): the wrapper binds `symbol`
-/// from element 0 of the int64 `buffer` right after the item that computes it (right after the
-/// inputs for an input: a Loop body's iteration number), and every later allocation, kernel and
-/// output shape may use it. With `result` >= 0, `buffer` is a control-flow call and the symbol is
-/// dim `dim` of the run-time shape of its result `result`.
+/// A size known only at run time (the count of NonZero, a shape computed from data): the wrapper
+/// binds `symbol` from element `element` of the int64 `buffer` right after the item that computes
+/// it (right after the inputs for an input: a Loop body's iteration number), and every later
+/// allocation, kernel and output shape may use it. With `result` >= 0, `buffer` is a
+/// control-flow call and the symbol is dim `dim` of the run-time shape of its result `result`.
+/// Items whose sizes or indices use the symbol run after `buffer` (dynamic_size_sources).
 struct DynamicSize {
   std::string symbol;
   std::string buffer;
   int result = -1;
   int dim = -1;
+  int64_t element = 0;
 };
 
 struct Subgraph;
+struct Program;
+
+/// The buffers that bind the dynamic sizes `buffer` uses (in its layout, loop sizes, indices or
+/// call inputs): it must run after them, and they live as long as it does.
+std::vector<std::string> dynamic_size_sources(const Program& program, const Buffer& buffer);
 
 /// Control flow (If, Loop, Scan) is an extern call whose kernel names the construct; it runs
 /// subgraphs (Program::subgraphs, named by the call's string attributes) and yields several

@@ -272,6 +272,7 @@ void prune_unreachable_buffers(ir::Program& program) {
       continue;
     }
     for (const std::string& r : b.reads()) live.insert(r);
+    for (const std::string& r : ir::dynamic_size_sources(program, b)) live.insert(r);
   }
   std::erase_if(program.buffers,
                 [&](const std::unique_ptr<ir::Buffer>& b) { return dead.count(b->name) > 0; });

@@ -277,8 +277,8 @@ std::vector<TensorValue> lower_topk(LoweringContext& ctx, const graph::Node& nod
   if (node.opset() < 10) {
     k = Expr(node.attr_int("k", 0));
   } else {
-    const std::vector<Expr>& ks =
-        require_known(ctx, required_input(ctx, inputs, 1, "K"), "input 'K'");
+    const std::vector<Expr> ks =
+        sizes_from_tensor(ctx, required_input(ctx, inputs, 1, "K"), "input 'K'", x.shape[axis]);
     if (ks.size() != 1) ctx.fail("input 'K' must hold one value");
     k = ks[0];
   }

@@ -158,7 +158,7 @@ TensorValue filled(LoweringContext& ctx, DType dtype, const std::vector<Expr>& s
 std::vector<TensorValue> lower_constant_of_shape(LoweringContext& ctx, const graph::Node& node,
                                                  const LowerInputs& inputs) {
   std::vector<Expr> shape =
-      require_known(ctx, required_input(ctx, inputs, 0, "input"), "input 'input' (the shape)");
+      sizes_from_tensor(ctx, required_input(ctx, inputs, 0, "input"), "input 'input' (the shape)");
   for (const Expr& d : shape) {
     if (auto v = d.as_integer(); v && *v < 0) {
       ctx.fail("expected non-negative sizes, found " + std::to_string(*v));
@@ -177,12 +177,40 @@ std::vector<TensorValue> lower_constant_of_shape(LoweringContext& ctx, const gra
   return {filled(ctx, dtype, shape, value)};
 }
 
+/// Range whose bounds are computed at run time: a library call counts the elements (a size
+/// symbol from then on), and each element is start + i * delta read from the inputs.
+TensorValue range_at_run_time(LoweringContext& ctx, const TensorValue& start,
+                              const TensorValue& limit, const TensorValue& delta) {
+  const DType dtype = start.dtype;
+  for (const TensorValue* v : {&start, &limit, &delta}) {
+    if (v->rank() != 0 || v->dtype != dtype)
+      ctx.fail("start, limit and delta must be scalars of one dtype");
+  }
+  TensorValue count = ctx.extern_call(
+      "range_count", DType::kInt64, {Expr(1)},
+      {ctx.as_view(start, true), ctx.as_view(limit, true), ctx.as_view(delta, true)},
+      {{"what", ctx.node().describe()}});
+  const Expr n = bind_sizes(ctx, count).at(0);
+  const DType wide = graph::is_floating(dtype) ? DType::kFloat64 : DType::kInt64;
+  return ctx.pointwise(dtype, {n}, [&](LoopBody& body, const std::vector<Expr>& i) {
+    ValueId s = body.cast(ctx.load_at(body, start, {}), wide);
+    ValueId d = body.cast(ctx.load_at(body, delta, {}), wide);
+    ValueId k = body.cast(body.index_expr(i[0]), wide);
+    return body.cast(body.binary(OpCode::kAdd, s, body.binary(OpCode::kMul, k, d)), dtype);
+  });
+}
+
 std::vector<TensorValue> lower_range(LoweringContext& ctx, const graph::Node&,
                                      const LowerInputs& inputs) {
   const TensorValue& start = required_input(ctx, inputs, 0, "start");
   const TensorValue& limit = required_input(ctx, inputs, 1, "limit");
   const TensorValue& delta = required_input(ctx, inputs, 2, "delta");
   DType dtype = start.dtype;
+  if (!start.known && !start.known_float) return {range_at_run_time(ctx, start, limit, delta)};
+  if (graph::is_integer(dtype) && (!limit.known || !delta.known))
+    return {range_at_run_time(ctx, start, limit, delta)};
+  if (graph::is_floating(dtype) && (!known_scalar(limit) || !known_scalar(delta)))
+    return {range_at_run_time(ctx, start, limit, delta)};
   if (graph::is_integer(dtype)) {
     Expr s = require_known(ctx, start, "input 'start'").at(0);
     Expr l = require_known(ctx, limit, "input 'limit'").at(0);
@@ -219,7 +247,7 @@ std::vector<TensorValue> lower_tile(LoweringContext& ctx, const graph::Node&,
                                     const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "input");
   std::vector<Expr> repeats =
-      require_known(ctx, required_input(ctx, inputs, 1, "repeats"), "input 'repeats'");
+      sizes_from_tensor(ctx, required_input(ctx, inputs, 1, "repeats"), "input 'repeats'");
   if (repeats.size() != x.rank()) {
     ctx.fail("expected " + std::to_string(x.rank()) + " repeats (the input's rank), found " +
              std::to_string(repeats.size()));

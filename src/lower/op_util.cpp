@@ -266,6 +266,31 @@ const std::vector<Expr>& require_known(const LoweringContext& ctx, const TensorV
   return *value.known;
 }
 
+std::string node_what(const LoweringContext& ctx, const std::string& what) {
+  return ctx.node().describe() + ": " + what;
+}
+
+std::vector<Expr> bind_sizes(LoweringContext& ctx, const TensorValue& sizes) {
+  const std::string buffer = *ctx.as_buffer(sizes);
+  const int64_t n = require_static_dim(ctx, sizes.shape.at(0), "the number of sizes");
+  std::vector<Expr> symbols;
+  for (int64_t k = 0; k < n; ++k) symbols.push_back(ctx.dynamic_size({"", buffer, -1, -1, k}));
+  return symbols;
+}
+
+std::vector<Expr> sizes_from_tensor(LoweringContext& ctx, const TensorValue& value,
+                                    const std::string& what, const std::optional<Expr>& max) {
+  if (value.known) return *value.known;
+  if (!graph::is_integer(value.dtype) || value.rank() > 1)
+    ctx.fail(what + " must be an integer tensor of rank 0 or 1");
+  const Expr n = value.rank() == 0 ? Expr(1) : value.shape[0];
+  require_static_dim(ctx, n, what + "'s length");
+  std::vector<std::optional<ir::View>> inputs = {ctx.as_view(value, true)};
+  if (max) inputs.push_back(ctx.as_view(ctx.from_known(graph::DType::kInt64, {}, {*max}), true));
+  return bind_sizes(ctx, ctx.extern_call("shape_values", graph::DType::kInt64, {n},
+                                         std::move(inputs), {{"what", node_what(ctx, what)}}));
+}
+
 std::vector<int64_t> require_static_ints(const LoweringContext& ctx, const TensorValue& value,
                                          const std::string& what) {
   std::vector<int64_t> out;

@@ -48,6 +48,18 @@ ir::ValueId and_mask(ir::LoopBody& body, ir::ValueId a, ir::ValueId b);
 /// when they are not known (data-dependent shapes are not supported yet).
 const std::vector<sym::Expr>& require_known(const LoweringContext& ctx, const TensorValue& value,
                                             const std::string& what);
+/// Sizes given by a small integer tensor (a shape, repeats, TopK's k): its values when known at
+/// compile time; else, computed at run time (seed 000's dynamic scalars), one fresh size symbol
+/// per element, bound right after a library call copies them, which checks each is in
+/// [0, `max`] (>= 0 without `max`). The tensor must have a static length.
+std::vector<sym::Expr> sizes_from_tensor(LoweringContext& ctx, const TensorValue& value,
+                                         const std::string& what,
+                                         const std::optional<sym::Expr>& max = std::nullopt);
+/// The int64 [n] result of a shape library call, each element bound to a fresh size symbol.
+std::vector<sym::Expr> bind_sizes(LoweringContext& ctx, const TensorValue& sizes);
+/// `what` for a shape library call's messages: "node 'r' (Reshape): input 'shape'".
+std::string node_what(const LoweringContext& ctx, const std::string& what);
+
 /// Like require_known, but every value must be a plain integer.
 std::vector<int64_t> require_static_ints(const LoweringContext& ctx, const TensorValue& value,
                                          const std::string& what);

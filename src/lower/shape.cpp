@@ -140,8 +140,21 @@ std::vector<Expr> reshape_target(LoweringContext& ctx, const graph::Node& node,
 std::vector<TensorValue> lower_reshape(LoweringContext& ctx, const graph::Node& node,
                                        const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "data");
-  std::vector<Expr> target = reshape_target(ctx, node, inputs);
   bool allowzero = node.opset() >= 14 && node.attr_int("allowzero", 0) != 0;
+  if (node.opset() >= 5 && !required_input(ctx, inputs, 1, "shape").known) {
+    // A target computed at run time: a library call resolves its 0 and -1 entries and checks
+    // the element count; the resolved dims become size symbols.
+    const TensorValue& shape = *inputs[1];
+    if (shape.rank() != 1) ctx.fail("input 'shape' must have rank 1");
+    TensorValue in_dims =
+        ctx.from_known(DType::kInt64, {Expr(static_cast<int64_t>(x.rank()))}, x.shape);
+    TensorValue dims = ctx.extern_call(
+        "reshape_dims", DType::kInt64, {shape.shape[0]},
+        {ctx.as_view(shape, true), ctx.as_view(in_dims, true)},
+        {{"what", node_what(ctx, "input 'shape'")}, {"allowzero", int64_t{allowzero}}});
+    return {reshape_view(ctx, x, bind_sizes(ctx, dims))};
+  }
+  std::vector<Expr> target = reshape_target(ctx, node, inputs);
   std::vector<Expr> out;
   std::optional<size_t> infer;
   for (size_t k = 0; k < target.size(); ++k) {
@@ -297,8 +310,32 @@ std::vector<TensorValue> lower_unsqueeze(LoweringContext& ctx, const graph::Node
 std::vector<TensorValue> lower_expand(LoweringContext& ctx, const graph::Node&,
                                       const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "input");
-  std::vector<Expr> target =
-      require_known(ctx, required_input(ctx, inputs, 1, "shape"), "input 'shape'");
+  const TensorValue& shape_value = required_input(ctx, inputs, 1, "shape");
+  if (!shape_value.known) {
+    // A target computed at run time: a library call broadcasts it with the input's dims (and
+    // checks they broadcast); the result's dims become size symbols. A symbolic input dim may
+    // turn out to be 1, so it reads index * min(dim - 1, 1).
+    if (shape_value.rank() != 1) ctx.fail("input 'shape' must have rank 1");
+    const int64_t n = require_static_dim(ctx, shape_value.shape[0], "input 'shape''s length");
+    const int64_t rank = std::max<int64_t>(n, static_cast<int64_t>(x.rank()));
+    TensorValue in_dims =
+        ctx.from_known(DType::kInt64, {Expr(static_cast<int64_t>(x.rank()))}, x.shape);
+    TensorValue dims = ctx.extern_call("expand_dims", DType::kInt64, {Expr(rank)},
+                                       {ctx.as_view(shape_value, true), ctx.as_view(in_dims, true)},
+                                       {{"what", node_what(ctx, "input 'shape'")}});
+    const std::vector<Expr> in_shape = x.shape;
+    return {make_view(ctx, x, bind_sizes(ctx, dims), [in_shape](const std::vector<Expr>& index) {
+      std::vector<Expr> in;
+      const size_t skip = index.size() - in_shape.size();
+      for (size_t k = 0; k < in_shape.size(); ++k) {
+        const Expr& d = in_shape[k];
+        const Expr& i = index[skip + k];
+        in.push_back(d == Expr(1) ? Expr(0) : d.is_integer() ? i : i * sym::min(d - 1, 1));
+      }
+      return in;
+    })};
+  }
+  std::vector<Expr> target = require_known(ctx, shape_value, "input 'shape'");
   for (const Expr& d : target) {
     if (auto v = d.as_integer(); v && *v < 0) {
       ctx.fail("expected non-negative sizes in the shape, found " + std::to_string(*v));

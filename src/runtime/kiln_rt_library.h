@@ -509,4 +509,90 @@ inline int64_t unique(const T* x, int64_t outer, int64_t n, int64_t inner, bool 
   return u;
 }
 
+// --- Shapes computed from data (seed 000's dynamic scalars) -------------------------------------
+// Each writes int64 sizes that the wrapper binds to size symbols right after the call, checking
+// on the way what the lowering assumed of them.
+
+/// out[i] = x[i] for i < n: sizes computed at run time, each in [0, max] (no bound when max < 0).
+template <typename T>
+inline void shape_values(const T* x, int64_t n, int64_t max, int64_t* out, const char* what) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t v = static_cast<int64_t>(x[i]);
+    if (v < 0 || (max >= 0 && v > max)) {
+      if (max >= 0) {
+        fail("%s: element %lld is %lld at run time; expected a size in [0, %lld]", what,
+             static_cast<long long>(i), static_cast<long long>(v), static_cast<long long>(max));
+      }
+      fail("%s: element %lld is %lld at run time; expected a size (>= 0)", what,
+           static_cast<long long>(i), static_cast<long long>(v));
+    }
+    out[i] = v;
+  }
+}
+
+/// Reshape's target computed at run time: 0 copies the input dim (unless allowzero), one -1 takes
+/// what is left; the element counts must agree.
+template <typename T>
+inline void reshape_dims(const T* shape, int64_t n, const int64_t* in_dims, int64_t in_rank,
+                         bool allowzero, int64_t* out, const char* node) {
+  int64_t in_numel = 1, known = 1, infer = -1;
+  for (int64_t k = 0; k < in_rank; ++k) in_numel *= in_dims[k];
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t v = static_cast<int64_t>(shape[k]);
+    if (v == 0 && !allowzero) {
+      if (k >= in_rank)
+        fail("%s: shape[%lld] = 0 copies a dim the input lacks", node, (long long)k);
+      v = in_dims[k];
+    }
+    if (v == -1) {
+      if (infer >= 0) fail("%s: the computed shape has more than one -1", node);
+      infer = k;
+      out[k] = 1;
+      continue;
+    }
+    if (v < 0) fail("%s: shape[%lld] is %lld at run time", node, (long long)k, (long long)v);
+    out[k] = v;
+    known *= v;
+  }
+  if (infer >= 0) {
+    if (known == 0 || in_numel % known != 0) {
+      fail("%s: cannot infer the -1 of the computed shape: %lld elements into parts of %lld", node,
+           (long long)in_numel, (long long)known);
+    }
+    out[infer] = in_numel / known;
+    known = in_numel;
+  }
+  if (known != in_numel) {
+    fail("%s: the computed shape holds %lld elements, the input %lld", node, (long long)known,
+         (long long)in_numel);
+  }
+}
+
+/// Expand's target computed at run time: the numpy broadcast of the input's dims with it.
+template <typename T>
+inline void expand_dims(const T* shape, int64_t n, const int64_t* in_dims, int64_t in_rank,
+                        int64_t* out, const char* node) {
+  const int64_t rank = std::max(n, in_rank);
+  for (int64_t k = 0; k < rank; ++k) {
+    int64_t a = k - (rank - in_rank) >= 0 ? in_dims[k - (rank - in_rank)] : 1;
+    int64_t b = k - (rank - n) >= 0 ? static_cast<int64_t>(shape[k - (rank - n)]) : 1;
+    if (b < 0) fail("%s: shape element %lld is %lld at run time", node, (long long)k, (long long)b);
+    if (a != b && a != 1 && b != 1) {
+      fail("%s: cannot broadcast input dim %lld (%lld) to %lld", node, (long long)k, (long long)a,
+           (long long)b);
+    }
+    out[k] = a == 1 ? b : a;
+  }
+}
+
+/// Range's element count computed at run time: max(ceil((limit - start) / delta), 0).
+template <typename T>
+inline void range_count(const T* start, const T* limit, const T* delta, int64_t* out,
+                        const char* node) {
+  if (*delta == T(0)) fail("%s: delta is 0 at run time", node);
+  const double count = std::ceil((static_cast<double>(*limit) - static_cast<double>(*start)) /
+                                 static_cast<double>(*delta));
+  out[0] = count > 0 ? static_cast<int64_t>(count) : 0;
+}
+
 }  // namespace kiln_rt

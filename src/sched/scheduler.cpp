@@ -104,6 +104,9 @@ void Scheduler::create_nodes() {
                  name);
       if (name != b->name) node->unmet.insert(name);
     }
+    for (const std::string& name : ir::dynamic_size_sources(program_, *b)) {
+      if (!available.count(name)) node->unmet.insert(name);
+    }
     if (!node->is_extern) {
       node->group = group_of(*b);
       auto member = map_member(*b, node->group, program_.analyzer);

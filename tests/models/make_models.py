@@ -16,6 +16,11 @@ Writes, each into its own folder under OUT_DIR:
             trips whose body holds a nested If on the parity of the iteration (acc + i, else
             acc - x, reading x two graphs up) and scans sum(acc). Files: model.onnx,
             x_{pos,neg,zero}.npy, y_*.npy, z_*.npy (zero: a loop that runs no iteration).
+  computed/ shapes computed from data (float inputs cast to int64, never known when compiling):
+            Reshape(x, s) with a -1, Expand and Tile of x[:3] by e, ConstantOfShape(e),
+            TopK(x, k), Range(r[0], r[1], r[2]). Inputs x: float32[12], s, e: float32[2],
+            k: float32[], r: float32[3]; outputs reshaped, expanded, tiled, zeros, top_v, top_i,
+            ranged. Two sets of inputs (set{1,2}/) with their outputs, run by one compile.
   cnn/      x: float32[2, 3, 16, 16] -> y: float32[2, 10]. Conv (bias, pads 1, stride 2),
             BatchNormalization, Relu, MaxPool 2x2, Conv (bias, pads 1), Relu, GlobalAveragePool,
             Flatten, Gemm (transB). Files: model.onnx, x.npy, y.npy.
@@ -239,6 +244,57 @@ def control_reference(x):
     return acc, np.array(totals)
 
 
+COMPUTED_OUTPUTS = ("reshaped", "expanded", "tiled", "zeros", "top_v", "top_i", "ranged")
+
+
+def computed_model():
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    node = helper.make_node
+    nodes = [
+        node("Cast", ["s"], ["s_i"], to=i64),
+        node("Reshape", ["x", "s_i"], ["reshaped"]),
+        node("Cast", ["e"], ["e_i"], to=i64),
+        node("Slice", ["x", "zero1", "three1"], ["x3"]),
+        node("Reshape", ["x3", "one_three"], ["x13"]),
+        node("Expand", ["x13", "e_i"], ["expanded"]),
+        node("Tile", ["x13", "e_i"], ["tiled"]),
+        node("ConstantOfShape", ["e_i"], ["zeros"]),
+        node("Cast", ["k"], ["k_i"], to=i64),
+        node("Reshape", ["k_i", "one1"], ["k1"]),
+        node("TopK", ["x", "k1"], ["top_v", "top_i"]),
+        node("Cast", ["r"], ["r_i"], to=i64),
+        node("Split", ["r_i"], ["r0", "r1", "r2"], axis=0),
+        node("Squeeze", ["r0", "zero1"], ["start"]),
+        node("Squeeze", ["r1", "zero1"], ["limit"]),
+        node("Squeeze", ["r2", "zero1"], ["delta"]),
+        node("Range", ["start", "limit", "delta"], ["ranged"]),
+    ]
+    consts = {"zero1": [0], "three1": [3], "one_three": [1, 3], "one1": [1]}
+    shapes = {"reshaped": ["r0", "r1"], "expanded": ["e0", "e1"], "tiled": ["t0", "t1"],
+              "zeros": ["z0", "z1"], "top_v": ["kk"], "top_i": ["kk"], "ranged": ["n"]}
+    ints = ("top_i", "ranged")
+    graph = helper.make_graph(
+        nodes, "computed",
+        [helper.make_tensor_value_info(n, f, s) for n, s in
+         (("x", [12]), ("s", [2]), ("e", [2]), ("k", []), ("r", [3]))],
+        [helper.make_tensor_value_info(n, i64 if n in ints else f, shapes[n])
+         for n in COMPUTED_OUTPUTS],
+        initializer=[numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()])
+    model = helper.make_model(graph, producer_name="kiln-tests",
+                              opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def computed_reference(x, s, e, k, r):
+    x13 = x[:3].reshape(1, 3)
+    e = e.astype(np.int64)
+    order = np.argsort(-x, kind="stable")[:int(k)]
+    return {"reshaped": x.reshape(s.astype(np.int64)), "expanded": x13 * np.ones(e),
+            "tiled": np.tile(x13, e), "zeros": np.zeros(e), "top_v": x[order],
+            "top_i": order.astype(np.int64), "ranged": np.arange(*r.astype(np.int64))}
+
+
 def write(folder, name, array):
     np.save(os.path.join(folder, name), array.astype(np.float32))
 
@@ -268,6 +324,20 @@ def main(out):
         write(folder, f"x_{case}.npy", x)
         write(folder, f"y_{case}.npy", y)
         write(folder, f"z_{case}.npy", z)
+
+    folder = os.path.join(out, "computed")
+    save(computed_model(), folder)
+    for case, (s, e, k, r) in (("set1", ([3, -1], [2, 3], 5, [10, -2, -3])),
+                               ("set2", ([2, 6], [4, 1], 0, [1, 4, 1]))):
+        os.makedirs(os.path.join(folder, case), exist_ok=True)
+        inputs = {"x": rng.uniform(-1, 1, 12), "s": np.array(s), "e": np.array(e),
+                  "k": np.array(k), "r": np.array(r)}
+        for name, value in inputs.items():
+            write(folder, f"{case}/{name}.npy", value)
+        outputs = computed_reference(*(inputs[n].astype(np.float32) for n in "xsekr"))
+        for name, value in outputs.items():
+            path = os.path.join(folder, case, name + ".npy")
+            np.save(path, value if name in ("top_i", "ranged") else value.astype(np.float32))
 
     params = cnn_params(rng)
     folder = os.path.join(out, "cnn")

@@ -2,8 +2,10 @@
 # End-to-end models against numpy: make_models.py writes an MLP (MatMul/Add/Relu, Gemm, Softmax),
 # the same MLP with a dynamic batch (run at batch 1, 3, 8 and 0), a small CNN (Conv with
 # bias, pads and stride, BatchNormalization, Relu, MaxPool, Conv, GlobalAveragePool, Flatten,
-# Gemm), and a model with data-dependent If and Loop (nested), with seeded weights, inputs and expected outputs computed in numpy. Each is compiled and
-# run with `kiln run` into a fresh code cache, and compare.py checks the output's dtype, shape and
+# Gemm), a model with data-dependent If and Loop (nested), and one whose shapes are computed from
+# data (Reshape, Expand, Tile, ConstantOfShape, TopK, Range; with a bad shape: a clear error),
+# with seeded weights, inputs and expected outputs computed in numpy. Each is compiled and run
+# with `kiln run` into a fresh code cache, and compare.py checks the output's dtype, shape and
 # values (float32 tolerance rtol 1e-4, atol 1e-5: |actual - expected| <= 1e-5 + 1e-4 * |expected|).
 # Arguments: $1 = kiln binary, $2 = scratch directory.
 set -uo pipefail
@@ -54,6 +56,36 @@ for c in neg zero; do
   grep -q "from the code cache" "$SCRATCH/out/control_$c/stdout" ||
     fail "control_$c: expected the control-flow model to come from the code cache"
 done
+
+# Shapes computed from data (Reshape, Expand, Tile, ConstantOfShape, TopK's k, Range): one
+# compile serves both input sets, whose shapes differ.
+for set in set1 set2; do
+  out="$SCRATCH/out/computed_$set"
+  mkdir -p "$out"
+  echo "== computed_$set"
+  args=()
+  for name in x s e k r; do args+=(--input "$name=$M/computed/$set/$name.npy"); done
+  "$KILN" run "$M/computed/model.onnx" "${args[@]}" --output-dir "$out" --cache-dir "$CACHE" \
+    >"$out/stdout" 2>"$out/stderr" || { cat "$out/stderr"; fail "computed_$set: kiln run failed"; }
+  for name in reshaped expanded tiled zeros top_v top_i ranged; do
+    "$PYTHON" "$HERE/compare.py" "$M/computed/$set/$name.npy" "$out/$name.npy" ||
+      fail "computed_$set: output $name differs from numpy"
+  done
+done
+grep -q "from the code cache" "$SCRATCH/out/computed_set2/stdout" ||
+  fail "computed_set2: expected the model with computed shapes to come from the code cache"
+# A computed shape that does not fit is a clear run-time error (exit 2) naming the node.
+"$PYTHON" -c "import numpy as np, sys; np.save(sys.argv[1], np.array([5, -1], np.float32))" \
+  "$SCRATCH/bad_s.npy" || fail "could not write bad_s.npy"
+args=()
+for name in x e k r; do args+=(--input "$name=$M/computed/set1/$name.npy"); done
+"$KILN" run "$M/computed/model.onnx" "${args[@]}" --input "s=$SCRATCH/bad_s.npy" \
+  --output-dir "$SCRATCH/out/bad" --cache-dir "$CACHE" >/dev/null 2>"$SCRATCH/bad.stderr"
+status=$?
+cat "$SCRATCH/bad.stderr"
+[ "$status" -eq 2 ] || fail "a bad computed shape: expected exit status 2, got $status"
+grep -q "(Reshape).*cannot infer the -1" "$SCRATCH/bad.stderr" ||
+  fail "a bad computed shape: expected an error naming the Reshape"
 
 # The dynamic-batch model is one compile: batches 3, 8 and 0 reuse the library built for batch 1.
 for b in 3 8 0; do

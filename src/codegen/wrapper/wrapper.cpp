@@ -283,7 +283,8 @@ class WrapperWriter {
           out.linef("const int64_t {} = {}[{}].dims[{}];  // known from here on", size.symbol,
                     size.buffer, size.result, size.dim);
         } else {
-          out.linef("const int64_t {} = {}[0];  // known from here on", size.symbol, size.buffer);
+          out.linef("const int64_t {} = {}[{}];  // known from here on", size.symbol, size.buffer,
+                    size.element);
         }
       }
     }
@@ -352,6 +353,9 @@ class WrapperWriter {
       write_unique(out, buffer);
     } else if (call.kernel == "nms_count" || call.kernel == "nms") {
       write_nms(out, buffer);
+    } else if (call.kernel == "shape_values" || call.kernel == "reshape_dims" ||
+               call.kernel == "expand_dims" || call.kernel == "range_count") {
+      write_shape_kernel(out, buffer);
     } else if (call.kernel == "count_nonzero" || call.kernel == "nonzero_positions") {
       const ir::View& x = *call.inputs.at(0);
       out.linef("kiln_rt::{}<{}>({}, {}, {});", call.kernel, ctype(x.dtype), data_pointer(x),
@@ -362,6 +366,38 @@ class WrapperWriter {
     out.dedent();
     out.line("}");
     out.indent();
+  }
+
+  /// Sizes computed from data (lower/op_util.h sizes_from_tensor and friends); the wrapper binds
+  /// them to symbols right after.
+  void write_shape_kernel(IndentedBuffer& out, const ir::Buffer& buffer) {
+    const ir::ExternCall& call = buffer.call;
+    const ir::View& x = *call.inputs.at(0);
+    const std::string what = quoted(std::get<std::string>(call.attrs.at("what")));
+    const std::string t = ctype(x.dtype);
+    if (call.kernel == "range_count") {
+      out.linef("kiln_rt::range_count<{}>({}, {}, {}, {}, {});", t, data_pointer(x),
+                data_pointer(*call.inputs.at(1)), data_pointer(*call.inputs.at(2)), buffer.name,
+                what);
+      return;
+    }
+    const std::string n = cexpr(x.layout.numel());
+    if (call.kernel == "shape_values") {
+      const std::optional<ir::View>& max = call.inputs.size() > 1 ? call.inputs[1] : std::nullopt;
+      out.linef("kiln_rt::shape_values<{}>({}, {}, {}, {}, {});", t, data_pointer(x), n,
+                max ? fmt::format("({})[0]", data_pointer(*max)) : std::string("-1"), buffer.name, what);
+      return;
+    }
+    const ir::View& dims = *call.inputs.at(1);
+    const std::string rank = cexpr(dims.layout.numel());
+    if (call.kernel == "reshape_dims") {
+      out.linef("kiln_rt::reshape_dims<{}>({}, {}, {}, {}, {}, {}, {});", t, data_pointer(x), n,
+                data_pointer(dims), rank, call.attr_int("allowzero", 0) ? "true" : "false",
+                buffer.name, what);
+    } else {
+      out.linef("kiln_rt::expand_dims<{}>({}, {}, {}, {}, {}, {});", t, data_pointer(x), n,
+                data_pointer(dims), rank, buffer.name, what);
+    }
   }
 
   void write_matmul(IndentedBuffer& out, const ir::Buffer& buffer) {

@@ -208,10 +208,12 @@ TEST(GemmTemplate, MatchesTheReferenceAtAwkwardSizes) {
   }
 }
 
-// The heuristic default at real blocks, on shapes with remainders in every dimension.
+// The heuristic defaults at real blocks (K spanning several K blocks, N several N blocks), each
+// run at its M hint and at other M (M is a run-time argument: a symbolic batch later).
 TEST(GemmTemplate, DefaultConfigsMatchTheReference) {
   codecache::CodeCache cache(fresh_dir() / "cache");
-  const std::vector<std::array<int64_t, 3>> shapes = {{67, 131, 300}, {200, 67, 1}, {1, 1000, 257}};
+  const std::vector<std::array<int64_t, 3>> shapes = {
+      {67, 131, 300}, {200, 67, 1}, {1, 1000, 257}, {250, 600, 700}};
   std::vector<codecache::LibrarySpec> specs;
   std::vector<GemmConfig> configs;
   for (const auto& [m, n, k] : shapes) {
@@ -221,14 +223,17 @@ TEST(GemmTemplate, DefaultConfigsMatchTheReference) {
   }
   const std::vector<fs::path> libraries = cache.compile_many(specs);
   for (size_t i = 0; i < shapes.size(); ++i) {
-    const auto& [m, n, k] = shapes[i];
+    const auto& [m_hint, n, k] = shapes[i];
     codecache::LoadedLibrary library(libraries[i]);
     auto* gemm = library.symbol<GemmFn>("gemm");
-    const std::vector<float> a = random_matrix(m, k, 3), b = random_matrix(k, n, 4);
+    const std::vector<float> b = random_matrix(k, n, 4);
     const std::vector<float> packed = prepack_b(configs[i], {.n = n, .k = k}, b.data());
-    std::vector<float> c(static_cast<size_t>(m * n), std::nanf(""));
-    gemm(m, a.data(), packed.data(), c.data());
-    expect_matches(a, b, c, m, n, k, configs[i].name());
+    for (int64_t m : {m_hint, int64_t{1}, int64_t{13}, 2 * m_hint + 5}) {
+      const std::vector<float> a = random_matrix(m, k, 3);
+      std::vector<float> c(static_cast<size_t>(m * n), std::nanf(""));
+      gemm(m, a.data(), packed.data(), c.data());
+      expect_matches(a, b, c, m, n, k, configs[i].name() + " M=" + std::to_string(m));
+    }
   }
 }
 

@@ -19,6 +19,10 @@ void add_info_command(CLI::App& app, CommandAction& chosen);
 /// `kiln ops`: every op Kiln compiles with its opset range, one per line (for docs/ops.md).
 void add_ops_command(CLI::App& app, CommandAction& chosen);
 
+/// `kiln autotune-bench REQUEST.json` (hidden): the benchmark helper the autotuner starts as a
+/// child process (src/autotune/benchmark_helper.h).
+void add_autotune_command(CLI::App& app, CommandAction& chosen);
+
 /// `kiln run MODEL --input NAME=FILE ...`: compile (or hit the code cache), run, write outputs.
 void add_run_command(CLI::App& app, CommandAction& chosen);
 

@@ -1,0 +1,260 @@
+#include "autotune/benchmark_helper.h"
+
+#include <fcntl.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include "codecache/loaded_library.h"
+#include "support/error.h"
+#include "support/files.h"
+
+namespace kiln::autotune {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using GemmFn = void(int64_t, const float*, const float*, float*);
+
+// Calls per run are capped so that a sub-microsecond kernel does not take millions of samples.
+constexpr int kMaxReps = 10000;
+
+// 64-byte aligned floats (the kernels need no alignment, but libraries run faster with it and the
+// compiled model's buffers are aligned too).
+struct AlignedBuffer {
+  explicit AlignedBuffer(size_t count)
+      : data(static_cast<float*>(
+            std::aligned_alloc(64, std::max<size_t>(64, (count * 4 + 63) / 64 * 64)))),
+        size(count) {
+    if (data == nullptr) throw std::bad_alloc();
+  }
+  ~AlignedBuffer() { std::free(data); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  float* data;
+  size_t size;
+};
+
+std::vector<float> read_floats(const fs::path& path) {
+  const std::string bytes = files::read(path);
+  if (bytes.size() % sizeof(float) != 0) {
+    user_error("{}: expected raw float32 data, found {} bytes", path.string(), bytes.size());
+  }
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  return values;
+}
+
+// Appends lines to the progress file with one write() each: a line is in the file as soon as the
+// call returns, whatever happens to this process afterwards.
+class ProgressFile {
+ public:
+  explicit ProgressFile(const fs::path& path)
+      : fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) {
+    if (fd_ < 0) user_error("{}: cannot open: {}", path.string(), std::strerror(errno));
+  }
+  ~ProgressFile() { ::close(fd_); }
+  ProgressFile(const ProgressFile&) = delete;
+  ProgressFile& operator=(const ProgressFile&) = delete;
+
+  void append(const json& line) {
+    const std::string text = line.dump() + "\n";
+    const char* p = text.data();
+    size_t left = text.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd_, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) user_error("cannot write the progress file: {}", std::strerror(errno));
+      p += n;
+      left -= static_cast<size_t>(n);
+    }
+  }
+
+ private:
+  int fd_;
+};
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The largest |c - r| beyond tolerance as a ratio (<= 1 means within tolerance); NaN counts as
+// infinitely far.
+double error_ratio(const float* c, const float* ref, size_t count, int64_t k) {
+  const double atol = 1e-3 * std::sqrt(double(std::max<int64_t>(k, 1)));
+  double worst = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const double diff = std::abs(double(c[i]) - double(ref[i]));
+    const double ratio = diff / (atol + 1e-3 * std::abs(double(ref[i])));
+    if (!(ratio <= worst))
+      worst = std::isnan(ratio) ? std::numeric_limits<double>::infinity() : std::max(worst, ratio);
+  }
+  return worst;
+}
+
+struct Timing {
+  double median_ms = 0;
+  int reps = 0;
+};
+
+// Inductor's do_bench budget: estimate from 5 calls, ~warmup_ms of warm-up, ~rep_ms measured.
+// Both loops also stop at a few times their budget of wall time: on a loaded machine a call whose
+// OpenMP threads wait for a core can take milliseconds, and thousands of them would stall the
+// selection (the median shrugs the slow ones off).
+Timing time_calls(const std::function<void()>& call, const HelperRequest& request) {
+  const auto start = Clock::now();
+  for (int i = 0; i < 5; ++i) call();
+  const double estimate_ms = std::max(seconds(Clock::now() - start) * 1e3 / 5, 1e-6);
+  const int warmup = std::clamp(static_cast<int>(request.warmup_ms / estimate_ms), 1, kMaxReps);
+  const int reps =
+      std::clamp(static_cast<int>(request.rep_ms / estimate_ms), request.min_reps, kMaxReps);
+  const auto warmup_start = Clock::now();
+  for (int i = 0; i < warmup; ++i) {
+    call();
+    if (seconds(Clock::now() - warmup_start) * 1e3 > 2 * request.warmup_ms) break;
+  }
+  std::vector<double> samples;
+  samples.reserve(static_cast<size_t>(reps));
+  const auto measure_start = Clock::now();
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    call();
+    const auto t1 = Clock::now();
+    samples.push_back(seconds(t1 - t0) * 1e3);
+    if (i + 1 >= request.min_reps && seconds(t1 - measure_start) * 1e3 > 4 * request.rep_ms) break;
+  }
+  const size_t middle = samples.size() / 2;
+  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(middle),
+                   samples.end());
+  return {samples[middle], static_cast<int>(samples.size())};
+}
+
+}  // namespace
+
+json helper_request_to_json(const HelperRequest& request) {
+  json choices = json::array();
+  for (const HelperChoice& choice : request.choices) {
+    choices.push_back({{"index", choice.index},
+                       {"name", choice.name},
+                       {"library", choice.library.string()},
+                       {"symbol", choice.symbol},
+                       {"weight", choice.weight.string()}});
+  }
+  return {{"m", request.m},
+          {"n", request.n},
+          {"k", request.k},
+          {"threads", request.threads},
+          {"seed", request.seed},
+          {"warmup_ms", request.warmup_ms},
+          {"rep_ms", request.rep_ms},
+          {"min_reps", request.min_reps},
+          {"reference", request.reference.string()},
+          {"progress", request.progress.string()},
+          {"choices", choices}};
+}
+
+HelperRequest helper_request_from_json(const json& j) {
+  HelperRequest request;
+  request.m = j.at("m").get<int64_t>();
+  request.n = j.at("n").get<int64_t>();
+  request.k = j.at("k").get<int64_t>();
+  request.threads = j.at("threads").get<int>();
+  request.seed = j.at("seed").get<uint32_t>();
+  request.warmup_ms = j.at("warmup_ms").get<double>();
+  request.rep_ms = j.at("rep_ms").get<double>();
+  request.min_reps = j.at("min_reps").get<int>();
+  request.reference = j.at("reference").get<std::string>();
+  request.progress = j.at("progress").get<std::string>();
+  for (const json& c : j.at("choices")) {
+    request.choices.push_back({.index = c.at("index").get<int64_t>(),
+                               .name = c.at("name").get<std::string>(),
+                               .library = c.at("library").get<std::string>(),
+                               .symbol = c.at("symbol").get<std::string>(),
+                               .weight = c.at("weight").get<std::string>()});
+  }
+  return request;
+}
+
+std::vector<float> bench_matrix(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> values(static_cast<size_t>(rows * cols));
+  for (float& v : values) v = dist(rng);
+  return values;
+}
+
+int run_benchmark_helper(const fs::path& request_path) {
+  HelperRequest request;
+  try {
+    request = helper_request_from_json(json::parse(files::read(request_path)));
+  } catch (const json::exception& e) {
+    user_error("{}: not an autotune benchmark request: {}", request_path.string(), e.what());
+  }
+  if (request.m < 0 || request.n <= 0 || request.k < 0) {
+    user_error("{}: bad GEMM shape {}x{}x{}", request_path.string(), request.m, request.k,
+               request.n);
+  }
+  omp_set_num_threads(std::max(request.threads, 1));
+  ProgressFile progress(request.progress);
+
+  const std::vector<float> a_values = bench_matrix(request.m, request.k, request.seed);
+  AlignedBuffer a(a_values.size());
+  std::copy(a_values.begin(), a_values.end(), a.data);
+  const size_t out_size = static_cast<size_t>(request.m * request.n);
+  AlignedBuffer c(out_size);
+  std::optional<std::vector<float>> reference;
+  std::error_code ec;
+  if (fs::exists(request.reference, ec)) {
+    reference = read_floats(request.reference);
+    if (reference->size() != out_size) user_error("{}: wrong size", request.reference.string());
+  }
+
+  for (const HelperChoice& choice : request.choices) {
+    progress.append({{"start", choice.index}});
+    json done{{"done", choice.index}};
+    try {
+      codecache::LoadedLibrary library(choice.library);
+      auto* gemm = library.symbol<GemmFn>(choice.symbol);
+      const std::vector<float> weight_values = read_floats(choice.weight);
+      AlignedBuffer weight(weight_values.size());
+      std::copy(weight_values.begin(), weight_values.end(), weight.data);
+      auto call = [&] { gemm(request.m, a.data, weight.data, c.data); };
+
+      std::fill_n(c.data, out_size, std::numeric_limits<float>::quiet_NaN());
+      call();
+      if (!reference) {
+        reference.emplace(c.data, c.data + out_size);
+        files::write_atomic(request.reference,
+                            std::string_view(reinterpret_cast<const char*>(reference->data()),
+                                             out_size * sizeof(float)));
+      }
+      const double ratio = error_ratio(c.data, reference->data(), out_size, request.k);
+      done["max_error"] = std::isfinite(ratio) ? ratio : -1.0;
+      if (!(ratio <= 1.0)) {
+        done["status"] = "wrong";
+      } else {
+        const Timing timing = time_calls(call, request);
+        done["status"] = "ok";
+        done["ms"] = timing.median_ms;
+        done["reps"] = timing.reps;
+      }
+    } catch (const std::exception& e) {
+      done["status"] = "error";
+      done["error"] = e.what();
+    }
+    progress.append(done);
+  }
+  return 0;
+}
+
+}  // namespace kiln::autotune

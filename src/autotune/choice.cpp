@@ -1,0 +1,251 @@
+#include "autotune/choice.h"
+
+#include <fmt/format.h>
+
+#include <string_view>
+#include <utility>
+
+#include "support/error.h"
+#include "support/hash.h"
+
+namespace kiln::autotune {
+namespace {
+
+constexpr const char* kOpenblasInclude = "/usr/include/x86_64-linux-gnu/openblas-openmp";
+constexpr const char* kOpenblasLibrary = "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so";
+
+// Replaces every "@KEY@" of `text` by its value: the library sources below are C++ with many
+// braces, which fmt would need doubled.
+std::string substitute(std::string text,
+                       const std::vector<std::pair<std::string, std::string>>& values) {
+  for (const auto& [key, value] : values) {
+    const std::string token = "@" + key + "@";
+    for (size_t at = text.find(token); at != std::string::npos;
+         at = text.find(token, at + value.size())) {
+      text.replace(at, token.size(), value);
+    }
+  }
+  return text;
+}
+
+void check_problem(const GemmProblem& problem) {
+  KILN_CHECK(problem.n > 0 && problem.k >= 0,
+             "gemm problem: expected N > 0 and K >= 0, found N {}, K {}", problem.n, problem.k);
+}
+
+// The placeholders every library source shares.
+std::vector<std::pair<std::string, std::string>> common_values(const GemmProblem& problem,
+                                                               const std::string& function_name,
+                                                               const GemmEpilogue& epilogue) {
+  return {{"NAME", function_name},
+          {"PARAMS", render_epilogue_params(epilogue)},
+          {"N", std::to_string(problem.n)},
+          {"K", std::to_string(problem.k)},
+          {"EPILOGUE", render_epilogue_pass(problem, epilogue)}};
+}
+
+// Library choices read B as is: prepare copies it.
+std::vector<float> copy_weight(const GemmProblem& problem, const float* b, int64_t k, int64_t n) {
+  KILN_CHECK(k == problem.k && n == problem.n, "gemm prepare: expected B {}x{}, found {}x{}",
+             problem.k, problem.n, k, n);
+  return std::vector<float>(b, b + k * n);
+}
+
+constexpr std::string_view kOpenblasSource = R"(// Kiln GEMM choice: OpenBLAS cblas_sgemm
+// C[M, @N@] = epilogue(A[M, @K@] @ B[@K@, @N@]), all row-major
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+extern "C" void @NAME@(int64_t M, const float* A, const float* B, float* C@PARAMS@) {
+    constexpr int64_t kN = @N@, kK = @K@;
+    if (M <= 0) return;
+    if (kK == 0) {
+        std::fill_n(C, M * kN, 0.0f);
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(M),
+                    static_cast<blasint>(kN), static_cast<blasint>(kK), 1.0f, A,
+                    static_cast<blasint>(kK), B, static_cast<blasint>(kN), 0.0f, C,
+                    static_cast<blasint>(kN));
+    }
+@EPILOGUE@}
+)";
+
+// oneDNN 2.x: one primitive per M, created on first use under a mutex and kept for the life of
+// the library (executing one primitive from several threads at once is allowed).
+constexpr std::string_view kOnednnSource = R"(// Kiln GEMM choice: oneDNN matmul, B plain
+// C[M, @N@] = epilogue(A[M, @K@] @ B[@K@, @N@]), all row-major
+#include <dnnl.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+namespace {
+
+struct GemmState {
+    dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+    std::mutex mutex;
+    std::map<int64_t, dnnl::matmul> by_m;
+};
+
+}  // namespace
+
+extern "C" void @NAME@(int64_t M, const float* A, const float* B, float* C@PARAMS@) {
+    constexpr int64_t kN = @N@, kK = @K@;
+    using tag = dnnl::memory::format_tag;
+    using dt = dnnl::memory::data_type;
+    if (M <= 0) return;
+    if (kK == 0) {
+        std::fill_n(C, M * kN, 0.0f);
+    } else {
+        static GemmState state;
+        const dnnl::memory::desc a_md({M, kK}, dt::f32, tag::ab);
+        const dnnl::memory::desc b_md({kK, kN}, dt::f32, tag::ab);
+        const dnnl::memory::desc c_md({M, kN}, dt::f32, tag::ab);
+        dnnl::matmul matmul;
+        {
+            std::lock_guard<std::mutex> lock(state.mutex);
+            auto found = state.by_m.find(M);
+            if (found == state.by_m.end()) {
+                const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md),
+                                                      state.engine);
+                found = state.by_m.emplace(M, dnnl::matmul(pd)).first;
+            }
+            matmul = found->second;
+        }
+        dnnl::stream stream(state.engine);
+        dnnl::memory a(a_md, state.engine, const_cast<float*>(A));
+        dnnl::memory b(b_md, state.engine, const_cast<float*>(B));
+        dnnl::memory c(c_md, state.engine, C);
+        matmul.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+        stream.wait();
+    }
+@EPILOGUE@}
+)";
+
+class OpenblasChoice final : public GemmChoice {
+ public:
+  explicit OpenblasChoice(const GemmProblem& problem) : problem_(problem) {
+    check_problem(problem);
+  }
+  std::string name() const override { return "openblas"; }
+  std::string backend() const override { return "extern"; }
+  std::vector<float> prepare(const float* b, int64_t k, int64_t n) const override {
+    return copy_weight(problem_, b, k, n);
+  }
+  std::string render(const std::string& function_name,
+                     const GemmEpilogue& epilogue) const override {
+    return substitute(std::string(kOpenblasSource),
+                      common_values(problem_, function_name, epilogue));
+  }
+  GemmLinkage linkage() const override { return {{kOpenblasInclude}, {kOpenblasLibrary}}; }
+
+ private:
+  GemmProblem problem_;
+};
+
+class OnednnChoice final : public GemmChoice {
+ public:
+  explicit OnednnChoice(const GemmProblem& problem) : problem_(problem) { check_problem(problem); }
+  std::string name() const override { return "onednn"; }
+  std::string backend() const override { return "extern"; }
+  std::vector<float> prepare(const float* b, int64_t k, int64_t n) const override {
+    return copy_weight(problem_, b, k, n);
+  }
+  std::string render(const std::string& function_name,
+                     const GemmEpilogue& epilogue) const override {
+    return substitute(std::string(kOnednnSource), common_values(problem_, function_name, epilogue));
+  }
+  GemmLinkage linkage() const override { return {{}, {"dnnl"}}; }
+
+ private:
+  GemmProblem problem_;
+};
+
+class TemplateChoice final : public GemmChoice {
+ public:
+  TemplateChoice(const GemmConfig& config, const GemmProblem& problem)
+      : config_(config), problem_(problem) {
+    check_gemm_config(config);
+    check_problem(problem);
+  }
+  std::string name() const override { return "template " + config_.name(); }
+  std::string backend() const override { return "template"; }
+  std::vector<float> prepare(const float* b, int64_t k, int64_t n) const override {
+    KILN_CHECK(k == problem_.k && n == problem_.n, "gemm prepare: expected B {}x{}, found {}x{}",
+               problem_.k, problem_.n, k, n);
+    return prepack_b(config_, problem_, b);
+  }
+  std::string render(const std::string& function_name,
+                     const GemmEpilogue& epilogue) const override {
+    return render_gemm(config_, problem_, function_name, epilogue);
+  }
+  const GemmConfig* template_config() const override { return &config_; }
+
+ private:
+  GemmConfig config_;
+  GemmProblem problem_;
+};
+
+}  // namespace
+
+std::string GemmChoice::hash_key() const {
+  Sha256 hash;
+  hash.update(name()).update("\n").update(backend()).update("\n");
+  hash.update(render("kiln_gemm_choice"));
+  const GemmLinkage link = linkage();
+  for (const std::string& dir : link.include_dirs) hash.update("\n-I").update(dir);
+  for (const std::string& library : link.libraries) hash.update("\n-l").update(library);
+  return hash.hex_digest();
+}
+
+GemmChoicePtr make_openblas_choice(const GemmProblem& problem) {
+  return std::make_shared<OpenblasChoice>(problem);
+}
+
+GemmChoicePtr make_onednn_choice(const GemmProblem& problem) {
+  return std::make_shared<OnednnChoice>(problem);
+}
+
+GemmChoicePtr make_template_choice(const GemmConfig& config, const GemmProblem& problem) {
+  return std::make_shared<TemplateChoice>(config, problem);
+}
+
+std::vector<GemmChoicePtr> gemm_choices(int64_t m_hint, const GemmProblem& problem, int threads) {
+  const std::vector<GemmConfig> configs = gemm_configs(m_hint, problem, threads, host_gemm_isa());
+  std::vector<GemmChoicePtr> choices;
+  choices.push_back(make_template_choice(configs.front(), problem));
+  choices.push_back(make_openblas_choice(problem));
+  choices.push_back(make_onednn_choice(problem));
+  for (size_t i = 1; i < configs.size(); ++i) {
+    choices.push_back(make_template_choice(configs[i], problem));
+  }
+  return choices;
+}
+
+std::string render_epilogue_pass(const GemmProblem& problem, const GemmEpilogue& epilogue) {
+  if (epilogue.empty()) return "";
+  return fmt::format(
+      "    // The epilogue, in a pass over C.\n"
+      "    #pragma omp parallel for if (M * {0} >= (int64_t{{1}} << 16))\n"
+      "    for (int64_t m = 0; m < M; ++m) {{\n"
+      "        for (int64_t n = 0; n < {0}; ++n) {{\n"
+      "            const float v = C[m * {0} + n];\n"
+      "            C[m * {0} + n] = ({1});\n"
+      "        }}\n"
+      "    }}\n",
+      problem.n, epilogue.expr);
+}
+
+std::string render_epilogue_params(const GemmEpilogue& epilogue) {
+  std::string text;
+  for (const std::string& arg : epilogue.args) text += fmt::format(", const float* {}", arg);
+  return text;
+}
+
+}  // namespace kiln::autotune

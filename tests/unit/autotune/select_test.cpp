@@ -1,0 +1,240 @@
+// Algorithm selection (src/autotune/select.h) end to end: choices compiled through a fresh code
+// cache, timed by the built kiln binary's hidden `autotune-bench` subcommand (KILN_AUTOTUNE_HELPER,
+// since this test is not kiln), results kept in a fresh autotune cache. Checks the three modes,
+// that a second `max` selection benchmarks nothing, that planted choices that do not compile,
+// crash the helper or compute a wrong result are dropped with a log line while the best valid
+// choice is still chosen, and that no valid choice at all is a clear UserError.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "autotune/select.h"
+#include "support/error.h"
+
+namespace kiln::autotune {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  fs::path dir = fs::path(KILN_BUILD_DIR) / "test-tmp" /
+                 (std::string("autotune-") + info->test_suite_name() + "-" + info->name());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// Points the helper at the built kiln and turns the autotune log on (read once per process, so
+// before any log call).
+class SelectTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::setenv("KILN_AUTOTUNE_HELPER", (fs::path(KILN_BUILD_DIR) / "bin" / "kiln").c_str(), 1);
+    ::setenv("KILN_LOG", "autotune", 1);
+    dir_ = fresh_dir();
+  }
+
+  GemmSelectRequest request(int64_t m, int64_t n, int64_t k, AutotuneMode mode) const {
+    GemmSelectRequest r;
+    r.m = m;
+    r.n = n;
+    r.k = k;
+    r.threads = 2;
+    r.mode = mode;
+    r.cache_path = dir_ / "autotune.json";
+    r.code_cache_dir = dir_ / "code";
+    return r;
+  }
+
+  fs::path dir_;
+};
+
+// The heuristic template and both libraries: enough to select between, quick to compile.
+std::vector<GemmChoicePtr> few_choices(int64_t m, const GemmProblem& problem) {
+  std::vector<GemmChoicePtr> all = gemm_choices(m, problem, 2);
+  return {all[0], all[1], all[2]};
+}
+
+// A choice planted to fail: its kernel does not compile, crashes, or computes a wrong result.
+class PlantedChoice final : public GemmChoice {
+ public:
+  enum class Fault { kSyntaxError, kNullWrite, kWrongResult };
+  PlantedChoice(std::string name, Fault fault) : name_(std::move(name)), fault_(fault) {}
+  std::string name() const override { return name_; }
+  std::string backend() const override { return "template"; }
+  std::vector<float> prepare(const float* b, int64_t k, int64_t n) const override {
+    return std::vector<float>(b, b + k * n);
+  }
+  std::string render(const std::string& function_name, const GemmEpilogue&) const override {
+    const std::string head = "#include <cstdint>\nextern \"C\" void " + function_name +
+                             "(int64_t M, const float* A, const float* B, float* C) {\n";
+    switch (fault_) {
+      case Fault::kSyntaxError:
+        return head + "  this is not C++;\n}\n";
+      case Fault::kNullWrite:
+        return head +
+               "  volatile float* volatile p = nullptr;\n  *p = A[0] + B[0];\n  (void)M; (void)C;\n}\n";
+      case Fault::kWrongResult:
+        return head +
+               "  (void)A; (void)B;\n  for (int64_t i = 0; i < M * 8; ++i) C[i] = 1.0f;\n}\n";
+    }
+    return "";
+  }
+
+ private:
+  std::string name_;
+  Fault fault_;
+};
+
+TEST_F(SelectTest, OffIsTheHeuristicAndTouchesNothing) {
+  const GemmSelection s = select_gemm(request(64, 96, 80, AutotuneMode::kOff));
+  ASSERT_NE(s.choice, nullptr);
+  EXPECT_EQ(s.choice->name(), gemm_choices(64, {.n = 96, .k = 80}, 2).front()->name());
+  EXPECT_EQ(s.source, "heuristic");
+  EXPECT_EQ(s.benchmarked, 0u);
+  EXPECT_EQ(s.helper_runs, 0u);
+  EXPECT_FALSE(fs::exists(dir_ / "autotune.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "code"));
+}
+
+TEST_F(SelectTest, SecondMaxSelectionBenchmarksNothingAndDefaultReadsTheCache) {
+  const GemmProblem problem{.n = 96, .k = 80};
+  GemmSelectRequest r = request(64, problem.n, problem.k, AutotuneMode::kDefault);
+  r.choices = few_choices(64, problem);
+
+  // Default mode with an empty cache: the heuristic, nothing benchmarked.
+  GemmSelection s = select_gemm(r);
+  EXPECT_EQ(s.source, "heuristic");
+  EXPECT_EQ(s.choice->name(), r.choices[0]->name());
+  EXPECT_EQ(s.benchmarked, 0u);
+
+  r.mode = AutotuneMode::kMax;
+  ::testing::internal::CaptureStderr();
+  const GemmSelection first = select_gemm(r);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(first.source, "benchmark");
+  EXPECT_EQ(first.benchmarked, 3u);
+  EXPECT_EQ(first.helper_runs, 1u);
+  ASSERT_EQ(first.timings.size(), 3u) << log;
+  EXPECT_TRUE(first.dropped.empty());
+  EXPECT_EQ(first.choice->name(), first.timings.front().name);
+  for (const GemmChoiceTiming& t : first.timings) {
+    EXPECT_GT(t.ms, 0);
+    EXPECT_FALSE(t.cached);
+  }
+  EXPECT_GE(first.timings[1].ms, first.timings[0].ms);
+  // Inductor's table: the problem, each choice with its time and percentage of the best.
+  EXPECT_NE(log.find("AUTOTUNE matmul(64x80, 80x96)\n"), std::string::npos) << log;
+  EXPECT_NE(log.find("  " + first.timings[0].name + " "), std::string::npos) << log;
+  EXPECT_NE(log.find(" ms 100.0%"), std::string::npos) << log;
+  EXPECT_NE(log.find("SubProcess AUTOTUNE benchmarking takes "), std::string::npos) << log;
+  EXPECT_NE(log.find("seconds precompiling"), std::string::npos) << log;
+
+  const GemmSelection second = select_gemm(r);
+  EXPECT_EQ(second.benchmarked, 0u);
+  EXPECT_EQ(second.helper_runs, 0u);
+  EXPECT_EQ(second.source, "cache");
+  EXPECT_EQ(second.choice->name(), first.choice->name());
+  ASSERT_EQ(second.timings.size(), 3u);
+  EXPECT_TRUE(second.timings[0].cached);
+
+  r.mode = AutotuneMode::kDefault;
+  s = select_gemm(r);
+  EXPECT_EQ(s.source, "cache");
+  EXPECT_EQ(s.choice->name(), first.choice->name());
+  EXPECT_EQ(s.benchmarked, 0u);
+
+  // A new choice (not in the cache) is the only one max benchmarks next.
+  r.mode = AutotuneMode::kMax;
+  r.choices.push_back(gemm_choices(64, problem, 2).back());
+  s = select_gemm(r);
+  EXPECT_EQ(s.benchmarked, 1u);
+  EXPECT_EQ(s.timings.size(), 4u);
+}
+
+TEST_F(SelectTest, PlantedFailuresAreDroppedAndLoggedAndTheBestValidChoiceWins) {
+  const GemmProblem problem{.n = 8, .k = 16};
+  GemmSelectRequest r = request(24, problem.n, problem.k, AutotuneMode::kMax);
+  std::vector<GemmChoicePtr> valid = few_choices(24, problem);
+  // The crash comes before valid choices in the helper's order, so a second helper run must
+  // time them; the wrong one comes after the crash.
+  r.choices = {
+      std::make_shared<PlantedChoice>("planted crash", PlantedChoice::Fault::kNullWrite),
+      std::make_shared<PlantedChoice>("planted syntax error", PlantedChoice::Fault::kSyntaxError),
+      valid[1],
+      std::make_shared<PlantedChoice>("planted wrong", PlantedChoice::Fault::kWrongResult),
+      valid[0],
+      valid[2]};
+  ::testing::internal::CaptureStderr();
+  const GemmSelection s = select_gemm(r);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+
+  ASSERT_EQ(s.dropped.size(), 3u) << log;
+  EXPECT_NE(s.dropped.at("planted syntax error").find("failed to compile"), std::string::npos);
+  EXPECT_NE(s.dropped.at("planted crash").find("crashed the benchmark helper"), std::string::npos)
+      << s.dropped.at("planted crash");
+  EXPECT_NE(s.dropped.at("planted wrong").find("wrong result"), std::string::npos)
+      << s.dropped.at("planted wrong");
+  EXPECT_NE(log.find("[kiln:autotune] dropped 'planted syntax error': failed to compile"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("[kiln:autotune] dropped 'planted crash': crashed"), std::string::npos) << log;
+  EXPECT_NE(log.find("[kiln:autotune] dropped 'planted wrong': wrong result"), std::string::npos)
+      << log;
+  EXPECT_EQ(s.helper_runs, 2u);
+  ASSERT_EQ(s.timings.size(), 3u);
+  EXPECT_EQ(s.choice->name(), s.timings.front().name);
+  EXPECT_NE(s.choice->name().rfind("planted", 0), 0u);
+
+  // The failures are cached too: the next max selection tries nothing again.
+  const GemmSelection again = select_gemm(r);
+  EXPECT_EQ(again.benchmarked, 0u);
+  EXPECT_EQ(again.helper_runs, 0u);
+  EXPECT_EQ(again.choice->name(), s.choice->name());
+  EXPECT_EQ(again.dropped.size(), 3u);
+}
+
+TEST_F(SelectTest, NoValidChoiceIsAUserError) {
+  GemmSelectRequest r = request(4, 8, 8, AutotuneMode::kMax);
+  r.choices = {
+      std::make_shared<PlantedChoice>("planted syntax error", PlantedChoice::Fault::kSyntaxError),
+      std::make_shared<PlantedChoice>("planted crash", PlantedChoice::Fault::kNullWrite)};
+  try {
+    select_gemm(r);
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("no valid choice for matmul(4x8, 8x8)"), std::string::npos) << message;
+    EXPECT_NE(message.find("planted crash: crashed"), std::string::npos) << message;
+  }
+  // Off mode still answers (the heuristic is not checked without benchmarking).
+  r.mode = AutotuneMode::kOff;
+  EXPECT_EQ(select_gemm(r).choice->name(), "planted syntax error");
+}
+
+TEST_F(SelectTest, HelperThatIsNotKilnIsAClearError) {
+  ::setenv("KILN_AUTOTUNE_HELPER", "/bin/false", 1);
+  GemmSelectRequest r = request(4, 8, 8, AutotuneMode::kMax);
+  r.choices = few_choices(4, {.n = 8, .k = 8});
+  try {
+    select_gemm(r);
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("KILN_AUTOTUNE_HELPER"), std::string::npos) << e.what();
+  }
+}
+
+TEST(AutotuneMode, ParsesTheThreeModes) {
+  EXPECT_EQ(parse_autotune_mode("off"), AutotuneMode::kOff);
+  EXPECT_EQ(parse_autotune_mode("default"), AutotuneMode::kDefault);
+  EXPECT_EQ(parse_autotune_mode("max"), AutotuneMode::kMax);
+  EXPECT_THROW(parse_autotune_mode("fast", "--autotune"), UserError);
+  EXPECT_EQ(autotune_mode_name(AutotuneMode::kMax), "max");
+}
+
+}  // namespace
+}  // namespace kiln::autotune

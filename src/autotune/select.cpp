@@ -341,10 +341,12 @@ GemmSelection select_gemm(const GemmSelectRequest& request) {
   check_choices(choices);
   const std::string problem_text = gemm_problem_text(request.m, request.n, request.k);
 
+  const AutotuneMode mode = request.mode ? *request.mode : autotune_mode_from_env();
+
   GemmSelection selection;
   selection.choice = choices.front();
   selection.source = "heuristic";
-  if (request.mode == AutotuneMode::kOff) return selection;
+  if (mode == AutotuneMode::kOff) return selection;
 
   const AutotuneCache cache(request.cache_path.empty() ? default_autotune_cache_path()
                                                        : request.cache_path);
@@ -365,7 +367,7 @@ GemmSelection select_gemm(const GemmSelectRequest& request) {
   }
   std::set<std::string> fresh;
   std::vector<Candidate*> to_benchmark;
-  if (request.mode == AutotuneMode::kMax) {
+  if (mode == AutotuneMode::kMax) {
     for (Candidate& candidate : candidates) {
       if (!candidate.result) to_benchmark.push_back(&candidate);
     }
@@ -406,7 +408,7 @@ GemmSelection select_gemm(const GemmSelectRequest& request) {
   if (request.print_results && !fresh.empty()) print_results(request, selection);
 
   if (selection.timings.empty()) {
-    if (request.mode == AutotuneMode::kMax) {
+    if (mode == AutotuneMode::kMax) {
       std::string reasons;
       for (const auto& [name, why] : selection.dropped) {
         reasons += fmt::format("{}{}: {}", reasons.empty() ? "" : "; ", name, why);

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,7 +52,8 @@ struct GemmSelectRequest {
   int64_t k = 0;
   /// OpenMP threads the kernel will run on; 0 means omp_get_max_threads().
   int threads = 0;
-  AutotuneMode mode = AutotuneMode::kDefault;
+  /// The mode; empty means autotune_mode_from_env() (KILN_AUTOTUNE, else default).
+  std::optional<AutotuneMode> mode;
   /// The autotune cache file; empty means default_autotune_cache_path().
   std::filesystem::path cache_path;
   /// The code cache the choices are compiled in; empty means codecache::default_cache_dir().

@@ -28,13 +28,17 @@ fs::path fresh_dir() {
   return dir;
 }
 
-// Points the helper at the built kiln and turns the autotune log on (read once per process, so
-// before any log call).
+// KILN_LOG is read once per process, at the first log call of any test of this binary: turn the
+// autotune log on before main().
+[[maybe_unused]] const bool kAutotuneLogOn = [] {
+  return ::setenv("KILN_LOG", "autotune", 1) == 0;
+}();
+
+// Points the helper at the built kiln.
 class SelectTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ::setenv("KILN_AUTOTUNE_HELPER", (fs::path(KILN_BUILD_DIR) / "bin" / "kiln").c_str(), 1);
-    ::setenv("KILN_LOG", "autotune", 1);
     dir_ = fresh_dir();
   }
 
@@ -77,7 +81,8 @@ class PlantedChoice final : public GemmChoice {
         return head + "  this is not C++;\n}\n";
       case Fault::kNullWrite:
         return head +
-               "  volatile float* volatile p = nullptr;\n  *p = A[0] + B[0];\n  (void)M; (void)C;\n}\n";
+               "  volatile float* volatile p = nullptr;\n  *p = A[0] + B[0];\n  (void)M; "
+               "(void)C;\n}\n";
       case Fault::kWrongResult:
         return head +
                "  (void)A; (void)B;\n  for (int64_t i = 0; i < M * 8; ++i) C[i] = 1.0f;\n}\n";
@@ -226,6 +231,21 @@ TEST_F(SelectTest, HelperThatIsNotKilnIsAClearError) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("KILN_AUTOTUNE_HELPER"), std::string::npos) << e.what();
   }
+}
+
+TEST_F(SelectTest, ModeComesFromKilnAutotuneWhenTheRequestLeavesItOpen) {
+  GemmSelectRequest r = request(4, 8, 8, AutotuneMode::kOff);
+  r.mode.reset();
+  r.choices = {std::make_shared<PlantedChoice>("planted crash", PlantedChoice::Fault::kNullWrite)};
+  ::setenv("KILN_AUTOTUNE", "off", 1);
+  EXPECT_EQ(autotune_mode_from_env(), AutotuneMode::kOff);
+  EXPECT_EQ(select_gemm(r).choice->name(), "planted crash");
+  ::setenv("KILN_AUTOTUNE", "max", 1);
+  EXPECT_THROW(select_gemm(r), UserError);  // benchmarked: the only choice crashes
+  ::setenv("KILN_AUTOTUNE", "fastest", 1);
+  EXPECT_THROW(autotune_mode_from_env(), UserError);
+  ::unsetenv("KILN_AUTOTUNE");
+  EXPECT_EQ(autotune_mode_from_env(), AutotuneMode::kDefault);
 }
 
 TEST(AutotuneMode, ParsesTheThreeModes) {

@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "autotune/select.h"
 #include "cli/commands.h"
 #include "driver/compile.h"
 #include "onnx/importer.h"
@@ -29,6 +30,7 @@ struct RunArgs {
   std::string output_dir = ".";
   std::string dump_dir;
   std::string cache_dir;
+  std::string autotune;
   uint64_t seed = 0;
   int repeat = 0;  // timed runs after a warm-up; 0: run once
   bool print_kernels = false;
@@ -176,6 +178,8 @@ int run_model(const RunArgs& args) {
     options.dump_dir = temp_dump->path();
   }
   options.cache_dir = args.cache_dir;
+  if (!args.autotune.empty())
+    options.autotune = autotune::parse_autotune_mode(args.autotune, "--autotune");
   // Given inputs are read before compiling: small integer ones (shape arguments passed as
   // inputs) are specialized on their values, which the compiled model checks at run time.
   // Sequences and optionals (.pb files holding a SequenceProto or OptionalProto) fix their
@@ -292,6 +296,10 @@ void add_run_command(CLI::App& app, CommandAction& chosen) {
   cmd->add_option("--cache-dir", args->cache_dir,
                   "the code cache (default: KILN_CACHE_DIR or ~/.cache/kiln)");
   cmd->add_option("--seed", args->seed, "seed of random inputs");
+  cmd->add_option("--autotune", args->autotune,
+                  "GEMM algorithm selection: off (heuristic), default (heuristic plus the "
+                  "autotune cache), max (benchmark every choice not in the cache); default: "
+                  "KILN_AUTOTUNE, else default");
   cmd->add_option("--repeat", args->repeat,
                   "after a warm-up run, run N more times and print the min and median latency")
       ->check(CLI::Range(0, 1000000));

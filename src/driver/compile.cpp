@@ -12,6 +12,7 @@
 #include "codegen/cpp/cpp_kernel.h"
 #include "codegen/wrapper/wrapper.h"
 #include "sched/scheduler.h"
+#include "sched/template_epilogue.h"
 #include "support/error.h"
 #include "support/files.h"
 #include "support/hash.h"
@@ -64,6 +65,15 @@ codecache::CompilerConfig compiler_config(const codegen::WrapperSource& source) 
     config.libraries.push_back("/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so");
   }
   if (source.uses_dnnl) config.libraries.push_back("dnnl");
+  for (const std::string& dir : source.include_dirs) {
+    if (std::find(config.include_dirs.begin(), config.include_dirs.end(), dir) ==
+        config.include_dirs.end())
+      config.include_dirs.push_back(dir);
+  }
+  for (const std::string& lib : source.libraries) {
+    if (std::find(config.libraries.begin(), config.libraries.end(), lib) == config.libraries.end())
+      config.libraries.push_back(lib);
+  }
   config.extra_key = runtime_headers_hash();
   return config;
 }
@@ -113,8 +123,14 @@ CompiledModel compile(const graph::Model& model, const CompileOptions& options) 
   ++g_compiles;
   Dumper dump(options.dump_dir);
 
-  ir::Program program = lower::lower_graph(*model.graph, options.lowering);
+  lower::LoweringOptions lowering = options.lowering;
+  lowering.threads = omp_get_max_threads();
+  lowering.code_cache_dir =
+      options.cache_dir.empty() ? codecache::default_cache_dir() : options.cache_dir;
+  if (options.autotune) lowering.autotune = options.autotune;
+  ir::Program program = lower::lower_graph(*model.graph, lowering);
   dump.write("1_ir.txt", program.str());
+  sched::fuse_template_epilogues(program);
 
   codegen::CppBackend backend;
   std::vector<GraphStages> graphs;

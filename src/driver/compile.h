@@ -25,6 +25,9 @@ struct CompileOptions {
   /// generated sources).
   std::filesystem::path dump_dir;
   lower::LoweringOptions lowering;
+  /// Algorithm selection for GEMM (--autotune off|default|max); empty: KILN_AUTOTUNE, else
+  /// default (the heuristic plus what the autotune cache holds).
+  std::optional<autotune::AutotuneMode> autotune;
 };
 
 /// Facts about one compile, for the CLI and tests.

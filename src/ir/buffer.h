@@ -55,10 +55,15 @@ using ExternAttr =
 
 /// A library call (BLAS GEMM, oneDNN convolution, ...). Inputs are views of materialized
 /// buffers; an absent optional input is nullopt. The output is the buffer that holds the call.
+class Buffer;
+
 struct ExternCall {
   std::string kernel;  // "gemm", "conv", ...
   std::vector<std::optional<View>> inputs;
   std::map<std::string, ExternAttr> attrs;
+  /// A template call's earlier epilogues, applied in order before the call's own buffer's body
+  /// (sched/template_epilogue.h); each holds the buffer as it was when the next one fused.
+  std::vector<std::shared_ptr<const Buffer>> epilogue_chain;
 
   int64_t attr_int(const std::string& name, int64_t fallback) const;
   double attr_float(const std::string& name, double fallback) const;

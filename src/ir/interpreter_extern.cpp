@@ -238,11 +238,44 @@ void run_conv(const Buffer& buffer, Storages& storages, const sym::Binding& bind
   });
 }
 
+/// gemm: out[..., m, n] = sum_k A[..., m, k] * B[k, n], with B as the choice prepared it: the
+/// template's packed panels when the call has "nr" and "kc" (autotune/gemm_template.h
+/// prepack_b: per KC block of depth kc, per NR panel, kc rows of NR floats; panel (p0, j0) at
+/// p0 * roundup(N, NR) + j0 * kc), else row-major [K, N].
+void run_gemm(const Buffer& buffer, Storages& storages, const sym::Binding& binding) {
+  const ExternCall& call = buffer.call;
+  Operand a = operand(call, 0, storages, binding);
+  Operand packed = operand(call, 1, storages, binding);
+  const int64_t n = call.attr_int("n", 0), depth = call.attr_int("k", 0);
+  const bool packed_layout = call.attrs.count("nr") > 0;
+  const int64_t nr = call.attr_int("nr", 1), kc = call.attr_int("kc", 1);
+  const int64_t n_padded = (n + nr - 1) / nr * nr;
+  auto b_at = [&](int64_t p, int64_t j) {
+    if (!packed_layout) return packed.real_at({p * n + j});
+    const int64_t p0 = p / kc * kc, j0 = j / nr * nr;
+    const int64_t block = std::min(kc, depth - p0);
+    return packed.real_at({p0 * n_padded + j0 * block + (p - p0) * nr + (j - j0)});
+  };
+  ConcreteLayout out_layout = concretize(buffer.layout, binding);
+  const size_t rank = out_layout.sizes.size();
+  Storage& out = storages.at(buffer.name);
+  for_each_index(out_layout.sizes, [&](const std::vector<int64_t>& index) {
+    std::vector<int64_t> ai = index;
+    double sum = 0;
+    for (int64_t k = 0; k < depth; ++k) {
+      ai[rank - 1] = k;
+      sum += a.real_at(ai) * b_at(k, index[rank - 1]);
+    }
+    write_output(out, out_layout, index, sum, buffer.name);
+  });
+}
+
 }  // namespace
 
 void run_extern(const Buffer& buffer, Storages& storages, const sym::Binding& binding) {
   const std::string& kernel = buffer.call.kernel;
   if (kernel == "matmul") return run_matmul(buffer, storages, binding);
+  if (kernel == "gemm") return run_gemm(buffer, storages, binding);
   if (kernel == "conv") return run_conv(buffer, storages, binding);
   internal_error("interpreter: no reference implementation of extern kernel '{}' (buffer {})",
                  kernel, buffer.name);

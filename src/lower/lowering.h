@@ -17,6 +17,7 @@
 /// (Shape of a dynamic input gives [batch, 3, ...]). Reshape, Expand, Slice and friends read their
 /// shape arguments from it.
 
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -25,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "autotune/select.h"
 #include "graph/graph.h"
 #include "ir/buffer.h"
 #include "ir/loop_body.h"
@@ -72,6 +74,12 @@ struct LoweringOptions {
   /// Values of sequence and optional inputs (by ONNX input name): they fix a sequence's length
   /// and an optional's presence, and its elements' ranks where the model does not give them.
   std::map<std::string, graph::IoValue> structured_inputs;
+  /// OpenMP threads the compiled code will run (algorithm choices depend on it).
+  int threads = 1;
+  /// Algorithm selection (autotune/select.h): the mode (empty: KILN_AUTOTUNE, else default),
+  /// and the code cache its candidates compile in (empty: the default one).
+  std::optional<autotune::AutotuneMode> autotune;
+  std::filesystem::path code_cache_dir;
 };
 
 inline constexpr int64_t kMaxSpecializedElements = 8;

@@ -15,6 +15,8 @@
 
 #include <algorithm>
 
+#include "autotune/gemm_config_text.h"
+#include "autotune/select.h"
 #include "lower/lowering.h"
 #include "lower/op_util.h"
 #include "support/error.h"
@@ -88,6 +90,62 @@ ValueId operand_at(LoweringContext& ctx, LoopBody& body, const Operand& op,
   return ctx.load_at(body, op.value, index);
 }
 
+/// A selected GEMM choice (autotune/choice.h: the C++ GEMM template or a library) for
+/// A [..., M, K] @ B when B is a constant float32 [K, N] matrix (op(B) = B, or its transpose with
+/// `transpose_b`) scaled by `alpha`: B is transposed, scaled and prepared (packed into the
+/// template's panels) when compiling, and the extern "gemm" computes contiguous [..., M, N] from
+/// A (made contiguous). Pointwise consumers fuse into it as its epilogue
+/// (sched/template_epilogue.h). nullopt when B is not such a constant.
+std::optional<TensorValue> template_gemm(LoweringContext& ctx, const TensorValue& a,
+                                         const TensorValue& b, bool transpose_b, double alpha) {
+  if (a.dtype != DType::kFloat32 || a.rank() < 2 || b.rank() != 2) return std::nullopt;
+  std::optional<std::string> name = ctx.as_buffer(b);
+  const ir::Buffer* buffer = name ? ctx.program().find(*name) : nullptr;
+  if (buffer == nullptr || buffer->kind != ir::BufferKind::kConstant) return std::nullopt;
+  std::optional<std::string> a_name = ctx.as_buffer(a);
+  const ir::Buffer* a_buffer = a_name ? ctx.program().find(*a_name) : nullptr;
+  if (a_buffer != nullptr && a_buffer->kind == ir::BufferKind::kConstant) return std::nullopt;
+  const graph::Tensor& weight = *buffer->constant;
+  if (weight.dtype() != DType::kFloat32) return std::nullopt;
+  const int64_t k = weight.dims()[transpose_b ? 1 : 0], n = weight.dims()[transpose_b ? 0 : 1];
+  if (a.shape.back() != Expr(k) || k == 0 || n == 0) return std::nullopt;
+  std::vector<float> b_kn(static_cast<size_t>(k * n));
+  std::span<const float> w = weight.values<float>();
+  for (int64_t r = 0; r < k; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      b_kn[static_cast<size_t>(r * n + c)] =
+          static_cast<float>(alpha) * w[static_cast<size_t>(transpose_b ? c * k + r : r * n + c)];
+    }
+  }
+  Expr rows = sym::product(std::vector<Expr>(a.shape.begin(), a.shape.end() - 1));
+  // Algorithm selection (autotune/select.h): the heuristic, the autotune cache or benchmarks,
+  // as the options' mode says; a symbolic M selects for a typical 128 rows.
+  autotune::GemmSelectRequest request;
+  request.m = rows.as_integer().value_or(128);
+  request.n = n;
+  request.k = k;
+  request.threads = ctx.options().threads;
+  request.mode = ctx.options().autotune;
+  request.code_cache_dir = ctx.options().code_cache_dir;
+  const autotune::GemmChoicePtr choice = autotune::select_gemm(request).choice;
+  std::vector<float> prepared = choice->prepare(b_kn.data(), k, n);
+  auto prepared_tensor = std::make_shared<graph::Tensor>(
+      DType::kFloat32, std::vector<int64_t>{static_cast<int64_t>(prepared.size())});
+  std::copy(prepared.begin(), prepared.end(), prepared_tensor->mutable_values<float>().begin());
+  std::map<std::string, ir::ExternAttr> attrs = {{"choice", choice->name()}, {"n", n}, {"k", k}};
+  if (const autotune::GemmConfig* config = choice->template_config()) {
+    attrs["config"] = autotune::encode_gemm_config(*config);
+    attrs["nr"] = int64_t{config->nr};  // the packed layout, for the interpreter
+    attrs["kc"] = int64_t{config->kc};
+  }
+  std::vector<Expr> shape = a.shape;
+  shape.back() = Expr(n);
+  return ctx.extern_call(
+      "gemm", DType::kFloat32, std::move(shape),
+      {ctx.as_view(a, true), ctx.as_view(ctx.from_constant(prepared_tensor), true)},
+      std::move(attrs));
+}
+
 /// A @ B (batched) as a loop-IR reduction over K, for dtypes without an extern GEMM.
 TensorValue matmul_loop(LoweringContext& ctx, DType dtype, const Operand& a, const Operand& b,
                         const std::vector<Expr>& batch) {
@@ -142,7 +200,11 @@ std::vector<TensorValue> lower_matmul(LoweringContext& ctx, const graph::Node&,
   std::vector<Expr> batch = ctx.broadcast_shapes({a.batch(), b.batch()});
   DType dtype = a_in.dtype;
   TensorValue out;
-  if (uses_extern_gemm(dtype)) {
+  std::optional<TensorValue> templated =
+      vec_b ? std::nullopt : template_gemm(ctx, a.value, b.value, false, 1.0);
+  if (templated) {
+    out = *templated;
+  } else if (uses_extern_gemm(dtype)) {
     std::vector<Expr> shape = batch;
     shape.push_back(a.rows());
     shape.push_back(b.cols());
@@ -190,6 +252,17 @@ std::vector<TensorValue> lower_gemm(LoweringContext& ctx, const graph::Node& nod
     }
   }
   DType dtype = a_in.dtype;
+  std::optional<TensorValue> templated =
+      a.transposed ? std::nullopt : template_gemm(ctx, a_in, b_in, b.transposed, alpha);
+  if (templated) {
+    if (c == nullptr || beta == 0) return {*templated};
+    // beta * C is a pointwise consumer: it fuses into the template as its epilogue.
+    return {ctx.pointwise(dtype, shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+      ValueId cv = ctx.load_at(body, *c, LoweringContext::broadcast_index(index, c->shape));
+      if (beta != 1) cv = body.binary(OpCode::kMul, cv, body.constant(beta, dtype));
+      return body.binary(OpCode::kAdd, ctx.load_at(body, *templated, index), cv);
+    })};
+  }
   if (uses_extern_gemm(dtype)) {
     std::vector<std::optional<ir::View>> views = {operand_view(ctx, a, {}),
                                                   operand_view(ctx, b, {})};

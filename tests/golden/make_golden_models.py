@@ -87,9 +87,13 @@ def outputs_kernel_then_extern():
         helper.make_node("MatMul", ["r1", "w2"], ["h2"], name="mm2"),
         helper.make_node("Relu", ["h2"], ["r2"], name="relu2"),
         helper.make_node("MatMul", ["r2", "w3"], ["h3"], name="mm3"),
-        helper.make_node("Relu", ["h3"], ["out_b"], name="relu3"),
+        helper.make_node("Relu", ["h3"], ["r3"], name="relu3"),
+        helper.make_node("MatMul", ["r3", "w4"], ["h4"], name="mm4"),
+        helper.make_node("Relu", ["h4"], ["r4"], name="relu4"),
+        helper.make_node("MatMul", ["r4", "w5"], ["h5"], name="mm5"),
+        helper.make_node("Relu", ["h5"], ["out_b"], name="relu5"),
     ]
-    inits = [weight(f"w{i}", [16, 16], 0.1 * i) for i in range(4)]
+    inits = [weight(f"w{i}", [16, 16], 0.1 * i) for i in range(6)]
     return model(nodes, [tensor("x", [16, 16])], [tensor("out_a", [16, 16]),
                                                    tensor("out_b", [16, 16])], inits)
 
@@ -104,9 +108,13 @@ def outputs_extern_then_kernel():
         helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
         helper.make_node("MatMul", ["r1", "w2"], ["h2"], name="mm2"),
         helper.make_node("Relu", ["h2"], ["r2"], name="relu2"),
-        helper.make_node("MatMul", ["r2", "w3"], ["out_b"], name="mm3"),
+        helper.make_node("MatMul", ["r2", "w3"], ["h3"], name="mm3"),
+        helper.make_node("Relu", ["h3"], ["r3"], name="relu3"),
+        helper.make_node("MatMul", ["r3", "w4"], ["h4"], name="mm4"),
+        helper.make_node("Relu", ["h4"], ["r4"], name="relu4"),
+        helper.make_node("MatMul", ["r4", "w5"], ["out_b"], name="mm5"),
     ]
-    inits = [weight(f"w{i}", [16, 16], 0.1 * i) for i in range(4)]
+    inits = [weight(f"w{i}", [16, 16], 0.1 * i) for i in range(6)]
     return model(nodes, [tensor("x", [16, 16])], [tensor("out_a", [16, 16]),
                                                    tensor("out_b", [16, 16])], inits)
 
@@ -124,6 +132,23 @@ def matmul_chain():
         inits += [weight(f"w{i}", [32, 32], 0.05 * i), weight(f"b{i}", [32], 0.3 + 0.05 * i)]
         cur = out
     return model(nodes, [tensor("x", [8, 32])], [tensor("out", [8, 32])], inits)
+
+
+def matmul_add_gelu():
+    """MatMul(x, w) + b, then Gelu as y * 0.5 * (1 + Erf(y / sqrt(2))): a transformer MLP's first
+    half, with a weight of awkward size (K = 70, N = 45)."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+        helper.make_node("Add", ["m", "b"], ["y"], name="bias"),
+        helper.make_node("Div", ["y", "sqrt2"], ["d"], name="div"),
+        helper.make_node("Erf", ["d"], ["e"], name="erf"),
+        helper.make_node("Add", ["e", "one"], ["a"], name="add"),
+        helper.make_node("Mul", ["y", "half"], ["h"], name="mul_half"),
+        helper.make_node("Mul", ["h", "a"], ["out"], name="mul"),
+    ]
+    return model(nodes, [tensor("x", [13, 70])], [tensor("out", [13, 45])],
+                 [weight("w", [70, 45], 0.1), weight("b", [45], 0.7), scalar("sqrt2", np.sqrt(2.0)),
+                  scalar("one", 1.0), scalar("half", 0.5)])
 
 
 def reduce_mul_chain():
@@ -155,7 +180,7 @@ def twin_chains():
 
 MODELS = {f.__name__: f for f in (add_relu_mul, layernorm_gelu, softmax_decomposed,
                                    outputs_kernel_then_extern, outputs_extern_then_kernel,
-                                   matmul_chain, reduce_mul_chain, twin_chains)}
+                                   matmul_chain, matmul_add_gelu, reduce_mul_chain, twin_chains)}
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in MODELS:

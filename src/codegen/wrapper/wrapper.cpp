@@ -5,6 +5,10 @@
 #include <map>
 #include <set>
 
+#include "autotune/choice.h"
+#include "autotune/gemm_config_text.h"
+#include "codegen/cpp/cpp_epilogue.h"
+#include "codegen/cpp/cpp_kernel.h"
 #include "support/error.h"
 #include "support/indented_buffer.h"
 
@@ -35,7 +39,7 @@ std::string shape_text(const std::vector<sym::Expr>& shape) {
   return s + "]";
 }
 
-std::string quoted(const std::string& text) {
+std::string quote(const std::string& text) {
   std::string out = "\"";
   for (char c : text) {
     if (c == '"' || c == '\\') out += '\\';
@@ -121,6 +125,7 @@ class WrapperWriter {
       out.linef("struct ModelState {{ kiln_rt::ConvSite conv[{}]; }};", conv_sites_);
     }
     out.line("");
+    for (const std::string& decl : gemm_decls_) out.line(decl);
     for (const GeneratedKernel* k : unique_) {
       std::string params;
       for (const KernelArg& a : k->args) {
@@ -190,8 +195,8 @@ class WrapperWriter {
     std::map<std::string, std::string> bound;  // symbol -> "input 'x' dim 0"
     for (size_t k = 0; k < program_->inputs.size(); ++k) {
       const ir::InputSpec& in = program_->inputs[k];
-      std::string shape = quoted(shape_text(in.shape));
-      std::string name = quoted(in.onnx_name);
+      std::string shape = quote(shape_text(in.shape));
+      std::string name = quote(in.onnx_name);
       out.linef("const kiln_rt::TensorArg& in{} = inputs[{}];", k, k);
       if (only_dtype_matters(in)) {
         out.linef("kiln_rt::check_dtype(in{}, {}, {});  // data unused", k, name,
@@ -210,7 +215,7 @@ class WrapperWriter {
         std::string why;
         if (dim.is_symbol()) why = fmt::format(" ({} from {})", dim.name(), bound[dim.name()]);
         out.linef("kiln_rt::check_dim(in{}, {}, {}, {}, {}, {});", k, name, d, cexpr(dim), shape,
-                  quoted(why));
+                  quote(why));
       }
       out.linef("const {}* {} = static_cast<const {}*>(in{}.data);", ctype(in.dtype), in.buffer,
                 ctype(in.dtype), k);
@@ -229,7 +234,7 @@ class WrapperWriter {
         auto _ = out.scope();
         out.linef("static const double expected[] = {{{}}};", fmt::join(guard.values, ", "));
         out.linef("kiln_rt::check_values({}, expected, {}, {});", guard.buffer, guard.values.size(),
-                  quoted(guard.onnx_name));
+                  quote(guard.onnx_name));
       }
       out.line("}");
     }
@@ -239,7 +244,7 @@ class WrapperWriter {
   void check_extents(IndentedBuffer& out) {
     for (const ir::ExtentCheck& check : program_->extent_checks) {
       out.linef("kiln_rt::check_extent({}, {}, {});", cexpr(check.extent), cexpr(check.outputs),
-                quoted(check.node));
+                quote(check.node));
     }
   }
 
@@ -303,7 +308,7 @@ class WrapperWriter {
       const ir::Buffer* idx = program_->find(check.buffer);
       out.linef("kiln_rt::check_indices({}, {}, {}, {}, {}LL, {});", check.buffer,
                 cexpr(idx->layout.storage_size()), cexpr(check.size),
-                check.ignored ? "true" : "false", check.ignored.value_or(0), quoted(check.node));
+                check.ignored ? "true" : "false", check.ignored.value_or(0), quote(check.node));
       checked_.insert(check.buffer);
     }
   }
@@ -353,6 +358,8 @@ class WrapperWriter {
       write_unique(out, buffer);
     } else if (call.kernel == "nms_count" || call.kernel == "nms") {
       write_nms(out, buffer);
+    } else if (call.kernel == "gemm") {
+      write_gemm(out, buffer);
     } else if (call.kernel == "shape_values" || call.kernel == "reshape_dims" ||
                call.kernel == "expand_dims" || call.kernel == "range_count") {
       write_shape_kernel(out, buffer);
@@ -368,12 +375,63 @@ class WrapperWriter {
     out.indent();
   }
 
+  /// A GEMM choice's call (autotune/choice.h: the C++ template or a library), with the pointwise
+  /// body fused into it as its epilogue (sched/template_epilogue.h): its source is a translation
+  /// unit of its own.
+  void write_gemm(IndentedBuffer& out, const ir::Buffer& buffer) {
+    const ir::ExternCall& call = buffer.call;
+    const autotune::GemmProblem problem{call.attr_int("n", 0), call.attr_int("k", 0)};
+    const std::string choice_name = std::get<std::string>(call.attrs.at("choice"));
+    autotune::GemmChoicePtr choice;
+    if (call.attrs.count("config")) {
+      choice = autotune::make_template_choice(
+          autotune::decode_gemm_config(std::get<std::string>(call.attrs.at("config"))), problem);
+    } else if (choice_name == "openblas") {
+      choice = autotune::make_openblas_choice(problem);
+    } else {
+      KILN_CHECK(choice_name == "onednn", "unknown GEMM choice '{}'", choice_name);
+      choice = autotune::make_onednn_choice(problem);
+    }
+    GemmEpilogueCode epilogue;
+    if (call.attrs.count("product")) {
+      std::optional<GemmEpilogueCode> fused = gemm_epilogue(buffer);
+      KILN_CHECK(fused.has_value(), "the epilogue of {} cannot be written", buffer.name);
+      epilogue = *fused;
+    }
+    // Calls of the same choice, problem and epilogue are one function.
+    const std::string key =
+        fmt::format("{}|{}|{}|{}", choice->name(), problem.n, problem.k, epilogue.epilogue.expr);
+    auto [it, fresh] = gemms_.emplace(key, fmt::format("gemm_{}", gemms_.size()));
+    const std::string& name = it->second;
+    if (fresh) {
+      std::string params = "int64_t, const float*, const float*, float*";
+      for (size_t k = 0; k < epilogue.buffers.size(); ++k) params += ", const float*";
+      gemm_decls_.push_back(fmt::format("extern \"C\" void {}({});", name, params));
+      result_.units.emplace_back(fmt::format("gemm{}.cpp", gemms_.size() - 1),
+                                 "// Generated by Kiln: a GEMM (" + choice->name() +
+                                     "). Do not edit.\n" + cpp_kernel_prelude() +
+                                     choice->render(name, epilogue.epilogue));
+      const autotune::GemmLinkage linkage = choice->linkage();
+      for (const std::string& dir : linkage.include_dirs) add_unique(result_.include_dirs, dir);
+      for (const std::string& lib : linkage.libraries) add_unique(result_.libraries, lib);
+    }
+    const ir::View& a = *call.inputs.at(0);
+    const sym::Expr rows =
+        sym::product(std::vector<sym::Expr>(a.layout.sizes.begin(), a.layout.sizes.end() - 1));
+    std::string args;
+    for (const std::string& b : epilogue.buffers) args += ", " + b;
+    out.linef("// {}, {}", choice->name(),
+              call.attrs.count("product") ? "epilogue fused" : "no epilogue");
+    out.linef("{}({}, {}, {}, {}{});", name, cexpr(rows), data_pointer(a),
+              data_pointer(*call.inputs.at(1)), buffer.name, args);
+  }
+
   /// Sizes computed from data (lower/op_util.h sizes_from_tensor and friends); the wrapper binds
   /// them to symbols right after.
   void write_shape_kernel(IndentedBuffer& out, const ir::Buffer& buffer) {
     const ir::ExternCall& call = buffer.call;
     const ir::View& x = *call.inputs.at(0);
-    const std::string what = quoted(std::get<std::string>(call.attrs.at("what")));
+    const std::string what = quote(std::get<std::string>(call.attrs.at("what")));
     const std::string t = ctype(x.dtype);
     if (call.kernel == "range_count") {
       out.linef("kiln_rt::range_count<{}>({}, {}, {}, {}, {});", t, data_pointer(x),
@@ -385,7 +443,8 @@ class WrapperWriter {
     if (call.kernel == "shape_values") {
       const std::optional<ir::View>& max = call.inputs.size() > 1 ? call.inputs[1] : std::nullopt;
       out.linef("kiln_rt::shape_values<{}>({}, {}, {}, {}, {});", t, data_pointer(x), n,
-                max ? fmt::format("({})[0]", data_pointer(*max)) : std::string("-1"), buffer.name, what);
+                max ? fmt::format("({})[0]", data_pointer(*max)) : std::string("-1"), buffer.name,
+                what);
       return;
     }
     const ir::View& dims = *call.inputs.at(1);
@@ -628,6 +687,10 @@ class WrapperWriter {
     out.line("};");
   }
 
+  static void add_unique(std::vector<std::string>& list, const std::string& item) {
+    if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
+  }
+
   static size_t capture_count(const ir::Subgraph& g) {
     return g.program.inputs.size() - g.formal_inputs;
   }
@@ -685,7 +748,7 @@ class WrapperWriter {
     out.linef("auto body = [&](const kiln_rt::TensorArg* in, kiln_rt::TensorArg* out) {{");
     out.linef("    {}(in, out, constants, state);", function_name(body.name));
     out.line("};");
-    const std::string node = quoted(node_text(buffer));
+    const std::string node = quote(node_text(buffer));
     if (loop) {
       auto scalar = [&](size_t k, const char* type) {
         const std::optional<ir::View>& v = call.inputs.at(k);
@@ -818,6 +881,8 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
   std::set<std::string> checked_;
   int conv_sites_ = 0;         // oneDNN convolution call sites, each with its state in ModelState
   bool uses_control_ = false;  // kiln_rt_control.h (Loop, Scan)
+  std::vector<std::string> gemm_decls_;                 // GEMM template kernels, one unit each
+  std::map<std::string, std::string> gemms_;            // config, problem, epilogue -> function
   std::map<std::string, std::string> canonical_;        // kernel -> the kernel emitted for it
   std::map<std::string, std::string> also_called_for_;  // emitted kernel -> comment lines
   std::vector<const GeneratedKernel*> unique_;

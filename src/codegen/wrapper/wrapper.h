@@ -38,6 +38,9 @@ struct WrapperSource {
   bool uses_library = false;  // kiln_rt_library.h kernels (TopK, RNN, NMS, ...)
   /// Does it call BLAS?
   bool uses_blas = false;
+  /// What the GEMM choices' units need besides (autotune::GemmLinkage).
+  std::vector<std::string> include_dirs;
+  std::vector<std::string> libraries;
   MemoryPlan plan;
   int kernel_count = 0;  // distinct kernel functions after deduplication
 };

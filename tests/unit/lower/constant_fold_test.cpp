@@ -109,12 +109,10 @@ TEST(ConstantFold, TransposedScaledWeightOfMatMulBecomesOneConstant) {
   const ir::Buffer* weight = program.find(run[0]->call.inputs[1]->buffer);
   ASSERT_NE(weight, nullptr);
   ASSERT_EQ(weight->kind, ir::BufferKind::kConstant) << program.str();
-  ASSERT_EQ(weight->constant->dims(), (std::vector<int64_t>{4, 3}));
-  std::vector<float> want(12);
-  for (size_t i = 0; i < 4; ++i) {
-    for (size_t j = 0; j < 3; ++j) want[i * 3 + j] = 2.0f * w[j * 4 + i];
-  }
-  EXPECT_EQ(values_of<float>(*weight->constant), want);
+  // The GEMM template reads the folded weight packed into its panels (the values are checked by
+  // running the program below).
+  EXPECT_EQ(run[0]->call.kernel, "gemm");
+  EXPECT_GE(weight->constant->numel(), 12);
   // Only x, the folded weight and the output remain.
   EXPECT_EQ(program.buffers.size(), 3u) << program.str();
 
@@ -124,7 +122,7 @@ TEST(ConstantFold, TransposedScaledWeightOfMatMulBecomesOneConstant) {
   for (size_t r = 0; r < 2; ++r) {
     for (size_t c = 0; c < 3; ++c) {
       float sum = 0;
-      for (size_t k = 0; k < 4; ++k) sum += xs[r * 4 + k] * want[k * 3 + c];
+      for (size_t k = 0; k < 4; ++k) sum += xs[r * 4 + k] * 2.0f * w[c * 4 + k];
       EXPECT_FLOAT_EQ(y.values<float>()[r * 3 + c], sum) << r << "," << c;
     }
   }

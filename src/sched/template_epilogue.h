@@ -1,0 +1,19 @@
+#pragma once
+/// Template epilogue fusion (seed 004's template epilogue fusion): a pointwise buffer that is
+/// the only reader of a GEMM call's product (extern "gemm": the C++ template, or a library
+/// choice that applies the epilogue in a pass of its own), reads it elementwise and has its
+/// shape becomes the call itself: its body is the call's epilogue, which the template applies
+/// to each element of the product in registers before the one store (MatMul -> Add -> Gelu is
+/// one kernel call, with no pass over the product in memory). Chains fuse one after another. The fused buffer keeps its name; the product's buffer is
+/// gone. The other buffers the epilogue loads become inputs of the call.
+///
+/// Tests: tests/golden (MatMul -> Add -> Gelu as one call), the ONNX suite.
+
+#include "ir/buffer.h"
+
+namespace kiln::sched {
+
+/// Rewrites `program` in place; returns how many epilogues were fused.
+int fuse_template_epilogues(ir::Program& program);
+
+}  // namespace kiln::sched

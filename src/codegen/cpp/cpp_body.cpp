@@ -15,17 +15,6 @@ using ir::ReductionType;
 constexpr const char* kVecF32 = "kiln::vec::VecF32";
 constexpr const char* kVecMask = "kiln::vec::VecMask";
 
-std::string apply(const char* tmpl, const std::vector<std::string>& args) {
-  switch (args.size()) {
-    case 1:
-      return fmt::format(fmt::runtime(tmpl), args[0]);
-    case 2:
-      return fmt::format(fmt::runtime(tmpl), args[0], args[1]);
-    default:
-      return fmt::format(fmt::runtime(tmpl), args.at(0), args.at(1), args.at(2));
-  }
-}
-
 bool is_vector_dtype(DType d) { return d == DType::kFloat32 || d == DType::kBool; }
 
 bool is_vector_reduction(ReductionType t) {
@@ -253,7 +242,7 @@ std::string MemberEmitter::scalar_op(const ir::Op& op, const std::vector<std::st
       return name;
     }
     default:
-      return apply(cpp_op_templates(op.code).scalar, args);
+      return format_op(cpp_op_templates(op.code).scalar, args);
   }
 }
 
@@ -272,7 +261,7 @@ std::string MemberEmitter::vector_op(const ir::Op& op, const std::vector<std::st
     case OpCode::kWhere:
       return fmt::format("kiln::vec::where({}, {}, {})", args[0], args[1], args[2]);
     default:
-      return apply(cpp_op_templates(op.code).vector, args);
+      return format_op(cpp_op_templates(op.code).vector, args);
   }
 }
 

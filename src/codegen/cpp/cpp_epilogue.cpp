@@ -19,17 +19,6 @@ bool index_only(const sym::Expr& e) {
   return true;
 }
 
-std::string format_op(const char* tmpl, const std::vector<std::string>& args) {
-  switch (args.size()) {
-    case 1:
-      return fmt::format(fmt::runtime(tmpl), args[0]);
-    case 2:
-      return fmt::format(fmt::runtime(tmpl), args[0], args[1]);
-    default:
-      return fmt::format(fmt::runtime(tmpl), args.at(0), args.at(1), args.at(2));
-  }
-}
-
 }  // namespace
 
 std::optional<GemmEpilogueCode> gemm_epilogue(const ir::Buffer& fused) {

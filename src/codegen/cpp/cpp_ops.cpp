@@ -242,6 +242,17 @@ std::string float_literal(double v, graph::DType dtype) {
 
 }  // namespace
 
+std::string format_op(const char* tmpl, const std::vector<std::string>& args) {
+  switch (args.size()) {
+    case 1:
+      return fmt::format(fmt::runtime(tmpl), args[0]);
+    case 2:
+      return fmt::format(fmt::runtime(tmpl), args[0], args[1]);
+    default:
+      return fmt::format(fmt::runtime(tmpl), args.at(0), args.at(1), args.at(2));
+  }
+}
+
 std::string cpp_literal(const ir::Op& op) {
   graph::DType dtype = op.dtype;
   if (dtype == graph::DType::kBool) return op.int_value != 0 ? "true" : "false";

@@ -6,6 +6,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "graph/dtype.h"
 #include "ir/loop_body.h"
@@ -24,6 +25,9 @@ const CppOpTemplates& cpp_op_templates(ir::OpCode code);
 
 /// The C++ type of a compute dtype (float16/bfloat16 compute as float).
 std::string_view cpp_compute_type(graph::DType dtype);
+
+/// A table template (CppOpTemplates::scalar or ::vector) applied to its operands' C++ text.
+std::string format_op(const char* tmpl, const std::vector<std::string>& args);
 
 /// A literal of `dtype` (compute type) for a Constant op's value.
 std::string cpp_literal(const ir::Op& op);

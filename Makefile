@@ -4,7 +4,7 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build demo bench bench-gemm test format clean
+.PHONY: all deps configure build demo bench bench-gemm bench-conv test format clean
 
 all: build
 
@@ -34,6 +34,12 @@ bench: deps configure
 bench-gemm: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln_gemm_bench
 	$(BUILD_DIR)/bin/kiln_gemm_bench
+
+# Conv -> BatchNormalization -> Relu -> Add fused into one call against convolution plus a
+# separate kernel, at ResNet-50's 3x3 shapes (bench/conv_block_bench.cpp).
+bench-conv: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln_conv_block_bench
+	$(BUILD_DIR)/bin/kiln_conv_block_bench
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

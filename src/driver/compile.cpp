@@ -130,7 +130,7 @@ CompiledModel compile(const graph::Model& model, const CompileOptions& options) 
   if (options.autotune) lowering.autotune = options.autotune;
   ir::Program program = lower::lower_graph(*model.graph, lowering);
   dump.write("1_ir.txt", program.str());
-  sched::fuse_template_epilogues(program);
+  if (options.fuse_epilogues) sched::fuse_template_epilogues(program);
 
   codegen::CppBackend backend;
   std::vector<GraphStages> graphs;

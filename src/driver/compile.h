@@ -28,6 +28,9 @@ struct CompileOptions {
   /// Algorithm selection for GEMM (--autotune off|default|max); empty: KILN_AUTOTUNE, else
   /// default (the heuristic plus what the autotune cache holds).
   std::optional<autotune::AutotuneMode> autotune;
+  /// Fuse pointwise chains into the GEMM or convolution call before them (on unless a benchmark
+  /// compares with the unfused code).
+  bool fuse_epilogues = true;
 };
 
 /// Facts about one compile, for the CLI and tests.

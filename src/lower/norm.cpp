@@ -199,6 +199,77 @@ std::vector<TensorValue> batch_norm_training(LoweringContext& ctx, const graph::
   return {y, running(mean, m.mean, 1), running(var, m.var, 2)};
 }
 
+/// The float32 data of a value that is a whole constant buffer (or a known scalar, broadcast to
+/// `n`), or empty.
+std::vector<float> constant_floats(LoweringContext& ctx, const TensorValue& v, int64_t n) {
+  if (v.known_float && v.known_float->size() == static_cast<size_t>(n)) {
+    return std::vector<float>(v.known_float->begin(), v.known_float->end());
+  }
+  std::optional<std::string> name = ctx.as_buffer(v);
+  const ir::Buffer* b = name ? ctx.program().find(*name) : nullptr;
+  if (b == nullptr || b->kind != ir::BufferKind::kConstant || b->dtype != DType::kFloat32 ||
+      b->constant->numel() != n) {
+    return {};
+  }
+  std::span<const float> values = b->constant->values<float>();
+  return std::vector<float>(values.begin(), values.end());
+}
+
+/// Inference BatchNormalization right after a float32 convolution with a constant weight (and
+/// bias), that nothing else reads, folds into the convolution's weight and bias when compiling:
+/// w' = w * s, b' = (b - mean) * s + beta with s = scale / sqrt(var + epsilon) per output
+/// channel. The convolution is then the only call, and what follows can fuse into it.
+std::optional<TensorValue> fold_into_conv(LoweringContext& ctx, const graph::Node& node,
+                                          const TensorValue& x, const TensorValue& scale,
+                                          const TensorValue& beta, const TensorValue& mean,
+                                          const TensorValue& var, double epsilon) {
+  const graph::Value* input = node.input(0);
+  if (input == nullptr || input->users().size() != 1 || x.dtype != DType::kFloat32) {
+    return std::nullopt;
+  }
+  std::optional<std::string> name = ctx.as_buffer(x);
+  const ir::Buffer* conv = name ? ctx.program().find(*name) : nullptr;
+  if (conv == nullptr || conv->kind != ir::BufferKind::kExtern || conv->call.kernel != "conv") {
+    return std::nullopt;
+  }
+  const ir::ExternCall& call = conv->call;
+  const ir::Buffer* w = ctx.program().find(call.inputs.at(1)->buffer);
+  if (w == nullptr || w->kind != ir::BufferKind::kConstant || w->dtype != DType::kFloat32 ||
+      !call.inputs[1]->layout.is_contiguous() || call.inputs[1]->layout.offset != sym::Expr(0)) {
+    return std::nullopt;
+  }
+  const graph::Tensor& weight = *w->constant;
+  const int64_t m = weight.dims().at(0);
+  std::vector<float> s = constant_floats(ctx, scale, m), b = constant_floats(ctx, beta, m),
+                     mu = constant_floats(ctx, mean, m), v = constant_floats(ctx, var, m);
+  if (s.empty() || b.empty() || mu.empty() || v.empty()) return std::nullopt;
+  std::vector<float> old_bias(static_cast<size_t>(m), 0.0f);
+  if (call.inputs.size() > 2 && call.inputs[2]) {
+    const ir::Buffer* bb = ctx.program().find(call.inputs[2]->buffer);
+    if (bb == nullptr || bb->kind != ir::BufferKind::kConstant || bb->constant->numel() != m) {
+      return std::nullopt;
+    }
+    std::span<const float> values = bb->constant->values<float>();
+    old_bias.assign(values.begin(), values.end());
+  }
+  auto new_weight = std::make_shared<graph::Tensor>(DType::kFloat32, weight.dims());
+  auto new_bias = std::make_shared<graph::Tensor>(DType::kFloat32, std::vector<int64_t>{m});
+  std::span<const float> wv = weight.values<float>();
+  std::span<float> nw = new_weight->mutable_values<float>(), nb = new_bias->mutable_values<float>();
+  const int64_t per_channel = weight.numel() / m;
+  for (int64_t c = 0; c < m; ++c) {
+    const double f = s[c] / std::sqrt(static_cast<double>(v[c]) + epsilon);
+    for (int64_t i = 0; i < per_channel; ++i) {
+      nw[c * per_channel + i] = static_cast<float>(wv[c * per_channel + i] * f);
+    }
+    nb[c] = static_cast<float>((old_bias[c] - mu[c]) * f + b[c]);
+  }
+  std::vector<std::optional<ir::View>> views = {call.inputs[0],
+                                                ctx.as_view(ctx.from_constant(new_weight), true),
+                                                ctx.as_view(ctx.from_constant(new_bias), true)};
+  return ctx.extern_call("conv", DType::kFloat32, conv->layout.sizes, std::move(views), call.attrs);
+}
+
 std::vector<TensorValue> lower_batch_norm(LoweringContext& ctx, const graph::Node& node,
                                           const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "X");
@@ -212,6 +283,10 @@ std::vector<TensorValue> lower_batch_norm(LoweringContext& ctx, const graph::Nod
   if (is_training(ctx, node)) {
     if (mean.rank() != 1 || var.rank() != 1) ctx.fail("running statistics must be 1-D");
     return batch_norm_training(ctx, node, x, scale, bias, mean, var, epsilon);
+  }
+  if (std::optional<TensorValue> folded =
+          fold_into_conv(ctx, node, x, scale, bias, mean, var, epsilon)) {
+    return {*folded};
   }
   return {normalize_channels(ctx, x, mean, var, scale, bias, epsilon, nullptr)};
 }

@@ -5,6 +5,7 @@
 // last shapes it saw, so repeated runs at the same shapes pay for primitive creation once.
 
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "kiln_rt.h"
@@ -73,12 +74,14 @@ inline void conv_direct(const ConvParams& p, const T* x, const T* w, const T* bi
 class ConvSite {
  public:
   /// `constant_weights`: w is a model constant, so its reordered copy is kept across runs.
+  /// `post_ops`: what the primitive applies to each output element after the bias, in order
+  /// (sched/template_epilogue.h): 'r' Relu, so Conv -> Relu is this one call.
   void run(const ConvParams& p, const float* x, const float* w, const float* bias, float* out,
-           bool constant_weights) {
+           bool constant_weights, const char* post_ops = "") {
     std::lock_guard<std::mutex> lock(mutex_);
     const bool has_bias = bias != nullptr;
-    if (!ready_ || !(p == params_) || has_bias != has_bias_) {
-      build(p, has_bias);
+    if (!ready_ || !(p == params_) || has_bias != has_bias_ || post_ops_ != post_ops) {
+      build(p, has_bias, post_ops);
       reorder_weights(w);
     } else if (!constant_weights || w != weights_src_) {
       reorder_weights(w);
@@ -103,7 +106,7 @@ class ConvSite {
     return d;
   }
 
-  void build(const ConvParams& p, bool has_bias) {
+  void build(const ConvParams& p, bool has_bias, const std::string& post_ops) {
     using tag = dnnl::memory::format_tag;
     using dt = dnnl::memory::data_type;
     const tag act = p.spatial == 1 ? tag::ncw : p.spatial == 2 ? tag::nchw : tag::ncdhw;
@@ -134,13 +137,20 @@ class ConvSite {
                     : dnnl::convolution_forward::desc(
                           dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                           src_md_, any_w_md, dst_md_, strides, dilates, pad_l, pad_r);
-    dnnl::convolution_forward::primitive_desc pd(desc, user_scratchpad(), engine_);
+    dnnl::primitive_attr attr = user_scratchpad();
+    dnnl::post_ops ops;
+    for (char op : post_ops) {
+      if (op == 'r') ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    }
+    attr.set_post_ops(ops);
+    dnnl::convolution_forward::primitive_desc pd(desc, attr, engine_);
     primitive_ = dnnl::convolution_forward(pd);
     scratchpad_ = dnnl::memory(pd.scratchpad_desc(), engine_);
     user_w_md_ = user_w_md;
     weights_ = dnnl::memory(pd.weights_desc(), engine_);
     params_ = p;
     has_bias_ = has_bias;
+    post_ops_ = post_ops;
     ready_ = true;
   }
 
@@ -171,6 +181,7 @@ class ConvSite {
   dnnl::stream stream_{engine_};
   bool ready_ = false;
   bool has_bias_ = false;
+  std::string post_ops_;
   ConvParams params_;
   const float* weights_src_ = nullptr;
   dnnl::memory::desc src_md_, dst_md_, bias_md_, user_w_md_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "support/log.h"
@@ -15,6 +16,16 @@ bool index_only(const sym::Expr& e) {
     if (s.symbol_kind() != sym::SymbolKind::kIndex) return false;
   }
   return true;
+}
+
+/// The element index of `layout` at `body`'s loop variables, simplified under their ranges as
+/// lowering simplified the body's own indices (a size-1 dim's variable drops out).
+sym::Expr elementwise_index(const ir::Program& program, const ir::Layout& layout,
+                            const ir::LoopBody& body) {
+  sym::Analyzer analyzer = program.analyzer;
+  for (size_t k = 0; k < body.vars().size(); ++k)
+    analyzer.bind_index(body.vars()[k], body.sizes()[k]);
+  return analyzer.simplify(layout.index(body.vars()));
 }
 
 /// Why `consumer` cannot be the epilogue of `product`, or "" when it can.
@@ -31,14 +42,15 @@ std::string refusal(const ir::Program& program, const ir::Buffer& product,
   }
   const ir::LoopBody& body = consumer.body;
   if (body.sizes() != sizes) return "the reader's loops differ";
-  const sym::Expr identity = product.layout.index(body.vars());
+  const sym::Expr identity = elementwise_index(program, product.layout, body);
+  const sym::Expr own = elementwise_index(program, consumer.layout, body);
   int stores = 0;
   for (const ir::Op& op : body.ops()) {
     if (op.code == ir::OpCode::kIndirect) return "indirect indexing";
     if (op.code == ir::OpCode::kIndexExpr && !index_only(op.index)) return "a symbolic index";
     if (op.code == ir::OpCode::kStore) {
       ++stores;
-      if (op.index != consumer.layout.index(body.vars())) return "a non-contiguous store";
+      if (op.index != own) return "a non-contiguous store";
     }
     if (op.code != ir::OpCode::kLoad) continue;
     if (op.mask != ir::kNoValue) return "a masked load";
@@ -54,6 +66,56 @@ std::string refusal(const ir::Program& program, const ir::Buffer& product,
   return "";
 }
 
+/// The pointwise chain `consumer` applies to a float32 convolution's product as oneDNN post-ops
+/// ('r' per Relu), or nullopt when the body is anything else. Only Relu: oneDNN's binary add
+/// post-op (a residual Add) runs 1.5-4.5x slower than the convolution plus a separate kernel on
+/// its plain-layout path (bench/conv_block_bench.cpp), so an Add stays a kernel of its own.
+std::optional<std::string> conv_post_ops(const ir::Program& program, const ir::Buffer& product,
+                                         const ir::Buffer& consumer) {
+  if (product.dtype != graph::DType::kFloat32 || consumer.kind != ir::BufferKind::kComputed ||
+      consumer.is_reduction() || consumer.dtype != graph::DType::kFloat32 ||
+      consumer.layout.sizes != product.layout.sizes || !consumer.layout.is_contiguous() ||
+      !product.layout.is_contiguous() || consumer.body.sizes() != product.layout.sizes) {
+    return std::nullopt;
+  }
+  const ir::LoopBody& body = consumer.body;
+  const sym::Expr identity = elementwise_index(program, product.layout, body);
+  std::string ops;
+  std::optional<ir::ValueId> current;
+  for (size_t id = 0; id < body.ops().size(); ++id) {
+    const auto vid = static_cast<ir::ValueId>(id);
+    const ir::Op& op = body.op(vid);
+    if (op.code == ir::OpCode::kLoad && op.buffer == product.name && op.mask == ir::kNoValue &&
+        op.index == identity && !current) {
+      current = vid;
+      continue;
+    }
+    if (!current) return std::nullopt;
+    if (op.code == ir::OpCode::kRelu && op.operands[0] == *current) {
+      ops += 'r';
+      current = vid;
+    } else if (op.code == ir::OpCode::kStore && op.operands[0] == *current &&
+               op.index == elementwise_index(program, consumer.layout, body)) {
+      return ops.empty() ? std::nullopt : std::optional<std::string>(ops);
+    } else {
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+/// A convolution's only reader that is a chain of Relus becomes the convolution call, with the
+/// chain as oneDNN post-ops.
+bool fuse_conv_post_ops(ir::Program& program, const ir::Buffer& product, ir::Buffer& consumer) {
+  std::optional<std::string> ops = conv_post_ops(program, product, consumer);
+  if (!ops) return false;
+  consumer.kind = ir::BufferKind::kExtern;
+  consumer.call = product.call;
+  consumer.call.attrs["post_ops"] = *ops;
+  for (const ir::Origin& o : product.origins) consumer.add_origin(o);
+  return true;
+}
+
 }  // namespace
 
 int fuse_template_epilogues(ir::Program& program) {
@@ -62,7 +124,9 @@ int fuse_template_epilogues(ir::Program& program) {
   int fused = 0;
   for (size_t i = 0; i < program.buffers.size(); ++i) {
     const ir::Buffer& product = *program.buffers[i];
-    if (product.kind != ir::BufferKind::kExtern || product.call.kernel != "gemm" ||
+    const bool conv = product.kind == ir::BufferKind::kExtern && product.call.kernel == "conv" &&
+                      !product.call.attrs.count("post_ops");
+    if (product.kind != ir::BufferKind::kExtern || (product.call.kernel != "gemm" && !conv) ||
         outputs.count(product.name)) {
       continue;
     }
@@ -74,6 +138,15 @@ int fuse_template_epilogues(ir::Program& program) {
     }
     if (readers.size() != 1) continue;
     ir::Buffer& consumer = *readers[0];
+    if (conv) {
+      if (!fuse_conv_post_ops(program, product, consumer)) continue;
+      log::write(log::Category::kFusion, "conv {}: {} fused as oneDNN post-ops {}", product.name,
+                 consumer.name, std::get<std::string>(consumer.call.attrs.at("post_ops")));
+      program.buffers.erase(program.buffers.begin() + static_cast<std::ptrdiff_t>(i));
+      --i;
+      ++fused;
+      continue;
+    }
     if (std::string why = refusal(program, product, consumer); !why.empty()) {
       log::write(log::Category::kFusion, "template {}: epilogue {} refused: {}", product.name,
                  consumer.name, why);

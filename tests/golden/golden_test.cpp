@@ -412,6 +412,64 @@ TEST(Golden, MatMulAddGeluIsOneTemplateCall) {
   }
 }
 
+// Conv -> BatchNormalization -> Relu is one oneDNN convolution call: the normalization is
+// folded into the weight and bias when compiling, the Relu is a post-op. With a residual Add
+// after it, the Add (with the Relu) is one kernel after the call: oneDNN's binary post-op is
+// slower than that on its plain-layout path (bench/conv_block_bench.cpp).
+TEST(Golden, ConvBnReluIsOneCall) {
+  for (bool residual : {false, true}) {
+    SCOPED_TRACE(residual ? "with Add" : "without Add");
+    const std::string name = residual ? "conv_bn_relu_add" : "conv_bn_relu";
+    fs::path dir = scratch(name);
+    graph::Model model = make_model(name, dir);
+    Compiled c = compile_dumped(model, dir);
+    EXPECT_EQ(c.model.stats().extern_calls, 1) << c.dump.wrapper;
+    EXPECT_TRUE(contains(c.dump.wrapper, "state.conv[0].run(")) << c.dump.wrapper;
+    const std::vector<std::string> defs = c.dump.kernel_definitions();
+    if (residual) {
+      ASSERT_EQ(defs.size(), 1u) << c.dump.kernels;
+      EXPECT_TRUE(contains(defs[0], "add") && contains(defs[0], "relu")) << defs[0];
+      EXPECT_FALSE(contains(c.dump.kernels, "(BatchNormalization)")) << "BN not folded";
+    } else {
+      EXPECT_TRUE(defs.empty()) << c.dump.kernels;
+      EXPECT_TRUE(contains(c.dump.wrapper, "true, \"r\")")) << c.dump.wrapper;
+      EXPECT_EQ(c.dump.intermediate_allocations(), 0) << c.dump.plan;
+    }
+
+    const int64_t ch = 8, hw = 12;
+    std::vector<float> x = test_values(static_cast<size_t>(ch * hw * hw), 4);
+    std::vector<Tensor> out = c.model.run({float_tensor({1, ch, hw, hw}, x)});
+    ASSERT_EQ(out.size(), 1u);
+    const std::vector<float> w = initializer(model, "w"), cb = initializer(model, "cb"),
+                             gamma = initializer(model, "gamma"), beta = initializer(model, "beta"),
+                             mean = initializer(model, "mean"), var = initializer(model, "var");
+    std::span<const float> got = out[0].values<float>();
+    for (int64_t m = 0; m < ch; ++m) {
+      for (int64_t i = 0; i < hw; ++i) {
+        for (int64_t j = 0; j < hw; ++j) {
+          double acc = cb[static_cast<size_t>(m)];
+          for (int64_t c2 = 0; c2 < ch; ++c2) {
+            for (int64_t ki = 0; ki < 3; ++ki) {
+              for (int64_t kj = 0; kj < 3; ++kj) {
+                int64_t ii = i + ki - 1, jj = j + kj - 1;
+                if (ii < 0 || ii >= hw || jj < 0 || jj >= hw) continue;
+                acc += static_cast<double>(x[static_cast<size_t>((c2 * hw + ii) * hw + jj)]) *
+                       w[static_cast<size_t>(((m * ch + c2) * 3 + ki) * 3 + kj)];
+              }
+            }
+          }
+          const size_t k = static_cast<size_t>(m);
+          double n =
+              (acc - mean[k]) / std::sqrt(static_cast<double>(var[k]) + 1e-5) * gamma[k] + beta[k];
+          const size_t at = static_cast<size_t>((m * hw + i) * hw + j);
+          double want = std::max(n, 0.0) + (residual ? x[at] : 0.0f);
+          EXPECT_NEAR(got[at], want, 1e-4 + 1e-4 * std::abs(want)) << m << "," << i << "," << j;
+        }
+      }
+    }
+  }
+}
+
 // 6. Compiling the same model twice gives the same sources and plan; the second compile with the
 // same code cache is a cache hit.
 TEST(Golden, CompilesAreDeterministicAndCached) {

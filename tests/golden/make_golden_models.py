@@ -151,6 +151,26 @@ def matmul_add_gelu():
                   scalar("one", 1.0), scalar("half", 0.5)])
 
 
+def conv_bn_relu_add(residual=True):
+    """Conv (3x3, pads 1, bias) -> BatchNormalization -> Relu -> Add(x): a residual block's tail
+    (without the Add when not `residual`)."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "cb"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["n"],
+                         name="bn", epsilon=1e-5),
+        helper.make_node("Relu", ["n"], ["r" if residual else "out"], name="relu"),
+    ] + ([helper.make_node("Add", ["r", "x"], ["out"], name="add")] if residual else [])
+    var = numpy_helper.from_array(
+        (np.arange(8, dtype=np.float32) * 0.1 + 0.5).astype(np.float32), "var")
+    return model(nodes, [tensor("x", [1, 8, 12, 12])], [tensor("out", [1, 8, 12, 12])],
+                 [weight("w", [8, 8, 3, 3], 0.2), weight("cb", [8], 0.4), weight("gamma", [8], 0.6),
+                  weight("beta", [8], 0.3), weight("mean", [8], 0.9), var])
+
+
+def conv_bn_relu():
+    return conv_bn_relu_add(residual=False)
+
+
 def reduce_mul_chain():
     """10 blocks of y = x * ReduceSum(x, axes=[-1], keepdims=1): x stays [8, 32]."""
     nodes, cur = [], "x"
@@ -180,7 +200,8 @@ def twin_chains():
 
 MODELS = {f.__name__: f for f in (add_relu_mul, layernorm_gelu, softmax_decomposed,
                                    outputs_kernel_then_extern, outputs_extern_then_kernel,
-                                   matmul_chain, matmul_add_gelu, reduce_mul_chain, twin_chains)}
+                                   matmul_chain, matmul_add_gelu, conv_bn_relu_add, conv_bn_relu, reduce_mul_chain,
+                                   twin_chains)}
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in MODELS:

@@ -635,8 +635,13 @@ class WrapperWriter {
     if (buffer.dtype == DType::kFloat32) {
       const ir::Buffer* wb = program_->find(w.buffer);
       bool constant = wb != nullptr && wb->kind == ir::BufferKind::kConstant;
-      out.linef("state.conv[{}].run(p, {}, {}, {}, {}, {});", conv_sites_++, xp, wp, bp,
-                buffer.name, constant ? "true" : "false");
+      // A Relu chain fused as oneDNN post-ops (sched/template_epilogue.h).
+      const std::string post_ops =
+          call.attrs.count("post_ops")
+              ? ", " + quote(std::get<std::string>(call.attrs.at("post_ops")))
+              : std::string();
+      out.linef("state.conv[{}].run(p, {}, {}, {}, {}, {}{});", conv_sites_++, xp, wp, bp,
+                buffer.name, constant ? "true" : "false", post_ops);
     } else {
       out.linef("kiln_rt::conv_direct<{}>(p, {}, {}, {}, {});", t, xp, wp, bp, buffer.name);
     }

@@ -11,13 +11,6 @@ namespace kiln::sched {
 
 namespace {
 
-bool index_only(const sym::Expr& e) {
-  for (const sym::Expr& s : sym::free_symbols(e)) {
-    if (s.symbol_kind() != sym::SymbolKind::kIndex) return false;
-  }
-  return true;
-}
-
 /// The element index of `layout` at `body`'s loop variables, simplified under their ranges as
 /// lowering simplified the body's own indices (a size-1 dim's variable drops out).
 sym::Expr elementwise_index(const ir::Program& program, const ir::Layout& layout,
@@ -47,14 +40,15 @@ std::string refusal(const ir::Program& program, const ir::Buffer& product,
   int stores = 0;
   for (const ir::Op& op : body.ops()) {
     if (op.code == ir::OpCode::kIndirect) return "indirect indexing";
-    if (op.code == ir::OpCode::kIndexExpr && !index_only(op.index)) return "a symbolic index";
+    if (op.code == ir::OpCode::kIndexExpr && !sym::only_index_symbols(op.index))
+      return "a symbolic index";
     if (op.code == ir::OpCode::kStore) {
       ++stores;
       if (op.index != own) return "a non-contiguous store";
     }
     if (op.code != ir::OpCode::kLoad) continue;
     if (op.mask != ir::kNoValue) return "a masked load";
-    if (!index_only(op.index)) return "a load with a symbolic index";
+    if (!sym::only_index_symbols(op.index)) return "a load with a symbolic index";
     if (op.buffer == product.name) {
       if (op.index != identity) return "the product is not read elementwise";
     } else if (op.buffer_dtype != graph::DType::kFloat32) {

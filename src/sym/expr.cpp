@@ -191,6 +191,13 @@ std::vector<Expr> free_symbols(const Expr& e) {
   return {symbols.begin(), symbols.end()};
 }
 
+bool only_index_symbols(const Expr& e) {
+  for (const Expr& s : free_symbols(e)) {
+    if (s.symbol_kind() != SymbolKind::kIndex) return false;
+  }
+  return true;
+}
+
 bool has_symbol(const Expr& e, const Expr& symbol) {
   if (e == symbol) return true;
   for (const Expr& a : e.args()) {

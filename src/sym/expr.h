@@ -99,6 +99,8 @@ Expr dot(const std::vector<Expr>& a, const std::vector<Expr>& b);
 /// Free symbols, sorted by name (deterministic).
 std::vector<Expr> free_symbols(const Expr& e);
 bool has_symbol(const Expr& e, const Expr& symbol);
+/// True when every symbol of `e` is an index variable (no size or unbacked symbol).
+bool only_index_symbols(const Expr& e);
 
 /// Replaces symbols by expressions (simultaneously) and re-canonicalizes.
 using Substitution = std::map<Expr, Expr>;

@@ -10,17 +10,6 @@ namespace kiln::codegen {
 
 using ir::OpCode;
 
-namespace {
-
-bool index_only(const sym::Expr& e) {
-  for (const sym::Expr& s : sym::free_symbols(e)) {
-    if (s.symbol_kind() != sym::SymbolKind::kIndex) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 std::optional<GemmEpilogueCode> gemm_epilogue(const ir::Buffer& fused) {
   std::vector<const ir::Buffer*> stages;
   for (const auto& b : fused.call.epilogue_chain) stages.push_back(b.get());
@@ -64,7 +53,7 @@ std::optional<GemmEpilogueCode> gemm_epilogue(const ir::Buffer& fused) {
       std::string value;
       switch (op.code) {
         case OpCode::kLoad:
-          if (op.mask != ir::kNoValue || !index_only(op.index)) return std::nullopt;
+          if (op.mask != ir::kNoValue || !sym::only_index_symbols(op.index)) return std::nullopt;
           if (op.buffer == product) {
             value = fmt::format("static_cast<{}>({})", type, input);
             break;
@@ -86,7 +75,7 @@ std::optional<GemmEpilogueCode> gemm_epilogue(const ir::Buffer& fused) {
           value = cpp_literal(op);
           break;
         case OpCode::kIndexExpr:
-          if (!index_only(op.index)) return std::nullopt;
+          if (!sym::only_index_symbols(op.index)) return std::nullopt;
           value = fmt::format("static_cast<{}>({})", type, sym::to_cpp(op.index));
           break;
         case OpCode::kCast:

@@ -341,8 +341,13 @@ inline void run_scan_batched(Body&& body, const char* node, int states, const Te
       const TensorArg& s = initial[k];
       results[k] = stacks[k].finish(0, false, s.dtype, s.rank - 1, s.dims + 1);
     } else {
+      // One batch element's scan output when no element ran: the scan length along its axis,
+      // then the element shape known when compiling.
       const ScanOutputSpec& s = out_specs[k - states];
-      results[k] = stacks[k].finish(0, false, s.dtype, s.rank + 1, s.dims);
+      const int64_t length = scan_inputs > 0 ? scanned[0].dims[1 + in_specs[0].axis] : 0;
+      int64_t dims[kMaxRank] = {};
+      for (int d = 0, j = 0; d < s.rank + 1; ++d) dims[d] = d == s.axis ? length : s.dims[j++];
+      results[k] = stacks[k].finish(0, false, s.dtype, s.rank + 1, dims);
     }
   }
 }

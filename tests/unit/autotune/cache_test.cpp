@@ -9,19 +9,14 @@
 #include "autotune/cache.h"
 #include "support/files.h"
 
+#include "test_util.h"
+
 namespace kiln::autotune {
 namespace {
 
-namespace fs = std::filesystem;
+using namespace test;  // NOLINT: the shared fixtures
 
-fs::path fresh_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(KILN_BUILD_DIR) / "test-tmp" /
-                 (std::string("autotune-") + info->test_suite_name() + "-" + info->name());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+namespace fs = std::filesystem;
 
 TEST(AutotuneCache, KeyNamesTheProblemTheHostTheThreadsAndTheVersion) {
   const nlohmann::json key = gemm_cache_key(128, 3072, 768, 4);

@@ -21,30 +21,14 @@
 #include "codecache/code_cache.h"
 #include "codecache/loaded_library.h"
 
+#include "test_util.h"
+
 namespace kiln::autotune {
 namespace {
 
+using namespace test;  // NOLINT: the shared fixtures
+
 namespace fs = std::filesystem;
-
-using GemmFn = void(int64_t, const float*, const float*, float*);
-using GemmBiasFn = void(int64_t, const float*, const float*, float*, const float*);
-
-fs::path fresh_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(KILN_BUILD_DIR) / "test-tmp" /
-                 (std::string("autotune-") + info->test_suite_name() + "-" + info->name());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> values(static_cast<size_t>(rows * cols));
-  for (float& v : values) v = dist(rng);
-  return values;
-}
 
 codecache::CompilerConfig config_for(const GemmChoice& choice) {
   codecache::CompilerConfig config;

@@ -25,35 +25,19 @@
 #include "codecache/loaded_library.h"
 #include "support/error.h"
 
+#include "test_util.h"
+
 namespace kiln::autotune {
 namespace {
 
+using namespace test;  // NOLINT: the shared fixtures
+
 namespace fs = std::filesystem;
-
-using GemmFn = void(int64_t, const float*, const float*, float*);
-using GemmBiasFn = void(int64_t, const float*, const float*, float*, const float*);
-
-fs::path fresh_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(KILN_BUILD_DIR) / "test-tmp" /
-                 (std::string("autotune-") + info->test_suite_name() + "-" + info->name());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 codecache::CompilerConfig test_compiler_config() {
   codecache::CompilerConfig config;
   config.flags = {"-O3", "-march=x86-64-v3", "-fopenmp", "-shared", "-fPIC", "-std=c++17"};
   return config;
-}
-
-std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> values(static_cast<size_t>(rows * cols));
-  for (float& v : values) v = dist(rng);
-  return values;
 }
 
 // Checks C (M x N) against A @ B in double, then `epilogue` applied per element when given.

@@ -14,19 +14,14 @@
 #include "autotune/select.h"
 #include "support/error.h"
 
+#include "test_util.h"
+
 namespace kiln::autotune {
 namespace {
 
-namespace fs = std::filesystem;
+using namespace test;  // NOLINT: the shared fixtures
 
-fs::path fresh_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(KILN_BUILD_DIR) / "test-tmp" /
-                 (std::string("autotune-") + info->test_suite_name() + "-" + info->name());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+namespace fs = std::filesystem;
 
 // KILN_LOG is read once per process, at the first log call of any test of this binary: turn the
 // autotune log on before main().

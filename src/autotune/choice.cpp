@@ -58,6 +58,11 @@ constexpr std::string_view kOpenblasSource = R"(// Kiln GEMM choice: OpenBLAS cb
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
+
+// OpenBLAS's OpenMP build does not support concurrent callers: BLAS calls of a model library
+// take this lock (the same inline variable as kiln_rt_blas.h's).
+inline std::mutex kiln_blas_mutex;
 
 extern "C" void @NAME@(int64_t M, const float* A, const float* B, float* C@PARAMS@) {
     constexpr int64_t kN = @N@, kK = @K@;
@@ -65,6 +70,7 @@ extern "C" void @NAME@(int64_t M, const float* A, const float* B, float* C@PARAM
     if (kK == 0) {
         std::fill_n(C, M * kN, 0.0f);
     } else {
+        std::lock_guard<std::mutex> lock(kiln_blas_mutex);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(M),
                     static_cast<blasint>(kN), static_cast<blasint>(kK), 1.0f, A,
                     static_cast<blasint>(kK), B, static_cast<blasint>(kN), 0.0f, C,
@@ -216,8 +222,9 @@ GemmChoicePtr make_template_choice(const GemmConfig& config, const GemmProblem& 
   return std::make_shared<TemplateChoice>(config, problem);
 }
 
-std::vector<GemmChoicePtr> gemm_choices(int64_t m_hint, const GemmProblem& problem, int threads) {
-  const std::vector<GemmConfig> configs = gemm_configs(m_hint, problem, threads, host_gemm_isa());
+std::vector<GemmChoicePtr> gemm_choices(int64_t m_hint, const GemmProblem& problem, int threads,
+                                        GemmIsa isa) {
+  const std::vector<GemmConfig> configs = gemm_configs(m_hint, problem, threads, isa);
   std::vector<GemmChoicePtr> choices;
   choices.push_back(make_template_choice(configs.front(), problem));
   choices.push_back(make_openblas_choice(problem));

@@ -75,10 +75,12 @@ GemmChoicePtr make_onednn_choice(const GemmProblem& problem);
 /// The C++ template at `config`.
 GemmChoicePtr make_template_choice(const GemmConfig& config, const GemmProblem& problem);
 
-/// Every choice for a problem of about `m_hint` rows on `threads` threads on this host: first the
-/// heuristic one (the template's gemm_default_config for host_gemm_isa()), then OpenBLAS,
-/// oneDNN and the other template configs of gemm_configs.
-std::vector<GemmChoicePtr> gemm_choices(int64_t m_hint, const GemmProblem& problem, int threads);
+/// Every choice for a problem of about `m_hint` rows on `threads` threads with template configs
+/// for `isa` (a library built for an older CPU than this host's passes its ISA): first the
+/// heuristic one (the template's gemm_default_config), then OpenBLAS, oneDNN and the other
+/// template configs of gemm_configs.
+std::vector<GemmChoicePtr> gemm_choices(int64_t m_hint, const GemmProblem& problem, int threads,
+                                        GemmIsa isa = host_gemm_isa());
 
 /// The C++ statements of an epilogue applied in place to every element of the row-major
 /// M x N matrix C after a library call (empty when `epilogue` is empty): an OpenMP loop over

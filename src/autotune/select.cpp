@@ -337,7 +337,9 @@ GemmSelection select_gemm(const GemmSelectRequest& request) {
   check_shape(request);
   const GemmProblem problem{.n = request.n, .k = request.k};
   const std::vector<GemmChoicePtr> choices =
-      request.choices.empty() ? gemm_choices(request.m, problem, threads) : request.choices;
+      request.choices.empty()
+          ? gemm_choices(request.m, problem, threads, request.isa.value_or(host_gemm_isa()))
+          : request.choices;
   check_choices(choices);
   const std::string problem_text = gemm_problem_text(request.m, request.n, request.k);
 

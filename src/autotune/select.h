@@ -58,7 +58,10 @@ struct GemmSelectRequest {
   std::filesystem::path cache_path;
   /// The code cache the choices are compiled in; empty means codecache::default_cache_dir().
   std::filesystem::path code_cache_dir;
-  /// The candidates, the heuristic choice first; empty means gemm_choices(m, {n, k}, threads).
+  /// The ISA of the template configs (a library built for an older CPU); empty: this host's.
+  std::optional<GemmIsa> isa;
+  /// The candidates, the heuristic choice first; empty means gemm_choices(m, {n, k}, threads,
+  /// isa).
   /// Names must be unique.
   std::vector<GemmChoicePtr> choices;
   /// Seed of the benchmark inputs.

@@ -3,13 +3,19 @@
 
 #include <omp.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 #include "codecache/code_cache.h"
 #include "codecache/loaded_library.h"
+#include "codecache/process.h"
 #include "codegen/cpp/cpp_kernel.h"
+#include "codegen/wrapper/model_api.h"
 #include "codegen/wrapper/wrapper.h"
 #include "sched/scheduler.h"
 #include "sched/template_epilogue.h"
@@ -46,6 +52,7 @@ std::string runtime_headers_hash() {
     for (const auto& entry : fs::directory_iterator(codegen::cpp_runtime_include_dir())) {
       if (entry.path().extension() == ".h") headers.push_back(entry.path());
     }
+    headers.push_back(codegen::cpp_public_include_dir() / "kiln" / "runtime.h");
     std::sort(headers.begin(), headers.end());
     for (const fs::path& h : headers) {
       sha.update(h.filename().string());
@@ -118,47 +125,79 @@ CompiledModel::CompiledModel(CompiledModel&&) noexcept = default;
 CompiledModel& CompiledModel::operator=(CompiledModel&&) noexcept = default;
 CompiledModel::~CompiledModel() = default;
 
-CompiledModel compile(const graph::Model& model, const CompileOptions& options) {
-  auto start = std::chrono::steady_clock::now();
-  ++g_compiles;
-  Dumper dump(options.dump_dir);
+namespace {
 
+/// What every compile produces before the C++ compiler runs: the program, its schedules and
+/// kernels (the model's first, then its subgraphs'), and the wrapper.
+struct Generated {
+  std::unique_ptr<ir::Program> program;
+  std::vector<GraphStages> graphs;
+  codegen::WrapperSource source;
+  fs::path cache_dir;
+};
+
+/// lower -> schedule and fuse -> generate kernels and wrapper, dumping each stage.
+Generated generate(const graph::Model& model, const CompileOptions& options,
+                   std::optional<autotune::GemmIsa> gemm_isa, const Dumper& dump) {
+  Generated g;
+  g.cache_dir = options.cache_dir.empty() ? codecache::default_cache_dir() : options.cache_dir;
   lower::LoweringOptions lowering = options.lowering;
   lowering.threads = omp_get_max_threads();
-  lowering.code_cache_dir =
-      options.cache_dir.empty() ? codecache::default_cache_dir() : options.cache_dir;
+  lowering.code_cache_dir = g.cache_dir;
+  lowering.gemm_isa = gemm_isa;
   if (options.autotune) lowering.autotune = options.autotune;
-  ir::Program program = lower::lower_graph(*model.graph, lowering);
+  g.program = std::make_unique<ir::Program>(lower::lower_graph(*model.graph, lowering));
+  const ir::Program& program = *g.program;
   dump.write("1_ir.txt", program.str());
-  if (options.fuse_epilogues) sched::fuse_template_epilogues(program);
+  if (options.fuse_epilogues) sched::fuse_template_epilogues(*g.program);
 
   codegen::CppBackend backend;
-  std::vector<GraphStages> graphs;
-  schedule_graph("run_impl", "", program, backend, graphs);
-  const sched::Schedule& schedule = graphs.front().schedule;
+  schedule_graph("run_impl", "", program, backend, g.graphs);
   std::string schedules, decisions;
-  for (const GraphStages& g : graphs) {
-    std::string title = g.function == "run_impl" ? "" : "# " + g.function + "\n";
-    schedules += title + schedule_text(g.schedule);
-    decisions += title + g.schedule.decisions_text();
+  for (const GraphStages& stage : g.graphs) {
+    std::string title = stage.function == "run_impl" ? "" : "# " + stage.function + "\n";
+    schedules += title + schedule_text(stage.schedule);
+    decisions += title + stage.schedule.decisions_text();
   }
   dump.write("2_schedule.txt", schedules);
   dump.write("3_fusion_decisions.txt", decisions);
 
   std::vector<codegen::GraphCode> code;
-  for (const GraphStages& g : graphs)
-    code.push_back({g.function, g.program, &g.schedule, &g.kernels});
-  codegen::WrapperSource source = codegen::generate_wrapper(code, codegen::cpp_kernel_prelude());
-  dump.write("4_memory_plan.txt", source.plan.str(program, schedule));
-  std::vector<codecache::SourceUnit> units;
-  for (const auto& [name, text] : source.units) {
-    dump.write("5_" + name, text);
-    units.push_back({name, text});
-  }
+  for (const GraphStages& stage : g.graphs)
+    code.push_back({stage.function, stage.program, &stage.schedule, &stage.kernels});
+  g.source = codegen::generate_wrapper(code, codegen::cpp_kernel_prelude());
+  dump.write("4_memory_plan.txt",
+             g.source.plan.str(program, g.graphs.front().schedule) + g.source.arena.str());
+  for (const auto& [name, text] : g.source.units) dump.write("5_" + name, text);
+  return g;
+}
 
-  codecache::CodeCache cache(options.cache_dir.empty() ? codecache::default_cache_dir()
-                                                       : options.cache_dir);
-  fs::path library_path = cache.compile_shared_library(units, compiler_config(source));
+void fill_stats(const Generated& g, CompileStats& stats) {
+  stats.kernels = g.source.kernel_count;
+  for (const auto& item : g.graphs.front().schedule.items)
+    stats.extern_calls += item.kind == sched::ItemKind::kExtern;
+  stats.buffers = static_cast<int>(g.program->buffers.size());
+  stats.intermediate_allocations = g.source.plan.intermediate_allocations(*g.program);
+  stats.threads = omp_get_max_threads();
+}
+
+std::vector<codecache::SourceUnit> source_units(const codegen::WrapperSource& source) {
+  std::vector<codecache::SourceUnit> units;
+  for (const auto& [name, text] : source.units) units.push_back({name, text});
+  return units;
+}
+
+}  // namespace
+
+CompiledModel compile(const graph::Model& model, const CompileOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  ++g_compiles;
+  Generated g = generate(model, options, std::nullopt, Dumper(options.dump_dir));
+  const ir::Program& program = *g.program;
+  const codegen::WrapperSource& source = g.source;
+  codecache::CodeCache cache(g.cache_dir);
+  fs::path library_path =
+      cache.compile_shared_library(source_units(source), compiler_config(source));
 
   CompiledModel compiled;
   compiled.library_ = std::make_unique<codecache::LoadedLibrary>(library_path);
@@ -176,19 +215,143 @@ CompiledModel compile(const graph::Model& model, const CompileOptions& options) 
   compiled.output_values_ = program.output_values;
   compiled.index_checks_ = program.index_checks;
   CompileStats& stats = compiled.stats_;
-  stats.kernels = source.kernel_count;
-  for (const auto& item : schedule.items)
-    stats.extern_calls += item.kind == sched::ItemKind::kExtern;
-  stats.buffers = static_cast<int>(program.buffers.size());
-  stats.intermediate_allocations = source.plan.intermediate_allocations(program);
+  fill_stats(g, stats);
   stats.cache_hit = cache.stats().compiles == 0;
   // The host holds libgomp itself (this call links it): model libraries use OpenMP, and
   // unloading the last user of libgomp under its idle worker threads crashes the process.
-  stats.threads = omp_get_max_threads();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::write(log::Category::kCompile, "compiled {} kernels in {:.2f}s ({})", stats.kernels,
              stats.seconds, stats.cache_hit ? "cache hit" : "built");
   return compiled;
+}
+
+namespace {
+
+/// The CPU features a library built for `target` checks at load, and its -march.
+struct Target {
+  std::string march;
+  std::string features;
+  std::optional<autotune::GemmIsa> gemm_isa;
+};
+
+Target target_for(const std::string& name) {
+  const std::string v3 = "avx,avx2,fma,bmi,bmi2,f16c";
+  if (name == "x86-64-v3") return {"-march=x86-64-v3", v3, autotune::GemmIsa::kAvx2};
+  if (name == "native") {
+    // Code built with -march=native on an AVX-512 machine may use AVX-512 anywhere.
+    if (autotune::host_gemm_isa() == autotune::GemmIsa::kAvx512)
+      return {"-march=native", v3 + ",avx512f,avx512bw,avx512vl,avx512dq", std::nullopt};
+    return {"-march=native", v3, std::nullopt};
+  }
+  user_error("--target {}: expected x86-64-v3 or native", name);
+}
+
+/// The shared libraries `library` needs (ldd) and the Debian packages that hold them (dpkg -S);
+/// empty lists when the tools are missing.
+void find_dependencies(const fs::path& library, LibraryResult& result) {
+  process::Result ldd = process::run({"ldd", {library.string()}, {}, std::chrono::seconds(30)});
+  if (!ldd.ok()) return;
+  std::vector<std::string> paths;
+  std::istringstream lines(ldd.stdout_text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t arrow = line.find("=> ");
+    if (arrow == std::string::npos) continue;
+    std::string path = line.substr(arrow + 3);
+    path = path.substr(0, path.find(' '));
+    if (path.empty() || path[0] != '/') continue;
+    result.needed.push_back(fs::path(path).filename().string());
+    paths.push_back(fs::canonical(path).string());
+  }
+  std::set<std::string> packages;
+  for (const std::string& path : paths) {
+    process::Result dpkg = process::run({"dpkg", {"-S", path}, {}, std::chrono::seconds(30)});
+    if (!dpkg.ok()) continue;
+    std::string package = dpkg.stdout_text.substr(0, dpkg.stdout_text.find(':'));
+    if (!package.empty()) packages.insert(package);
+  }
+  result.packages.assign(packages.begin(), packages.end());
+}
+
+/// Copies `from` to `to` through a temporary name in the destination directory and a rename.
+void copy_atomic(const fs::path& from, const fs::path& to) {
+  const fs::path temp = to.string() + ".tmp-" + std::to_string(::getpid());
+  std::error_code ec;
+  fs::copy_file(from, temp, fs::copy_options::overwrite_existing, ec);
+  if (!ec) fs::permissions(temp, fs::perms(0755), ec);
+  if (!ec) fs::rename(temp, to, ec);
+  if (ec) {
+    fs::remove(temp);
+    user_error("{}: cannot write the library: {}", to.string(), ec.message());
+  }
+}
+
+std::string bytes_expr(const sym::Expr& e) {
+  if (auto v = e.as_integer()) return std::to_string(*v);
+  return e.str();
+}
+
+}  // namespace
+
+LibraryResult compile_library(const graph::Model& model, const LibraryOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  ++g_compiles;
+  const Target target = target_for(options.target);
+  if (options.output.empty()) user_error("kiln compile: no output path (-o model.so)");
+  Generated g = generate(model, options.compile, target.gemm_isa, Dumper(options.compile.dump_dir));
+
+  // The weights: one blob; embedded, the assembler includes it from the cache's weights folder.
+  codegen::WeightsBlob weights = codegen::layout_weights(g.source.constants);
+  const fs::path blob_dir = g.cache_dir / "weights";
+  const std::string blob_name =
+      fmt::format("{:016x}-{}.weights", weights.checksum(), weights.payload_bytes());
+  codegen::ModelApiOptions api;
+  api.target = options.target;
+  api.features = target.features;
+  api.embed_weights = !options.external_weights;
+  api.weights_file = blob_name;
+  g.source.units.emplace_back("model_api.cpp",
+                              codegen::generate_model_api(*g.program, weights, api));
+  Dumper(options.compile.dump_dir).write("5_model_api.cpp", g.source.units.back().second);
+  codecache::CompilerConfig config = compiler_config(g.source);
+  config.include_dirs.push_back(codegen::cpp_public_include_dir());
+  for (std::string& flag : config.flags) {
+    if (flag == "-march=native") flag = target.march;
+  }
+  if (api.embed_weights) {
+    if (!fs::exists(blob_dir / blob_name)) {
+      files::write_atomic(blob_dir / blob_name,
+                          std::string_view(reinterpret_cast<const char*>(weights.file.data()),
+                                           weights.file.size()));
+    }
+    config.flags.push_back("-Wa,-I" + blob_dir.string());
+  }
+  codecache::CodeCache cache(g.cache_dir);
+  const fs::path built = cache.compile_shared_library(source_units(g.source), config);
+
+  LibraryResult result;
+  fs::path output = options.output;
+  if (output.has_parent_path()) fs::create_directories(output.parent_path());
+  copy_atomic(built, output);
+  result.library = output;
+  if (options.external_weights) {
+    fs::path stem = output;
+    if (stem.extension() == ".so") stem.replace_extension();
+    result.weights = stem.string() + ".weights";
+    files::write_atomic(result.weights,
+                        std::string_view(reinterpret_cast<const char*>(weights.file.data()),
+                                         weights.file.size()));
+  }
+  result.weights_bytes = weights.payload_bytes();
+  result.target = options.target;
+  result.features = target.features;
+  result.arena_bytes = bytes_expr(g.source.arena.total);
+  result.intermediate_bytes = bytes_expr(g.source.arena.intermediates);
+  find_dependencies(result.library, result);
+  fill_stats(g, result.stats);
+  result.stats.cache_hit = cache.stats().compiles == 0;
+  result.stats.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
 }
 
 }  // namespace kiln::driver

@@ -73,7 +73,7 @@ class CompiledModel {
   friend CompiledModel compile(const graph::Model& model, const CompileOptions& options);
   CompiledModel() = default;
   std::unique_ptr<codecache::LoadedLibrary> library_;
-  using RunFn = int(const void*, void*, const void* const*, void*, char*, int64_t);
+  using RunFn = int(const void*, void*, const void* const*, void*, void*, char*, int64_t);
   RunFn* run_ = nullptr;
   /// The library's per-model state (kiln_create_state); declared after library_ so that it is
   /// destroyed while the library is still loaded.
@@ -91,6 +91,39 @@ class CompiledModel {
 /// Compiles a model: lower → schedule and fuse → generate kernels and wrapper → build (or find
 /// in the code cache) → load.
 CompiledModel compile(const graph::Model& model, const CompileOptions& options);
+
+/// `kiln compile`: a self-contained model library with the C API of include/kiln/runtime.h.
+struct LibraryOptions {
+  CompileOptions compile;
+  /// Where the library goes ("model.so"); written through a temporary name and a rename.
+  std::filesystem::path output;
+  /// Weights in `<stem>.weights` beside the library (memory-mapped and checked at load) instead
+  /// of in its read-only data.
+  bool external_weights = false;
+  /// "x86-64-v3" (AVX2 and FMA: any recent x86-64 server) or "native" (this machine's CPU).
+  std::string target = "x86-64-v3";
+};
+
+struct LibraryResult {
+  std::filesystem::path library;
+  std::filesystem::path weights;  // empty when embedded
+  uint64_t weights_bytes = 0;
+  std::string target;
+  std::string features;  // CPU features the library checks at load
+  /// The arena of one run's intermediates, and what they would take allocated one by one
+  /// (both in bytes; expressions of the size symbols for dynamic shapes).
+  std::string arena_bytes;
+  std::string intermediate_bytes;
+  /// Shared libraries it needs at run time (ldd) and the Debian packages that hold them.
+  std::vector<std::string> needed;
+  std::vector<std::string> packages;
+  CompileStats stats;
+};
+
+/// Compiles a model into a shared library at options.output (see LibraryOptions). The build
+/// goes through the code cache, so compiling the same model again copies the cached library.
+/// Throws UserError for a bad model, an unknown target or an unwritable output.
+LibraryResult compile_library(const graph::Model& model, const LibraryOptions& options);
 
 /// How many compiles this process has run through compile() (tests count recompilations).
 int compile_count();

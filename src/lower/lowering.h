@@ -80,6 +80,9 @@ struct LoweringOptions {
   /// and the code cache its candidates compile in (empty: the default one).
   std::optional<autotune::AutotuneMode> autotune;
   std::filesystem::path code_cache_dir;
+  /// The ISA GEMM templates may use: a library built for x86-64-v3 passes AVX2 even on an
+  /// AVX-512 host; empty: this host's.
+  std::optional<autotune::GemmIsa> gemm_isa;
 };
 
 inline constexpr int64_t kMaxSpecializedElements = 8;

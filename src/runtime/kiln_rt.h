@@ -6,10 +6,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -20,12 +23,15 @@ namespace kiln_rt {
 inline constexpr int kMaxRank = 16;
 inline constexpr size_t kAlignBytes = 64;
 
-/// A tensor crossing the entry point: data pointer, ONNX dtype code, rank and dims.
+/// A tensor crossing the entry point: data pointer, ONNX dtype code, rank and dims. A model
+/// output the caller gives storage for has `data` set and `capacity` its size in bytes; with
+/// `data` null the model allocates it (malloc).
 struct TensorArg {
   void* data;
   int32_t dtype;
   int32_t rank;
   int64_t dims[kMaxRank];
+  size_t capacity;
 };
 
 /// A strided view handed to a library call (sizes and strides in elements).
@@ -55,6 +61,116 @@ inline void* aligned_alloc_bytes(size_t bytes) {
   return p;
 }
 
+/// Rounds a byte count up to the 64-byte alignment of every buffer.
+inline constexpr int64_t align_bytes(int64_t bytes) {
+  return (bytes + int64_t{kAlignBytes} - 1) / int64_t{kAlignBytes} * int64_t{kAlignBytes};
+}
+
+/// The intermediates of one run, in one block at offsets the compiler planned (seed 000's
+/// memory_plan with a pool): reserve() grows the block when a run needs more (larger dynamic
+/// sizes) and keeps it for the next run.
+class Arena {
+ public:
+  Arena() = default;
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  ~Arena() { std::free(data_); }
+  char* reserve(int64_t bytes) {
+    const size_t want = static_cast<size_t>(std::max<int64_t>(bytes, 0));
+    if (want > capacity_) {
+      std::free(data_);
+      data_ = nullptr;
+      capacity_ = 0;
+      data_ = static_cast<char*>(aligned_alloc_bytes(want));
+      capacity_ = want;
+    }
+    return data_;
+  }
+  size_t capacity() const { return capacity_; }
+
+ private:
+  char* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+/// One kernel or library call of a profiled run.
+struct ProfileEvent {
+  const char* name;
+  const char* kind;  // "kernel" or "call"
+  int64_t start_ns;
+  int64_t duration_ns;
+};
+
+/// Where a profiled run records its events (null when the run is not profiled).
+struct Profile {
+  std::chrono::steady_clock::time_point origin;
+  std::vector<ProfileEvent> events;
+};
+
+/// Times the enclosing call when the run is profiled; costs one null test otherwise.
+class ProfileScope {
+ public:
+  ProfileScope(Profile* profile, const char* name, const char* kind)
+      : profile_(profile), name_(name), kind_(kind) {
+    if (profile_ != nullptr) start_ = std::chrono::steady_clock::now();
+  }
+  ~ProfileScope() {
+    if (profile_ == nullptr) return;
+    auto end = std::chrono::steady_clock::now();
+    auto ns = [](auto d) {
+      return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+    };
+    profile_->events.push_back({name_, kind_, ns(start_ - profile_->origin), ns(end - start_)});
+  }
+  ProfileScope(const ProfileScope&) = delete;
+  ProfileScope& operator=(const ProfileScope&) = delete;
+
+ private:
+  Profile* profile_;
+  const char* name_;
+  const char* kind_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+/// Objects handed to one run at a time (a run's arena and library state), so that concurrent
+/// runs of one model never share them: acquire() takes a free one or makes a new one, and the
+/// lease gives it back.
+template <typename T>
+class Pool {
+ public:
+  struct Release {
+    Pool* pool;
+    void operator()(T* item) const { pool->give_back(item); }
+  };
+  using Lease = std::unique_ptr<T, Release>;
+
+  Pool() = default;
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+  ~Pool() {
+    for (T* item : free_) delete item;
+  }
+  Lease acquire() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_.empty()) {
+        T* item = free_.back();
+        free_.pop_back();
+        return Lease(item, Release{this});
+      }
+    }
+    return Lease(new T(), Release{this});
+  }
+
+ private:
+  void give_back(T* item) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(item);
+  }
+  std::mutex mutex_;
+  std::vector<T*> free_;
+};
+
 /// Owns the intermediates of one run: freed when the run ends, also when it fails midway.
 class Workspace {
  public:
@@ -79,14 +195,57 @@ class Workspace {
   /// Takes ownership of storage allocated elsewhere (a control-flow result).
   void adopt(void* p) { live_.push_back(p); }
   /// Hands a buffer to the caller (a model output): no longer freed here.
-  void detach(const void* p) {
+  bool detach(const void* p) {
     auto it = std::find(live_.begin(), live_.end(), p);
-    if (it != live_.end()) live_.erase(it);
+    if (it == live_.end()) return false;
+    live_.erase(it);
+    return true;
   }
 
  private:
   std::vector<void*> live_;
 };
+
+/// Storage for a model output: the caller's buffer when it gave one (which must hold the
+/// output), else storage of the run that finish_output hands to the caller.
+template <typename T>
+inline T* output_storage(const TensorArg& out, int64_t numel, const char* name, Workspace& ws) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(numel, 0)) * sizeof(T);
+  if (out.data == nullptr) return ws.alloc<T>(numel);
+  if (out.capacity < bytes) {
+    fail("output '%s': the buffer given holds %zu bytes, the output needs %zu", name,
+         out.capacity, bytes);
+  }
+  return static_cast<T*>(out.data);
+}
+
+/// Hands a model output to the caller: sets its dtype and shape; a result computed outside the
+/// caller's buffer is copied into it; without a caller's buffer, storage of the run is handed
+/// over and anything else (an input or a constant passed through) is copied into fresh storage.
+inline void finish_output(TensorArg& out, const void* data, int32_t dtype, int rank,
+                          const int64_t* dims, size_t element_size, const char* name,
+                          Workspace& ws) {
+  size_t bytes = element_size;
+  for (int k = 0; k < rank; ++k) bytes *= static_cast<size_t>(dims[k]);
+  out.dtype = dtype;
+  out.rank = rank;
+  for (int k = 0; k < rank; ++k) out.dims[k] = dims[k];
+  if (out.data != nullptr) {
+    if (out.data == data) return;
+    if (out.capacity < bytes) {
+      fail("output '%s': the buffer given holds %zu bytes, the output needs %zu", name,
+           out.capacity, bytes);
+    }
+    if (bytes != 0) std::memcpy(out.data, data, bytes);
+    return;
+  }
+  if (ws.detach(data)) {
+    out.data = const_cast<void*>(data);
+    return;
+  }
+  out.data = aligned_alloc_bytes(bytes);
+  if (bytes != 0) std::memcpy(out.data, data, bytes);
+}
 
 inline const char* dtype_name(int32_t code) {
   switch (code) {

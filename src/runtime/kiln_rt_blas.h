@@ -5,7 +5,15 @@
 
 #include <cblas.h>
 
+#include <mutex>
+
 #include "kiln_rt.h"
+
+/// OpenBLAS's OpenMP build does not support concurrent callers (its buffers and thread pool are
+/// shared), so every BLAS call of a model library takes this lock: concurrent runs of one model
+/// serialize their BLAS calls. The GEMM choice that calls OpenBLAS (autotune/choice.cpp)
+/// declares the same inline variable, so the library has one.
+inline std::mutex kiln_blas_mutex;
 
 namespace kiln_rt {
 
@@ -14,12 +22,14 @@ namespace blas_detail {
 inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
                  float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                  float* c, int64_t ldc) {
+  std::lock_guard<std::mutex> lock(kiln_blas_mutex);
   cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
                  double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
                  double beta, double* c, int64_t ldc) {
+  std::lock_guard<std::mutex> lock(kiln_blas_mutex);
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

@@ -443,4 +443,6 @@ std::string cpp_kernel_prelude() {
 
 std::filesystem::path cpp_runtime_include_dir() { return KILN_RUNTIME_INCLUDE_DIR; }
 
+std::filesystem::path cpp_public_include_dir() { return KILN_PUBLIC_INCLUDE_DIR; }
+
 }  // namespace kiln::codegen

@@ -43,6 +43,9 @@ std::string cpp_kernel_prelude();
 /// The folder holding the runtime headers the kernels include (src/runtime of this checkout).
 std::filesystem::path cpp_runtime_include_dir();
 
+/// Kiln's public headers (kiln/runtime.h), which a model library's C API unit includes.
+std::filesystem::path cpp_public_include_dir();
+
 /// The scheduler hooks of the CPU backend: kernel names "cpp_fused_...", the (P, R) group key,
 /// and vetoes for fusions the CPU kernels cannot run well.
 class CppBackend final : public sched::Backend {

@@ -15,6 +15,24 @@ sym::Expr aligned_bytes(const ir::Buffer& buffer) {
   return sym::ceil_div(bytes, ir::kAlignBytes) * ir::kAlignBytes;
 }
 
+bool uses_only(const sym::Expr& e, const std::set<std::string>& bound) {
+  for (const sym::Expr& s : sym::free_symbols(e)) {
+    if (!bound.count(s.name())) return false;
+  }
+  return true;
+}
+
+std::string bytes_text(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
+  if (bytes >= (int64_t{1} << 10)) return fmt::format("{:.1f} KiB", bytes / 1024.0);
+  return fmt::format("{} B", bytes);
+}
+
+std::string bytes_text(const sym::Expr& bytes) {
+  if (auto v = bytes.as_integer()) return bytes_text(*v);
+  return bytes.str() + " bytes";
+}
+
 }  // namespace
 
 std::string reuse_key(const ir::Buffer& buffer) {
@@ -90,6 +108,111 @@ MemoryPlan plan_memory(const ir::Program& program, const sched::Schedule& schedu
     std::erase_if(lines, [&](const PlanLine& l) { return reused_from.count(l.buffer) != 0; });
   }
   return plan;
+}
+
+ArenaPlan plan_arena(const ir::Program& program, const sched::Schedule& schedule,
+                     const MemoryPlan& plan, const std::set<std::string>& bound) {
+  std::set<std::string> outputs;
+  for (const ir::OutputSpec& out : program.outputs) outputs.insert(out.buffer);
+  ArenaPlan arena;
+  arena.intermediates = sym::Expr(0);
+  // Each allocation starts a storage. It is live from there through the last item of any buffer
+  // holding it: a buffer that takes it over (reuse) keeps it live until that buffer's free, and
+  // one never freed keeps it to the end of the run.
+  std::map<std::string, size_t> index;  // storage -> slot
+  std::vector<ArenaPlan::Slot> slots;
+  std::vector<bool> open;  // a buffer holding the slot has not been freed yet
+  const size_t n = schedule.items.size();
+  for (size_t i = 0; i < n; ++i) {
+    for (const PlanLine& line : plan.before[i]) {
+      if (outputs.count(line.buffer)) continue;
+      if (line.kind == PlanLine::Kind::kReuse) {
+        auto it = index.find(plan.storage.at(line.buffer));
+        if (it != index.end()) open[it->second] = true;
+        continue;
+      }
+      const sym::Expr bytes = aligned_bytes(*program.find(line.buffer));
+      arena.intermediates += bytes;
+      if (!uses_only(bytes, bound)) continue;
+      ArenaPlan::Slot slot;
+      slot.storage = line.buffer;
+      slot.bytes = bytes;
+      slot.dynamic = !bytes.is_integer();
+      slot.first = slot.last = i;
+      index[line.buffer] = slots.size();
+      slots.push_back(slot);
+      open.push_back(true);
+    }
+    for (const PlanLine& line : plan.after[i]) {
+      auto it = index.find(plan.storage.at(line.buffer));
+      if (it == index.end()) continue;
+      slots[it->second].last = i;
+      open[it->second] = false;
+    }
+  }
+  for (size_t k = 0; k < slots.size(); ++k) {
+    if (open[k]) slots[k].last = n;
+  }
+
+  // Static slots: largest first, each at the lowest offset that no slot placed before it uses
+  // over an overlapping lifetime (ties by first use, so the result is deterministic).
+  std::vector<ArenaPlan::Slot*> order;
+  for (ArenaPlan::Slot& slot : slots) {
+    if (!slot.dynamic) order.push_back(&slot);
+  }
+  std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+    return *a->bytes.as_integer() > *b->bytes.as_integer();
+  });
+  std::vector<const ArenaPlan::Slot*> placed;
+  for (ArenaPlan::Slot* slot : order) {
+    const int64_t size = *slot->bytes.as_integer();
+    std::vector<std::pair<int64_t, int64_t>> busy;  // [begin, end) of live overlapping slots
+    for (const ArenaPlan::Slot* other : placed) {
+      if (other->last < slot->first || slot->last < other->first) continue;
+      busy.emplace_back(other->offset, other->offset + *other->bytes.as_integer());
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    for (const auto& [begin, end] : busy) {
+      if (offset + size <= begin) break;
+      offset = std::max(offset, end);
+    }
+    slot->offset = offset;
+    arena.static_bytes = std::max(arena.static_bytes, offset + size);
+    placed.push_back(slot);
+  }
+  std::stable_sort(slots.begin(), slots.end(), [](const auto& a, const auto& b) {
+    if (a.dynamic != b.dynamic) return !a.dynamic;
+    return !a.dynamic && a.offset < b.offset;
+  });
+  arena.total = sym::Expr(arena.static_bytes);
+  for (ArenaPlan::Slot& slot : slots) {
+    if (slot.dynamic) arena.total += slot.bytes;
+  }
+  arena.slots = std::move(slots);
+  return arena;
+}
+
+const ArenaPlan::Slot* ArenaPlan::find(const std::string& storage) const {
+  for (const Slot& slot : slots) {
+    if (slot.storage == storage) return &slot;
+  }
+  return nullptr;
+}
+
+std::string ArenaPlan::str() const {
+  std::string text = fmt::format("arena: {} for intermediates of {} ({} slots)\n",
+                                 bytes_text(total), bytes_text(intermediates), slots.size());
+  for (const Slot& slot : slots) {
+    if (slot.dynamic) {
+      text += fmt::format("  {} bytes={} after the static region, items {}..{}\n", slot.storage,
+                          slot.bytes.str(), slot.first, slot.last);
+    } else {
+      text += fmt::format("  {} offset={} bytes={} items {}..{}\n", slot.storage, slot.offset,
+                          slot.bytes.str(), slot.first, slot.last);
+    }
+  }
+  return text;
 }
 
 int MemoryPlan::intermediate_allocations(const ir::Program& program) const {

@@ -5,6 +5,7 @@
 /// most recently freed buffer with its key) and emitted in a second.
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,39 @@ struct MemoryPlan {
   /// Text for --dump and tests: one line per decision, with sizes.
   std::string str(const ir::Program& program, const sched::Schedule& schedule) const;
 };
+
+/// Where the intermediates of one run live (seed 000's alloc_from_pool): one block (the arena),
+/// each storage of the MemoryPlan at a 64-byte aligned offset. Storages of static size are packed
+/// at offsets computed here, two sharing bytes only when their lifetimes do not overlap
+/// (greedy by size: each takes the lowest offset free over its lifetime); storages whose size
+/// depends on size symbols follow them, one after the other, at offsets that are expressions of
+/// those symbols. A storage whose size is known only mid-run (a data-dependent shape), and the
+/// outputs, stay outside the arena.
+struct ArenaPlan {
+  struct Slot {
+    std::string storage;  // the buffer whose storage it is (MemoryPlan::storage's values)
+    sym::Expr bytes;      // 64-byte aligned
+    /// Byte offset in the arena; for a dynamic slot, the offset after the static region and the
+    /// dynamic slots before it (see `dynamic`).
+    int64_t offset = 0;
+    bool dynamic = false;
+    size_t first = 0, last = 0;  // schedule items it is live over
+  };
+  std::vector<Slot> slots;  // static slots by offset, then the dynamic ones in offset order
+  int64_t static_bytes = 0;
+  /// The arena's size in bytes: static_bytes plus every dynamic slot.
+  sym::Expr total;
+  /// Every intermediate buffer's aligned bytes summed (what separate allocations would take).
+  sym::Expr intermediates;
+
+  const Slot* find(const std::string& storage) const;
+  std::string str() const;
+};
+
+/// Plans the arena over `plan` for the storages whose sizes use only `bound` symbols (those
+/// known when a run starts).
+ArenaPlan plan_arena(const ir::Program& program, const sched::Schedule& schedule,
+                     const MemoryPlan& plan, const std::set<std::string>& bound);
 
 /// Plans storage for every buffer the schedule computes. Graph outputs always get their own
 /// storage and are never handed to another buffer; inputs and constants are never freed.

@@ -62,12 +62,16 @@ class WrapperWriter {
     scan_externs();
     for (const GraphCode& g : graphs_) plans_.push_back(plan_memory(*g.program, *g.schedule));
     result_.plan = plans_.front();
+    // The model's intermediates live in one arena per run; a subgraph's, which runs any number
+    // of times per run, in its own workspace.
+    result_.arena = plan_arena(*graphs_.front().program, *graphs_.front().schedule, plans_.front(),
+                               symbols_bound_by_inputs(*graphs_.front().program));
     dedupe_kernels();
     IndentedBuffer body;
     for (size_t i = 1; i < graphs_.size(); ++i) {
       body.linef("static void {}(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,",
                  graphs_[i].function);
-      body.line("    const void* const* constants, ModelState& state);");
+      body.line("    const void* const* constants, RunState& state, kiln_rt::Profile* profile);");
     }
     if (graphs_.size() > 1) body.line("");
     for (size_t i = 0; i < graphs_.size(); ++i) write_function(body, i);
@@ -117,13 +121,19 @@ class WrapperWriter {
       out.line("#include \"kiln_rt_conv.h\"");
     }
     out.line("");
-    out.line("// What library calls keep between runs (oneDNN primitives and reordered weights),");
-    out.line("// owned by one loaded model: kiln_create_state / kiln_destroy_state.");
-    if (conv_sites_ == 0) {
-      out.line("struct ModelState {};");
-    } else {
-      out.linef("struct ModelState {{ kiln_rt::ConvSite conv[{}]; }};", conv_sites_);
-    }
+    out.line("// What one run uses and keeps for the next: the arena of its intermediates and what");
+    out.line("// library calls cache (oneDNN primitives, reordered weights). Concurrent runs of a");
+    out.line("// model each take their own from the model's pool (kiln_create_state).");
+    out.line("struct RunState {");
+    out.line("    kiln_rt::Arena arena;");
+    if (conv_sites_ > 0) out.linef("    kiln_rt::ConvSite conv[{}];", conv_sites_);
+    out.line("};");
+    out.line("struct ModelState {");
+    out.line("    kiln_rt::Pool<RunState> runs;");
+    out.line("};");
+    out.line("");
+    out.line("// Times the call that follows in a profiled run (one event per kernel or library call).");
+    out.line("#define KILN_TIMED(name, kind) kiln_rt::ProfileScope timed_(profile, name, kind)");
     out.line("");
     for (const std::string& decl : gemm_decls_) out.line(decl);
     for (const GeneratedKernel* k : unique_) {
@@ -153,16 +163,19 @@ class WrapperWriter {
       out.linef("// A control-flow subgraph: its inputs are its formal inputs, then captures.");
     out.linef("static void {}(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,",
               g.function);
-    out.line("    const void* const* constants, ModelState& state) {");
+    out.line("    const void* const* constants, RunState& state, kiln_rt::Profile* profile) {");
     {
       auto _ = out.scope();
       out.line("kiln_rt::Workspace ws;");
       out.line("(void)state;");
       out.line("(void)constants;");
+      out.line("(void)profile;");
       bind_inputs(out);
       guard_values(out);
       check_extents(out);
       bind_constants(out);
+      arena_ = i == 0 ? &result_.arena : nullptr;
+      if (arena_ != nullptr) reserve_arena(out);
       for (size_t k = 0; k < schedule_->items.size(); ++k) write_item(out, k);
       write_outputs(out);
     }
@@ -263,7 +276,7 @@ class WrapperWriter {
       const ir::Buffer* b = program_->find(line.buffer);
       std::string t = ctype(b->dtype);
       if (line.kind == PlanLine::Kind::kAllocate) {
-        out.linef("{}* {} = ws.alloc<{}>({});", t, b->name, t, cexpr(b->layout.storage_size()));
+        write_allocation(out, *b);
       } else {
         out.linef("{}* {} = reinterpret_cast<{}*>({});  // reuse{}", t, b->name, t, line.from,
                   line.inplace ? " in place" : "");
@@ -293,7 +306,63 @@ class WrapperWriter {
         }
       }
     }
-    for (const PlanLine& line : plan_->after[i]) out.linef("ws.release({});", line.buffer);
+    for (const PlanLine& line : plan_->after[i]) {
+      if (in_arena(line.buffer)) continue;  // its bytes are free for later slots at no cost
+      out.linef("ws.release({});", line.buffer);
+    }
+  }
+
+  /// The symbols bound before the first item runs: input dims and values read from inputs.
+  static std::set<std::string> symbols_bound_by_inputs(const ir::Program& program) {
+    std::set<std::string> bound;
+    for (const ir::InputSpec& in : program.inputs) {
+      for (const sym::Expr& dim : in.shape) {
+        if (dim.is_symbol()) bound.insert(dim.name());
+      }
+      for (const ir::DynamicSize& size : program.dynamic_sizes) {
+        if (size.buffer == in.buffer) bound.insert(size.symbol);
+      }
+    }
+    return bound;
+  }
+
+  bool in_arena(const std::string& buffer) const {
+    return arena_ != nullptr && arena_->find(plan_->storage.at(buffer)) != nullptr;
+  }
+
+  /// Takes the run's arena at the size the plan needs for the bound sizes, and names the
+  /// offsets of the slots whose place depends on them.
+  void reserve_arena(IndentedBuffer& out) {
+    if (arena_->slots.empty()) return;
+    out.linef("// The arena: {} slots for intermediates of {} bytes without reuse.",
+              arena_->slots.size(), arena_->intermediates.str());
+    out.linef("char* const arena = state.arena.reserve({});", cexpr(arena_->total));
+    sym::Expr at(arena_->static_bytes);
+    for (const ArenaPlan::Slot& slot : arena_->slots) {
+      if (!slot.dynamic) continue;
+      out.linef("const int64_t at_{} = {};", slot.storage, cexpr(at));
+      at += slot.bytes;
+    }
+  }
+
+  /// Fresh storage for `b`: the caller's buffer (or storage handed to it) for a model output, a
+  /// slot of the arena, or workspace storage for a size known only mid-run.
+  void write_allocation(IndentedBuffer& out, const ir::Buffer& b) {
+    const std::string t = ctype(b.dtype);
+    if (arena_ != nullptr) {
+      for (size_t k = 0; k < program_->outputs.size(); ++k) {
+        if (program_->outputs[k].buffer != b.name) continue;
+        out.linef("{}* {} = kiln_rt::output_storage<{}>(outputs[{}], {}, {}, ws);", t, b.name, t,
+                  k, cexpr(b.layout.storage_size()), quote(program_->outputs[k].onnx_name));
+        return;
+      }
+      if (const ArenaPlan::Slot* slot = arena_->find(b.name)) {
+        out.linef("{}* {} = reinterpret_cast<{}*>(arena + {});", t, b.name, t,
+                  slot->dynamic ? "at_" + b.name : std::to_string(slot->offset));
+        return;
+      }
+    }
+    out.linef("{}* {} = ws.alloc<{}>({});", t, b.name, t, cexpr(b.layout.storage_size()));
   }
 
   /// Index tensors are checked once, right before the first item that reads them.
@@ -324,7 +393,10 @@ class WrapperWriter {
       if (!args.empty()) args += ", ";
       args += a.kind == KernelArg::Kind::kSize ? cexpr(a.size) : a.name;
     }
-    out.linef("{}({});", canonical_.at(kernel->name), args);
+    out.line("{");
+    out.linef("    KILN_TIMED({}, \"kernel\");", quote(item.name));
+    out.linef("    {}({});", canonical_.at(kernel->name), args);
+    out.line("}");
   }
 
   std::string view_init(const ir::View& v) {
@@ -337,6 +409,7 @@ class WrapperWriter {
     const ir::ExternCall& call = buffer.call;
     out.linef("{{  // {} from {}", call.kernel, origins_text(buffer));
     auto _ = out.scope();
+    out.linef("KILN_TIMED({}, \"call\");", quote(call.kernel + " (" + origins_text(buffer) + ")"));
     if (call.kernel == "matmul") {
       write_matmul(out, buffer);
     } else if (call.kernel == "conv") {
@@ -711,7 +784,7 @@ class WrapperWriter {
       {
         auto _ = out.scope();
         write_args(out, "args", call, first, capture_count(*g));
-        out.linef("{}(args, {}, constants, state);", function_name(g->name), buffer.name);
+        out.linef("{}(args, {}, constants, state, profile);", function_name(g->name), buffer.name);
       }
       first += capture_count(*g);
       if (g == &then_branch) out.line("} else {");
@@ -751,7 +824,7 @@ class WrapperWriter {
                 fmt::join(spec_text, ", "));
     }
     out.linef("auto body = [&](const kiln_rt::TensorArg* in, kiln_rt::TensorArg* out) {{");
-    out.linef("    {}(in, out, constants, state);", function_name(body.name));
+    out.linef("    {}(in, out, constants, state, profile);", function_name(body.name));
     out.line("};");
     const std::string node = quote(node_text(buffer));
     if (loop) {
@@ -795,13 +868,25 @@ class WrapperWriter {
   void write_outputs(IndentedBuffer& out) {
     for (size_t k = 0; k < program_->outputs.size(); ++k) {
       const ir::OutputSpec& o = program_->outputs[k];
-      out.linef("outputs[{}].data = {};", k, o.buffer);
-      out.linef("outputs[{}].dtype = {};", k, static_cast<int>(o.dtype));
-      out.linef("outputs[{}].rank = {};", k, o.shape.size());
-      for (size_t d = 0; d < o.shape.size(); ++d) {
-        out.linef("outputs[{}].dims[{}] = {};", k, d, cexpr(o.shape[d]));
+      if (arena_ == nullptr) {  // a subgraph's: its caller takes the storage over
+        out.linef("outputs[{}].data = {};", k, o.buffer);
+        out.linef("outputs[{}].dtype = {};", k, static_cast<int>(o.dtype));
+        out.linef("outputs[{}].rank = {};", k, o.shape.size());
+        for (size_t d = 0; d < o.shape.size(); ++d) {
+          out.linef("outputs[{}].dims[{}] = {};", k, d, cexpr(o.shape[d]));
+        }
+        out.linef("ws.detach({});", o.buffer);
+        continue;
       }
-      out.linef("ws.detach({});", o.buffer);
+      out.linef("{{");
+      {
+        auto _ = out.scope();
+        out.linef("const int64_t dims[kiln_rt::kMaxRank] = {{{}}};", dims_list(o.shape));
+        out.linef("kiln_rt::finish_output(outputs[{}], {}, {}, {}, dims, sizeof({}), {}, ws);", k,
+                  o.buffer, static_cast<int>(o.dtype), o.shape.size(), ctype(o.dtype),
+                  quote(o.onnx_name));
+      }
+      out.line("}");
     }
   }
 
@@ -811,16 +896,19 @@ class WrapperWriter {
 
 extern "C" void kiln_destroy_state(void* state) { delete static_cast<ModelState*>(state); }
 
+// Runs the model; safe to call from many threads at once with one state. `profile`, when not
+// null, receives one event per kernel or library call.
 extern "C" int kiln_run(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,
-                        const void* const* constants, void* state, char* error,
-                        int64_t error_size) {
+                        const void* const* constants, void* state, kiln_rt::Profile* profile,
+                        char* error, int64_t error_size) {
     auto report = [&](const char* message) {
         if (error != nullptr && error_size > 0) {
             std::snprintf(error, static_cast<size_t>(error_size), "%s", message);
         }
     };
     try {
-        run_impl(inputs, outputs, constants, *static_cast<ModelState*>(state));
+        auto run = static_cast<ModelState*>(state)->runs.acquire();
+        run_impl(inputs, outputs, constants, *run, profile);
         return 0;
     } catch (const kiln_rt::Error& e) {
         report(e.what());
@@ -882,6 +970,7 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
   const sched::Schedule* schedule_ = nullptr;
   const std::vector<GeneratedKernel>* kernels_ = nullptr;
   const MemoryPlan* plan_ = nullptr;
+  const ArenaPlan* arena_ = nullptr;  // the model's function's; null in a subgraph's
   std::set<std::string> outputs_;
   std::set<std::string> checked_;
   int conv_sites_ = 0;         // oneDNN convolution call sites, each with its state in ModelState

@@ -8,12 +8,15 @@
 ///   extern "C" void* kiln_create_state();          // per loaded model, nullptr when out of memory
 ///   extern "C" void kiln_destroy_state(void* state);
 ///   extern "C" int kiln_run(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,
-///                           const void* const* constants, void* state, char* error,
-///                           int64_t error_size);
+///                           const void* const* constants, void* state,
+///                           kiln_rt::Profile* profile, char* error, int64_t error_size);
 /// kiln_run returns 0, or 2 for a bad input (message in `error`), 3 for an internal failure.
-/// The state holds what library calls cache between runs (oneDNN primitives and weights
-/// reordered for them), so two models that share the library never share it. Outputs are
-/// allocated with the C heap by the model and released with free() (or kiln_free()).
+/// The state is a pool of per-run states (the arena of the intermediates, what library calls
+/// cache between runs: oneDNN primitives and weights reordered for them): concurrent runs each
+/// take one, and two models that share the library never share it. An output whose TensorArg
+/// has data gets written there (it must hold `capacity` bytes); otherwise it is allocated with
+/// the C heap and released with free() (or kiln_free()). `profile`, when not null, gets one
+/// event per kernel or library call.
 /// `constants` holds the data of every constant buffer in Program order
 /// (WrapperSource::constants).
 
@@ -41,7 +44,8 @@ struct WrapperSource {
   /// What the GEMM choices' units need besides (autotune::GemmLinkage).
   std::vector<std::string> include_dirs;
   std::vector<std::string> libraries;
-  MemoryPlan plan;
+  MemoryPlan plan;  // the model's function's
+  ArenaPlan arena;  // where its intermediates live
   int kernel_count = 0;  // distinct kernel functions after deduplication
 };
 

@@ -1,0 +1,329 @@
+/* Kiln runtime C API: load a model library built by `kiln compile` and run it.
+ *
+ * This header is the whole runtime: it loads the library with dlopen and calls it through a
+ * table of functions the library exports (kiln_model_entry). Nothing else from Kiln is needed
+ * at run time; link with nothing more than the C library (dlopen is in glibc 2.34+, -ldl
+ * before).
+ *
+ *   kiln_model* model = NULL;
+ *   kiln_options options = kiln_default_options();
+ *   options.threads = 4;
+ *   kiln_status* status = kiln_model_load("resnet.so", &options, &model);
+ *   if (status) { fprintf(stderr, "%s\n", kiln_status_message(status)); kiln_status_free(status); }
+ *   ...
+ *   kiln_tensor in = {data, 0, KILN_FLOAT32, 4, {1, 3, 224, 224}};
+ *   kiln_tensor out = {0};                       // data NULL: the library allocates it
+ *   status = kiln_model_run(model, &in, 1, &out, 1);
+ *   ... use out.data, out.dims ...; kiln_free(out.data);
+ *   kiln_model_free(model);
+ *
+ * Every call that can fail returns a kiln_status*: NULL on success, else an error with a code
+ * and a message (free it with kiln_status_free). No C++ exception crosses this API.
+ *
+ * One loaded model serves concurrent kiln_model_run calls from any number of threads: each run
+ * takes its own memory arena and library state from a pool. kiln_model_free must not race with
+ * runs of the same model.
+ */
+#ifndef KILN_RUNTIME_H_
+#define KILN_RUNTIME_H_
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The version of this ABI: the layout of the structs below and of kiln_model_api. A library
+ * records the version it was built for; loading it with a different one is refused. */
+#ifndef KILN_ABI_VERSION
+#define KILN_ABI_VERSION 1u
+#endif
+
+#define KILN_MAX_RANK 16
+
+typedef enum kiln_status_code {
+  KILN_OK = 0,
+  KILN_ERROR_INVALID_ARGUMENT = 1, /* a bad call: null pointer, wrong count, index out of range */
+  KILN_ERROR_BAD_INPUT = 2,        /* an input's dtype, shape or values; an output buffer size */
+  KILN_ERROR_LOAD = 3,             /* the library or its weights file cannot be loaded */
+  KILN_ERROR_ABI = 4,              /* the library was built for another version of this API */
+  KILN_ERROR_UNSUPPORTED_CPU = 5,  /* this CPU lacks an instruction set the library needs */
+  KILN_ERROR_OUT_OF_MEMORY = 6,
+  KILN_ERROR_INTERNAL = 7 /* a bug in Kiln or in a library it calls */
+} kiln_status_code;
+
+typedef struct kiln_status {
+  kiln_status_code code;
+  char message[1]; /* NUL-terminated, allocated with the struct */
+} kiln_status;
+
+/* ONNX TensorProto data type codes. */
+typedef enum kiln_dtype {
+  KILN_FLOAT32 = 1,
+  KILN_UINT8 = 2,
+  KILN_INT8 = 3,
+  KILN_UINT16 = 4,
+  KILN_INT16 = 5,
+  KILN_INT32 = 6,
+  KILN_INT64 = 7,
+  KILN_BOOL = 9,
+  KILN_FLOAT16 = 10,
+  KILN_FLOAT64 = 11,
+  KILN_UINT32 = 12,
+  KILN_UINT64 = 13,
+  KILN_BFLOAT16 = 16
+} kiln_dtype;
+
+/* A dense row-major tensor. As an input: `data` holds it (`capacity` is ignored). As an
+ * output: `data` NULL asks the library to allocate it (release it with kiln_free), or `data`
+ * points to `capacity` bytes the caller owns, which the output must fit. The library sets
+ * dtype, rank and dims of outputs. */
+typedef struct kiln_tensor {
+  void* data;
+  size_t capacity;
+  int32_t dtype;
+  int32_t rank;
+  int64_t dims[KILN_MAX_RANK];
+} kiln_tensor;
+
+/* An input or output as compiled: dims[k] is -1 where the dim is symbolic, and dim_names[k]
+ * names that symbol ("batch"); dim_names[k] is NULL for a fixed dim. The pointers stay valid
+ * while the model is loaded. */
+typedef struct kiln_value_info {
+  const char* name;
+  int32_t dtype;
+  int32_t rank;
+  const int64_t* dims;
+  const char* const* dim_names;
+} kiln_value_info;
+
+typedef struct kiln_options {
+  uint32_t struct_size; /* sizeof(kiln_options) */
+  int32_t threads;      /* OpenMP threads of each run; 0: the OpenMP default (OMP_NUM_THREADS) */
+} kiln_options;
+
+/* One kernel or library call of a profiled run, in Chrome trace terms. */
+typedef struct kiln_profile_event {
+  const char* name; /* the kernel or the call ("cpp_fused_add_relu_3", "conv (node 'c1')") */
+  const char* kind; /* "kernel" or "call" */
+  int64_t start_ns; /* since the model was loaded */
+  int64_t duration_ns;
+  uint64_t run; /* the run's sequence number */
+  uint32_t thread; /* the calling thread, numbered from 0 in order of first use */
+} kiln_profile_event;
+
+/* What a model library exports: `kiln_model_entry()` returns this table. Loaders check
+ * abi_version before touching anything else. */
+typedef struct kiln_model_api {
+  uint32_t abi_version;
+  const char* kiln_version; /* of the compiler that built the library */
+  const char* target;       /* the instruction set it was built for: "x86-64-v3" */
+  /* Checks this CPU against `target` without running any code built for it; NULL when fine. */
+  kiln_status* (*check_cpu)(void);
+  kiln_status* (*create)(const char* library_path, const kiln_options* options, void** instance);
+  void (*destroy)(void* instance);
+  size_t (*input_count)(void* instance);
+  size_t (*output_count)(void* instance);
+  kiln_status* (*input_info)(void* instance, size_t index, kiln_value_info* info);
+  kiln_status* (*output_info)(void* instance, size_t index, kiln_value_info* info);
+  kiln_status* (*run)(void* instance, const kiln_tensor* inputs, size_t input_count,
+                      kiln_tensor* outputs, size_t output_count);
+  kiln_status* (*set_profiling)(void* instance, int enabled);
+  /* The events recorded since profiling was enabled (valid until the next call that changes
+   * them: set_profiling, clear_profile, a profiled run). */
+  size_t (*profile_events)(void* instance, const kiln_profile_event** events);
+  void (*clear_profile)(void* instance);
+} kiln_model_api;
+
+typedef struct kiln_model {
+  void* handle; /* dlopen handle */
+  const kiln_model_api* api;
+  void* instance;
+} kiln_model;
+
+/* ---- Status ---- */
+
+static inline kiln_status* kiln_status_make(kiln_status_code code, const char* format, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static inline kiln_status* kiln_status_make(kiln_status_code code, const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  char buffer[2048];
+  vsnprintf(buffer, sizeof(buffer), format, args);
+  va_end(args);
+  size_t length = strlen(buffer);
+  kiln_status* status = (kiln_status*)malloc(sizeof(kiln_status) + length);
+  if (status == NULL) return NULL; /* out of memory while failing: nothing better to do */
+  status->code = code;
+  memcpy(status->message, buffer, length + 1);
+  return status;
+}
+
+static inline kiln_status_code kiln_status_get_code(const kiln_status* status) {
+  return status == NULL ? KILN_OK : status->code;
+}
+
+static inline const char* kiln_status_message(const kiln_status* status) {
+  return status == NULL ? "ok" : status->message;
+}
+
+static inline void kiln_status_free(kiln_status* status) { free(status); }
+
+/* Releases an output the library allocated. */
+static inline void kiln_free(void* data) { free(data); }
+
+static inline kiln_options kiln_default_options(void) {
+  kiln_options options;
+  options.struct_size = (uint32_t)sizeof(kiln_options);
+  options.threads = 0;
+  return options;
+}
+
+/* ---- Model ---- */
+
+/* Loads the model library at `path` (and its weights file, when it was compiled with external
+ * weights). `options` may be NULL. On success *model is set; free it with kiln_model_free. */
+static inline kiln_status* kiln_model_load(const char* path, const kiln_options* options,
+                                           kiln_model** model) {
+  if (path == NULL || model == NULL) {
+    return kiln_status_make(KILN_ERROR_INVALID_ARGUMENT, "kiln_model_load: null argument");
+  }
+  *model = NULL;
+  FILE* file = fopen(path, "rb");
+  if (file == NULL) {
+    return kiln_status_make(KILN_ERROR_LOAD, "%s: cannot open the model library", path);
+  }
+  fclose(file);
+  void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (handle == NULL) {
+    const char* why = dlerror();
+    return kiln_status_make(KILN_ERROR_LOAD,
+                            "%s: cannot load the model library (truncated or not a shared "
+                            "library?): %s",
+                            path, why ? why : "unknown error");
+  }
+  typedef const kiln_model_api* (*entry_fn)(void);
+  entry_fn entry = (entry_fn)dlsym(handle, "kiln_model_entry");
+  if (entry == NULL) {
+    dlclose(handle);
+    return kiln_status_make(KILN_ERROR_LOAD,
+                            "%s: not a Kiln model library (it has no kiln_model_entry)", path);
+  }
+  const kiln_model_api* api = entry();
+  if (api == NULL || api->abi_version != KILN_ABI_VERSION) {
+    unsigned found = api ? api->abi_version : 0u;
+    dlclose(handle);
+    return kiln_status_make(KILN_ERROR_ABI,
+                            "%s: the library was built for Kiln C ABI version %u, this program "
+                            "for version %u (include/kiln/runtime.h): rebuild one of them with "
+                            "the same Kiln",
+                            path, found, (unsigned)KILN_ABI_VERSION);
+  }
+  kiln_status* status = api->check_cpu();
+  void* instance = NULL;
+  if (status == NULL) status = api->create(path, options, &instance);
+  if (status != NULL) {
+    dlclose(handle);
+    return status;
+  }
+  kiln_model* result = (kiln_model*)malloc(sizeof(kiln_model));
+  if (result == NULL) {
+    api->destroy(instance);
+    dlclose(handle);
+    return kiln_status_make(KILN_ERROR_OUT_OF_MEMORY, "kiln_model_load: out of memory");
+  }
+  result->handle = handle;
+  result->api = api;
+  result->instance = instance;
+  *model = result;
+  return NULL;
+}
+
+static inline void kiln_model_free(kiln_model* model) {
+  if (model == NULL) return;
+  model->api->destroy(model->instance);
+  /* The library stays mapped: OpenMP and oneDNN keep threads and caches that point into it,
+   * and unloading under them crashes the process at exit. */
+  free(model);
+}
+
+static inline size_t kiln_model_input_count(const kiln_model* model) {
+  return model->api->input_count(model->instance);
+}
+
+static inline size_t kiln_model_output_count(const kiln_model* model) {
+  return model->api->output_count(model->instance);
+}
+
+static inline kiln_status* kiln_model_input_info(const kiln_model* model, size_t index,
+                                                 kiln_value_info* info) {
+  return model->api->input_info(model->instance, index, info);
+}
+
+static inline kiln_status* kiln_model_output_info(const kiln_model* model, size_t index,
+                                                  kiln_value_info* info) {
+  return model->api->output_info(model->instance, index, info);
+}
+
+/* Runs the model: inputs in the model's input order, outputs in its output order (see
+ * kiln_tensor for the two ways to receive outputs). Safe to call from many threads at once. */
+static inline kiln_status* kiln_model_run(kiln_model* model, const kiln_tensor* inputs,
+                                          size_t input_count, kiln_tensor* outputs,
+                                          size_t output_count) {
+  return model->api->run(model->instance, inputs, input_count, outputs, output_count);
+}
+
+/* Profiling: while enabled, each run records one event per kernel or library call. */
+static inline kiln_status* kiln_model_set_profiling(kiln_model* model, int enabled) {
+  return model->api->set_profiling(model->instance, enabled);
+}
+
+static inline size_t kiln_model_profile_events(kiln_model* model,
+                                               const kiln_profile_event** events) {
+  return model->api->profile_events(model->instance, events);
+}
+
+static inline void kiln_model_clear_profile(kiln_model* model) {
+  model->api->clear_profile(model->instance);
+}
+
+/* The instruction set the library was built for ("x86-64-v3"). */
+static inline const char* kiln_model_target(const kiln_model* model) { return model->api->target; }
+
+/* Bytes of one element of `dtype`; 0 for an unknown code. */
+static inline size_t kiln_dtype_size(int32_t dtype) {
+  switch (dtype) {
+    case KILN_FLOAT32:
+    case KILN_INT32:
+    case KILN_UINT32:
+      return 4;
+    case KILN_UINT8:
+    case KILN_INT8:
+    case KILN_BOOL:
+      return 1;
+    case KILN_UINT16:
+    case KILN_INT16:
+    case KILN_FLOAT16:
+    case KILN_BFLOAT16:
+      return 2;
+    case KILN_INT64:
+    case KILN_FLOAT64:
+    case KILN_UINT64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_RUNTIME_H_ */

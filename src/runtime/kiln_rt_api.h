@@ -1,0 +1,349 @@
+#pragma once
+// Kiln runtime: the C API (include/kiln/runtime.h) of a model library built by `kiln compile`.
+// Included by the library's generated model_api.cpp, which defines KILN_MODEL_TARGET and
+// KILN_MODEL_VERSION before it, then model_info() (the inputs, outputs, CPU features, constants
+// and weights of the model); the wrapper's kiln_run does the work. No exception leaves these functions: each failure becomes a kiln_status.
+
+#include <fcntl.h>
+#include <omp.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "kiln/runtime.h"
+#include "kiln_rt.h"
+#include "kiln_rt_weights.h"
+
+namespace kiln_rt::api {
+
+/// What the generated model_api.cpp says about its model.
+struct ModelInfo {
+  const char* features;  // the CPU features it needs, comma-separated ("avx2,fma,bmi2,f16c")
+  const kiln_value_info* inputs;
+  size_t input_count;
+  const kiln_value_info* outputs;
+  size_t output_count;
+  const uint64_t* constant_offsets;  // each constant's offset in the weights payload
+  size_t constant_count;
+  uint64_t weights_bytes;     // the payload
+  uint64_t weights_checksum;  // weights_checksum() of the payload
+  const unsigned char* embedded_weights;  // the payload in read-only data; null: external file
+};
+
+}  // namespace kiln_rt::api
+
+extern "C" {
+// The wrapper's entry points (codegen/wrapper/wrapper.h).
+void* kiln_create_state();
+void kiln_destroy_state(void* state);
+int kiln_run(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,
+             const void* const* constants, void* state, kiln_rt::Profile* profile, char* error,
+             int64_t error_size);
+}
+
+namespace kiln_rt::api {
+
+const ModelInfo& model_info();
+
+namespace {
+
+/// Does this CPU have `feature`? KILN_CPU_FEATURES, when set, replaces what the CPU reports with
+/// its comma-separated list (to see how a library behaves on an older CPU). Built for the
+/// baseline x86-64 so that it runs on any CPU, like everything check_cpu calls.
+__attribute__((target("arch=x86-64"))) bool cpu_has(const char* feature, size_t length) {
+  if (const char* assumed = std::getenv("KILN_CPU_FEATURES")) {
+    for (const char* p = assumed; *p != '\0';) {
+      const char* end = p;
+      while (*end != '\0' && *end != ',') ++end;
+      if (static_cast<size_t>(end - p) == length && std::strncmp(p, feature, length) == 0)
+        return true;
+      p = *end == ',' ? end + 1 : end;
+    }
+    return false;
+  }
+  __builtin_cpu_init();
+  auto is = [&](const char* name) {
+    return std::strlen(name) == length && std::strncmp(name, feature, length) == 0;
+  };
+  if (is("avx")) return __builtin_cpu_supports("avx");
+  if (is("avx2")) return __builtin_cpu_supports("avx2");
+  if (is("fma")) return __builtin_cpu_supports("fma");
+  if (is("bmi")) return __builtin_cpu_supports("bmi");
+  if (is("bmi2")) return __builtin_cpu_supports("bmi2");
+  if (is("f16c")) return __builtin_cpu_supports("f16c");
+  if (is("avx512f")) return __builtin_cpu_supports("avx512f");
+  if (is("avx512bw")) return __builtin_cpu_supports("avx512bw");
+  if (is("avx512vl")) return __builtin_cpu_supports("avx512vl");
+  if (is("avx512dq")) return __builtin_cpu_supports("avx512dq");
+  return false;
+}
+
+__attribute__((target("arch=x86-64"))) kiln_status* check_cpu() {
+  const ModelInfo& info = model_info();
+  char missing[256] = "";
+  size_t used = 0;
+  for (const char* p = info.features; *p != '\0';) {
+    const char* end = p;
+    while (*end != '\0' && *end != ',') ++end;
+    const size_t length = static_cast<size_t>(end - p);
+    if (!cpu_has(p, length) && used + length + 2 < sizeof(missing)) {
+      if (used != 0) missing[used++] = ' ';
+      std::memcpy(missing + used, p, length);
+      used += length;
+      missing[used] = '\0';
+    }
+    p = *end == ',' ? end + 1 : end;
+  }
+  if (used == 0) return nullptr;
+  char text[512];
+  std::snprintf(text, sizeof(text),
+                "this CPU lacks %s, which the model library needs (it was compiled for %s): "
+                "compile it again with --target x86-64-v3 or --target native on this machine",
+                missing, KILN_MODEL_TARGET);
+  const size_t length = std::strlen(text);
+  auto* status = static_cast<kiln_status*>(std::malloc(sizeof(kiln_status) + length));
+  if (status == nullptr) return nullptr;
+  status->code = KILN_ERROR_UNSUPPORTED_CPU;
+  std::memcpy(status->message, text, length + 1);
+  return status;
+}
+
+struct Instance {
+  const ModelInfo* info = nullptr;
+  std::vector<const void*> constants;
+  void* state = nullptr;
+  void* mapping = nullptr;  // the weights file, memory-mapped
+  size_t mapping_bytes = 0;
+  int threads = 0;
+  std::chrono::steady_clock::time_point origin = std::chrono::steady_clock::now();
+  std::atomic<bool> profiling{false};
+  std::atomic<uint64_t> runs{0};
+  std::mutex mutex;  // guards the profile
+  std::vector<kiln_profile_event> events;
+  std::map<std::thread::id, uint32_t> thread_numbers;
+
+  ~Instance() {
+    if (state != nullptr) kiln_destroy_state(state);
+    if (mapping != nullptr) munmap(mapping, mapping_bytes);
+  }
+};
+
+/// `<stem>.weights` beside the library `<stem>.so`.
+std::string weights_path(const char* library_path) {
+  std::string path = library_path;
+  if (path.size() > 3 && path.compare(path.size() - 3, 3, ".so") == 0) path.resize(path.size() - 3);
+  return path + ".weights";
+}
+
+/// Maps the weights file and checks it against what the library was built with.
+kiln_status* map_weights(Instance& instance, const char* library_path, const unsigned char** out) {
+  const ModelInfo& info = *instance.info;
+  const std::string path = weights_path(library_path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return kiln_status_make(KILN_ERROR_LOAD,
+                            "%s: cannot open the weights file of %s (%s); a library compiled "
+                            "with --weights external needs it beside it",
+                            path.c_str(), library_path, std::strerror(errno));
+  }
+  struct stat st {};
+  const uint64_t expected = kWeightsHeaderBytes + info.weights_bytes;
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != expected) {
+    ::close(fd);
+    return kiln_status_make(KILN_ERROR_LOAD,
+                            "%s: expected %llu bytes, found %lld: the weights file is truncated "
+                            "or belongs to another build of %s",
+                            path.c_str(), static_cast<unsigned long long>(expected),
+                            static_cast<long long>(st.st_size), library_path);
+  }
+  void* mapping = mmap(nullptr, expected, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (mapping == MAP_FAILED) {
+    return kiln_status_make(KILN_ERROR_LOAD, "%s: cannot map the weights file: %s", path.c_str(),
+                            std::strerror(errno));
+  }
+  instance.mapping = mapping;
+  instance.mapping_bytes = expected;
+  const auto* bytes = static_cast<const unsigned char*>(mapping);
+  uint64_t size = 0, checksum = 0;
+  std::memcpy(&size, bytes + 8, 8);
+  std::memcpy(&checksum, bytes + 16, 8);
+  if (std::memcmp(bytes, kWeightsMagic, 8) != 0 || size != info.weights_bytes ||
+      checksum != info.weights_checksum ||
+      weights_checksum(bytes + kWeightsHeaderBytes, size) != info.weights_checksum) {
+    return kiln_status_make(KILN_ERROR_LOAD,
+                            "%s: checksum mismatch: the weights file was altered or belongs to "
+                            "another build of %s",
+                            path.c_str(), library_path);
+  }
+  *out = bytes + kWeightsHeaderBytes;
+  return nullptr;
+}
+
+kiln_status* create(const char* library_path, const kiln_options* options, void** result) {
+  if (library_path == nullptr || result == nullptr) {
+    return kiln_status_make(KILN_ERROR_INVALID_ARGUMENT, "create: null argument");
+  }
+  try {
+    auto instance = std::make_unique<Instance>();
+    instance->info = &model_info();
+    if (options != nullptr && options->struct_size >= sizeof(uint32_t) + sizeof(int32_t)) {
+      if (options->threads < 0) {
+        return kiln_status_make(KILN_ERROR_INVALID_ARGUMENT,
+                                "options.threads must be 0 (the OpenMP default) or positive, "
+                                "got %d",
+                                options->threads);
+      }
+      instance->threads = options->threads;
+    }
+    const unsigned char* weights = instance->info->embedded_weights;
+    if (weights == nullptr && instance->info->constant_count > 0) {
+      if (kiln_status* status = map_weights(*instance, library_path, &weights)) return status;
+    }
+    for (size_t k = 0; k < instance->info->constant_count; ++k)
+      instance->constants.push_back(weights + instance->info->constant_offsets[k]);
+    instance->state = kiln_create_state();
+    if (instance->state == nullptr) {
+      return kiln_status_make(KILN_ERROR_OUT_OF_MEMORY, "create: out of memory");
+    }
+    *result = instance.release();
+    return nullptr;
+  } catch (const std::bad_alloc&) {
+    return kiln_status_make(KILN_ERROR_OUT_OF_MEMORY, "create: out of memory");
+  } catch (const std::exception& e) {
+    return kiln_status_make(KILN_ERROR_INTERNAL, "create: %s", e.what());
+  }
+}
+
+void destroy(void* instance) { delete static_cast<Instance*>(instance); }
+
+size_t input_count(void*) { return model_info().input_count; }
+size_t output_count(void*) { return model_info().output_count; }
+
+kiln_status* value_info(const kiln_value_info* values, size_t count, const char* what,
+                        size_t index, kiln_value_info* info) {
+  if (info == nullptr) return kiln_status_make(KILN_ERROR_INVALID_ARGUMENT, "info is null");
+  if (index >= count) {
+    return kiln_status_make(KILN_ERROR_INVALID_ARGUMENT,
+                            "%s %zu does not exist: the model has %zu %ss", what, index, count,
+                            what);
+  }
+  *info = values[index];
+  return nullptr;
+}
+
+kiln_status* input_info(void*, size_t index, kiln_value_info* info) {
+  return value_info(model_info().inputs, model_info().input_count, "input", index, info);
+}
+
+kiln_status* output_info(void*, size_t index, kiln_value_info* info) {
+  return value_info(model_info().outputs, model_info().output_count, "output", index, info);
+}
+
+kiln_status* run(void* handle, const kiln_tensor* inputs, size_t input_count,
+                 kiln_tensor* outputs, size_t output_count) {
+  auto& instance = *static_cast<Instance*>(handle);
+  const ModelInfo& info = *instance.info;
+  if (input_count != info.input_count || output_count != info.output_count) {
+    return kiln_status_make(KILN_ERROR_INVALID_ARGUMENT,
+                            "run: the model takes %zu inputs and %zu outputs, %zu and %zu were "
+                            "given",
+                            info.input_count, info.output_count, input_count, output_count);
+  }
+  if ((input_count > 0 && inputs == nullptr) || (output_count > 0 && outputs == nullptr)) {
+    return kiln_status_make(KILN_ERROR_INVALID_ARGUMENT, "run: null inputs or outputs");
+  }
+  try {
+    std::vector<TensorArg> in(input_count), out(output_count);
+    for (size_t k = 0; k < input_count; ++k) {
+      const kiln_tensor& t = inputs[k];
+      if (t.rank < 0 || t.rank > KILN_MAX_RANK) {
+        return kiln_status_make(KILN_ERROR_BAD_INPUT, "input '%s': rank %d is not in 0..%d",
+                                info.inputs[k].name, t.rank, KILN_MAX_RANK);
+      }
+      in[k] = TensorArg{t.data, t.dtype, t.rank, {}, 0};
+      std::copy(t.dims, t.dims + t.rank, in[k].dims);
+    }
+    for (size_t k = 0; k < output_count; ++k) {
+      out[k] = TensorArg{outputs[k].data, 0, 0, {}, outputs[k].data ? outputs[k].capacity : 0};
+    }
+    if (instance.threads > 0) omp_set_num_threads(instance.threads);
+    Profile profile;
+    profile.origin = instance.origin;
+    const bool profiled = instance.profiling.load();
+    char error[2048] = "";
+    const int code = kiln_run(in.data(), out.data(), instance.constants.data(), instance.state,
+                              profiled ? &profile : nullptr, error, sizeof(error));
+    if (code != 0) {
+      return kiln_status_make(code == 2 ? KILN_ERROR_BAD_INPUT : KILN_ERROR_INTERNAL, "%s",
+                              error);
+    }
+    for (size_t k = 0; k < output_count; ++k) {
+      outputs[k].data = out[k].data;
+      outputs[k].dtype = out[k].dtype;
+      outputs[k].rank = out[k].rank;
+      std::copy(out[k].dims, out[k].dims + out[k].rank, outputs[k].dims);
+    }
+    if (profiled) {
+      const uint64_t number = instance.runs.fetch_add(1);
+      std::lock_guard<std::mutex> lock(instance.mutex);
+      auto [it, fresh] = instance.thread_numbers.emplace(
+          std::this_thread::get_id(), static_cast<uint32_t>(instance.thread_numbers.size()));
+      for (const ProfileEvent& e : profile.events) {
+        instance.events.push_back(
+            {e.name, e.kind, e.start_ns, e.duration_ns, number, it->second});
+      }
+    }
+    return nullptr;
+  } catch (const std::bad_alloc&) {
+    return kiln_status_make(KILN_ERROR_OUT_OF_MEMORY, "run: out of memory");
+  } catch (const std::exception& e) {
+    return kiln_status_make(KILN_ERROR_INTERNAL, "run: %s", e.what());
+  }
+}
+
+kiln_status* set_profiling(void* handle, int enabled) {
+  static_cast<Instance*>(handle)->profiling.store(enabled != 0);
+  return nullptr;
+}
+
+size_t profile_events(void* handle, const kiln_profile_event** events) {
+  auto& instance = *static_cast<Instance*>(handle);
+  std::lock_guard<std::mutex> lock(instance.mutex);
+  if (events != nullptr) *events = instance.events.data();
+  return instance.events.size();
+}
+
+void clear_profile(void* handle) {
+  auto& instance = *static_cast<Instance*>(handle);
+  std::lock_guard<std::mutex> lock(instance.mutex);
+  instance.events.clear();
+}
+
+}  // namespace
+
+}  // namespace kiln_rt::api
+
+/// The library's one exported entry: the table of the C API (include/kiln/runtime.h). Reading it
+/// runs no code built for the target, so a loader can check abi_version and call check_cpu first.
+extern "C" __attribute__((visibility("default"), target("arch=x86-64"))) const kiln_model_api*
+kiln_model_entry() {
+  namespace api = kiln_rt::api;
+  static const kiln_model_api table = {
+      KILN_ABI_VERSION,   KILN_MODEL_VERSION,
+      KILN_MODEL_TARGET,
+      api::check_cpu,     api::create,
+      api::destroy,       api::input_count,
+      api::output_count,  api::input_info,
+      api::output_info,   api::run,
+      api::set_profiling, api::profile_events,
+      api::clear_profile,
+  };
+  return &table;
+}

@@ -26,4 +26,7 @@ void add_autotune_command(CLI::App& app, CommandAction& chosen);
 /// `kiln run MODEL --input NAME=FILE ...`: compile (or hit the code cache), run, write outputs.
 void add_run_command(CLI::App& app, CommandAction& chosen);
 
+/// `kiln compile MODEL -o model.so`: a self-contained model library with a C API.
+void add_compile_command(CLI::App& app, CommandAction& chosen);
+
 }  // namespace kiln::cli

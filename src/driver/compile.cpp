@@ -166,8 +166,8 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   for (const GraphStages& stage : g.graphs)
     code.push_back({stage.function, stage.program, &stage.schedule, &stage.kernels});
   g.source = codegen::generate_wrapper(code, codegen::cpp_kernel_prelude());
-  dump.write("4_memory_plan.txt",
-             g.source.plan.str(program, g.graphs.front().schedule) + g.source.arena.str());
+  dump.write("4_memory_plan.txt", g.source.plan.str(program, g.graphs.front().schedule));
+  dump.write("4_arena.txt", g.source.arena.str());
   for (const auto& [name, text] : g.source.units) dump.write("5_" + name, text);
   return g;
 }
@@ -260,14 +260,23 @@ void find_dependencies(const fs::path& library, LibraryResult& result) {
     path = path.substr(0, path.find(' '));
     if (path.empty() || path[0] != '/') continue;
     result.needed.push_back(fs::path(path).filename().string());
-    paths.push_back(fs::canonical(path).string());
+    paths.push_back(path);
   }
+  // dpkg knows a file by the path its package installed: with Debian's merged /usr that may be
+  // /lib/... for a library ldd finds under /usr/lib/..., or the target of a symlink.
   std::set<std::string> packages;
   for (const std::string& path : paths) {
-    process::Result dpkg = process::run({"dpkg", {"-S", path}, {}, std::chrono::seconds(30)});
-    if (!dpkg.ok()) continue;
-    std::string package = dpkg.stdout_text.substr(0, dpkg.stdout_text.find(':'));
-    if (!package.empty()) packages.insert(package);
+    std::vector<std::string> names = {path, fs::canonical(path).string()};
+    for (size_t k = 0, n = names.size(); k < n; ++k) {
+      if (names[k].rfind("/usr/", 0) == 0) names.push_back(names[k].substr(4));
+    }
+    for (const std::string& name : names) {
+      process::Result dpkg = process::run({"dpkg", {"-S", name}, {}, std::chrono::seconds(30)});
+      if (!dpkg.ok()) continue;
+      std::string package = dpkg.stdout_text.substr(0, dpkg.stdout_text.find(':'));
+      if (!package.empty()) packages.insert(package);
+      break;
+    }
   }
   result.packages.assign(packages.begin(), packages.end());
 }

@@ -1,0 +1,88 @@
+// `kiln compile MODEL -o model.so`: a self-contained model library with the C API of
+// include/kiln/runtime.h (driver::compile_library), and what it needs at run time.
+#include <fmt/format.h>
+
+#include "autotune/select.h"
+#include "cli/commands.h"
+#include "driver/compile.h"
+#include "onnx/importer.h"
+#include "support/error.h"
+
+namespace kiln::cli {
+namespace {
+
+struct CompileArgs {
+  std::string model;
+  std::string output;
+  std::string weights = "embed";
+  std::string target = "x86-64-v3";
+  std::string dump_dir;
+  std::string cache_dir;
+  std::string autotune;
+};
+
+std::string bytes_text(const std::string& bytes) {
+  char* end = nullptr;
+  const double v = std::strtod(bytes.c_str(), &end);
+  if (end == bytes.c_str() || *end != '\0') return bytes + " bytes";
+  if (v >= 1 << 20) return fmt::format("{:.2f} MiB", v / (1 << 20));
+  if (v >= 1 << 10) return fmt::format("{:.1f} KiB", v / (1 << 10));
+  return fmt::format("{} B", v);
+}
+
+int compile_model(const CompileArgs& args) {
+  if (args.weights != "embed" && args.weights != "external")
+    user_error("--weights {}: expected embed or external", args.weights);
+  graph::Model model = onnx::import_model(args.model);
+  driver::LibraryOptions options;
+  options.output = args.output;
+  options.external_weights = args.weights == "external";
+  options.target = args.target;
+  options.compile.dump_dir = args.dump_dir;
+  options.compile.cache_dir = args.cache_dir;
+  if (!args.autotune.empty())
+    options.compile.autotune = autotune::parse_autotune_mode(args.autotune, "--autotune");
+  const driver::LibraryResult r = driver::compile_library(model, options);
+
+  fmt::print("library: {} (target {}: needs {})\n", r.library.string(), r.target, r.features);
+  if (r.weights.empty()) {
+    fmt::print("weights: {} embedded\n", bytes_text(std::to_string(r.weights_bytes)));
+  } else {
+    fmt::print("weights: {} in {} (keep it beside the library)\n",
+               bytes_text(std::to_string(r.weights_bytes)), r.weights.string());
+  }
+  fmt::print("kernels: {}, library calls: {}\n", r.stats.kernels, r.stats.extern_calls);
+  fmt::print("arena: {} per run, for intermediates of {} allocated one by one\n",
+             bytes_text(r.arena_bytes), bytes_text(r.intermediate_bytes));
+  fmt::print("compiled in {:.2f}s ({})\n", r.stats.seconds,
+             r.stats.cache_hit ? "from the code cache" : "built");
+  if (!r.needed.empty()) fmt::print("needs at run time: {}\n", fmt::join(r.needed, " "));
+  if (!r.packages.empty())
+    fmt::print("Debian packages: apt-get install {}\n", fmt::join(r.packages, " "));
+  return 0;
+}
+
+}  // namespace
+
+void add_compile_command(CLI::App& app, CommandAction& chosen) {
+  auto args = std::make_shared<CompileArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "compile", "Compile a model into a self-contained shared library with a C API");
+  cmd->add_option("model", args->model, "the ONNX model")->required();
+  cmd->add_option("-o,--output", args->output, "the library to write (model.so)")->required();
+  cmd->add_option("--weights", args->weights,
+                  "embed (in the library's read-only data, the default) or external (in "
+                  "<stem>.weights beside it, memory-mapped and checked at load)");
+  cmd->add_option("--target", args->target,
+                  "x86-64-v3 (AVX2 and FMA, the default: runs on any such server) or native "
+                  "(this machine's CPU)");
+  cmd->add_option("--dump", args->dump_dir,
+                  "write the IR, schedule, fusion decisions, memory plan and sources here");
+  cmd->add_option("--cache-dir", args->cache_dir,
+                  "the code cache (default: KILN_CACHE_DIR or ~/.cache/kiln)");
+  cmd->add_option("--autotune", args->autotune,
+                  "GEMM algorithm selection: off, default or max (see kiln run --help)");
+  cmd->callback([args, &chosen] { chosen = [args] { return compile_model(*args); }; });
+}
+
+}  // namespace kiln::cli

@@ -305,7 +305,6 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
   auto start = std::chrono::steady_clock::now();
   ++g_compiles;
   const Target target = target_for(options.target);
-  if (options.output.empty()) user_error("kiln compile: no output path (-o model.so)");
   Generated g = generate(model, options.compile, target.gemm_isa, Dumper(options.compile.dump_dir));
 
   // The weights: one blob; embedded, the assembler includes it from the cache's weights folder.
@@ -338,10 +337,15 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
   const fs::path built = cache.compile_shared_library(source_units(g.source), config);
 
   LibraryResult result;
-  fs::path output = options.output;
-  if (output.has_parent_path()) fs::create_directories(output.parent_path());
-  copy_atomic(built, output);
-  result.library = output;
+  const fs::path& output = options.output;
+  if (output.empty()) {  // the library stays in the code cache
+    if (options.external_weights) user_error("external weights need an output path");
+    result.library = built;
+  } else {
+    if (output.has_parent_path()) fs::create_directories(output.parent_path());
+    copy_atomic(built, output);
+    result.library = output;
+  }
   if (options.external_weights) {
     fs::path stem = output;
     if (stem.extension() == ".so") stem.replace_extension();

@@ -95,7 +95,8 @@ CompiledModel compile(const graph::Model& model, const CompileOptions& options);
 /// `kiln compile`: a self-contained model library with the C API of include/kiln/runtime.h.
 struct LibraryOptions {
   CompileOptions compile;
-  /// Where the library goes ("model.so"); written through a temporary name and a rename.
+  /// Where the library goes ("model.so"); written through a temporary name and a rename. Empty:
+  /// it stays in the code cache (LibraryResult::library says where).
   std::filesystem::path output;
   /// Weights in `<stem>.weights` beside the library (memory-mapped and checked at load) instead
   /// of in its read-only data.

@@ -28,6 +28,7 @@
 #define KILN_RUNTIME_H_
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -114,7 +115,7 @@ typedef struct kiln_profile_event {
   const char* kind; /* "kernel" or "call" */
   int64_t start_ns; /* since the model was loaded */
   int64_t duration_ns;
-  uint64_t run; /* the run's sequence number */
+  uint64_t run;    /* the run's sequence number */
   uint32_t thread; /* the calling thread, numbered from 0 in order of first use */
 } kiln_profile_event;
 
@@ -188,6 +189,42 @@ static inline kiln_options kiln_default_options(void) {
 
 /* ---- Model ---- */
 
+/* Checks that `file` holds a whole 64-bit ELF shared object: dlopen maps a truncated file
+ * without complaint and the process dies of SIGBUS when it touches the missing pages. */
+static inline kiln_status* kiln_check_library_file(const char* path, FILE* file) {
+  Elf64_Ehdr header;
+  if (fseek(file, 0, SEEK_END) != 0) {
+    return kiln_status_make(KILN_ERROR_LOAD, "%s: cannot read the model library", path);
+  }
+  const long size = ftell(file);
+  rewind(file);
+  if (size < (long)sizeof(header) || fread(&header, sizeof(header), 1, file) != 1 ||
+      memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 || header.e_ident[EI_CLASS] != ELFCLASS64 ||
+      header.e_type != ET_DYN) {
+    return kiln_status_make(KILN_ERROR_LOAD,
+                            "%s: not a model library (not a 64-bit ELF shared object)", path);
+  }
+  unsigned long long needed =
+      header.e_shoff + (unsigned long long)header.e_shnum * header.e_shentsize;
+  for (unsigned k = 0; k < header.e_phnum; ++k) {
+    Elf64_Phdr segment;
+    if (fseek(file, (long)(header.e_phoff + (unsigned long long)k * header.e_phentsize),
+              SEEK_SET) != 0 ||
+        fread(&segment, sizeof(segment), 1, file) != 1) {
+      needed = (unsigned long long)size + 1;
+      break;
+    }
+    if (segment.p_offset + segment.p_filesz > needed) needed = segment.p_offset + segment.p_filesz;
+  }
+  if (needed > (unsigned long long)size) {
+    return kiln_status_make(KILN_ERROR_LOAD,
+                            "%s: cannot load the model library: it is truncated (%ld bytes, its "
+                            "headers need %llu)",
+                            path, size, needed);
+  }
+  return NULL;
+}
+
 /* Loads the model library at `path` (and its weights file, when it was compiled with external
  * weights). `options` may be NULL. On success *model is set; free it with kiln_model_free. */
 static inline kiln_status* kiln_model_load(const char* path, const kiln_options* options,
@@ -200,7 +237,9 @@ static inline kiln_status* kiln_model_load(const char* path, const kiln_options*
   if (file == NULL) {
     return kiln_status_make(KILN_ERROR_LOAD, "%s: cannot open the model library", path);
   }
+  kiln_status* truncated = kiln_check_library_file(path, file);
   fclose(file);
+  if (truncated != NULL) return truncated;
   void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (handle == NULL) {
     const char* why = dlerror();

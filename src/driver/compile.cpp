@@ -350,9 +350,9 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
     fs::path stem = output;
     if (stem.extension() == ".so") stem.replace_extension();
     result.weights = stem.string() + ".weights";
-    files::write_atomic(result.weights,
-                        std::string_view(reinterpret_cast<const char*>(weights.file.data()),
-                                         weights.file.size()));
+    files::write_atomic(
+        result.weights,
+        std::string_view(reinterpret_cast<const char*>(weights.file.data()), weights.file.size()));
   }
   result.weights_bytes = weights.payload_bytes();
   result.target = options.target;

@@ -25,9 +25,8 @@ std::vector<graph::Tensor> CompiledModel::run(const std::vector<graph::Tensor>& 
   }
   std::vector<kiln_rt::TensorArg> out(outputs_.size());
   char error[1024] = "";
-  int status =
-      run_(in.data(), out.data(), constant_ptrs_.data(), state_.get(), nullptr, error,
-           sizeof(error));
+  int status = run_(in.data(), out.data(), constant_ptrs_.data(), state_.get(), nullptr, error,
+                    sizeof(error));
   if (status == 2) throw UserError(error);
   if (status != 0) internal_error("the compiled model failed: {}", error);
 

@@ -213,8 +213,8 @@ inline T* output_storage(const TensorArg& out, int64_t numel, const char* name, 
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(numel, 0)) * sizeof(T);
   if (out.data == nullptr) return ws.alloc<T>(numel);
   if (out.capacity < bytes) {
-    fail("output '%s': the buffer given holds %zu bytes, the output needs %zu", name,
-         out.capacity, bytes);
+    fail("output '%s': the buffer given holds %zu bytes, the output needs %zu", name, out.capacity,
+         bytes);
   }
   return static_cast<T*>(out.data);
 }

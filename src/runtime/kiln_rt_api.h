@@ -2,7 +2,8 @@
 // Kiln runtime: the C API (include/kiln/runtime.h) of a model library built by `kiln compile`.
 // Included by the library's generated model_api.cpp, which defines KILN_MODEL_TARGET and
 // KILN_MODEL_VERSION before it, then model_info() (the inputs, outputs, CPU features, constants
-// and weights of the model); the wrapper's kiln_run does the work. No exception leaves these functions: each failure becomes a kiln_status.
+// and weights of the model); the wrapper's kiln_run does the work. No exception leaves these
+// functions: each failure becomes a kiln_status.
 
 #include <fcntl.h>
 #include <omp.h>
@@ -31,8 +32,8 @@ struct ModelInfo {
   size_t output_count;
   const uint64_t* constant_offsets;  // each constant's offset in the weights payload
   size_t constant_count;
-  uint64_t weights_bytes;     // the payload
-  uint64_t weights_checksum;  // weights_checksum() of the payload
+  uint64_t weights_bytes;                 // the payload
+  uint64_t weights_checksum;              // weights_checksum() of the payload
   const unsigned char* embedded_weights;  // the payload in read-only data; null: external file
 };
 
@@ -226,8 +227,8 @@ void destroy(void* instance) { delete static_cast<Instance*>(instance); }
 size_t input_count(void*) { return model_info().input_count; }
 size_t output_count(void*) { return model_info().output_count; }
 
-kiln_status* value_info(const kiln_value_info* values, size_t count, const char* what,
-                        size_t index, kiln_value_info* info) {
+kiln_status* value_info(const kiln_value_info* values, size_t count, const char* what, size_t index,
+                        kiln_value_info* info) {
   if (info == nullptr) return kiln_status_make(KILN_ERROR_INVALID_ARGUMENT, "info is null");
   if (index >= count) {
     return kiln_status_make(KILN_ERROR_INVALID_ARGUMENT,
@@ -246,8 +247,8 @@ kiln_status* output_info(void*, size_t index, kiln_value_info* info) {
   return value_info(model_info().outputs, model_info().output_count, "output", index, info);
 }
 
-kiln_status* run(void* handle, const kiln_tensor* inputs, size_t input_count,
-                 kiln_tensor* outputs, size_t output_count) {
+kiln_status* run(void* handle, const kiln_tensor* inputs, size_t input_count, kiln_tensor* outputs,
+                 size_t output_count) {
   auto& instance = *static_cast<Instance*>(handle);
   const ModelInfo& info = *instance.info;
   if (input_count != info.input_count || output_count != info.output_count) {
@@ -281,8 +282,7 @@ kiln_status* run(void* handle, const kiln_tensor* inputs, size_t input_count,
     const int code = kiln_run(in.data(), out.data(), instance.constants.data(), instance.state,
                               profiled ? &profile : nullptr, error, sizeof(error));
     if (code != 0) {
-      return kiln_status_make(code == 2 ? KILN_ERROR_BAD_INPUT : KILN_ERROR_INTERNAL, "%s",
-                              error);
+      return kiln_status_make(code == 2 ? KILN_ERROR_BAD_INPUT : KILN_ERROR_INTERNAL, "%s", error);
     }
     for (size_t k = 0; k < output_count; ++k) {
       outputs[k].data = out[k].data;
@@ -296,8 +296,7 @@ kiln_status* run(void* handle, const kiln_tensor* inputs, size_t input_count,
       auto [it, fresh] = instance.thread_numbers.emplace(
           std::this_thread::get_id(), static_cast<uint32_t>(instance.thread_numbers.size()));
       for (const ProfileEvent& e : profile.events) {
-        instance.events.push_back(
-            {e.name, e.kind, e.start_ns, e.duration_ns, number, it->second});
+        instance.events.push_back({e.name, e.kind, e.start_ns, e.duration_ns, number, it->second});
       }
     }
     return nullptr;
@@ -336,14 +335,10 @@ extern "C" __attribute__((visibility("default"), target("arch=x86-64"))) const k
 kiln_model_entry() {
   namespace api = kiln_rt::api;
   static const kiln_model_api table = {
-      KILN_ABI_VERSION,   KILN_MODEL_VERSION,
-      KILN_MODEL_TARGET,
-      api::check_cpu,     api::create,
-      api::destroy,       api::input_count,
-      api::output_count,  api::input_info,
-      api::output_info,   api::run,
-      api::set_profiling, api::profile_events,
-      api::clear_profile,
+      KILN_ABI_VERSION,    KILN_MODEL_VERSION, KILN_MODEL_TARGET, api::check_cpu,
+      api::create,         api::destroy,       api::input_count,  api::output_count,
+      api::input_info,     api::output_info,   api::run,          api::set_profiling,
+      api::profile_events, api::clear_profile,
   };
   return &table;
 }

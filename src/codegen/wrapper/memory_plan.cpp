@@ -126,13 +126,13 @@ ArenaPlan plan_arena(const ir::Program& program, const sched::Schedule& schedule
   for (size_t i = 0; i < n; ++i) {
     for (const PlanLine& line : plan.before[i]) {
       if (outputs.count(line.buffer)) continue;
+      const sym::Expr bytes = aligned_bytes(*program.find(line.buffer));
+      arena.intermediates += bytes;
       if (line.kind == PlanLine::Kind::kReuse) {
         auto it = index.find(plan.storage.at(line.buffer));
         if (it != index.end()) open[it->second] = true;
         continue;
       }
-      const sym::Expr bytes = aligned_bytes(*program.find(line.buffer));
-      arena.intermediates += bytes;
       if (!uses_only(bytes, bound)) continue;
       ArenaPlan::Slot slot;
       slot.storage = line.buffer;

@@ -41,8 +41,7 @@ void write_values(IndentedBuffer& out, const std::string& kind, const std::vecto
     const std::string id = fmt::format("{}{}", kind, k);
     write_value(out, id, specs[k].shape);
     entries.push_back(fmt::format("{{{}, {}, {}, {}_dims, {}_names}}", quote(specs[k].onnx_name),
-                                  static_cast<int>(specs[k].dtype), specs[k].shape.size(), id,
-                                  id));
+                                  static_cast<int>(specs[k].dtype), specs[k].shape.size(), id, id));
   }
   if (entries.empty()) entries.push_back("{nullptr, 0, 0, nullptr, nullptr}");
   out.linef("const kiln_value_info k{}s[] = {{", kind == "in" ? "Input" : "Output");
@@ -52,9 +51,7 @@ void write_values(IndentedBuffer& out, const std::string& kind, const std::vecto
 
 }  // namespace
 
-uint64_t WeightsBlob::payload_bytes() const {
-  return file.size() - kiln_rt::kWeightsHeaderBytes;
-}
+uint64_t WeightsBlob::payload_bytes() const { return file.size() - kiln_rt::kWeightsHeaderBytes; }
 
 uint64_t WeightsBlob::checksum() const {
   uint64_t value = 0;

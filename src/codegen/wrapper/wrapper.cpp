@@ -121,7 +121,8 @@ class WrapperWriter {
       out.line("#include \"kiln_rt_conv.h\"");
     }
     out.line("");
-    out.line("// What one run uses and keeps for the next: the arena of its intermediates and what");
+    out.line(
+        "// What one run uses and keeps for the next: the arena of its intermediates and what");
     out.line("// library calls cache (oneDNN primitives, reordered weights). Concurrent runs of a");
     out.line("// model each take their own from the model's pool (kiln_create_state).");
     out.line("struct RunState {");
@@ -132,7 +133,8 @@ class WrapperWriter {
     out.line("    kiln_rt::Pool<RunState> runs;");
     out.line("};");
     out.line("");
-    out.line("// Times the call that follows in a profiled run (one event per kernel or library call).");
+    out.line(
+        "// Times the call that follows in a profiled run (one event per kernel or library call).");
     out.line("#define KILN_TIMED(name, kind) kiln_rt::ProfileScope timed_(profile, name, kind)");
     out.line("");
     for (const std::string& decl : gemm_decls_) out.line(decl);
@@ -352,8 +354,8 @@ class WrapperWriter {
     if (arena_ != nullptr) {
       for (size_t k = 0; k < program_->outputs.size(); ++k) {
         if (program_->outputs[k].buffer != b.name) continue;
-        out.linef("{}* {} = kiln_rt::output_storage<{}>(outputs[{}], {}, {}, ws);", t, b.name, t,
-                  k, cexpr(b.layout.storage_size()), quote(program_->outputs[k].onnx_name));
+        out.linef("{}* {} = kiln_rt::output_storage<{}>(outputs[{}], {}, {}, ws);", t, b.name, t, k,
+                  cexpr(b.layout.storage_size()), quote(program_->outputs[k].onnx_name));
         return;
       }
       if (const ArenaPlan::Slot* slot = arena_->find(b.name)) {

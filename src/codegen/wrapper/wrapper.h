@@ -44,8 +44,8 @@ struct WrapperSource {
   /// What the GEMM choices' units need besides (autotune::GemmLinkage).
   std::vector<std::string> include_dirs;
   std::vector<std::string> libraries;
-  MemoryPlan plan;  // the model's function's
-  ArenaPlan arena;  // where its intermediates live
+  MemoryPlan plan;       // the model's function's
+  ArenaPlan arena;       // where its intermediates live
   int kernel_count = 0;  // distinct kernel functions after deduplication
 };
 

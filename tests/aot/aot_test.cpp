@@ -1,0 +1,367 @@
+// Model libraries built by driver::compile_library (`kiln compile`), loaded through the C API of
+// include/kiln/runtime.h alone: outputs against numpy (float32: rtol 1e-4, atol 1e-5), outputs
+// into caller buffers, concurrent runs, external weights, the errors of a bad library, weights
+// file, ABI, CPU or input, the arena of a chain, and profiling.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "driver/compile.h"
+#include "kiln/runtime.h"
+#include "onnx/importer.h"
+#include "onnx/tensor_file.h"
+
+kiln_status* load_with_abi_999(const char* path);  // abi_other.cpp
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path& scratch() {
+  static const fs::path dir = [] {
+    fs::path d = fs::path(KILN_BUILD_DIR) / "test-tmp" / "aot";
+    fs::remove_all(d);
+    fs::create_directories(d);
+    const std::string command = "/usr/bin/python3 '" KILN_TESTS_DIR "/aot/make_aot_models.py' '" +
+                                (d / "models").string() + "'";
+    if (std::system(command.c_str()) != 0) ADD_FAILURE() << "failed: " << command;
+    return d;
+  }();
+  return dir;
+}
+
+driver::LibraryResult build(const std::string& model, const std::string& output,
+                            bool external = false) {
+  driver::LibraryOptions options;
+  options.output = scratch() / output;
+  options.external_weights = external;
+  options.compile.cache_dir = scratch() / "cache";
+  options.compile.autotune = autotune::AutotuneMode::kOff;
+  return driver::compile_library(onnx::import_model(scratch() / "models" / model), options);
+}
+
+/// The conv + matmul library, built once (embedded weights).
+const fs::path& conv_matmul_library() {
+  static const fs::path path = build("conv_matmul.onnx", "conv_matmul.so").library;
+  return path;
+}
+
+struct Loaded {
+  kiln_model* model = nullptr;
+  ~Loaded() { kiln_model_free(model); }
+};
+
+/// The status's message (and frees it); "" for success.
+std::string message_of(kiln_status* status, kiln_status_code* code = nullptr) {
+  if (code != nullptr) *code = kiln_status_get_code(status);
+  std::string text = status == nullptr ? "" : kiln_status_message(status);
+  kiln_status_free(status);
+  return text;
+}
+
+void load(const fs::path& path, Loaded& loaded, int threads = 0) {
+  kiln_options options = kiln_default_options();
+  options.threads = threads;
+  ASSERT_EQ(message_of(kiln_model_load(path.c_str(), &options, &loaded.model)), "");
+}
+
+kiln_tensor tensor_of(const graph::Tensor& t) {
+  kiln_tensor k{};
+  k.data = const_cast<void*>(t.data());
+  k.dtype = static_cast<int32_t>(t.dtype());
+  k.rank = static_cast<int32_t>(t.rank());
+  for (int64_t d = 0; d < t.rank(); ++d) k.dims[d] = t.dims()[d];
+  return k;
+}
+
+graph::Tensor npy(const std::string& name) {
+  return onnx::read_tensor_file(scratch() / "models" / (name + ".npy"));
+}
+
+void expect_close(const float* got, const graph::Tensor& want) {
+  std::span<const float> w = want.values<float>();
+  for (size_t i = 0; i < w.size(); ++i) {
+    ASSERT_NEAR(got[i], w[i], 1e-5 + 1e-4 * std::fabs(w[i])) << "element " << i;
+  }
+}
+
+/// Checks library-allocated outputs y and z against numpy's, then frees them.
+void expect_outputs(kiln_tensor (&out)[2]) {
+  ASSERT_EQ(out[0].rank, 2);
+  EXPECT_EQ(out[0].dims[0], 3);
+  EXPECT_EQ(out[0].dims[1], 10);
+  expect_close(static_cast<const float*>(out[0].data), npy("y"));
+  ASSERT_EQ(out[1].rank, 2);
+  EXPECT_EQ(out[1].dims[0], 3);
+  EXPECT_EQ(out[1].dims[1], 3);
+  expect_close(static_cast<const float*>(out[1].data), npy("z"));
+  for (kiln_tensor& t : out) kiln_free(t.data);
+}
+
+TEST(ModelLibrary, DescribesItsInputsAndOutputs) {
+  Loaded m;
+  load(conv_matmul_library(), m);
+  ASSERT_EQ(kiln_model_input_count(m.model), 1u);
+  ASSERT_EQ(kiln_model_output_count(m.model), 2u);
+  kiln_value_info info;
+  ASSERT_EQ(message_of(kiln_model_input_info(m.model, 0, &info)), "");
+  EXPECT_STREQ(info.name, "x");
+  EXPECT_EQ(info.dtype, KILN_FLOAT32);
+  ASSERT_EQ(info.rank, 4);
+  EXPECT_EQ(info.dims[0], -1);
+  EXPECT_STREQ(info.dim_names[0], "batch");
+  EXPECT_EQ(info.dims[1], 3);
+  EXPECT_EQ(info.dim_names[1], nullptr);
+  ASSERT_EQ(message_of(kiln_model_output_info(m.model, 0, &info)), "");
+  EXPECT_STREQ(info.name, "y");
+  EXPECT_EQ(info.dims[1], 10);
+  ASSERT_EQ(message_of(kiln_model_output_info(m.model, 1, &info)), "");
+  EXPECT_STREQ(info.name, "z");
+  EXPECT_STREQ(info.dim_names[1], "batch");
+  kiln_status_code code;
+  EXPECT_NE(message_of(kiln_model_input_info(m.model, 1, &info), &code).find("has 1 input"),
+            std::string::npos);
+  EXPECT_EQ(code, KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(kiln_model_target(m.model), "x86-64-v3");
+}
+
+TEST(ModelLibrary, MatchesNumpyWithLibraryAndCallerBuffers) {
+  Loaded m;
+  load(conv_matmul_library(), m);
+  const graph::Tensor x = npy("x");
+  kiln_tensor in = tensor_of(x);
+  kiln_tensor out[2] = {};  // allocated by the library
+  ASSERT_EQ(message_of(kiln_model_run(m.model, &in, 1, out, 2)), "");
+  expect_outputs(out);
+
+  std::vector<float> y(30, -1.0f), z(9, -1.0f);  // the caller's
+  kiln_tensor given[2] = {};
+  given[0].data = y.data();
+  given[0].capacity = y.size() * sizeof(float);
+  given[1].data = z.data();
+  given[1].capacity = z.size() * sizeof(float);
+  ASSERT_EQ(message_of(kiln_model_run(m.model, &in, 1, given, 2)), "");
+  EXPECT_EQ(given[0].data, y.data());
+  EXPECT_EQ(given[1].data, z.data());
+  expect_close(y.data(), npy("y"));
+  expect_close(z.data(), npy("z"));
+
+  given[0].capacity = 29 * sizeof(float);
+  kiln_status_code code;
+  const std::string error = message_of(kiln_model_run(m.model, &in, 1, given, 2), &code);
+  EXPECT_EQ(code, KILN_ERROR_BAD_INPUT);
+  EXPECT_NE(error.find("output 'y': the buffer given holds 116 bytes, the output needs 120"),
+            std::string::npos)
+      << error;
+}
+
+/// 8 threads x 100 runs of one loaded model (oneDNN, OpenBLAS, the GEMM template and kernels)
+/// give the outputs of a run alone, bit for bit; each run's OpenMP regions use `threads`.
+void expect_concurrent_runs_identical(int run_threads) {
+  Loaded m;
+  load(conv_matmul_library(), m, run_threads);
+  const graph::Tensor x = npy("x");
+  kiln_tensor in = tensor_of(x);
+  kiln_tensor ref[2] = {};
+  ASSERT_EQ(message_of(kiln_model_run(m.model, &in, 1, ref, 2)), "");
+  std::vector<float> reference(static_cast<const float*>(ref[0].data),
+                               static_cast<const float*>(ref[0].data) + 30);
+  reference.insert(reference.end(), static_cast<const float*>(ref[1].data),
+                   static_cast<const float*>(ref[1].data) + 9);
+  expect_outputs(ref);
+
+  constexpr int kThreads = 8, kRuns = 100;
+  std::vector<int> mismatches(kThreads, 0), failures(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRuns; ++r) {
+        kiln_tensor out[2] = {};
+        kiln_status* status = kiln_model_run(m.model, &in, 1, out, 2);
+        if (status != nullptr) {
+          kiln_status_free(status);
+          ++failures[t];
+          continue;
+        }
+        mismatches[t] += std::memcmp(out[0].data, reference.data(), 30 * sizeof(float)) != 0 ||
+                         std::memcmp(out[1].data, reference.data() + 30, 9 * sizeof(float)) != 0;
+        for (kiln_tensor& o : out) kiln_free(o.data);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(failures[t], 0) << "thread " << t;
+    EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+  }
+}
+
+TEST(ModelLibrary, ConcurrentRunsGiveIdenticalOutputs) { expect_concurrent_runs_identical(1); }
+
+TEST(ModelLibrary, ConcurrentRunsWithOpenMpTeamsGiveIdenticalOutputs) {
+  expect_concurrent_runs_identical(2);
+}
+
+TEST(ModelLibrary, RejectsABadInputWithItsNameAndShapes) {
+  Loaded m;
+  load(conv_matmul_library(), m);
+  graph::Tensor bad(graph::DType::kFloat32, {2, 3, 9, 8});
+  kiln_tensor in = tensor_of(bad);
+  kiln_tensor out[2] = {};
+  kiln_status_code code;
+  std::string error = message_of(kiln_model_run(m.model, &in, 1, out, 2), &code);
+  EXPECT_EQ(code, KILN_ERROR_BAD_INPUT);
+  EXPECT_NE(error.find("input 'x': expected shape [batch, 3, 8, 8], got [2, 3, 9, 8]"),
+            std::string::npos)
+      << error;
+  graph::Tensor wrong_dtype(graph::DType::kInt64, {2, 3, 8, 8});
+  in = tensor_of(wrong_dtype);
+  error = message_of(kiln_model_run(m.model, &in, 1, out, 2), &code);
+  EXPECT_EQ(code, KILN_ERROR_BAD_INPUT);
+  EXPECT_NE(error.find("input 'x': expected dtype float32, got int64"), std::string::npos) << error;
+  error = message_of(kiln_model_run(m.model, &in, 2, out, 2), &code);
+  EXPECT_EQ(code, KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(error.find("takes 1 inputs and 2 outputs, 2 and 2 were given"), std::string::npos)
+      << error;
+}
+
+TEST(ModelLibrary, ExternalWeightsAreMappedAndChecked) {
+  const driver::LibraryResult r = build("conv_matmul.onnx", "external/model.so", true);
+  ASSERT_EQ(r.weights, scratch() / "external" / "model.weights");
+  // The library alone is smaller than the weights it would otherwise embed.
+  const auto embedded = fs::file_size(conv_matmul_library());
+  EXPECT_LT(fs::file_size(r.library) + r.weights_bytes / 2, embedded);
+  {
+    Loaded m;
+    load(r.library, m);
+    const graph::Tensor x = npy("x");
+    kiln_tensor in = tensor_of(x), out[2] = {};
+    ASSERT_EQ(message_of(kiln_model_run(m.model, &in, 1, out, 2)), "");
+    expect_outputs(out);
+  }
+  const std::string original = [&] {
+    std::ifstream f(r.weights, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }();
+  auto write = [&](const std::string& bytes) {
+    std::ofstream(r.weights, std::ios::binary | std::ios::trunc) << bytes;
+  };
+  auto load_error = [&](kiln_status_code* code) {
+    kiln_model* model = nullptr;
+    std::string error = message_of(kiln_model_load(r.library.c_str(), nullptr, &model), code);
+    EXPECT_EQ(model, nullptr);
+    return error;
+  };
+  kiln_status_code code;
+  write(original.substr(0, original.size() - 100));
+  std::string error = load_error(&code);
+  EXPECT_EQ(code, KILN_ERROR_LOAD);
+  EXPECT_NE(error.find("model.weights: expected "), std::string::npos) << error;
+  EXPECT_NE(error.find("truncated"), std::string::npos) << error;
+
+  std::string altered = original;
+  altered[altered.size() / 2] ^= 0x10;
+  write(altered);
+  error = load_error(&code);
+  EXPECT_EQ(code, KILN_ERROR_LOAD);
+  EXPECT_NE(error.find("checksum mismatch"), std::string::npos) << error;
+
+  fs::remove(r.weights);
+  error = load_error(&code);
+  EXPECT_EQ(code, KILN_ERROR_LOAD);
+  EXPECT_NE(error.find("cannot open the weights file"), std::string::npos) << error;
+  write(original);
+}
+
+TEST(ModelLibrary, ATruncatedLibraryIsRefused) {
+  const fs::path truncated = scratch() / "truncated.so";
+  fs::copy_file(conv_matmul_library(), truncated, fs::copy_options::overwrite_existing);
+  fs::resize_file(truncated, fs::file_size(truncated) / 3);
+  kiln_model* model = nullptr;
+  kiln_status_code code;
+  const std::string error = message_of(kiln_model_load(truncated.c_str(), nullptr, &model), &code);
+  EXPECT_EQ(code, KILN_ERROR_LOAD);
+  EXPECT_NE(error.find("truncated.so: cannot load the model library"), std::string::npos) << error;
+  EXPECT_EQ(model, nullptr);
+}
+
+TEST(ModelLibrary, AnAbiMismatchIsRefused) {
+  kiln_status_code code;
+  const std::string error = message_of(load_with_abi_999(conv_matmul_library().c_str()), &code);
+  EXPECT_EQ(code, KILN_ERROR_ABI);
+  EXPECT_NE(error.find("built for Kiln C ABI version 1, this program for version 999"),
+            std::string::npos)
+      << error;
+}
+
+TEST(ModelLibrary, ACpuWithoutTheTargetIsaIsRefused) {
+  ::setenv("KILN_CPU_FEATURES", "avx,fma,bmi", 1);  // an older CPU: no AVX2, BMI2, F16C
+  kiln_model* model = nullptr;
+  kiln_status_code code;
+  const std::string error =
+      message_of(kiln_model_load(conv_matmul_library().c_str(), nullptr, &model), &code);
+  ::unsetenv("KILN_CPU_FEATURES");
+  EXPECT_EQ(code, KILN_ERROR_UNSUPPORTED_CPU);
+  EXPECT_NE(error.find("this CPU lacks avx2 bmi2 f16c, which the model library needs (it was "
+                       "compiled for x86-64-v3)"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(model, nullptr);
+}
+
+TEST(ModelLibrary, TheArenaOfAMatMulReluChainHoldsTwoBuffers) {
+  const driver::LibraryResult r = build("chain.onnx", "chain.so");
+  const int64_t buffer = 64 * 256 * 4;
+  EXPECT_LE(std::stoll(r.arena_bytes), 2 * buffer) << "arena " << r.arena_bytes;
+  EXPECT_GE(std::stoll(r.intermediate_bytes), 19 * buffer);
+  Loaded m;
+  load(r.library, m);
+  graph::Tensor x(graph::DType::kFloat32, {64, 256});
+  kiln_tensor in = tensor_of(x), out{};
+  ASSERT_EQ(message_of(kiln_model_run(m.model, &in, 1, &out, 1)), "");
+  EXPECT_EQ(out.dims[0], 64);
+  kiln_free(out.data);
+}
+
+TEST(ModelLibrary, ProfilingRecordsOneEventPerCall) {
+  Loaded m;
+  load(conv_matmul_library(), m);
+  const graph::Tensor x = npy("x");
+  kiln_tensor in = tensor_of(x), out[2] = {};
+  ASSERT_EQ(message_of(kiln_model_run(m.model, &in, 1, out, 2)), "");
+  expect_outputs(out);
+  const kiln_profile_event* events = nullptr;
+  EXPECT_EQ(kiln_model_profile_events(m.model, &events), 0u);  // not enabled yet
+  ASSERT_EQ(message_of(kiln_model_set_profiling(m.model, 1)), "");
+  for (int r = 0; r < 2; ++r) {
+    kiln_tensor o[2] = {};
+    ASSERT_EQ(message_of(kiln_model_run(m.model, &in, 1, o, 2)), "");
+    expect_outputs(o);
+  }
+  const size_t count = kiln_model_profile_events(m.model, &events);
+  // Per run, three library calls: the oneDNN convolution (the Relu its post-op), the GEMM
+  // (the bias Add its epilogue) and the BLAS product f @ f^T; no generated kernel is left.
+  std::string listing;
+  int calls = 0;
+  for (size_t k = 0; k < count; ++k) {
+    listing += std::string(events[k].kind) + " " + events[k].name + "\n";
+    EXPECT_GE(events[k].duration_ns, 0);
+    EXPECT_EQ(events[k].run, k < count / 2 ? 0u : 1u);
+    calls += std::string(events[k].kind) == "call";
+  }
+  EXPECT_EQ(count % 2, 0u) << listing;
+  EXPECT_EQ(calls, 6) << listing;
+  kiln_model_clear_profile(m.model);
+  EXPECT_EQ(kiln_model_profile_events(m.model, &events), 0u);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -32,4 +32,13 @@ std::string IndentedBuffer::str() const {
   return out;
 }
 
+std::string cpp_quote(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
 }  // namespace kiln

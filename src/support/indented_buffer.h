@@ -52,4 +52,7 @@ class IndentedBuffer {
   int level_ = 0;
 };
 
+/// `text` as a C++ string literal: in double quotes, with quotes and backslashes escaped.
+std::string cpp_quote(const std::string& text);
+
 }  // namespace kiln

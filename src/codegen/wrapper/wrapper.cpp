@@ -39,15 +39,6 @@ std::string shape_text(const std::vector<sym::Expr>& shape) {
   return s + "]";
 }
 
-std::string quote(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
 std::string dims_list(const std::vector<sym::Expr>& dims) {
   std::string s;
   for (size_t k = 0; k < dims.size(); ++k) s += (k ? ", " : "") + cexpr(dims[k]);
@@ -210,8 +201,8 @@ class WrapperWriter {
     std::map<std::string, std::string> bound;  // symbol -> "input 'x' dim 0"
     for (size_t k = 0; k < program_->inputs.size(); ++k) {
       const ir::InputSpec& in = program_->inputs[k];
-      std::string shape = quote(shape_text(in.shape));
-      std::string name = quote(in.onnx_name);
+      std::string shape = cpp_quote(shape_text(in.shape));
+      std::string name = cpp_quote(in.onnx_name);
       out.linef("const kiln_rt::TensorArg& in{} = inputs[{}];", k, k);
       if (only_dtype_matters(in)) {
         out.linef("kiln_rt::check_dtype(in{}, {}, {});  // data unused", k, name,
@@ -230,7 +221,7 @@ class WrapperWriter {
         std::string why;
         if (dim.is_symbol()) why = fmt::format(" ({} from {})", dim.name(), bound[dim.name()]);
         out.linef("kiln_rt::check_dim(in{}, {}, {}, {}, {}, {});", k, name, d, cexpr(dim), shape,
-                  quote(why));
+                  cpp_quote(why));
       }
       out.linef("const {}* {} = static_cast<const {}*>(in{}.data);", ctype(in.dtype), in.buffer,
                 ctype(in.dtype), k);
@@ -249,7 +240,7 @@ class WrapperWriter {
         auto _ = out.scope();
         out.linef("static const double expected[] = {{{}}};", fmt::join(guard.values, ", "));
         out.linef("kiln_rt::check_values({}, expected, {}, {});", guard.buffer, guard.values.size(),
-                  quote(guard.onnx_name));
+                  cpp_quote(guard.onnx_name));
       }
       out.line("}");
     }
@@ -259,7 +250,7 @@ class WrapperWriter {
   void check_extents(IndentedBuffer& out) {
     for (const ir::ExtentCheck& check : program_->extent_checks) {
       out.linef("kiln_rt::check_extent({}, {}, {});", cexpr(check.extent), cexpr(check.outputs),
-                quote(check.node));
+                cpp_quote(check.node));
     }
   }
 
@@ -355,7 +346,7 @@ class WrapperWriter {
       for (size_t k = 0; k < program_->outputs.size(); ++k) {
         if (program_->outputs[k].buffer != b.name) continue;
         out.linef("{}* {} = kiln_rt::output_storage<{}>(outputs[{}], {}, {}, ws);", t, b.name, t, k,
-                  cexpr(b.layout.storage_size()), quote(program_->outputs[k].onnx_name));
+                  cexpr(b.layout.storage_size()), cpp_quote(program_->outputs[k].onnx_name));
         return;
       }
       if (const ArenaPlan::Slot* slot = arena_->find(b.name)) {
@@ -379,7 +370,7 @@ class WrapperWriter {
       const ir::Buffer* idx = program_->find(check.buffer);
       out.linef("kiln_rt::check_indices({}, {}, {}, {}, {}LL, {});", check.buffer,
                 cexpr(idx->layout.storage_size()), cexpr(check.size),
-                check.ignored ? "true" : "false", check.ignored.value_or(0), quote(check.node));
+                check.ignored ? "true" : "false", check.ignored.value_or(0), cpp_quote(check.node));
       checked_.insert(check.buffer);
     }
   }
@@ -396,7 +387,7 @@ class WrapperWriter {
       args += a.kind == KernelArg::Kind::kSize ? cexpr(a.size) : a.name;
     }
     out.line("{");
-    out.linef("    KILN_TIMED({}, \"kernel\");", quote(item.name));
+    out.linef("    KILN_TIMED({}, \"kernel\");", cpp_quote(item.name));
     out.linef("    {}({});", canonical_.at(kernel->name), args);
     out.line("}");
   }
@@ -411,7 +402,8 @@ class WrapperWriter {
     const ir::ExternCall& call = buffer.call;
     out.linef("{{  // {} from {}", call.kernel, origins_text(buffer));
     auto _ = out.scope();
-    out.linef("KILN_TIMED({}, \"call\");", quote(call.kernel + " (" + origins_text(buffer) + ")"));
+    out.linef("KILN_TIMED({}, \"call\");",
+              cpp_quote(call.kernel + " (" + origins_text(buffer) + ")"));
     if (call.kernel == "matmul") {
       write_matmul(out, buffer);
     } else if (call.kernel == "conv") {
@@ -506,7 +498,7 @@ class WrapperWriter {
   void write_shape_kernel(IndentedBuffer& out, const ir::Buffer& buffer) {
     const ir::ExternCall& call = buffer.call;
     const ir::View& x = *call.inputs.at(0);
-    const std::string what = quote(std::get<std::string>(call.attrs.at("what")));
+    const std::string what = cpp_quote(std::get<std::string>(call.attrs.at("what")));
     const std::string t = ctype(x.dtype);
     if (call.kernel == "range_count") {
       out.linef("kiln_rt::range_count<{}>({}, {}, {}, {}, {});", t, data_pointer(x),
@@ -713,7 +705,7 @@ class WrapperWriter {
       // A Relu chain fused as oneDNN post-ops (sched/template_epilogue.h).
       const std::string post_ops =
           call.attrs.count("post_ops")
-              ? ", " + quote(std::get<std::string>(call.attrs.at("post_ops")))
+              ? ", " + cpp_quote(std::get<std::string>(call.attrs.at("post_ops")))
               : std::string();
       out.linef("state.conv[{}].run(p, {}, {}, {}, {}, {}{});", conv_sites_++, xp, wp, bp,
                 buffer.name, constant ? "true" : "false", post_ops);
@@ -828,7 +820,7 @@ class WrapperWriter {
     out.linef("auto body = [&](const kiln_rt::TensorArg* in, kiln_rt::TensorArg* out) {{");
     out.linef("    {}(in, out, constants, state, profile);", function_name(body.name));
     out.line("};");
-    const std::string node = quote(node_text(buffer));
+    const std::string node = cpp_quote(node_text(buffer));
     if (loop) {
       auto scalar = [&](size_t k, const char* type) {
         const std::optional<ir::View>& v = call.inputs.at(k);
@@ -886,7 +878,7 @@ class WrapperWriter {
         out.linef("const int64_t dims[kiln_rt::kMaxRank] = {{{}}};", dims_list(o.shape));
         out.linef("kiln_rt::finish_output(outputs[{}], {}, {}, {}, dims, sizeof({}), {}, ws);", k,
                   o.buffer, static_cast<int>(o.dtype), o.shape.size(), ctype(o.dtype),
-                  quote(o.onnx_name));
+                  cpp_quote(o.onnx_name));
       }
       out.line("}");
     }

@@ -4,7 +4,7 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build demo bench bench-gemm bench-conv test format clean
+.PHONY: all deps configure build demo bench bench-gemm bench-conv bench-ort test format clean
 
 all: build
 
@@ -40,6 +40,13 @@ bench-gemm: deps configure
 bench-conv: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln_conv_block_bench
 	$(BUILD_DIR)/bin/kiln_conv_block_bench
+
+# Kiln against ONNX Runtime 1.30 (npm's onnxruntime-node, installed under $(BUILD_DIR)/bench-ort)
+# on a ResNet-50-shaped CNN and a BERT-base-shaped encoder stack, alternating, 2 threads each
+# (bench/ort/run.sh).
+bench-ort: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln
+	bash bench/ort/run.sh $(BUILD_DIR)
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

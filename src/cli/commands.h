@@ -23,6 +23,9 @@ void add_ops_command(CLI::App& app, CommandAction& chosen);
 /// child process (src/autotune/benchmark_helper.h).
 void add_autotune_command(CLI::App& app, CommandAction& chosen);
 
+/// `kiln bench MODEL --threads N --iters N ...`: latency percentiles and throughput of a model.
+void add_bench_command(CLI::App& app, CommandAction& chosen);
+
 /// `kiln run MODEL --input NAME=FILE ...`: compile (or hit the code cache), run, write outputs.
 void add_run_command(CLI::App& app, CommandAction& chosen);
 

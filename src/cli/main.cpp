@@ -33,6 +33,7 @@ int run(int argc, char** argv) {
   add_ops_command(app, chosen);
   add_run_command(app, chosen);
   add_compile_command(app, chosen);
+  add_bench_command(app, chosen);
   add_autotune_command(app, chosen);
 
   try {

@@ -12,6 +12,7 @@
 
 #include "autotune/select.h"
 #include "cli/commands.h"
+#include "cli/model_inputs.h"
 #include "driver/compile.h"
 #include "onnx/importer.h"
 #include "onnx/tensor_file.h"
@@ -35,72 +36,6 @@ struct RunArgs {
   int repeat = 0;  // timed runs after a warm-up; 0: run once
   bool print_kernels = false;
 };
-
-std::pair<std::string, std::string> split_assignment(const std::string& text, const char* what) {
-  size_t eq = text.find('=');
-  if (eq == std::string::npos || eq == 0)
-    user_error("{} '{}' is not of the form NAME=VALUE", what, text);
-  return {text.substr(0, eq), text.substr(eq + 1)};
-}
-
-/// Seeded random values in the input's valid range: floats in [-1, 1), booleans, integers in
-/// [0, 10) or, for index inputs, within the axis they index.
-graph::Tensor random_input(graph::DType dtype, std::vector<int64_t> dims, int64_t bound,
-                           std::mt19937_64& rng) {
-  graph::Tensor t(dtype, dims);
-  std::uniform_real_distribution<double> real(-1.0, 1.0);
-  std::uniform_int_distribution<int64_t> integer(0, std::max<int64_t>(bound, 1) - 1);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    switch (dtype) {
-      case graph::DType::kFloat32:
-        t.mutable_values<float>()[i] = static_cast<float>(real(rng));
-        break;
-      case graph::DType::kFloat64:
-        t.mutable_values<double>()[i] = real(rng);
-        break;
-      case graph::DType::kFloat16:
-        t.mutable_values<uint16_t>()[i] = graph::float_to_half(static_cast<float>(real(rng)));
-        break;
-      case graph::DType::kBFloat16:
-        t.mutable_values<uint16_t>()[i] = graph::float_to_bfloat16(static_cast<float>(real(rng)));
-        break;
-      case graph::DType::kBool:
-        t.mutable_values<bool>()[i] = (rng() & 1) != 0;
-        break;
-      case graph::DType::kInt64:
-        t.mutable_values<int64_t>()[i] = integer(rng);
-        break;
-      case graph::DType::kInt32:
-        t.mutable_values<int32_t>()[i] = static_cast<int32_t>(integer(rng));
-        break;
-      case graph::DType::kInt8:
-        t.mutable_values<int8_t>()[i] = static_cast<int8_t>(integer(rng));
-        break;
-      case graph::DType::kUInt8:
-        t.mutable_values<uint8_t>()[i] = static_cast<uint8_t>(integer(rng));
-        break;
-      case graph::DType::kInt16:
-        t.mutable_values<int16_t>()[i] = static_cast<int16_t>(integer(rng));
-        break;
-      case graph::DType::kUInt16:
-        t.mutable_values<uint16_t>()[i] = static_cast<uint16_t>(integer(rng));
-        break;
-      case graph::DType::kUInt32:
-        t.mutable_values<uint32_t>()[i] = static_cast<uint32_t>(integer(rng));
-        break;
-      case graph::DType::kUInt64:
-        t.mutable_values<uint64_t>()[i] = static_cast<uint64_t>(integer(rng));
-        break;
-      default:
-        user_error("cannot make random values of dtype {}", graph::dtype_name(dtype));
-    }
-  }
-  return t;
-}
-
-std::string dims_text(const std::vector<int64_t>& dims) {
-  return fmt::format("[{}]", fmt::join(dims, ", "));
-}
 
 /// A temporary directory removed when this goes out of scope (for --print-kernels without
 /// --dump).
@@ -231,17 +166,10 @@ int run_model(const RunArgs& args) {
       given.erase(it);
       continue;
     }
-    std::vector<int64_t> dims;
-    for (const sym::Expr& d : spec.shape) {
-      for (const sym::Expr& s : sym::free_symbols(d)) binding.try_emplace(s.name(), 1);
-      dims.push_back(sym::evaluate(d, binding));
-    }
-    int64_t bound = 10;
-    for (const ir::IndexCheck& check : compiled.index_checks()) {
-      if (check.buffer == spec.buffer) bound = sym::evaluate(check.size, binding);
-    }
+    std::vector<int64_t> dims = concrete_dims(spec.shape, binding);
     std::mt19937_64 rng(args.seed + inputs.size());
-    inputs.push_back(random_input(spec.dtype, dims, bound, rng));
+    inputs.push_back(random_tensor(
+        spec.dtype, dims, random_integer_bound(indexed_axis_size(compiled, spec), binding), rng));
     fmt::print("input {}: not given, using seeded random {} {}\n", spec.onnx_name,
                graph::dtype_name(spec.dtype), dims_text(dims));
   }

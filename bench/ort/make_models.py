@@ -1,0 +1,187 @@
+#!/usr/bin/python3
+"""Builds the two models of the Kiln-versus-ONNX-Runtime benchmark (bench/ort/run.sh) as ONNX
+(opset 17) with seeded random weights, and one seeded input for each.
+
+Usage: /usr/bin/python3 make_models.py OUT_DIR [--bert-layers N]
+Run with Debian's python3 (python3-onnx, python3-numpy).
+
+Writes into OUT_DIR:
+  resnet50.onnx     ResNet-50 v1.5 shape: input float32[1, 3, 224, 224] -> logits float32[1, 1000].
+                    A 7x7/2 stem, 3x3/2 MaxPool, bottleneck stages of [3, 4, 6, 3] blocks (widths
+                    64..512, expansion 4, stride on the 3x3 convolution, 1x1 projection shortcuts),
+                    GlobalAveragePool, Flatten, Gemm. Every Conv is followed by a
+                    BatchNormalization (as an export without folding writes it); Relu after it
+                    and after each residual Add.
+  resnet50.input.npy  the input: uniform [-1, 1)
+  bert.onnx         a BERT-base encoder layer stack: hidden float32[1, 128, 768] -> float32[1, 128,
+                    768]. Per layer: Q, K and V projections (MatMul + Add), 12 heads of 64
+                    (Reshape, Transpose), scores Q K^T / 8, Softmax, context, output projection,
+                    residual Add and LayerNormalization, then the FFN 768 -> 3072 -> 768 with
+                    GELU written as 0.5 x (1 + Erf(x / sqrt 2)), residual Add and
+                    LayerNormalization. No attention mask.
+  bert.input.npy    the input: standard normal (embeddings after their LayerNormalization)
+"""
+import argparse
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+
+class Builder:
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.nodes = []
+        self.inits = []
+        self.count = 0
+
+    def name(self, prefix):
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def const(self, prefix, data):
+        name = self.name(prefix)
+        self.inits.append(numpy_helper.from_array(np.asarray(data), name))
+        return name
+
+    def normal(self, prefix, shape, scale, mean=0.0):
+        return self.const(prefix, (mean + self.rng.standard_normal(shape) * scale).astype(np.float32))
+
+    def node(self, op, inputs, prefix, **attrs):
+        out = self.name(prefix)
+        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        return out
+
+    def model(self, name, inputs, outputs):
+        graph = helper.make_graph(self.nodes, name, inputs, outputs, self.inits)
+        m = helper.make_model(graph, producer_name="kiln-bench-ort",
+                              opset_imports=[helper.make_opsetid("", OPSET)])
+        m.ir_version = 8
+        onnx.checker.check_model(m, full_check=True)
+        return m
+
+
+# --- ResNet-50 -----------------------------------------------------------------------------------
+
+def conv_bn(b, x, cin, cout, k, stride, relu=True):
+    w = b.normal("w", (cout, cin, k, k), np.sqrt(2.0 / (cin * k * k)))
+    y = b.node("Conv", [x, w], "conv", kernel_shape=[k, k], strides=[stride, stride],
+               pads=[k // 2] * 4)
+    scale = b.normal("gamma", (cout,), 0.1, mean=1.0)
+    bias = b.normal("beta", (cout,), 0.1)
+    mean = b.normal("mean", (cout,), 0.1)
+    var = b.const("var", (1.0 + np.abs(b.rng.standard_normal(cout)) * 0.1).astype(np.float32))
+    y = b.node("BatchNormalization", [y, scale, bias, mean, var], "bn", epsilon=1e-5)
+    return b.node("Relu", [y], "relu") if relu else y
+
+
+def bottleneck(b, x, cin, width, stride):
+    cout = width * 4
+    y = conv_bn(b, x, cin, width, 1, 1)
+    y = conv_bn(b, y, width, width, 3, stride)
+    y = conv_bn(b, y, width, cout, 1, 1, relu=False)
+    shortcut = x if stride == 1 and cin == cout else conv_bn(b, x, cin, cout, 1, stride, relu=False)
+    return b.node("Relu", [b.node("Add", [y, shortcut], "add")], "relu")
+
+
+def resnet50(classes=1000, image=224):
+    b = Builder(seed=50)
+    x = conv_bn(b, "input", 3, 64, 7, 2)
+    x = b.node("MaxPool", [x], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, blocks in enumerate([3, 4, 6, 3]):
+        width = 64 * 2 ** stage
+        for i in range(blocks):
+            x = bottleneck(b, x, cin, width, 2 if i == 0 and stage > 0 else 1)
+            cin = width * 4
+    x = b.node("GlobalAveragePool", [x], "gap")
+    x = b.node("Flatten", [x], "flatten", axis=1)
+    w = b.normal("fc_w", (classes, cin), 1.0 / np.sqrt(cin))
+    fc_b = b.normal("fc_b", (classes,), 0.01)
+    b.nodes.append(helper.make_node("Gemm", [x, w, fc_b], ["logits"], name="fc", transB=1))
+    return b.model(
+        "resnet50",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, image, image])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])])
+
+
+# --- BERT-base encoder ---------------------------------------------------------------------------
+
+def linear(b, x, cin, cout):
+    w = b.normal("w", (cin, cout), 0.02)
+    bias = b.normal("b", (cout,), 0.02)
+    return b.node("Add", [b.node("MatMul", [x, w], "matmul"), bias], "add")
+
+
+def layer_norm(b, x, hidden):
+    scale = b.normal("ln_scale", (hidden,), 0.05, mean=1.0)
+    bias = b.normal("ln_bias", (hidden,), 0.05)
+    return b.node("LayerNormalization", [x, scale, bias], "ln", axis=-1, epsilon=1e-12)
+
+
+def encoder_layer(b, x, seq, hidden, heads, ffn, shapes):
+    head = hidden // heads
+
+    def split_heads(t, perm):  # [1, seq, hidden] -> [1, heads, seq, head] (or K^T)
+        return b.node("Transpose", [b.node("Reshape", [t, shapes["heads"]], "reshape")],
+                      "transpose", perm=perm)
+
+    q = split_heads(linear(b, x, hidden, hidden), [0, 2, 1, 3])
+    k = split_heads(linear(b, x, hidden, hidden), [0, 2, 3, 1])
+    v = split_heads(linear(b, x, hidden, hidden), [0, 2, 1, 3])
+    scores = b.node("Div", [b.node("MatMul", [q, k], "matmul"), shapes["sqrt_head"]], "div")
+    probs = b.node("Softmax", [scores], "softmax", axis=-1)
+    context = b.node("MatMul", [probs, v], "matmul")
+    context = b.node("Transpose", [context], "transpose", perm=[0, 2, 1, 3])
+    context = b.node("Reshape", [context, shapes["hidden"]], "reshape")
+    x = layer_norm(b, b.node("Add", [x, linear(b, context, hidden, hidden)], "add"), hidden)
+    h = linear(b, x, hidden, ffn)
+    erf = b.node("Erf", [b.node("Div", [h, shapes["sqrt2"]], "div")], "erf")
+    gelu = b.node("Mul", [b.node("Mul", [h, shapes["half"]], "mul"),
+                          b.node("Add", [erf, shapes["one"]], "add")], "mul")
+    y = linear(b, gelu, ffn, hidden)
+    return layer_norm(b, b.node("Add", [x, y], "add"), hidden)
+
+
+def bert(layers, seq=128, hidden=768, heads=12, ffn=3072):
+    b = Builder(seed=768)
+    shapes = {
+        "heads": b.const("shape_heads", np.array([1, seq, heads, hidden // heads], np.int64)),
+        "hidden": b.const("shape_hidden", np.array([1, seq, hidden], np.int64)),
+        "sqrt_head": b.const("sqrt_head", np.array(np.sqrt(hidden // heads), np.float32)),
+        "sqrt2": b.const("sqrt2", np.array(np.sqrt(2.0), np.float32)),
+        "half": b.const("half", np.array(0.5, np.float32)),
+        "one": b.const("one", np.array(1.0, np.float32)),
+    }
+    x = "hidden"
+    for _ in range(layers):
+        x = encoder_layer(b, x, seq, hidden, heads, ffn, shapes)
+    b.nodes.append(helper.make_node("Identity", [x], ["output"], name="output"))
+    return b.model(
+        "bert_encoder",
+        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, [1, seq, hidden])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, seq, hidden])])
+
+
+def save(model, path):
+    tmp = path + ".tmp"
+    onnx.save(model, tmp)
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out_dir")
+    parser.add_argument("--bert-layers", type=int, default=12)
+    args = parser.parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
+    rng = np.random.default_rng(2026)
+    save(resnet50(), os.path.join(args.out_dir, "resnet50.onnx"))
+    np.save(os.path.join(args.out_dir, "resnet50.input.npy"),
+            rng.uniform(-1, 1, (1, 3, 224, 224)).astype(np.float32))
+    save(bert(args.bert_layers), os.path.join(args.out_dir, "bert.onnx"))
+    np.save(os.path.join(args.out_dir, "bert.input.npy"),
+            rng.standard_normal((1, 128, 768)).astype(np.float32))

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Kiln against ONNX Runtime 1.30 (onnxruntime-node, CPU execution provider) on a ResNet-50-shaped
+# CNN and a BERT-base-shaped encoder stack (make_models.py, random weights, batch 1): checks once
+# that both give the same outputs on the same input, then times them in alternating rounds (Kiln
+# with `kiln bench --json`, ONNX Runtime with ort_bench.js; the same thread count, warm-up and
+# timed runs), and prints per model both p50s, their ratio ORT / Kiln (above 1: Kiln is faster)
+# and Kiln's cold (empty code cache) and warm (same cache again) compile times. It prints; it
+# asserts nothing.
+#
+# Usage: bench/ort/run.sh [BUILD_DIR]   (`make bench-ort` builds kiln and runs it)
+# Environment: BENCH_ORT_THREADS (2), BENCH_ORT_ROUNDS (3), BENCH_ORT_ITERS (timed runs per round,
+# 20), BENCH_ORT_WARMUP (5), BENCH_ORT_BERT_LAYERS (12), BENCH_ORT_MODELS ("resnet50 bert").
+# Everything it writes is under BUILD_DIR/bench-ort/ (onnxruntime-node, models, code cache,
+# outputs, results.jsonl).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD_DIR="$(realpath "${1:-build}")"
+HERE=bench/ort
+KILN="$BUILD_DIR/bin/kiln"
+WORK="$BUILD_DIR/bench-ort"
+ORT_DIR="$WORK/onnxruntime-node"
+ORT_VERSION=1.30.0
+PYTHON=/usr/bin/python3  # Debian's python3 with python3-onnx and python3-numpy
+THREADS="${BENCH_ORT_THREADS:-2}"
+ROUNDS="${BENCH_ORT_ROUNDS:-3}"
+ITERS="${BENCH_ORT_ITERS:-20}"
+WARMUP="${BENCH_ORT_WARMUP:-5}"
+BERT_LAYERS="${BENCH_ORT_BERT_LAYERS:-12}"
+MODELS="${BENCH_ORT_MODELS:-resnet50 bert}"
+CACHE="$WORK/cache"  # the code cache of every Kiln run after the cold compile
+mkdir -p "$WORK"
+[ -x "$KILN" ] || { echo "bench-ort: no $KILN; build it first (make build)" >&2; exit 1; }
+
+# --- ONNX Runtime from npm ---------------------------------------------------------------------
+# Its install script downloads more binaries, which fails offline; the package itself carries the
+# Linux x64 CPU build, so the script is skipped (npm may also skip it as not yet approved).
+installed="$(cat "$ORT_DIR/node_modules/onnxruntime-node/package.json" 2>/dev/null |
+  "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["version"])' 2>/dev/null || true)"
+if [ "$installed" != "$ORT_VERSION" ]; then
+  echo "bench-ort: installing onnxruntime-node@$ORT_VERSION into $ORT_DIR"
+  mkdir -p "$ORT_DIR"
+  echo '{"name": "kiln-bench-ort", "private": true}' >"$ORT_DIR/package.json"
+  ONNXRUNTIME_NODE_INSTALL=skip npm install --prefix "$ORT_DIR" --no-audit --no-fund \
+    --loglevel=error "onnxruntime-node@$ORT_VERSION"
+fi
+export NODE_PATH="$ORT_DIR/node_modules"
+
+# --- models ------------------------------------------------------------------------------------
+# Rebuilt when missing or when the generator or the layer count changed (the stamp).
+MODEL_DIR="$WORK/models"
+stamp="$(sha256sum "$HERE/make_models.py" | cut -d' ' -f1) layers=$BERT_LAYERS"
+if [ "$(cat "$MODEL_DIR/stamp" 2>/dev/null)" != "$stamp" ]; then
+  echo "bench-ort: building the models into $MODEL_DIR"
+  rm -rf "$MODEL_DIR"
+  "$PYTHON" "$HERE/make_models.py" "$MODEL_DIR" --bert-layers "$BERT_LAYERS"
+  echo "$stamp" >"$MODEL_DIR/stamp"
+fi
+input_name() { case "$1" in resnet50) echo input ;; bert) echo hidden ;; esac; }
+
+kiln_bench() {  # kiln_bench MODEL CACHE_DIR ITERS WARMUP: one JSON line
+  "$KILN" bench "$MODEL_DIR/$1.onnx" --json --threads "$THREADS" --iters "$3" --warmup "$4" \
+    --cache-dir "$2"
+}
+ort_bench() {  # ort_bench MODEL ITERS WARMUP [ARGS...]: one JSON line
+  local model="$1" iters="$2" warmup="$3"
+  shift 3
+  node "$HERE/ort_bench.js" "$MODEL_DIR/$model.onnx" --threads "$THREADS" --iters "$iters" \
+    --warmup "$warmup" "$@"
+}
+report() { "$PYTHON" "$HERE/report.py" "$@"; }  # see report.py
+tag() { report tag "$@"; }  # tag ENGINE MODEL PHASE: the JSON line on stdin, tagged
+
+RESULTS="$WORK/results.jsonl"
+: >"$RESULTS"
+echo "== Kiln $("$KILN" --version | cut -d' ' -f2) against ONNX Runtime $ORT_VERSION:" \
+  "$THREADS threads each, $ROUNDS rounds of $WARMUP warm-up + $ITERS timed runs per model"
+echo "   CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) hardware threads;" \
+  "OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}; $(cut -d' ' -f1-3 /proc/loadavg) load average"
+
+# --- compile times -----------------------------------------------------------------------------
+# Cold: an empty code cache (the C++ compiler runs); warm: the same cache again (lowering,
+# scheduling and code generation run, the library comes from the cache). One run each.
+rm -rf "$CACHE"
+for m in $MODELS; do
+  kiln_bench "$m" "$CACHE" 1 0 | tag kiln "$m" cold >>"$RESULTS"
+  kiln_bench "$m" "$CACHE" 1 0 | tag kiln "$m" warm >>"$RESULTS"
+done
+
+# --- outputs agree -----------------------------------------------------------------------------
+# The same input through both; outputs compared here (printed, not asserted).
+echo "== outputs on the same input (make_models.py's <model>.input.npy)"
+for m in $MODELS; do
+  name="$(input_name "$m")"
+  rm -rf "$WORK/out/$m" && mkdir -p "$WORK/out/$m/kiln" "$WORK/out/$m/ort"
+  OMP_NUM_THREADS="$THREADS" "$KILN" run "$MODEL_DIR/$m.onnx" --cache-dir "$CACHE" \
+    --input "$name=$MODEL_DIR/$m.input.npy" --output-dir "$WORK/out/$m/kiln" >/dev/null
+  ort_bench "$m" 1 0 --input "$name=$MODEL_DIR/$m.input.npy" \
+    --output-dir "$WORK/out/$m/ort" >/dev/null
+  report compare "$m" "$WORK/out/$m"
+done
+
+# --- timed rounds ------------------------------------------------------------------------------
+# Kiln and ORT alternate model by model; even rounds start with ORT, so a drift in the machine's
+# load falls on both.
+for r in $(seq 1 "$ROUNDS"); do
+  echo "== round $r of $ROUNDS ($(cut -d' ' -f1 /proc/loadavg) load)"
+  for m in $MODELS; do
+    order="kiln ort"
+    [ $((r % 2)) -eq 0 ] && order="ort kiln"
+    for engine in $order; do
+      if [ "$engine" = kiln ]; then
+        line="$(kiln_bench "$m" "$CACHE" "$ITERS" "$WARMUP" | tag kiln "$m" "round$r")"
+      else
+        line="$(ort_bench "$m" "$ITERS" "$WARMUP" | tag ort "$m" "round$r")"
+      fi
+      echo "$line" >>"$RESULTS"
+      echo "$line" | report row
+    done
+  done
+done
+
+# --- summary -----------------------------------------------------------------------------------
+echo "== summary ($(cut -d' ' -f1-3 /proc/loadavg) load average at the end; results in $RESULTS)"
+report summary "$RESULTS" $MODELS

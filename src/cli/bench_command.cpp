@@ -1,0 +1,228 @@
+// `kiln bench MODEL`: load the model (compile it, or find it in the code cache), then warm-up runs
+// and timed runs on seeded random inputs; prints latency percentiles and throughput as text or as
+// one JSON object.
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/bench_model.h"
+#include "cli/commands.h"
+#include "cli/model_inputs.h"
+#include "support/error.h"
+
+namespace kiln::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  int threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else the hardware threads)
+  int iters = 100;
+  int warmup = 10;
+  std::vector<std::string> shapes;  // NAME=DIMS
+  std::string cache_dir;
+  bool json = false;
+};
+
+std::string shape_text(const BenchInput& input) {
+  std::vector<std::string> dims;
+  for (const sym::Expr& d : input.shape) dims.push_back(d.str());
+  return fmt::format("{}[{}]", graph::dtype_name(input.dtype), fmt::join(dims, ", "));
+}
+
+/// "8x3x224x224" -> {8, 3, 224, 224}; "" is a scalar.
+std::vector<int64_t> parse_dims(const std::string& item, const std::string& text) {
+  std::vector<int64_t> dims;
+  if (text.empty()) return dims;
+  size_t start = 0;
+  while (true) {
+    size_t end = text.find('x', start);
+    std::string part = text.substr(start, end == std::string::npos ? end : end - start);
+    size_t used = 0;
+    int64_t value = -1;
+    try {
+      value = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (part.empty() || used != part.size() || value < 0 || part[0] == '+' || part[0] == '-')
+      user_error("--shape {}: '{}' is not a dim (expected dims like 8x3x224x224)", item, part);
+    dims.push_back(value);
+    if (end == std::string::npos) return dims;
+    start = end + 1;
+  }
+}
+
+/// Binds the size symbols of the inputs from the --shape arguments and checks that each given
+/// shape is one the input can take. Symbols no --shape binds stay unbound (1 later).
+sym::Binding bind_shapes(const std::vector<BenchInput>& inputs,
+                         const std::vector<std::string>& shapes) {
+  std::map<std::string, std::pair<const BenchInput*, std::vector<int64_t>>> given;
+  for (const std::string& item : shapes) {
+    auto [name, text] = split_assignment(item, "--shape");
+    auto input = std::find_if(inputs.begin(), inputs.end(),
+                              [&](const BenchInput& in) { return in.name == name; });
+    if (input == inputs.end()) {
+      std::vector<std::string> names;
+      for (const BenchInput& in : inputs) names.push_back(in.name);
+      user_error("--shape {}: the model has no input '{}' (its inputs: {})", item, name,
+                 fmt::join(names, ", "));
+    }
+    std::vector<int64_t> dims = parse_dims(item, text);
+    if (dims.size() != input->shape.size()) {
+      user_error("--shape {}: input '{}' is {} of rank {}, got {} dims", item, name,
+                 shape_text(*input), input->shape.size(), dims.size());
+    }
+    if (!given.try_emplace(name, &*input, dims).second)
+      user_error("--shape {}: input '{}' is given a shape twice", item, name);
+  }
+  // Plain symbols first, so that a dim such as `2*n` is checked against the bound `n`.
+  sym::Binding binding;
+  std::map<std::string, std::string> bound_by;  // symbol -> the input that bound it
+  for (const auto& [name, entry] : given) {
+    const auto& [input, dims] = entry;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (!input->shape[i].is_symbol()) continue;
+      const std::string& symbol = input->shape[i].name();
+      auto [it, added] = binding.try_emplace(symbol, dims[i]);
+      if (!added && it->second != dims[i]) {
+        user_error("--shape {}={}: dim '{}' is {} here but {} in the shape of input '{}'", name,
+                   fmt::join(dims, "x"), symbol, dims[i], it->second, bound_by[symbol]);
+      }
+      bound_by.try_emplace(symbol, name);
+    }
+  }
+  for (const auto& [name, entry] : given) {
+    const auto& [input, dims] = entry;
+    sym::Binding defaults = binding;
+    if (concrete_dims(input->shape, defaults) != dims) {
+      user_error("--shape {}={}: input '{}' is {}, which does not match {}", name,
+                 fmt::join(dims, "x"), name, shape_text(*input), dims_text(dims));
+    }
+  }
+  return binding;
+}
+
+struct Latency {
+  double min = 0, p50 = 0, p90 = 0, p99 = 0, mean = 0;
+};
+
+/// Nearest-rank percentiles of the run times.
+Latency summarize(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  auto percentile = [&](double p) {
+    size_t rank = static_cast<size_t>(std::ceil(p / 100 * static_cast<double>(ms.size())));
+    return ms[std::clamp<size_t>(rank, 1, ms.size()) - 1];
+  };
+  double sum = 0;
+  for (double t : ms) sum += t;
+  return {ms.front(), percentile(50), percentile(90), percentile(99),
+          sum / static_cast<double>(ms.size())};
+}
+
+int bench_model(const BenchArgs& args) {
+  // Before compiling: the compile reads the thread count (GEMM choices are made for it) and the
+  // runs use the same OpenMP pool.
+  if (args.threads > 0) omp_set_num_threads(args.threads);
+  int threads = omp_get_max_threads();
+  BenchModel model = load_bench_model(args.model, {.cache_dir = args.cache_dir});
+
+  sym::Binding binding = bind_shapes(model.inputs, args.shapes);
+  std::vector<graph::Tensor> inputs;
+  for (const BenchInput& input : model.inputs) {
+    std::vector<int64_t> dims = concrete_dims(input.shape, binding);
+    std::mt19937_64 rng(inputs.size());
+    inputs.push_back(random_tensor(input.dtype, dims,
+                                   random_integer_bound(input.indexed_axis_size, binding), rng));
+  }
+  // The batch, for samples per second: the leading dim of the first input.
+  std::optional<int64_t> batch;
+  if (!inputs.empty() && inputs[0].rank() > 0) batch = inputs[0].dims()[0];
+
+  // Each run starts with the previous outputs released, so only the run is timed.
+  std::vector<graph::Tensor> outputs;
+  auto timed_run = [&] {
+    outputs.clear();
+    auto start = std::chrono::steady_clock::now();
+    outputs = model.run(inputs);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  for (int i = 0; i < args.warmup; ++i) timed_run();
+  std::vector<double> ms(static_cast<size_t>(args.iters));
+  for (double& t : ms) t = timed_run();
+  Latency latency = summarize(ms);
+  double per_second = 1000.0 / latency.mean;
+
+  if (args.json) {
+    nlohmann::ordered_json j{{"model", args.model},
+                             {"threads", threads},
+                             {"iters", args.iters},
+                             {"warmup", args.warmup},
+                             {"compile_s", model.compile_seconds},
+                             {"cache_hit", model.cache_hit},
+                             {"min_ms", latency.min},
+                             {"p50_ms", latency.p50},
+                             {"p90_ms", latency.p90},
+                             {"p99_ms", latency.p99},
+                             {"mean_ms", latency.mean},
+                             {"throughput_per_s", per_second}};
+    if (batch) {
+      j["batch"] = *batch;
+      j["samples_per_s"] = per_second * static_cast<double>(*batch);
+    }
+    fmt::print("{}\n", j.dump());
+    return 0;
+  }
+  fmt::print("kiln bench {}: {} OpenMP threads\n", args.model, threads);
+  fmt::print("compiled: {}, {} ({:.2f} s)\n", model.summary,
+             model.cache_hit ? "from the code cache" : "built", model.compile_seconds);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    fmt::print("input {}: seeded random {} {}\n", model.inputs[k].name,
+               graph::dtype_name(inputs[k].dtype()), dims_text(inputs[k].dims()));
+  }
+  fmt::print("{} warm-up runs, {} timed runs\n", args.warmup, args.iters);
+  fmt::print(
+      "latency: min {:.3f} ms, p50 {:.3f} ms, p90 {:.3f} ms, p99 {:.3f} ms, mean {:.3f} ms\n",
+      latency.min, latency.p50, latency.p90, latency.p99, latency.mean);
+  if (batch) {
+    fmt::print(
+        "throughput: {:.2f} runs/s, {:.2f} samples/s (batch {}: the leading dim of input "
+        "'{}')\n",
+        per_second, per_second * static_cast<double>(*batch), *batch, model.inputs[0].name);
+  } else {
+    fmt::print("throughput: {:.2f} runs/s\n", per_second);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, CommandAction& chosen) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Time a model: warm-up runs, then latency percentiles and throughput");
+  cmd->add_option("model", args->model, "the ONNX model")->required();
+  cmd->add_option("--threads", args->threads,
+                  "OpenMP threads of the compile and the runs (default: OMP_NUM_THREADS, else "
+                  "the hardware threads)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--iters", args->iters, "timed runs (default 100)")
+      ->check(CLI::Range(1, 100000000));
+  cmd->add_option("--warmup", args->warmup, "untimed runs before them (default 10)")
+      ->check(CLI::Range(0, 100000000));
+  cmd->add_option("--shape", args->shapes,
+                  "NAME=DIMS, an input's shape such as input=8x3x224x224; repeatable; symbolic "
+                  "dims not given are 1");
+  cmd->add_option("--cache-dir", args->cache_dir,
+                  "the code cache (default: KILN_CACHE_DIR or ~/.cache/kiln)");
+  cmd->add_flag("--json", args->json, "print one JSON object instead of text");
+  cmd->callback([args, &chosen] { chosen = [args] { return bench_model(*args); }; });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,47 @@
+#pragma once
+/// What `kiln bench` times, whatever it was loaded from: a model's inputs and a function that
+/// runs it once. load_bench_model() builds one from an ONNX model (compiled here, or found in the
+/// code cache); a loader of compiled libraries (`kiln compile -o model.so`) plugs in beside it.
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/tensor.h"
+#include "sym/expr.h"
+
+namespace kiln::cli {
+
+/// One input of a model to benchmark.
+struct BenchInput {
+  std::string name;
+  graph::DType dtype;
+  /// Dims; a symbolic dim is a size symbol named as in the model (`batch`).
+  std::vector<sym::Expr> shape;
+  /// For an index input (read Gather-style): the size of the axis it indexes, the bound of its
+  /// random values.
+  std::optional<sym::Expr> indexed_axis_size;
+};
+
+/// A model ready to time.
+struct BenchModel {
+  std::vector<BenchInput> inputs;
+  /// Runs the model once on inputs in `inputs` order and returns its outputs.
+  std::function<std::vector<graph::Tensor>(const std::vector<graph::Tensor>&)> run;
+  double compile_seconds = 0;  // compiling or loading it
+  bool cache_hit = false;      // the compiled code came from the code cache
+  std::string summary;         // what was compiled: "53 kernels, 54 library calls"
+};
+
+struct BenchLoadOptions {
+  /// The code cache directory; empty means KILN_CACHE_DIR or ~/.cache/kiln.
+  std::filesystem::path cache_dir;
+};
+
+/// Loads `path` as a BenchModel: a compiled library when it ends in .so, else an ONNX model,
+/// compiled with the OpenMP thread count in effect. Throws UserError.
+BenchModel load_bench_model(const std::string& path, const BenchLoadOptions& options);
+
+}  // namespace kiln::cli

@@ -1,0 +1,98 @@
+#include "cli/model_inputs.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "support/error.h"
+
+namespace kiln::cli {
+
+std::pair<std::string, std::string> split_assignment(const std::string& text, const char* what) {
+  size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    user_error("{} '{}' is not of the form NAME=VALUE", what, text);
+  return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+graph::Tensor random_tensor(graph::DType dtype, const std::vector<int64_t>& dims, int64_t bound,
+                            std::mt19937_64& rng) {
+  graph::Tensor t(dtype, dims);
+  std::uniform_real_distribution<double> real(-1.0, 1.0);
+  std::uniform_int_distribution<int64_t> integer(0, std::max<int64_t>(bound, 1) - 1);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    switch (dtype) {
+      case graph::DType::kFloat32:
+        t.mutable_values<float>()[i] = static_cast<float>(real(rng));
+        break;
+      case graph::DType::kFloat64:
+        t.mutable_values<double>()[i] = real(rng);
+        break;
+      case graph::DType::kFloat16:
+        t.mutable_values<uint16_t>()[i] = graph::float_to_half(static_cast<float>(real(rng)));
+        break;
+      case graph::DType::kBFloat16:
+        t.mutable_values<uint16_t>()[i] = graph::float_to_bfloat16(static_cast<float>(real(rng)));
+        break;
+      case graph::DType::kBool:
+        t.mutable_values<bool>()[i] = (rng() & 1) != 0;
+        break;
+      case graph::DType::kInt64:
+        t.mutable_values<int64_t>()[i] = integer(rng);
+        break;
+      case graph::DType::kInt32:
+        t.mutable_values<int32_t>()[i] = static_cast<int32_t>(integer(rng));
+        break;
+      case graph::DType::kInt8:
+        t.mutable_values<int8_t>()[i] = static_cast<int8_t>(integer(rng));
+        break;
+      case graph::DType::kUInt8:
+        t.mutable_values<uint8_t>()[i] = static_cast<uint8_t>(integer(rng));
+        break;
+      case graph::DType::kInt16:
+        t.mutable_values<int16_t>()[i] = static_cast<int16_t>(integer(rng));
+        break;
+      case graph::DType::kUInt16:
+        t.mutable_values<uint16_t>()[i] = static_cast<uint16_t>(integer(rng));
+        break;
+      case graph::DType::kUInt32:
+        t.mutable_values<uint32_t>()[i] = static_cast<uint32_t>(integer(rng));
+        break;
+      case graph::DType::kUInt64:
+        t.mutable_values<uint64_t>()[i] = static_cast<uint64_t>(integer(rng));
+        break;
+      default:
+        user_error("cannot make random values of dtype {}", graph::dtype_name(dtype));
+    }
+  }
+  return t;
+}
+
+std::optional<sym::Expr> indexed_axis_size(const driver::CompiledModel& model,
+                                           const ir::InputSpec& spec) {
+  std::optional<sym::Expr> size;
+  for (const ir::IndexCheck& check : model.index_checks()) {
+    if (check.buffer == spec.buffer) size = check.size;
+  }
+  return size;
+}
+
+int64_t random_integer_bound(const std::optional<sym::Expr>& indexed_axis,
+                             const sym::Binding& binding) {
+  return indexed_axis ? sym::evaluate(*indexed_axis, binding) : 10;
+}
+
+std::vector<int64_t> concrete_dims(const std::vector<sym::Expr>& shape, sym::Binding& binding) {
+  std::vector<int64_t> dims;
+  for (const sym::Expr& d : shape) {
+    for (const sym::Expr& s : sym::free_symbols(d)) binding.try_emplace(s.name(), 1);
+    dims.push_back(sym::evaluate(d, binding));
+  }
+  return dims;
+}
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+  return fmt::format("[{}]", fmt::join(dims, ", "));
+}
+
+}  // namespace kiln::cli

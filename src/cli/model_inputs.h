@@ -1,0 +1,42 @@
+#pragma once
+/// Inputs of the commands that run a model (`kiln run`, `kiln bench`): NAME=VALUE arguments,
+/// seeded random tensors in each input's valid range, and shapes as text.
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "driver/compile.h"
+#include "graph/tensor.h"
+#include "sym/expr.h"
+
+namespace kiln::cli {
+
+/// Splits "NAME=VALUE"; a UserError naming the option `what` when there is no '=' or no name.
+std::pair<std::string, std::string> split_assignment(const std::string& text, const char* what);
+
+/// Seeded random values in the input's valid range: floats in [-1, 1), booleans, integers in
+/// [0, bound) (`bound` at least 1).
+graph::Tensor random_tensor(graph::DType dtype, const std::vector<int64_t>& dims, int64_t bound,
+                            std::mt19937_64& rng);
+
+/// The size of the axis that an index input (read Gather-style) of `model` indexes; nullopt for
+/// other inputs.
+std::optional<sym::Expr> indexed_axis_size(const driver::CompiledModel& model,
+                                           const ir::InputSpec& spec);
+
+/// The bound of random integers for an input: the size of the axis it indexes (under
+/// `binding`), else 10.
+int64_t random_integer_bound(const std::optional<sym::Expr>& indexed_axis,
+                             const sym::Binding& binding);
+
+/// The dims of a shape under `binding`; symbols not yet bound are bound to 1 first.
+std::vector<int64_t> concrete_dims(const std::vector<sym::Expr>& shape, sym::Binding& binding);
+
+/// "[1, 3, 224, 224]".
+std::string dims_text(const std::vector<int64_t>& dims);
+
+}  // namespace kiln::cli

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# `kiln bench` on the bundled MLP (x: float32[batch, 16]): the text report names the threads, the
+# compile (built, then from the code cache), the inputs with the --shape given, and prints every
+# latency percentile and the throughput; --json prints one object holding every field, with
+# min <= p50 <= p90 <= p99 and samples/s = runs/s x batch.
+# Arguments: $1 = kiln binary, $2 = scratch directory.
+set -uo pipefail
+KILN="$1"
+SCRATCH="$2"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+MODEL="$HERE/../../examples/models/mlp.onnx"
+PYTHON=/usr/bin/python3
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH"
+CACHE="$SCRATCH/cache"
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+expect_line() {  # expect_line FILE PATTERN: some line of FILE matches PATTERN (grep -E)
+  grep -qE -- "$2" "$1" || fail "no line of $1 matches '$2'"
+}
+
+"$KILN" bench "$MODEL" --iters 5 --warmup 2 --threads 1 --shape x=8x16 --cache-dir "$CACHE" \
+  >"$SCRATCH/text.txt" || fail "kiln bench failed"
+cat "$SCRATCH/text.txt"
+NUM='[0-9]+\.[0-9]{3}'
+expect_line "$SCRATCH/text.txt" "^kiln bench .*mlp\.onnx: 1 OpenMP threads$"
+expect_line "$SCRATCH/text.txt" \
+  "^compiled: [0-9]+ kernels, [0-9]+ library calls, built \([0-9]+\.[0-9]{2} s\)$"
+expect_line "$SCRATCH/text.txt" "^input x: seeded random float32 \[8, 16\]$"
+expect_line "$SCRATCH/text.txt" "^2 warm-up runs, 5 timed runs$"
+expect_line "$SCRATCH/text.txt" \
+  "^latency: min $NUM ms, p50 $NUM ms, p90 $NUM ms, p99 $NUM ms, mean $NUM ms$"
+expect_line "$SCRATCH/text.txt" \
+  "^throughput: [0-9.]+ runs/s, [0-9.]+ samples/s \(batch 8: the leading dim of input 'x'\)$"
+
+# The same compile again: a code-cache hit. Symbolic dims not given are 1.
+"$KILN" bench "$MODEL" --iters 5 --threads 2 --json --cache-dir "$CACHE" >"$SCRATCH/out.json" ||
+  fail "kiln bench --json failed"
+cat "$SCRATCH/out.json"
+"$PYTHON" - "$SCRATCH/out.json" <<'PY' || fail "the --json output is not the expected object"
+import json, sys
+text = open(sys.argv[1]).read()
+assert text.count("\n") == 1, "expected one line"
+j = json.loads(text)
+for key in ["model", "threads", "iters", "warmup", "compile_s", "cache_hit", "min_ms", "p50_ms",
+            "p90_ms", "p99_ms", "mean_ms", "throughput_per_s", "batch", "samples_per_s"]:
+    assert key in j, f"missing {key}"
+assert j["model"].endswith("mlp.onnx"), j["model"]
+assert j["threads"] == 2 and j["iters"] == 5 and j["warmup"] == 10 and j["batch"] == 1, j
+assert j["cache_hit"] is True, "the second compile should come from the code cache"
+assert 0 <= j["compile_s"] < 600
+assert 0 < j["min_ms"] <= j["p50_ms"] <= j["p90_ms"] <= j["p99_ms"], j
+assert j["min_ms"] <= j["mean_ms"] <= j["p99_ms"], j
+assert abs(j["throughput_per_s"] * j["mean_ms"] - 1000) < 1e-6 * 1000, j
+assert abs(j["samples_per_s"] - j["throughput_per_s"] * j["batch"]) < 1e-9 * j["samples_per_s"]
+print("json ok")
+PY
+echo "ok"

@@ -240,7 +240,13 @@ static inline kiln_status* kiln_model_load(const char* path, const kiln_options*
   kiln_status* truncated = kiln_check_library_file(path, file);
   fclose(file);
   if (truncated != NULL) return truncated;
-  void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  /* dlopen searches the library path for a name without a slash: name the file itself. */
+  char local[4096];
+  const char* file_name = path;
+  if (strchr(path, '/') == NULL &&
+      snprintf(local, sizeof(local), "./%s", path) < (int)sizeof(local))
+    file_name = local;
+  void* handle = dlopen(file_name, RTLD_NOW | RTLD_LOCAL);
   if (handle == NULL) {
     const char* why = dlerror();
     return kiln_status_make(KILN_ERROR_LOAD,

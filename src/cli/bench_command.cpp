@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/model_inputs.h"
 #include "support/error.h"
+#include "support/files.h"
 
 namespace kiln::cli {
 namespace {
@@ -26,8 +27,28 @@ struct BenchArgs {
   int warmup = 10;
   std::vector<std::string> shapes;  // NAME=DIMS
   std::string cache_dir;
+  std::string profile;  // Chrome trace of one run
   bool json = false;
 };
+
+/// Writes `events` as a Chrome trace (Trace Event Format: one complete event per kernel or
+/// library call, microseconds), loadable in chrome://tracing or Perfetto.
+void write_trace(const std::string& path, const std::string& model,
+                 const std::vector<TraceEvent>& events) {
+  nlohmann::ordered_json trace_events = nlohmann::ordered_json::array();
+  for (const TraceEvent& e : events) {
+    trace_events.push_back({{"name", e.name},
+                            {"cat", e.kind},
+                            {"ph", "X"},
+                            {"ts", e.start_us},
+                            {"dur", e.duration_us},
+                            {"pid", 1},
+                            {"tid", e.thread}});
+  }
+  nlohmann::ordered_json trace{
+      {"traceEvents", trace_events}, {"displayTimeUnit", "ms"}, {"otherData", {{"model", model}}}};
+  files::write_atomic(path, trace.dump(1) + "\n");
+}
 
 std::string shape_text(const BenchInput& input) {
   std::vector<std::string> dims;
@@ -130,7 +151,8 @@ int bench_model(const BenchArgs& args) {
   // runs use the same OpenMP pool.
   if (args.threads > 0) omp_set_num_threads(args.threads);
   int threads = omp_get_max_threads();
-  BenchModel model = load_bench_model(args.model, {.cache_dir = args.cache_dir});
+  BenchModel model =
+      load_bench_model(args.model, {.cache_dir = args.cache_dir, .threads = args.threads});
 
   sym::Binding binding = bind_shapes(model.inputs, args.shapes);
   std::vector<graph::Tensor> inputs;
@@ -158,6 +180,16 @@ int bench_model(const BenchArgs& args) {
   for (double& t : ms) t = timed_run();
   Latency latency = summarize(ms);
   double per_second = 1000.0 / latency.mean;
+  std::string profiled;
+  if (!args.profile.empty()) {
+    const std::vector<TraceEvent> events = model.profiled_run(inputs);
+    write_trace(args.profile, args.model, events);
+    const auto calls = std::count_if(events.begin(), events.end(),
+                                     [](const TraceEvent& e) { return e.kind == "call"; });
+    profiled =
+        fmt::format("profile: one run, {} events ({} kernel calls, {} library calls) in {}",
+                    events.size(), events.size() - static_cast<size_t>(calls), calls, args.profile);
+  }
 
   if (args.json) {
     nlohmann::ordered_json j{{"model", args.model},
@@ -176,12 +208,17 @@ int bench_model(const BenchArgs& args) {
       j["batch"] = *batch;
       j["samples_per_s"] = per_second * static_cast<double>(*batch);
     }
+    if (!args.profile.empty()) j["profile"] = args.profile;
     fmt::print("{}\n", j.dump());
     return 0;
   }
   fmt::print("kiln bench {}: {} OpenMP threads\n", args.model, threads);
-  fmt::print("compiled: {}, {} ({:.2f} s)\n", model.summary,
-             model.cache_hit ? "from the code cache" : "built", model.compile_seconds);
+  if (args.model.ends_with(".so")) {
+    fmt::print("loaded: {} ({:.2f} s)\n", model.summary, model.compile_seconds);
+  } else {
+    fmt::print("compiled: {}, {} ({:.2f} s)\n", model.summary,
+               model.cache_hit ? "from the code cache" : "built", model.compile_seconds);
+  }
   for (size_t k = 0; k < inputs.size(); ++k) {
     fmt::print("input {}: seeded random {} {}\n", model.inputs[k].name,
                graph::dtype_name(inputs[k].dtype()), dims_text(inputs[k].dims()));
@@ -198,6 +235,7 @@ int bench_model(const BenchArgs& args) {
   } else {
     fmt::print("throughput: {:.2f} runs/s\n", per_second);
   }
+  if (!profiled.empty()) fmt::print("{}\n", profiled);
   return 0;
 }
 
@@ -207,7 +245,9 @@ void add_bench_command(CLI::App& app, CommandAction& chosen) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand(
       "bench", "Time a model: warm-up runs, then latency percentiles and throughput");
-  cmd->add_option("model", args->model, "the ONNX model")->required();
+  cmd->add_option("model", args->model,
+                  "the ONNX model, or a library built by kiln compile (model.so)")
+      ->required();
   cmd->add_option("--threads", args->threads,
                   "OpenMP threads of the compile and the runs (default: OMP_NUM_THREADS, else "
                   "the hardware threads)")
@@ -221,6 +261,9 @@ void add_bench_command(CLI::App& app, CommandAction& chosen) {
                   "dims not given are 1");
   cmd->add_option("--cache-dir", args->cache_dir,
                   "the code cache (default: KILN_CACHE_DIR or ~/.cache/kiln)");
+  cmd->add_option("--profile", args->profile,
+                  "after the timed runs, profile one run and write a Chrome trace (Trace Event "
+                  "Format) with one event per kernel or library call to this file");
   cmd->add_flag("--json", args->json, "print one JSON object instead of text");
   cmd->callback([args, &chosen] { chosen = [args] { return bench_model(*args); }; });
 }

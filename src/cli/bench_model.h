@@ -1,7 +1,8 @@
 #pragma once
 /// What `kiln bench` times, whatever it was loaded from: a model's inputs and a function that
 /// runs it once. load_bench_model() builds one from an ONNX model (compiled here, or found in the
-/// code cache); a loader of compiled libraries (`kiln compile -o model.so`) plugs in beside it.
+/// code cache) or from a library built by `kiln compile -o model.so`, loaded through its C API
+/// (include/kiln/runtime.h) as a user's program would.
 
 #include <filesystem>
 #include <functional>
@@ -25,11 +26,22 @@ struct BenchInput {
   std::optional<sym::Expr> indexed_axis_size;
 };
 
+/// One kernel or library call of a profiled run.
+struct TraceEvent {
+  std::string name;
+  std::string kind;  // "kernel" or "call"
+  double start_us = 0;
+  double duration_us = 0;
+  uint32_t thread = 0;
+};
+
 /// A model ready to time.
 struct BenchModel {
   std::vector<BenchInput> inputs;
   /// Runs the model once on inputs in `inputs` order and returns its outputs.
   std::function<std::vector<graph::Tensor>(const std::vector<graph::Tensor>&)> run;
+  /// Runs it once recording one event per kernel or library call.
+  std::function<std::vector<TraceEvent>(const std::vector<graph::Tensor>&)> profiled_run;
   double compile_seconds = 0;  // compiling or loading it
   bool cache_hit = false;      // the compiled code came from the code cache
   std::string summary;         // what was compiled: "53 kernels, 54 library calls"
@@ -38,6 +50,8 @@ struct BenchModel {
 struct BenchLoadOptions {
   /// The code cache directory; empty means KILN_CACHE_DIR or ~/.cache/kiln.
   std::filesystem::path cache_dir;
+  /// OpenMP threads of each run of a library (0: the OpenMP default).
+  int threads = 0;
 };
 
 /// Loads `path` as a BenchModel: a compiled library when it ends in .so, else an ONNX model,

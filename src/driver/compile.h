@@ -16,6 +16,10 @@ namespace kiln::codecache {
 class LoadedLibrary;
 }
 
+namespace kiln_rt {
+struct Profile;  // runtime/kiln_rt.h
+}
+
 namespace kiln::driver {
 
 struct CompileOptions {
@@ -58,8 +62,9 @@ class CompiledModel {
 
   /// Runs the model on inputs given in inputs() order. Throws UserError for bad inputs (the
   /// message names the input, expected versus actual) and for run-time errors such as an
-  /// out-of-range index.
-  std::vector<graph::Tensor> run(const std::vector<graph::Tensor>& inputs) const;
+  /// out-of-range index. With `profile`, the run records one event per kernel or library call.
+  std::vector<graph::Tensor> run(const std::vector<graph::Tensor>& inputs,
+                                 kiln_rt::Profile* profile = nullptr) const;
 
   /// The model's inputs and outputs as ONNX values (tensors, sequences, optionals) over the
   /// flat inputs() and outputs().

@@ -7,7 +7,8 @@
 
 namespace kiln::driver {
 
-std::vector<graph::Tensor> CompiledModel::run(const std::vector<graph::Tensor>& inputs) const {
+std::vector<graph::Tensor> CompiledModel::run(const std::vector<graph::Tensor>& inputs,
+                                              kiln_rt::Profile* profile) const {
   if (inputs.size() != inputs_.size()) {
     user_error("the model takes {} inputs, {} were given", inputs_.size(), inputs.size());
   }
@@ -25,7 +26,7 @@ std::vector<graph::Tensor> CompiledModel::run(const std::vector<graph::Tensor>& 
   }
   std::vector<kiln_rt::TensorArg> out(outputs_.size());
   char error[1024] = "";
-  int status = run_(in.data(), out.data(), constant_ptrs_.data(), state_.get(), nullptr, error,
+  int status = run_(in.data(), out.data(), constant_ptrs_.data(), state_.get(), profile, error,
                     sizeof(error));
   if (status == 2) throw UserError(error);
   if (status != 0) internal_error("the compiled model failed: {}", error);

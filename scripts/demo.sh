@@ -50,3 +50,10 @@ show "$KILN" run "$MODEL" --dim batch=1 --cache-dir "$CACHE_DIR" --output-dir "$
 end=$(date +%s%N)
 echo "kiln run took $(((end - start) / 100000000 / 10)).$(((end - start) / 100000000 % 10)) s in all" \
   "(import, compile or code cache lookup, 1 + $REPEAT runs)"
+echo
+
+echo "== kiln compile: the same CNN as a self-contained library with a C API, then kiln bench on it"
+show "$KILN" compile "$MODEL" -o "$DEMO_DIR/resnet18.so" --cache-dir "$CACHE_DIR"
+show "$KILN" bench "$DEMO_DIR/resnet18.so" --iters "$REPEAT" --warmup 2 --shape input=1x3x224x224 \
+  --profile "$DEMO_DIR/resnet18-trace.json"
+echo "(load $DEMO_DIR/resnet18-trace.json in chrome://tracing or Perfetto: one event per call)"

@@ -30,6 +30,9 @@ MODELS="${BENCH_ORT_MODELS:-resnet50 bert}"
 CACHE="$WORK/cache"  # the code cache of every Kiln run after the cold compile
 mkdir -p "$WORK"
 [ -x "$KILN" ] || { echo "bench-ort: no $KILN; build it first (make build)" >&2; exit 1; }
+for tool in node npm; do
+  command -v "$tool" >/dev/null || { echo "bench-ort: needs $tool (Node.js) on PATH" >&2; exit 1; }
+done
 
 # --- ONNX Runtime from npm ---------------------------------------------------------------------
 # Its install script downloads more binaries, which fails offline; the package itself carries the

@@ -3,8 +3,9 @@
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
+PREFIX ?= /usr/local
 
-.PHONY: all deps configure build demo bench bench-gemm bench-conv bench-ort test format clean
+.PHONY: all deps configure build install demo bench bench-gemm bench-conv bench-ort test format clean
 
 all: build
 
@@ -18,6 +19,13 @@ configure: $(BUILD_DIR)/build.ninja
 
 build: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# Installs kiln, libkiln.so, the headers and the CMake package under PREFIX (default /usr/local;
+# e.g. make install PREFIX=$$HOME/.local); a project then does find_package(kiln), see
+# examples/embed. Builds only what is installed.
+install: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln kiln_shared
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 # Builds kiln (not the tests), the ResNet-18-shaped demo model if needed, then compiles the model
 # (code cache: $(BUILD_DIR)/demo-cache) and runs it; see scripts/demo.sh.

@@ -20,6 +20,7 @@
 #include "support/error.h"
 #include "support/files.h"
 #include "support/hash.h"
+#include "support/image_path.h"
 #include "support/log.h"
 
 namespace kiln::autotune {
@@ -325,6 +326,13 @@ fs::path autotune_helper_path() {
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (ec) user_error("autotune: cannot find this program (/proc/self/exe: {})", ec.message());
+  // Inside libkiln.so the process is the user's program, not kiln: use the kiln beside the
+  // library (PREFIX/bin/kiln for PREFIX/lib/libkiln.so, also in a build tree).
+  const fs::path image = running_image_path();
+  if (!image.empty() && image != fs::weakly_canonical(self, ec)) {
+    const fs::path kiln = installed_path("bin/kiln");
+    if (!kiln.empty()) return kiln;
+  }
   return self;
 }
 

@@ -41,7 +41,8 @@ std::string_view autotune_mode_name(AutotuneMode mode);
 /// $KILN_AUTOTUNE when set and not empty, else kDefault. Throws UserError on a bad value.
 AutotuneMode autotune_mode_from_env();
 
-/// The benchmark helper program: $KILN_AUTOTUNE_HELPER when set, else this process's binary.
+/// The benchmark helper program: $KILN_AUTOTUNE_HELPER when set, else this process's binary
+/// (inside libkiln.so: the kiln installed beside the library, when there is one).
 std::filesystem::path autotune_helper_path();
 
 /// One GEMM to select for: C[M, N] = A[M, K] @ B[K, N], float32, contiguous row-major, B constant.

@@ -14,6 +14,7 @@
 #include "codegen/cpp/cpp_body.h"
 #include "codegen/cpp/cpp_ops.h"
 #include "support/error.h"
+#include "support/image_path.h"
 #include "support/log.h"
 #include "sym/prelude.h"
 
@@ -441,8 +442,27 @@ std::string cpp_kernel_prelude() {
   return text;
 }
 
-std::filesystem::path cpp_runtime_include_dir() { return KILN_RUNTIME_INCLUDE_DIR; }
+// An installed Kiln (PREFIX/bin/kiln, PREFIX/lib/libkiln.so) uses the headers installed beside
+// it, so it keeps working when the source tree it was built from is gone; a build tree has no
+// such folders and uses the source tree's.
+std::filesystem::path cpp_runtime_include_dir() {
+  static const std::filesystem::path dir = [] {
+    std::filesystem::path installed = installed_path("share/kiln/runtime");
+    if (installed.empty()) installed = KILN_RUNTIME_INCLUDE_DIR;
+    log::write(log::Category::kCompile, "runtime headers: {}", installed.string());
+    return installed;
+  }();
+  return dir;
+}
 
-std::filesystem::path cpp_public_include_dir() { return KILN_PUBLIC_INCLUDE_DIR; }
+std::filesystem::path cpp_public_include_dir() {
+  static const std::filesystem::path dir = [] {
+    std::filesystem::path installed = installed_path("include/kiln/runtime.h");
+    installed = installed.empty() ? KILN_PUBLIC_INCLUDE_DIR : installed.parent_path().parent_path();
+    log::write(log::Category::kCompile, "public headers: {}", installed.string());
+    return installed;
+  }();
+  return dir;
+}
 
 }  // namespace kiln::codegen

@@ -40,10 +40,13 @@ GeneratedKernel generate_cpp_kernel(const sched::ScheduleItem& item, const ir::P
 /// include path.
 std::string cpp_kernel_prelude();
 
-/// The folder holding the runtime headers the kernels include (src/runtime of this checkout).
+/// The folder holding the runtime headers the kernels include: PREFIX/share/kiln/runtime for an
+/// installed Kiln (PREFIX/bin/kiln or PREFIX/lib/libkiln.so), else src/runtime of the checkout
+/// it was built from.
 std::filesystem::path cpp_runtime_include_dir();
 
-/// Kiln's public headers (kiln/runtime.h), which a model library's C API unit includes.
+/// Kiln's public headers (kiln/runtime.h), which a model library's C API unit includes:
+/// PREFIX/include when installed, else the checkout's include/.
 std::filesystem::path cpp_public_include_dir();
 
 /// The scheduler hooks of the CPU backend: kernel names "cpp_fused_...", the (P, R) group key,

@@ -11,6 +11,7 @@
 #include "codecache/loaded_library.h"
 #include "codegen/cpp/cpp_kernel.h"
 #include "codegen/wrapper/wrapper.h"
+#include "lower/conv_select.h"
 #include "sched/scheduler.h"
 #include "sched/template_epilogue.h"
 #include "support/error.h"
@@ -129,6 +130,7 @@ CompiledModel compile(const graph::Model& model, const CompileOptions& options) 
       options.cache_dir.empty() ? codecache::default_cache_dir() : options.cache_dir;
   if (options.autotune) lowering.autotune = options.autotune;
   ir::Program program = lower::lower_graph(*model.graph, lowering);
+  lower::select_conv_choices(program, lowering);
   dump.write("1_ir.txt", program.str());
   if (options.fuse_epilogues) sched::fuse_template_epilogues(program);
 

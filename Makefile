@@ -4,7 +4,7 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build demo bench bench-gemm bench-conv test format clean
+.PHONY: all deps configure build demo bench bench-gemm bench-conv bench-resnet-conv test format clean
 
 all: build
 
@@ -40,6 +40,12 @@ bench-gemm: deps configure
 bench-conv: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln_conv_block_bench
 	$(BUILD_DIR)/bin/kiln_conv_block_bench
+
+# The convolution choices at ResNet-50's Conv layers, selected in max mode: each layer's chosen
+# choice, heuristic, best template, oneDNN and im2col + OpenBLAS (bench/resnet_conv_bench.cpp).
+bench-resnet-conv: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln_resnet_conv_bench
+	$(BUILD_DIR)/bin/kiln_resnet_conv_bench
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

@@ -93,6 +93,23 @@ bool is_read(const ir::Program& program, const std::string& name) {
   return false;
 }
 
+autotune::ConvChoicePtr choose(const autotune::ConvProblem& problem,
+                               const LoweringOptions& options) {
+  if (options.conv_choice == "template") {
+    const std::optional<autotune::ConvConfig> config =
+        autotune::conv_default_config(problem, options.threads, autotune::host_gemm_isa());
+    if (config) return autotune::make_conv_template_choice(*config, problem);
+    return autotune::make_conv_onednn_choice(problem);
+  }
+  if (!options.conv_choice.empty()) return autotune::make_conv_choice(options.conv_choice, problem);
+  autotune::ConvSelectRequest request;
+  request.problem = problem;
+  request.threads = options.threads;
+  request.mode = options.autotune;
+  request.code_cache_dir = options.code_cache_dir;
+  return autotune::select_conv(request).choice;
+}
+
 }  // namespace
 
 int select_conv_choices(ir::Program& program, const LoweringOptions& options) {
@@ -101,12 +118,7 @@ int select_conv_choices(ir::Program& program, const LoweringOptions& options) {
     ir::Buffer& conv = *program.buffers[i];
     const std::optional<autotune::ConvProblem> problem = template_problem(program, conv);
     if (!problem) continue;
-    autotune::ConvSelectRequest request;
-    request.problem = *problem;
-    request.threads = options.threads;
-    request.mode = options.autotune;
-    request.code_cache_dir = options.code_cache_dir;
-    const autotune::ConvChoicePtr choice = autotune::select_conv(request).choice;
+    const autotune::ConvChoicePtr choice = choose(*problem, options);
     if (choice->name() == "onednn") continue;
 
     const ir::Buffer* w = program.find(conv.call.inputs[1]->buffer);

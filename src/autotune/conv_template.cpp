@@ -294,9 +294,11 @@ int pick_owb(int64_t ow, int max_owb) {
   return best;
 }
 
-// Input channels per cache block: the block's weight panel within about 32 KiB (L1).
+// Input channels per cache block: the block's weight panel and the input rows one output row
+// reads (KH rows of W floats per channel) within `bytes` (about L1), so that both stay in L1
+// while the row's column blocks sweep them.
 int pick_icb(const ConvProblem& p, int ocb, int64_t bytes) {
-  const int64_t per_channel = p.kh * p.kw * ocb * 4;
+  const int64_t per_channel = p.kh * p.kw * ocb * 4 + p.kh * p.w * 4;
   return static_cast<int>(std::clamp<int64_t>(bytes / per_channel, 4, std::max<int64_t>(p.c, 4)));
 }
 

@@ -141,6 +141,9 @@ int select_conv_choices(ir::Program& program, const LoweringOptions& options) {
                         ir::View{weight->name, DType::kFloat32, weight->layout}};
     conv.call.attrs["choice"] = choice->name();
     conv.call.attrs["problem"] = autotune::conv_problem_ints(*problem);
+    // The prepared layout, for the interpreter (ir/interpreter_extern.cpp).
+    const autotune::ConvConfig* config = choice->template_config();
+    conv.call.attrs["ocb"] = int64_t{config ? config->ocb : 1};
     program.buffers.insert(program.buffers.begin() + static_cast<std::ptrdiff_t>(i),
                            std::move(weight));
     ++i;

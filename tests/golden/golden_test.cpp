@@ -18,6 +18,7 @@
 #include "graph/graph.h"
 #include "graph/tensor.h"
 #include "ir/interpreter.h"
+#include "lower/conv_select.h"
 #include "lower/lowering.h"
 #include "onnx/importer.h"
 #include "support/files.h"
@@ -497,6 +498,22 @@ TEST(Golden, ConvTemplateMatchesTheInterpreterAtAwkwardSizes) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_NEAR(got[i], want[i], 1e-5 + 1e-5 * std::abs(want[i])) << "at " << i;
+  }
+  // The interpreter reads the prepared weights of the selected program too (the template's
+  // channel panels, the libraries' plain weight and bias).
+  for (const char* choice : {"template", "im2col-openblas"}) {
+    SCOPED_TRACE(choice);
+    ir::Program selected = lower::lower_graph(*model.graph);
+    lower::LoweringOptions options;
+    options.threads = 2;
+    options.conv_choice = choice;
+    EXPECT_EQ(lower::select_conv_choices(selected, options), 2);
+    const std::map<std::string, Tensor> again = ir::interpret(selected, {{"x", x}, {"r", r}});
+    std::span<const float> v = again.at("out").values<float>();
+    ASSERT_EQ(v.size(), want.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      EXPECT_NEAR(v[i], want[i], 1e-6 + 1e-6 * std::abs(want[i])) << "at " << i;
+    }
   }
 }
 

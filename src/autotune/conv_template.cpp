@@ -253,8 +253,8 @@ void render_row(IndentedBuffer& out, const ConvConfig& config, const ConvProblem
   out.line("");
 }
 
-void render_entry(IndentedBuffer& out, const ConvProblem& p, const std::string& function_name,
-                  const GemmEpilogue& epilogue) {
+void render_entry(IndentedBuffer& out, const ConvConfig& config, const ConvProblem& p,
+                  const std::string& function_name, const GemmEpilogue& epilogue) {
   out.linef("extern \"C\" void {}(const float* X, const float* Wp, float* Y{}) {{", function_name,
             epilogue_params(epilogue));
   auto _ = out.scope();
@@ -268,8 +268,13 @@ void render_entry(IndentedBuffer& out, const ConvProblem& p, const std::string& 
     out.line("alignas(64) float acc[kOWPad * kOCB];");
     out.line("#pragma omp for collapse(3) schedule(static)");
     out.line("for (int64_t b = 0; b < kN; ++b) {");
-    out.line("    for (int64_t j = 0; j < kBlocks; ++j) {");
-    out.line("        for (int64_t oh = 0; oh < kOH; ++oh) {");
+    if (config.rows_outer) {
+      out.line("    for (int64_t oh = 0; oh < kOH; ++oh) {");
+      out.line("        for (int64_t j = 0; j < kBlocks; ++j) {");
+    } else {
+      out.line("    for (int64_t j = 0; j < kBlocks; ++j) {");
+      out.line("        for (int64_t oh = 0; oh < kOH; ++oh) {");
+    }
     out.linef("            row(X, Wp, Y, b, j, oh, acc{});", epilogue_args(epilogue));
     out.line("        }");
     out.line("    }");
@@ -312,11 +317,14 @@ std::vector<RegisterBlock> register_blocks(const ConvProblem& p, GemmIsa isa) {
   std::vector<RegisterBlock> blocks;
   if (isa == GemmIsa::kAvx512) {
     // 32 channels x 14 columns: 28 accumulators, and 14 divides every ResNet width (112, 56,
-    // 28, 14; 7 fits whole).
-    if (p.m <= 16) blocks.push_back({GemmIsa::kAvx512, 16, 14});
+    // 28, 14; 7 fits whole). For kernels larger than 1x1 on rows of 14 or more, 16 x 14 was the
+    // fastest template at most of ResNet-50's 3x3 layers in bench/resnet_conv_bench.cpp (one
+    // core of a Sapphire Rapids-class Xeon, on a loaded machine: noisy).
+    const bool spatial = p.kh * p.kw > 1 && p.ow() >= 14;
+    if (p.m <= 16 || spatial) blocks.push_back({GemmIsa::kAvx512, 16, 14});
     blocks.push_back({GemmIsa::kAvx512, 32, 14});
     blocks.push_back({GemmIsa::kAvx512, 64, 6});
-    if (p.m > 16) blocks.push_back({GemmIsa::kAvx512, 16, 14});
+    if (p.m > 16 && !spatial) blocks.push_back({GemmIsa::kAvx512, 16, 14});
   }
   if (p.m <= 8) blocks.push_back({GemmIsa::kAvx2, 8, 12});
   blocks.push_back({GemmIsa::kAvx2, 16, 6});
@@ -364,7 +372,7 @@ void check_conv_problem(const ConvProblem& p) {
 }
 
 std::string ConvConfig::name() const {
-  return fmt::format("{}_oc{}x{}_ic{}", isa_name(isa), ocb, owb, icb);
+  return fmt::format("{}_oc{}x{}_ic{}{}", isa_name(isa), ocb, owb, icb, rows_outer ? "_rows" : "");
 }
 
 void check_conv_config(const ConvConfig& config) {
@@ -389,6 +397,7 @@ ConvConfig decode_conv_config(const std::string& text) {
   KILN_CHECK(std::string(isa) == "avx2" || std::string(isa) == "avx512",
              "conv config '{}': unknown ISA", text);
   c.isa = std::string(isa) == "avx512" ? GemmIsa::kAvx512 : GemmIsa::kAvx2;
+  c.rows_outer = text.size() > 5 && text.compare(text.size() - 5, 5, "_rows") == 0;
   KILN_CHECK(c.name() == text, "conv config '{}' reads back as '{}'", text, c.name());
   check_conv_config(c);
   return c;
@@ -445,7 +454,7 @@ std::string render_conv(const ConvConfig& config, const ConvProblem& problem,
   render_row(out, config, problem, epilogue);
   out.line("}  // namespace");
   out.line("");
-  render_entry(out, problem, function_name, epilogue);
+  render_entry(out, config, problem, function_name, epilogue);
   out.line("}");
   return out.str();
 }
@@ -460,13 +469,34 @@ std::vector<ConvConfig> conv_configs(const ConvProblem& problem, int threads, Ge
       configs.push_back(config);
     }
   };
-  for (const RegisterBlock& block : register_blocks(problem, isa)) {
+  // Rows outermost when every weight fits in about half of L2: a channel-block-outer order
+  // streams the whole input once per block (ResNet-50's 1x1 layers at 56 x 56 and 28 x 28).
+  const bool rows_outer = problem.m * problem.depth() * 4 <= (int64_t{1} << 20);
+  // For kernels larger than 1x1 the default takes all input channels in one block while the
+  // block's weight panel stays within L2's share (160 KiB): the row buffer then goes through
+  // memory once (measured alongside the register block above).
+  const std::vector<RegisterBlock> blocks = register_blocks(problem, isa);
+  if (problem.kh * problem.kw > 1 &&
+      problem.depth() * blocks.front().ocb * 4 <= (int64_t{160} << 10)) {
+    ConvConfig whole;
+    whole.isa = blocks.front().isa;
+    whole.ocb = blocks.front().ocb;
+    whole.owb = pick_owb(problem.ow(), blocks.front().max_owb);
+    whole.icb = static_cast<int>(problem.c);
+    whole.rows_outer = rows_outer;
+    add(whole);
+  }
+  for (const RegisterBlock& block : blocks) {
     ConvConfig config;
     config.isa = block.isa;
     config.ocb = block.ocb;
     config.owb = pick_owb(problem.ow(), block.max_owb);
     config.icb = pick_icb(problem, block.ocb, 32 << 10);
+    config.rows_outer = rows_outer;
     add(config);
+    ConvConfig other_order = config;
+    other_order.rows_outer = !rows_outer;
+    add(other_order);
     ConvConfig whole = config;  // no input channel blocking
     whole.icb = static_cast<int>(problem.c);
     add(whole);

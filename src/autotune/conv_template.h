@@ -12,8 +12,9 @@
 /// [M / OCB][C][KH][KW][OCB] panels followed by the bias. Input channels are cache blocked by ICB
 /// (the weight panel of one block stays in L1 while a row of outputs sweeps it), partial sums of
 /// one output row live in a per-thread row buffer, and OpenMP threads share (image, channel block,
-/// output row) tasks. After the last input channel block the bias and the epilogue are applied
-/// while the row buffer is hot, and the row is stored: no pass over Y after the call.
+/// output row) tasks (channel blocks or rows outermost). After the last input channel block the
+/// bias and the epilogue are applied while the row buffer is hot, and the row is stored: no pass
+/// over Y after the call.
 ///
 /// The rendered function is
 ///
@@ -76,8 +77,13 @@ struct ConvConfig {
   int owb = 6;
   /// Input channels per cache block.
   int icb = 64;
+  /// The order of the (image, channel block, output row) tasks: channel blocks outermost (false:
+  /// a thread's rows share one block's weight panel, best when all weights are larger than L2),
+  /// or rows outermost (true: a thread's channel blocks share one row's input rows, which stay in
+  /// L2 while every block reads them; best when the weights fit L2).
+  bool rows_outer = false;
 
-  /// "avx512_oc32x14_ic64".
+  /// "avx512_oc32x14_ic64", with "_rows" when rows_outer.
   std::string name() const;
   bool operator==(const ConvConfig&) const = default;
 };

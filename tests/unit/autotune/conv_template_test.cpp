@@ -89,13 +89,15 @@ bool can_run(const ConvConfig& config) {
   return config.isa == GemmIsa::kAvx2 || host_gemm_isa() == GemmIsa::kAvx512;
 }
 
-// Small blocks: several input channel blocks, and column blocks with a tail at every width.
+// Small blocks: several input channel blocks, and column blocks with a tail at every width; both
+// task orders.
 std::vector<ConvConfig> small_block_configs() {
-  std::vector<ConvConfig> configs = {{.isa = GemmIsa::kAvx2, .ocb = 8, .owb = 3, .icb = 2},
-                                     {.isa = GemmIsa::kAvx2, .ocb = 16, .owb = 5, .icb = 3},
-                                     {.isa = GemmIsa::kAvx2, .ocb = 24, .owb = 4, .icb = 5},
-                                     {.isa = GemmIsa::kAvx512, .ocb = 32, .owb = 7, .icb = 4},
-                                     {.isa = GemmIsa::kAvx512, .ocb = 64, .owb = 6, .icb = 64}};
+  std::vector<ConvConfig> configs = {
+      {.isa = GemmIsa::kAvx2, .ocb = 8, .owb = 3, .icb = 2},
+      {.isa = GemmIsa::kAvx2, .ocb = 16, .owb = 5, .icb = 3, .rows_outer = true},
+      {.isa = GemmIsa::kAvx2, .ocb = 24, .owb = 4, .icb = 5},
+      {.isa = GemmIsa::kAvx512, .ocb = 32, .owb = 7, .icb = 4},
+      {.isa = GemmIsa::kAvx512, .ocb = 64, .owb = 6, .icb = 64}};
   std::vector<ConvConfig> runnable;
   for (const ConvConfig& c : configs) {
     if (can_run(c)) runnable.push_back(c);

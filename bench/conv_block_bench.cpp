@@ -117,7 +117,7 @@ void run_shape(int64_t channels, int64_t size, bool residual) {
       worst = std::max(worst, static_cast<double>(std::abs(av[i] - bv[i])));
   }
   std::vector<std::vector<double>> ms(variants.size());
-  const int rounds = 30;
+  const int rounds = 200;
   for (int r = 0; r < rounds; ++r) {
     for (size_t v = 0; v < variants.size(); ++v) {
       auto start = std::chrono::steady_clock::now();

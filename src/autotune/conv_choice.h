@@ -64,8 +64,9 @@ ConvChoicePtr make_conv_im2col_choice(const ConvProblem& problem);
 ConvChoicePtr make_conv_template_choice(const ConvConfig& config, const ConvProblem& problem);
 
 /// Every choice for `problem` on `threads` threads on this host: first the heuristic one (the
-/// template at conv_default_config for host_gemm_isa(), or oneDNN when no config fits), then
-/// oneDNN, im2col + OpenBLAS and the other template configs.
+/// template at conv_default_config for host_gemm_isa(); oneDNN for 1x1 convolutions with 784 or
+/// more output pixels, or when no config fits), then the other of the two, im2col + OpenBLAS and
+/// the other template configs.
 std::vector<ConvChoicePtr> conv_choices(const ConvProblem& problem, int threads);
 
 /// Rebuilds the choice named `name` (as lowering recorded it: the name, and the config text of a

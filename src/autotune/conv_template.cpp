@@ -320,7 +320,10 @@ std::vector<RegisterBlock> register_blocks(const ConvProblem& p, GemmIsa isa) {
     // 28, 14; 7 fits whole). For kernels larger than 1x1 on rows of 14 or more, 16 x 14 was the
     // fastest template at most of ResNet-50's 3x3 layers in bench/resnet_conv_bench.cpp (one
     // core of a Sapphire Rapids-class Xeon, on a loaded machine: noisy).
-    const bool spatial = p.kh * p.kw > 1 && p.ow() >= 14;
+    // With few input channels (a network's first layer) 64 x 6 was faster by far: each broadcast
+    // feeds four vectors.
+    const bool spatial = p.kh * p.kw > 1 && p.ow() >= 14 && p.c >= 16;
+    if (p.c < 16 && p.m >= 64) blocks.push_back({GemmIsa::kAvx512, 64, 6});
     if (p.m <= 16 || spatial) blocks.push_back({GemmIsa::kAvx512, 16, 14});
     blocks.push_back({GemmIsa::kAvx512, 32, 14});
     blocks.push_back({GemmIsa::kAvx512, 64, 6});

@@ -462,10 +462,8 @@ GemmSelection select_gemm(const GemmSelectRequest& request) {
   }
   GemmSelection selection;
   size_t index = 0;
-  if (!candidates.empty())
-    select_candidate(candidates, problem, selection, index);
-  else
-    selection.source = "heuristic";
+  selection.source = "heuristic";
+  if (!candidates.empty()) select_candidate(candidates, problem, selection, index);
   selection.choice = choices[index];
   return selection;
 }
@@ -512,10 +510,8 @@ ConvSelection select_conv(const ConvSelectRequest& request) {
   }
   ConvSelection selection;
   size_t index = 0;
-  if (!candidates.empty())
-    select_candidate(candidates, problem, selection, index);
-  else
-    selection.source = "heuristic";
+  selection.source = "heuristic";
+  if (!candidates.empty()) select_candidate(candidates, problem, selection, index);
   selection.choice = choices[index];
   return selection;
 }

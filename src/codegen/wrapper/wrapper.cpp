@@ -927,7 +927,7 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
   std::set<std::string> checked_;
   int conv_sites_ = 0;         // oneDNN convolution call sites, each with its state in ModelState
   bool uses_control_ = false;  // kiln_rt_control.h (Loop, Scan)
-  std::vector<std::string> gemm_decls_;                 // GEMM template kernels, one unit each
+  std::vector<std::string> gemm_decls_;                 // GEMM and conv choices, one unit each
   std::map<std::string, std::string> gemms_;            // config, problem, epilogue -> function
   std::map<std::string, std::string> convs_;            // choice, problem, epilogue -> function
   std::map<std::string, std::string> canonical_;        // kernel -> the kernel emitted for it

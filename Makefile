@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 
-.PHONY: all deps configure build install demo bench bench-gemm bench-conv bench-ort test format clean
+.PHONY: all deps configure build install demo bench bench-gemm bench-conv bench-resnet-conv bench-ort test format clean
 
 all: build
 
@@ -55,6 +55,12 @@ bench-conv: deps configure
 bench-ort: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln
 	bash bench/ort/run.sh $(BUILD_DIR)
+
+# The convolution choices at ResNet-50's Conv layers, selected in max mode: each layer's chosen
+# choice, heuristic, best template, oneDNN and im2col + OpenBLAS (bench/resnet_conv_bench.cpp).
+bench-resnet-conv: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln_resnet_conv_bench
+	$(BUILD_DIR)/bin/kiln_resnet_conv_bench
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

@@ -1,14 +1,18 @@
 // kiln_conv_block_bench: Conv -> BatchNormalization -> Relu, and the same followed by a
-// residual Add (a ResNet block's tail), compiled two ways at the 3x3 convolution shapes of
-// ResNet-50's four stages (batch 1):
-//   fused:   BatchNormalization folded into the convolution's weight and bias when lowering, the
-//            Relu as a oneDNN post-op (sched/template_epilogue.h; an Add is left to a kernel of
-//            its own, since oneDNN's binary post-op measured slower than that here);
-//   unfused: the same folded convolution, then the pointwise ops as a separate generated kernel
-//            (CompileOptions::fuse_epilogues = false).
-// Each is run through CompiledModel::run, interleaved over rounds (so both see the same machine
-// load), and timed by its median; it prints both times, the ratio and the convolution's
-// GFLOP/s. It asserts nothing (it reports when the two outputs differ).
+// residual Add (a ResNet block's tail), compiled four ways at the 3x3 convolution shapes of
+// ResNet-50's four stages (batch 1); BatchNormalization is folded into the convolution's weight
+// and bias when lowering in every one:
+//   template fused:  the C++ convolution template (its default config, what --autotune off
+//                    picks) with Relu and Add fused as its epilogue: one call;
+//   oneDNN + kernel: oneDNN's convolution with the Relu as its post-op, the Add a separate
+//                    generated kernel (what Kiln compiled before the template);
+//   oneDNN unfused:  oneDNN's convolution, then Relu (and Add) as one separate kernel;
+//   template unfused: the template's convolution, then the same separate kernel
+//                    (CompileOptions::fuse_epilogues = false).
+// The choice is forced through LoweringOptions::conv_choice. Each is run through
+// CompiledModel::run, interleaved over rounds (so all see the same machine load), and timed by
+// its median; it prints the times, oneDNN + kernel over template fused, and the fused call's
+// GFLOP/s. It asserts nothing (it reports when an output differs from the first's).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -88,27 +92,34 @@ double median(std::vector<double> v) {
 }
 
 void run_shape(int64_t channels, int64_t size, bool residual) {
-  struct {
-    int64_t channels, size;
-  } s{channels, size};
-  kiln::graph::Model model = block_model(s.channels, s.size, residual);
+  kiln::graph::Model model = block_model(channels, size, residual);
+  struct Variant {
+    const char* choice;
+    bool fuse;
+  };
+  const std::vector<Variant> ways = {
+      {"template", true}, {"onednn", true}, {"onednn", false}, {"template", false}};
   std::vector<kiln::driver::CompiledModel> variants;
-  for (bool fuse : {true, false}) {
+  for (const Variant& way : ways) {
     kiln::driver::CompileOptions options;
     options.cache_dir = KILN_BENCH_CACHE_DIR;
-    options.fuse_epilogues = fuse;
+    options.fuse_epilogues = way.fuse;
+    options.lowering.conv_choice = way.choice;
     variants.push_back(kiln::driver::compile(model, options));
   }
-  std::vector<Tensor> inputs = {*filled({1, s.channels, s.size, s.size}, 1.0f, 0.0f, 9)};
-  std::vector<Tensor> a = variants[0].run(inputs), b = variants[1].run(inputs);
+  std::vector<Tensor> inputs = {*filled({1, channels, size, size}, 1.0f, 0.0f, 9)};
+  const std::vector<Tensor> first = variants[0].run(inputs);
   double worst = 0;
-  std::span<const float> av = a[0].values<float>(), bv = b[0].values<float>();
-  for (size_t i = 0; i < av.size(); ++i)
-    worst = std::max(worst, static_cast<double>(std::abs(av[i] - bv[i])));
-  std::vector<std::vector<double>> ms(2);
-  const int rounds = 30;
+  for (size_t v = 1; v < variants.size(); ++v) {
+    std::vector<Tensor> other = variants[v].run(inputs);
+    std::span<const float> av = first[0].values<float>(), bv = other[0].values<float>();
+    for (size_t i = 0; i < av.size(); ++i)
+      worst = std::max(worst, static_cast<double>(std::abs(av[i] - bv[i])));
+  }
+  std::vector<std::vector<double>> ms(variants.size());
+  const int rounds = 200;
   for (int r = 0; r < rounds; ++r) {
-    for (size_t v = 0; v < 2; ++v) {
+    for (size_t v = 0; v < variants.size(); ++v) {
       auto start = std::chrono::steady_clock::now();
       std::vector<Tensor> out = variants[v].run(inputs);
       ms[v].push_back(
@@ -116,11 +127,12 @@ void run_shape(int64_t channels, int64_t size, bool residual) {
               .count());
     }
   }
-  const double fused = median(ms[0]), unfused = median(ms[1]);
-  const double flops = 2.0 * static_cast<double>(s.channels * s.channels * 9 * s.size * s.size);
-  fmt::print("{:>16} {:12.3f} {:12.3f} {:9.2f}x {:14.1f}{}\n",
-             fmt::format("{}x{}x{}", s.channels, s.size, s.size), fused, unfused, unfused / fused,
-             flops / (fused * 1e6),
+  std::vector<double> med;
+  for (auto& m : ms) med.push_back(median(m));
+  const double flops = 2.0 * static_cast<double>(channels * channels * 9 * size * size);
+  fmt::print("{:>12} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>9.2f}x {:>9.1f}{}\n",
+             fmt::format("{}x{}x{}", channels, size, size), med[0], med[1], med[2], med[3],
+             med[1] / med[0], flops / (med[0] * 1e6),
              worst > 1e-3 ? fmt::format("  (outputs differ by {:.2g})", worst) : "");
 }
 
@@ -132,10 +144,11 @@ int main() {
   };
   const std::vector<Shape> shapes = {{64, 56}, {128, 28}, {256, 14}, {512, 7}};
   for (bool residual : {false, true}) {
-    fmt::print("Conv 3x3 -> BatchNormalization -> Relu{}, batch 1 (median of interleaved runs)\n",
-               residual ? " -> Add" : "");
-    fmt::print("{:>16} {:>12} {:>12} {:>9} {:>14}\n", "shape", "fused ms", "unfused ms",
-               "unfused/fused", "fused GFLOP/s");
+    fmt::print(
+        "Conv 3x3 -> BatchNormalization -> Relu{}, batch 1 (ms, median of interleaved runs)\n",
+        residual ? " -> Add" : "");
+    fmt::print("{:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "shape", "tmpl fused",
+               "dnnl+kern", "dnnl unfus", "tmpl unfus", "dnnl+k/tf", "GFLOP/s");
     for (const Shape& s : shapes) {
       run_shape(s.channels, s.size, residual);
     }

@@ -27,6 +27,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using GemmFn = void(int64_t, const float*, const float*, float*);
+using ConvFn = void(const float*, const float*, float*);
 
 // Calls per run are capped so that a sub-microsecond kernel does not take millions of samples.
 constexpr int kMaxReps = 10000;
@@ -150,21 +151,32 @@ json helper_request_to_json(const HelperRequest& request) {
                        {"symbol", choice.symbol},
                        {"weight", choice.weight.string()}});
   }
-  return {{"m", request.m},
-          {"n", request.n},
-          {"k", request.k},
-          {"threads", request.threads},
-          {"seed", request.seed},
-          {"warmup_ms", request.warmup_ms},
-          {"rep_ms", request.rep_ms},
-          {"min_reps", request.min_reps},
-          {"reference", request.reference.string()},
-          {"progress", request.progress.string()},
-          {"choices", choices}};
+  json j = {{"op", request.op},
+            {"m", request.m},
+            {"n", request.n},
+            {"k", request.k},
+            {"threads", request.threads},
+            {"seed", request.seed},
+            {"warmup_ms", request.warmup_ms},
+            {"rep_ms", request.rep_ms},
+            {"min_reps", request.min_reps},
+            {"reference", request.reference.string()},
+            {"progress", request.progress.string()},
+            {"choices", choices}};
+  if (request.op == "conv") j["conv"] = conv_problem_ints(request.conv);
+  return j;
 }
 
 HelperRequest helper_request_from_json(const json& j) {
   HelperRequest request;
+  request.op = j.value("op", std::string("gemm"));
+  if (request.op == "conv") {
+    try {
+      request.conv = conv_problem_from_ints(j.at("conv").get<std::vector<int64_t>>());
+    } catch (const InternalError& e) {
+      user_error("not a convolution request: {}", e.what());
+    }
+  }
   request.m = j.at("m").get<int64_t>();
   request.n = j.at("n").get<int64_t>();
   request.k = j.at("k").get<int64_t>();
@@ -200,17 +212,26 @@ int run_benchmark_helper(const fs::path& request_path) {
   } catch (const json::exception& e) {
     user_error("{}: not an autotune benchmark request: {}", request_path.string(), e.what());
   }
-  if (request.m < 0 || request.n <= 0 || request.k < 0) {
+  const bool conv = request.op == "conv";
+  if (conv) {
+    check_conv_problem(request.conv);
+  } else if (request.op != "gemm") {
+    user_error("{}: unknown op '{}'", request_path.string(), request.op);
+  } else if (request.m < 0 || request.n <= 0 || request.k < 0) {
     user_error("{}: bad GEMM shape {}x{}x{}", request_path.string(), request.m, request.k,
                request.n);
   }
+  const ConvProblem& p = request.conv;
+  const int64_t in_rows = conv ? 1 : request.m, in_cols = conv ? p.n * p.c * p.h * p.w : request.k;
+  const int64_t depth = conv ? p.depth() : request.k;
   omp_set_num_threads(std::max(request.threads, 1));
   ProgressFile progress(request.progress);
 
-  const std::vector<float> a_values = bench_matrix(request.m, request.k, request.seed);
+  const std::vector<float> a_values = bench_matrix(in_rows, in_cols, request.seed);
   AlignedBuffer a(a_values.size());
   std::copy(a_values.begin(), a_values.end(), a.data);
-  const size_t out_size = static_cast<size_t>(request.m * request.n);
+  const size_t out_size =
+      static_cast<size_t>(conv ? p.n * p.m * p.oh() * p.ow() : request.m * request.n);
   AlignedBuffer c(out_size);
   std::optional<std::vector<float>> reference;
   std::error_code ec;
@@ -224,11 +245,18 @@ int run_benchmark_helper(const fs::path& request_path) {
     json done{{"done", choice.index}};
     try {
       codecache::LoadedLibrary library(choice.library);
-      auto* gemm = library.symbol<GemmFn>(choice.symbol);
+      GemmFn* gemm = conv ? nullptr : library.symbol<GemmFn>(choice.symbol);
+      ConvFn* conv_fn = conv ? library.symbol<ConvFn>(choice.symbol) : nullptr;
       const std::vector<float> weight_values = read_floats(choice.weight);
       AlignedBuffer weight(weight_values.size());
       std::copy(weight_values.begin(), weight_values.end(), weight.data);
-      auto call = [&] { gemm(request.m, a.data, weight.data, c.data); };
+      auto call = [&] {
+        if (conv_fn != nullptr) {
+          conv_fn(a.data, weight.data, c.data);
+        } else {
+          gemm(request.m, a.data, weight.data, c.data);
+        }
+      };
 
       std::fill_n(c.data, out_size, std::numeric_limits<float>::quiet_NaN());
       call();
@@ -238,7 +266,7 @@ int run_benchmark_helper(const fs::path& request_path) {
                             std::string_view(reinterpret_cast<const char*>(reference->data()),
                                              out_size * sizeof(float)));
       }
-      const double ratio = error_ratio(c.data, reference->data(), out_size, request.k);
+      const double ratio = error_ratio(c.data, reference->data(), out_size, depth);
       done["max_error"] = std::isfinite(ratio) ? ratio : -1.0;
       if (!(ratio <= 1.0)) {
         done["status"] = "wrong";

@@ -1,12 +1,12 @@
 #pragma once
-/// The benchmark helper: the child process that times GEMM choices, isolated from the compiler
-/// process so that a choice that crashes or hangs never takes Kiln down (and so that no fork
-/// happens after OpenMP started threads: the parent runs `kiln autotune-bench REQUEST.json`
+/// The benchmark helper: the child process that times GEMM and convolution choices, isolated from
+/// the compiler process so that a choice that crashes or hangs never takes Kiln down (and so that
+/// no fork happens after OpenMP started threads: the parent runs `kiln autotune-bench REQUEST.json`
 /// through fork + exec). select.cpp writes the request; the hidden CLI subcommand
 /// (src/cli/autotune_command.cpp) calls run_benchmark_helper.
 ///
-/// The helper generates A (M x K, seeded uniform [-1, 1)), loads each choice's library, reads
-/// its prepared weight, and for each choice in order
+/// The helper generates A (M x K, seeded uniform [-1, 1); for a convolution X, N*C*H*W), loads each
+/// choice's library, reads its prepared weight, and for each choice in order
 ///   1. appends {"start": index} to the progress file (written through at once, so the parent
 ///      can tell which choice a crash belongs to),
 ///   2. runs it once on C filled with NaN and checks C against the reference: the output of the
@@ -28,6 +28,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "autotune/conv_template.h"
+
 namespace kiln::autotune {
 
 /// One choice to time: its compiled library and entry symbol, and its prepared weight (raw
@@ -43,6 +45,11 @@ struct HelperChoice {
 
 /// What the helper reads from REQUEST.json.
 struct HelperRequest {
+  /// "gemm": the choices are GEMM kernels of m, n, k (void(int64_t M, const float* A, const
+  /// float* B, float* C)); "conv": convolution kernels of `conv` (void(const float* X, const
+  /// float* W, float* Y)), the tolerance's K being C * KH * KW.
+  std::string op = "gemm";
+  ConvProblem conv;
   int64_t m = 0, n = 0, k = 0;
   int threads = 1;
   /// A is bench_matrix(M, K, seed); the parent prepares the weights from bench_matrix(K, N,

@@ -26,6 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "autotune/conv_template.h"
+
 namespace kiln::autotune {
 
 /// The cache file: $KILN_AUTOTUNE_CACHE, else <code cache dir>/autotune.json.
@@ -42,6 +44,9 @@ const HostCpu& host_cpu();
 /// The key of a float32 GEMM C[M, N] = A[M, K] @ B[K, N], contiguous row-major, on `threads`
 /// threads on this host with this Kiln version.
 nlohmann::json gemm_cache_key(int64_t m, int64_t n, int64_t k, int threads);
+
+/// The key of a float32 NCHW convolution (conv_template.h) on `threads` threads.
+nlohmann::json conv_cache_key(const ConvProblem& problem, int threads);
 
 /// The id of an entry: the SHA-256 of the key's canonical text.
 std::string cache_key_id(const nlohmann::json& key);

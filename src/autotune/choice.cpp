@@ -14,20 +14,6 @@ namespace {
 constexpr const char* kOpenblasInclude = "/usr/include/x86_64-linux-gnu/openblas-openmp";
 constexpr const char* kOpenblasLibrary = "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so";
 
-// Replaces every "@KEY@" of `text` by its value: the library sources below are C++ with many
-// braces, which fmt would need doubled.
-std::string substitute(std::string text,
-                       const std::vector<std::pair<std::string, std::string>>& values) {
-  for (const auto& [key, value] : values) {
-    const std::string token = "@" + key + "@";
-    for (size_t at = text.find(token); at != std::string::npos;
-         at = text.find(token, at + value.size())) {
-      text.replace(at, token.size(), value);
-    }
-  }
-  return text;
-}
-
 void check_problem(const GemmProblem& problem) {
   KILN_CHECK(problem.n > 0 && problem.k >= 0,
              "gemm problem: expected N > 0 and K >= 0, found N {}, K {}", problem.n, problem.k);
@@ -146,8 +132,8 @@ class OpenblasChoice final : public GemmChoice {
   }
   std::string render(const std::string& function_name,
                      const GemmEpilogue& epilogue) const override {
-    return substitute(std::string(kOpenblasSource),
-                      common_values(problem_, function_name, epilogue));
+    return substitute_placeholders(std::string(kOpenblasSource),
+                                   common_values(problem_, function_name, epilogue));
   }
   GemmLinkage linkage() const override { return {{kOpenblasInclude}, {kOpenblasLibrary}}; }
 
@@ -165,7 +151,8 @@ class OnednnChoice final : public GemmChoice {
   }
   std::string render(const std::string& function_name,
                      const GemmEpilogue& epilogue) const override {
-    return substitute(std::string(kOnednnSource), common_values(problem_, function_name, epilogue));
+    return substitute_placeholders(std::string(kOnednnSource),
+                                   common_values(problem_, function_name, epilogue));
   }
   GemmLinkage linkage() const override { return {{}, {"dnnl"}}; }
 
@@ -199,6 +186,18 @@ class TemplateChoice final : public GemmChoice {
 };
 
 }  // namespace
+
+std::string substitute_placeholders(
+    std::string text, const std::vector<std::pair<std::string, std::string>>& values) {
+  for (const auto& [key, value] : values) {
+    const std::string token = "@" + key + "@";
+    for (size_t at = text.find(token); at != std::string::npos;
+         at = text.find(token, at + value.size())) {
+      text.replace(at, token.size(), value);
+    }
+  }
+  return text;
+}
 
 std::string GemmChoice::hash_key() const {
   Sha256 hash;

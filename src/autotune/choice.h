@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autotune/gemm_template.h"
@@ -86,6 +87,11 @@ std::vector<GemmChoicePtr> gemm_choices(int64_t m_hint, const GemmProblem& probl
 /// M x N matrix C after a library call (empty when `epilogue` is empty): an OpenMP loop over
 /// rows that reads v = C[m * N + n] and stores the epilogue's value.
 std::string render_epilogue_pass(const GemmProblem& problem, const GemmEpilogue& epilogue);
+
+/// Replaces every "@KEY@" of `text` by its value (the library sources are C++ with many braces,
+/// which fmt would need doubled).
+std::string substitute_placeholders(std::string text,
+                                    const std::vector<std::pair<std::string, std::string>>& values);
 
 /// The parameter list tail for an epilogue's arguments: ", const float* bias" per argument.
 std::string render_epilogue_params(const GemmEpilogue& epilogue);

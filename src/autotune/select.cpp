@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <set>
 #include <thread>
@@ -63,9 +64,14 @@ class TempDir {
   fs::path path_;
 };
 
-// One choice being benchmarked: the choice, its hash key, and what happened to it.
+// One choice being benchmarked, whatever its op: how to render and prepare it, its hash key, and
+// what happened to it.
 struct Candidate {
-  GemmChoicePtr choice;
+  std::string name;
+  std::string backend;
+  std::function<std::string(const std::string&)> render;
+  GemmLinkage linkage;
+  std::function<std::vector<float>()> prepare;
   std::string hash_key;
   fs::path library;
   fs::path weight;
@@ -73,7 +79,7 @@ struct Candidate {
 };
 
 void drop(Candidate& candidate, const std::string& why) {
-  log::write(log::Category::kAutotune, "dropped '{}': {}", candidate.choice->name(), why);
+  log::write(log::Category::kAutotune, "dropped '{}': {}", candidate.name, why);
   candidate.result = CachedResult{.hash_key = candidate.hash_key, .ms = {}, .error = why};
 }
 
@@ -84,27 +90,23 @@ void compile_candidates(std::vector<Candidate*>& candidates, const fs::path& cod
     Candidate& candidate = *candidates[i];
     try {
       codecache::CompilerConfig config;
-      const GemmLinkage link = candidate.choice->linkage();
+      const GemmLinkage& link = candidate.linkage;
       config.include_dirs.assign(link.include_dirs.begin(), link.include_dirs.end());
       config.libraries = link.libraries;
-      candidate.library =
-          code_cache.compile_shared_library(candidate.choice->render(kSymbol), config);
+      candidate.library = code_cache.compile_shared_library(candidate.render(kSymbol), config);
     } catch (const std::exception& e) {
       drop(candidate, "failed to compile: " + first_line(e.what()));
     }
   });
 }
 
-// Prepares every compiled candidate's weight from the same random B, one file per distinct
-// content (many template configs share a packing).
-void prepare_weights(std::vector<Candidate*>& candidates, const GemmSelectRequest& request,
-                     const fs::path& dir) {
-  const std::vector<float> b = bench_matrix(request.k, request.n, request.seed + 1);
+// Prepares every compiled candidate's weight (each from the same random values), one file per
+// distinct content (many template configs share a packing).
+void prepare_weights(std::vector<Candidate*>& candidates, const fs::path& dir) {
   for (Candidate* candidate : candidates) {
     if (candidate->result) continue;
     try {
-      const std::vector<float> prepared =
-          candidate->choice->prepare(b.data(), request.k, request.n);
+      const std::vector<float> prepared = candidate->prepare();
       const std::string_view bytes(reinterpret_cast<const char*>(prepared.data()),
                                    prepared.size() * sizeof(float));
       candidate->weight = dir / ("weight-" + sha256_hex(bytes).substr(0, 16) + ".bin");
@@ -179,33 +181,28 @@ std::string result_error(const json& done) {
 
 // Times the compiled candidates in helper processes: one run for all of them, and after a crash
 // another run for the candidates the crashed run had not started.
-void benchmark_candidates(std::vector<Candidate*>& candidates, const GemmSelectRequest& request,
-                          int threads, const fs::path& dir, GemmSelection& selection) {
+void benchmark_candidates(std::vector<Candidate*>& candidates, const HelperRequest& base,
+                          const std::string& problem, const fs::path& dir,
+                          SelectionInfo& selection) {
   // Libraries first: their results are the most trustworthy reference for the others.
   std::vector<int64_t> remaining;
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (!candidates[i]->result) remaining.push_back(static_cast<int64_t>(i));
   }
   std::stable_partition(remaining.begin(), remaining.end(), [&](int64_t i) {
-    return candidates[static_cast<size_t>(i)]->choice->backend() == "extern";
+    return candidates[static_cast<size_t>(i)]->backend == "extern";
   });
   const fs::path helper = autotune_helper_path();
-  const std::string problem = gemm_problem_text(request.m, request.n, request.k);
   const size_t total = remaining.size();
   while (!remaining.empty()) {
     const size_t run = selection.helper_runs++;
-    HelperRequest helper_request;
-    helper_request.m = request.m;
-    helper_request.n = request.n;
-    helper_request.k = request.k;
-    helper_request.threads = threads;
-    helper_request.seed = request.seed;
+    HelperRequest helper_request = base;
     helper_request.reference = dir / "reference.bin";
     helper_request.progress = dir / fmt::format("progress-{}.jsonl", run);
     for (int64_t i : remaining) {
       const Candidate& candidate = *candidates[static_cast<size_t>(i)];
       helper_request.choices.push_back({.index = i,
-                                        .name = candidate.choice->name(),
+                                        .name = candidate.name,
                                         .library = candidate.library,
                                         .symbol = kSymbol,
                                         .weight = candidate.weight});
@@ -259,9 +256,8 @@ void benchmark_candidates(std::vector<Candidate*>& candidates, const GemmSelectR
 }
 
 // Inductor's AUTOTUNE table: the top choices with times and percentage of the best.
-void print_results(const GemmSelectRequest& request, const GemmSelection& selection) {
-  std::string text =
-      fmt::format("AUTOTUNE {}\n", gemm_problem_text(request.m, request.n, request.k));
+void print_results(const std::string& problem, const SelectionInfo& selection) {
+  std::string text = fmt::format("AUTOTUNE {}\n", problem);
   const double best = selection.timings.empty() ? 0 : selection.timings.front().ms;
   for (size_t i = 0; i < selection.timings.size() && i < kTableRows; ++i) {
     const GemmChoiceTiming& timing = selection.timings[i];
@@ -284,13 +280,107 @@ void check_shape(const GemmSelectRequest& request) {
   }
 }
 
-void check_choices(const std::vector<GemmChoicePtr>& choices) {
-  KILN_CHECK(!choices.empty(), "autotune: no GEMM choices");
+template <typename ChoicePtr>
+void check_choices(const std::vector<ChoicePtr>& choices) {
+  KILN_CHECK(!choices.empty(), "autotune: no choices");
   std::set<std::string> names;
-  for (const GemmChoicePtr& choice : choices) {
-    KILN_CHECK(choice != nullptr, "a null GEMM choice");
-    KILN_CHECK(names.insert(choice->name()).second, "two GEMM choices named '{}'", choice->name());
+  for (const ChoicePtr& choice : choices) {
+    KILN_CHECK(choice != nullptr, "a null choice");
+    KILN_CHECK(names.insert(choice->name()).second, "two choices named '{}'", choice->name());
   }
+}
+
+// What one selection needs besides its candidates.
+struct Problem {
+  std::string text;      // for the log: "matmul(...)", "conv(...)"
+  json key;              // the autotune cache key
+  HelperRequest helper;  // the helper request without its choices
+  AutotuneMode mode = AutotuneMode::kDefault;
+  fs::path cache_path;
+  fs::path code_cache_dir;
+  bool print_results = true;
+};
+
+// The selection among `candidates` (the heuristic one first), shared by every op: the index of
+// the choice in `selection_index`.
+void select_candidate(std::vector<Candidate>& candidates, const Problem& problem,
+                      SelectionInfo& selection, size_t& selection_index) {
+  selection_index = 0;
+  selection.source = "heuristic";
+  if (problem.mode == AutotuneMode::kOff) return;
+
+  const AutotuneCache cache(problem.cache_path.empty() ? default_autotune_cache_path()
+                                                       : problem.cache_path);
+  const CachedResults cached = cache.lookup(problem.key);
+  for (Candidate& candidate : candidates) {
+    const auto found = cached.find(candidate.name);
+    if (found != cached.end() && found->second.hash_key == candidate.hash_key) {
+      candidate.result = found->second;
+    }
+  }
+  std::set<std::string> fresh;
+  std::vector<Candidate*> to_benchmark;
+  if (problem.mode == AutotuneMode::kMax) {
+    for (Candidate& candidate : candidates) {
+      if (!candidate.result) to_benchmark.push_back(&candidate);
+    }
+  }
+  if (!to_benchmark.empty()) {
+    TempDir dir;
+    const auto compile_start = Clock::now();
+    compile_candidates(to_benchmark, problem.code_cache_dir);
+    selection.precompile_seconds = seconds_since(compile_start);
+    const auto bench_start = Clock::now();
+    prepare_weights(to_benchmark, dir.path());
+    std::vector<Candidate*> runnable;
+    for (Candidate* candidate : to_benchmark) {
+      if (!candidate->result) runnable.push_back(candidate);
+    }
+    if (!runnable.empty()) {
+      benchmark_candidates(runnable, problem.helper, problem.text, dir.path(), selection);
+    }
+    selection.benchmark_seconds = seconds_since(bench_start);
+    CachedResults results;
+    for (Candidate* candidate : to_benchmark) {
+      fresh.insert(candidate->name);
+      if (candidate->result) results[candidate->name] = *candidate->result;
+    }
+    cache.store(problem.key, results);
+  }
+
+  for (const Candidate& candidate : candidates) {
+    if (!candidate.result) continue;
+    if (candidate.result->ms) {
+      selection.timings.push_back(
+          {candidate.name, *candidate.result->ms, fresh.count(candidate.name) == 0});
+    } else {
+      selection.dropped[candidate.name] = candidate.result->error;
+    }
+  }
+  std::stable_sort(
+      selection.timings.begin(), selection.timings.end(),
+      [](const GemmChoiceTiming& x, const GemmChoiceTiming& y) { return x.ms < y.ms; });
+  if (problem.print_results && !fresh.empty()) print_results(problem.text, selection);
+
+  if (selection.timings.empty()) {
+    if (problem.mode == AutotuneMode::kMax) {
+      std::string reasons;
+      for (const auto& [name, why] : selection.dropped) {
+        reasons += fmt::format("{}{}: {}", reasons.empty() ? "" : "; ", name, why);
+      }
+      user_error("autotune: no valid choice for {} ({})", problem.text, reasons);
+    }
+    log::write(log::Category::kAutotune, "{}: no cached timings; heuristic choice '{}'",
+               problem.text, candidates.front().name);
+    return;
+  }
+  const std::string best = selection.timings.front().name;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (candidates[i].name == best) selection_index = i;
+  }
+  selection.source = fresh.count(best) != 0 ? "benchmark" : "cache";
+  log::write(log::Category::kAutotune, "{}: chose '{}' ({:.4f} ms, from the {})", problem.text,
+             best, selection.timings.front().ms, selection.source);
 }
 
 }  // namespace
@@ -343,99 +433,98 @@ std::string gemm_problem_text(int64_t m, int64_t n, int64_t k) {
 GemmSelection select_gemm(const GemmSelectRequest& request) {
   const int threads = request.threads > 0 ? request.threads : omp_get_max_threads();
   check_shape(request);
-  const GemmProblem problem{.n = request.n, .k = request.k};
+  const GemmProblem gemm{.n = request.n, .k = request.k};
   const std::vector<GemmChoicePtr> choices =
       request.choices.empty()
-          ? gemm_choices(request.m, problem, threads, request.isa.value_or(host_gemm_isa()))
+          ? gemm_choices(request.m, gemm, threads, request.isa.value_or(host_gemm_isa()))
           : request.choices;
   check_choices(choices);
-  const std::string problem_text = gemm_problem_text(request.m, request.n, request.k);
 
-  const AutotuneMode mode = request.mode ? *request.mode : autotune_mode_from_env();
-
-  GemmSelection selection;
-  selection.choice = choices.front();
-  selection.source = "heuristic";
-  if (mode == AutotuneMode::kOff) return selection;
-
-  const AutotuneCache cache(request.cache_path.empty() ? default_autotune_cache_path()
-                                                       : request.cache_path);
-  const json key = gemm_cache_key(request.m, request.n, request.k, threads);
-  const CachedResults cached = cache.lookup(key);
-
-  // Every choice with its result: from the cache when it holds one for the same code.
+  Problem problem;
+  problem.text = gemm_problem_text(request.m, request.n, request.k);
+  problem.mode = request.mode ? *request.mode : autotune_mode_from_env();
+  problem.cache_path = request.cache_path;
+  problem.code_cache_dir = request.code_cache_dir;
+  problem.print_results = request.print_results;
+  problem.helper.m = request.m;
+  problem.helper.n = request.n;
+  problem.helper.k = request.k;
+  problem.helper.threads = threads;
+  problem.helper.seed = request.seed;
   std::vector<Candidate> candidates;
-  for (const GemmChoicePtr& choice : choices) {
-    Candidate candidate;
-    candidate.choice = choice;
-    candidate.hash_key = choice->hash_key();
-    const auto found = cached.find(choice->name());
-    if (found != cached.end() && found->second.hash_key == candidate.hash_key) {
-      candidate.result = found->second;
+  if (problem.mode != AutotuneMode::kOff) {
+    problem.key = gemm_cache_key(request.m, request.n, request.k, threads);
+    // The random weight, made once when the first candidate is prepared.
+    auto b = std::make_shared<std::vector<float>>();
+    for (const GemmChoicePtr& choice : choices) {
+      Candidate candidate;
+      candidate.name = choice->name();
+      candidate.backend = choice->backend();
+      candidate.render = [choice](const std::string& symbol) { return choice->render(symbol); };
+      candidate.linkage = choice->linkage();
+      candidate.prepare = [choice, b, k = request.k, n = request.n, seed = request.seed] {
+        if (b->empty()) *b = bench_matrix(k, n, seed + 1);
+        return choice->prepare(b->data(), k, n);
+      };
+      candidate.hash_key = choice->hash_key();
+      candidates.push_back(std::move(candidate));
     }
-    candidates.push_back(std::move(candidate));
   }
-  std::set<std::string> fresh;
-  std::vector<Candidate*> to_benchmark;
-  if (mode == AutotuneMode::kMax) {
-    for (Candidate& candidate : candidates) {
-      if (!candidate.result) to_benchmark.push_back(&candidate);
-    }
-  }
-  if (!to_benchmark.empty()) {
-    TempDir dir;
-    const auto compile_start = Clock::now();
-    compile_candidates(to_benchmark, request.code_cache_dir);
-    selection.precompile_seconds = seconds_since(compile_start);
-    const auto bench_start = Clock::now();
-    prepare_weights(to_benchmark, request, dir.path());
-    std::vector<Candidate*> runnable;
-    for (Candidate* candidate : to_benchmark) {
-      if (!candidate->result) runnable.push_back(candidate);
-    }
-    if (!runnable.empty()) benchmark_candidates(runnable, request, threads, dir.path(), selection);
-    selection.benchmark_seconds = seconds_since(bench_start);
-    CachedResults results;
-    for (Candidate* candidate : to_benchmark) {
-      fresh.insert(candidate->choice->name());
-      if (candidate->result) results[candidate->choice->name()] = *candidate->result;
-    }
-    cache.store(key, results);
-  }
+  GemmSelection selection;
+  size_t index = 0;
+  selection.source = "heuristic";
+  if (!candidates.empty()) select_candidate(candidates, problem, selection, index);
+  selection.choice = choices[index];
+  return selection;
+}
 
-  for (const Candidate& candidate : candidates) {
-    if (!candidate.result) continue;
-    const std::string name = candidate.choice->name();
-    if (candidate.result->ms) {
-      selection.timings.push_back({name, *candidate.result->ms, fresh.count(name) == 0});
-    } else {
-      selection.dropped[name] = candidate.result->error;
-    }
-  }
-  std::stable_sort(
-      selection.timings.begin(), selection.timings.end(),
-      [](const GemmChoiceTiming& x, const GemmChoiceTiming& y) { return x.ms < y.ms; });
-  if (request.print_results && !fresh.empty()) print_results(request, selection);
+ConvSelection select_conv(const ConvSelectRequest& request) {
+  const int threads = request.threads > 0 ? request.threads : omp_get_max_threads();
+  check_conv_problem(request.problem);
+  const std::vector<ConvChoicePtr> choices =
+      request.choices.empty()
+          ? conv_choices(request.problem, threads, request.isa.value_or(host_gemm_isa()))
+          : request.choices;
+  check_choices(choices);
 
-  if (selection.timings.empty()) {
-    if (mode == AutotuneMode::kMax) {
-      std::string reasons;
-      for (const auto& [name, why] : selection.dropped) {
-        reasons += fmt::format("{}{}: {}", reasons.empty() ? "" : "; ", name, why);
-      }
-      user_error("autotune: no valid choice for {} ({})", problem_text, reasons);
+  Problem problem;
+  problem.text = request.problem.text();
+  problem.mode = request.mode ? *request.mode : autotune_mode_from_env();
+  problem.cache_path = request.cache_path;
+  problem.code_cache_dir = request.code_cache_dir;
+  problem.print_results = request.print_results;
+  problem.helper.op = "conv";
+  problem.helper.conv = request.problem;
+  problem.helper.threads = threads;
+  problem.helper.seed = request.seed;
+  std::vector<Candidate> candidates;
+  if (problem.mode != AutotuneMode::kOff) {
+    problem.key = conv_cache_key(request.problem, threads);
+    const ConvProblem& p = request.problem;
+    auto w = std::make_shared<std::vector<float>>();
+    auto bias = std::make_shared<std::vector<float>>();
+    for (const ConvChoicePtr& choice : choices) {
+      Candidate candidate;
+      candidate.name = choice->name();
+      candidate.backend = choice->backend();
+      candidate.render = [choice](const std::string& symbol) { return choice->render(symbol); };
+      candidate.linkage = choice->linkage();
+      candidate.prepare = [choice, p, w, bias, seed = request.seed] {
+        if (w->empty()) {
+          *w = bench_matrix(p.m, p.depth(), seed + 1);
+          *bias = bench_matrix(1, p.m, seed + 2);
+        }
+        return choice->prepare(w->data(), bias->data());
+      };
+      candidate.hash_key = choice->hash_key();
+      candidates.push_back(std::move(candidate));
     }
-    log::write(log::Category::kAutotune, "{}: no cached timings; heuristic choice '{}'",
-               problem_text, selection.choice->name());
-    return selection;
   }
-  const std::string best = selection.timings.front().name;
-  for (const GemmChoicePtr& choice : choices) {
-    if (choice->name() == best) selection.choice = choice;
-  }
-  selection.source = fresh.count(best) != 0 ? "benchmark" : "cache";
-  log::write(log::Category::kAutotune, "{}: chose '{}' ({:.4f} ms, from the {})", problem_text,
-             best, selection.timings.front().ms, selection.source);
+  ConvSelection selection;
+  size_t index = 0;
+  selection.source = "heuristic";
+  if (!candidates.empty()) select_candidate(candidates, problem, selection, index);
+  selection.choice = choices[index];
   return selection;
 }
 

@@ -1,6 +1,8 @@
 #pragma once
-/// Algorithm selection for GEMM (Inductor's AlgorithmSelectorCache): picks one GemmChoice for a
-/// problem, by heuristic, from the persistent autotune cache, or by benchmarking.
+/// Algorithm selection for GEMM and convolution (Inductor's AlgorithmSelectorCache): picks one
+/// GemmChoice or ConvChoice for a problem, by heuristic, from the persistent autotune cache, or by
+/// benchmarking. Both go through the same machinery below (compile, prepare, isolated helper,
+/// cache, AUTOTUNE table); a convolution's table is headed `AUTOTUNE conv(1x64x56x56, ...)`.
 ///
 ///   off      the heuristic choice (the first choice: gemm_default_config's template)
 ///   default  the fastest valid choice the autotune cache holds for the problem, else the heuristic
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "autotune/choice.h"
+#include "autotune/conv_choice.h"
 
 namespace kiln::autotune {
 
@@ -79,9 +82,8 @@ struct GemmChoiceTiming {
   bool cached = false;
 };
 
-/// What select_gemm decided, and how.
-struct GemmSelection {
-  GemmChoicePtr choice;
+/// What a selection decided, and how (the choice itself is in GemmSelection / ConvSelection).
+struct SelectionInfo {
   /// "heuristic", "cache" or "benchmark".
   std::string source;
   /// Valid choices with their times, fastest first (empty in off mode, and in default mode
@@ -97,9 +99,37 @@ struct GemmSelection {
   double benchmark_seconds = 0;
 };
 
+struct GemmSelection : SelectionInfo {
+  GemmChoicePtr choice;
+};
+
 /// Selects a choice for `request` (see the file comment). Throws UserError when the request is
 /// malformed, when the helper cannot run, or in max mode when no choice is valid.
 GemmSelection select_gemm(const GemmSelectRequest& request);
+
+/// One convolution to select for (conv_template.h's ConvProblem, constant weight and bias).
+struct ConvSelectRequest {
+  ConvProblem problem;
+  /// As GemmSelectRequest's.
+  int threads = 0;
+  std::optional<AutotuneMode> mode;
+  std::filesystem::path cache_path;
+  std::filesystem::path code_cache_dir;
+  /// The ISA of the template configs; empty: this host's.
+  std::optional<GemmIsa> isa;
+  /// The candidates, the heuristic choice first; empty means conv_choices(problem, threads,
+  /// isa).
+  std::vector<ConvChoicePtr> choices;
+  uint32_t seed = 0;
+  bool print_results = true;
+};
+
+struct ConvSelection : SelectionInfo {
+  ConvChoicePtr choice;
+};
+
+/// Selects a convolution choice as select_gemm selects a GEMM one.
+ConvSelection select_conv(const ConvSelectRequest& request);
 
 /// "matmul(128x768, 768x3072)": the problem as the AUTOTUNE log names it.
 std::string gemm_problem_text(int64_t m, int64_t n, int64_t k);

@@ -17,6 +17,7 @@
 #include "codegen/cpp/cpp_kernel.h"
 #include "codegen/wrapper/model_api.h"
 #include "codegen/wrapper/wrapper.h"
+#include "lower/conv_select.h"
 #include "sched/scheduler.h"
 #include "sched/template_epilogue.h"
 #include "support/error.h"
@@ -147,6 +148,7 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   lowering.gemm_isa = gemm_isa;
   if (options.autotune) lowering.autotune = options.autotune;
   g.program = std::make_unique<ir::Program>(lower::lower_graph(*model.graph, lowering));
+  lower::select_conv_choices(*g.program, lowering);
   const ir::Program& program = *g.program;
   dump.write("1_ir.txt", program.str());
   if (options.fuse_epilogues) sched::fuse_template_epilogues(*g.program);

@@ -187,9 +187,45 @@ ConvParams conv_params(const ExternCall& call, size_t spatial) {
   return p;
 }
 
+/// conv with a choice (lower/conv_select.h): inputs X and the weight as the choice prepared it,
+/// attrs "problem" (autotune/conv_template.h conv_problem_ints: N, C, H, W, M, KH, KW, strides,
+/// pads top, left, bottom, right, dilations) and "ocb": the weight is [ceil(M / ocb)][C * KH *
+/// KW][ocb] (channels past M zero), then the bias padded to a multiple of ocb (ocb 1: W as is,
+/// then the bias).
+void run_conv_prepared(const Buffer& buffer, Storages& storages, const sym::Binding& binding) {
+  const ExternCall& call = buffer.call;
+  Operand x = operand(call, 0, storages, binding);
+  Operand w = operand(call, 1, storages, binding);
+  const std::vector<int64_t> p = call.attr_ints("problem");
+  KILN_CHECK(p.size() == 15, "conv problem: expected 15 sizes, found {}", p.size());
+  const int64_t channels = p[1], h = p[2], wd = p[3], m_count = p[4], kh = p[5], kw = p[6];
+  const int64_t ocb = call.attr_int("ocb", 1), depth = channels * kh * kw;
+  const int64_t blocks = (m_count + ocb - 1) / ocb;
+  ConcreteLayout out_layout = concretize(buffer.layout, binding);
+  Storage& out = storages.at(buffer.name);
+  for_each_index(out_layout.sizes, [&](const std::vector<int64_t>& o) {
+    const int64_t m = o[1], j = m / ocb, q = m % ocb;
+    double sum = w.real_at({blocks * ocb * depth + m});
+    for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t ki = 0; ki < kh; ++ki) {
+        const int64_t i = o[2] * p[7] - p[9] + ki * p[13];
+        if (i < 0 || i >= h) continue;
+        for (int64_t kj = 0; kj < kw; ++kj) {
+          const int64_t jj = o[3] * p[8] - p[10] + kj * p[14];
+          if (jj < 0 || jj >= wd) continue;
+          const int64_t t = (c * kh + ki) * kw + kj;
+          sum += x.real_at({o[0], c, i, jj}) * w.real_at({(j * depth + t) * ocb + q});
+        }
+      }
+    }
+    write_output(out, out_layout, o, sum, buffer.name);
+  });
+}
+
 /// conv: out[n, m, o...] = B[m] + sum_{c, k...} X[n, g*C/group + c, o*s - pad + k*d] * W[m, c, k].
 void run_conv(const Buffer& buffer, Storages& storages, const sym::Binding& binding) {
   const ExternCall& call = buffer.call;
+  if (call.attrs.count("problem")) return run_conv_prepared(buffer, storages, binding);
   Operand x = operand(call, 0, storages, binding);
   Operand w = operand(call, 1, storages, binding);
   bool has_bias = has_input(call, 2);

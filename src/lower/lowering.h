@@ -80,9 +80,13 @@ struct LoweringOptions {
   /// and the code cache its candidates compile in (empty: the default one).
   std::optional<autotune::AutotuneMode> autotune;
   std::filesystem::path code_cache_dir;
-  /// The ISA GEMM templates may use: a library built for x86-64-v3 passes AVX2 even on an
-  /// AVX-512 host; empty: this host's.
+  /// The ISA GEMM and convolution templates may use: a library built for x86-64-v3 passes AVX2
+  /// even on an AVX-512 host; empty: this host's.
   std::optional<autotune::GemmIsa> gemm_isa;
+  /// Forces every convolution that lower/conv_select.h gives a choice onto one choice instead of
+  /// selecting: "onednn", "im2col-openblas", "template" (its default config) or a template
+  /// choice's full name. Empty: algorithm selection. For benches and tests.
+  std::string conv_choice;
 };
 
 inline constexpr int64_t kMaxSpecializedElements = 8;

@@ -9,7 +9,9 @@
 ///           contiguous [..., M, N].
 ///   conv:   inputs X [N, C, D...], W [M, C/group, K...] (contiguous), optional B [M]; attrs
 ///           strides, pads (begins then ends), dilations (int64 vectors), group (int64);
-///           output contiguous [N, M, O...].
+///           output contiguous [N, M, O...]. After conv selection (lower/conv_select.h) a
+///           2-D one may instead have inputs X and the prepared weight (W and bias as a choice
+///           reads them) with attrs choice, problem and ocb.
 ///
 /// Tests: the ONNX node suite (interpreter_cases.txt).
 

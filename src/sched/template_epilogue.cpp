@@ -118,10 +118,14 @@ int fuse_template_epilogues(ir::Program& program) {
   int fused = 0;
   for (size_t i = 0; i < program.buffers.size(); ++i) {
     const ir::Buffer& product = *program.buffers[i];
+    // A convolution with a choice (lower/conv_select.h: the template or im2col + GEMM) takes
+    // epilogues as GEMM does; without one it is oneDNN's, which takes Relu post-ops.
+    const bool conv_choice = product.kind == ir::BufferKind::kExtern &&
+                             product.call.kernel == "conv" && product.call.attrs.count("choice");
     const bool conv = product.kind == ir::BufferKind::kExtern && product.call.kernel == "conv" &&
-                      !product.call.attrs.count("post_ops");
-    if (product.kind != ir::BufferKind::kExtern || (product.call.kernel != "gemm" && !conv) ||
-        outputs.count(product.name)) {
+                      !product.call.attrs.count("post_ops") && !conv_choice;
+    if (product.kind != ir::BufferKind::kExtern ||
+        (product.call.kernel != "gemm" && !conv && !conv_choice) || outputs.count(product.name)) {
       continue;
     }
     std::vector<ir::Buffer*> readers;

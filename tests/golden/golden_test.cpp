@@ -17,6 +17,9 @@
 #include "driver/compile.h"
 #include "graph/graph.h"
 #include "graph/tensor.h"
+#include "ir/interpreter.h"
+#include "lower/conv_select.h"
+#include "lower/lowering.h"
 #include "onnx/importer.h"
 #include "support/files.h"
 
@@ -412,29 +415,29 @@ TEST(Golden, MatMulAddGeluIsOneTemplateCall) {
   }
 }
 
-// Conv -> BatchNormalization -> Relu is one oneDNN convolution call: the normalization is
-// folded into the weight and bias when compiling, the Relu is a post-op. With a residual Add
-// after it, the Add (with the Relu) is one kernel after the call: oneDNN's binary post-op is
-// slower than that on its plain-layout path (bench/conv_block_bench.cpp).
+// Conv -> BatchNormalization -> Relu (-> Add -> Relu) is one call of the C++ convolution
+// template (the heuristic choice, lower/conv_select.h): the normalization is folded into the
+// weight and bias when compiling, and the Relu, the residual Add (reading x) and the last Relu
+// are its epilogue, applied to each output row while it is in L1: no kernel, no intermediate
+// buffer, no pass over the output after the call.
 TEST(Golden, ConvBnReluIsOneCall) {
-  for (bool residual : {false, true}) {
-    SCOPED_TRACE(residual ? "with Add" : "without Add");
-    const std::string name = residual ? "conv_bn_relu_add" : "conv_bn_relu";
+  for (int tail : {0, 1, 2}) {  // none, Add, Add -> Relu
+    const bool residual = tail > 0;
+    const std::string name = tail == 0   ? "conv_bn_relu"
+                             : tail == 1 ? "conv_bn_relu_add"
+                                         : "conv_bn_relu_add_relu";
+    SCOPED_TRACE(name);
     fs::path dir = scratch(name);
     graph::Model model = make_model(name, dir);
     Compiled c = compile_dumped(model, dir);
     EXPECT_EQ(c.model.stats().extern_calls, 1) << c.dump.wrapper;
-    EXPECT_TRUE(contains(c.dump.wrapper, "state.conv[0].run(")) << c.dump.wrapper;
-    const std::vector<std::string> defs = c.dump.kernel_definitions();
-    if (residual) {
-      ASSERT_EQ(defs.size(), 1u) << c.dump.kernels;
-      EXPECT_TRUE(contains(defs[0], "add") && contains(defs[0], "relu")) << defs[0];
-      EXPECT_FALSE(contains(c.dump.kernels, "(BatchNormalization)")) << "BN not folded";
-    } else {
-      EXPECT_TRUE(defs.empty()) << c.dump.kernels;
-      EXPECT_TRUE(contains(c.dump.wrapper, "true, \"r\")")) << c.dump.wrapper;
-      EXPECT_EQ(c.dump.intermediate_allocations(), 0) << c.dump.plan;
-    }
+    EXPECT_EQ(c.model.stats().kernels, 0) << c.dump.kernels;
+    EXPECT_TRUE(c.dump.kernel_definitions().empty()) << c.dump.kernels;
+    EXPECT_TRUE(contains(c.dump.wrapper, "conv_0(")) << c.dump.wrapper;
+    EXPECT_TRUE(contains(c.dump.wrapper, ", template ")) << c.dump.wrapper;
+    EXPECT_TRUE(contains(c.dump.wrapper, "epilogue fused")) << c.dump.wrapper;
+    EXPECT_FALSE(contains(c.dump.wrapper, "state.conv[")) << c.dump.wrapper;
+    EXPECT_EQ(c.dump.intermediate_allocations(), 0) << c.dump.plan;
 
     const int64_t ch = 8, hw = 12;
     std::vector<float> x = test_values(static_cast<size_t>(ch * hw * hw), 4);
@@ -463,6 +466,7 @@ TEST(Golden, ConvBnReluIsOneCall) {
               (acc - mean[k]) / std::sqrt(static_cast<double>(var[k]) + 1e-5) * gamma[k] + beta[k];
           const size_t at = static_cast<size_t>((m * hw + i) * hw + j);
           double want = std::max(n, 0.0) + (residual ? x[at] : 0.0f);
+          if (tail == 2) want = std::max(want, 0.0);
           EXPECT_NEAR(got[at], want, 1e-4 + 1e-4 * std::abs(want)) << m << "," << i << "," << j;
         }
       }
@@ -470,10 +474,53 @@ TEST(Golden, ConvBnReluIsOneCall) {
   }
 }
 
+// Two convolutions at awkward sizes (strides (2, 1), asymmetric pads, dilations (1, 2), 13 and 7
+// output channels, batch 2): BatchNormalization -> Relu fuse into the first template call, the
+// residual Add (of a model input) -> Sigmoid into the second; the result matches the IR
+// interpreter run on the lowered program (its reference convolution, before any choice).
+TEST(Golden, ConvTemplateMatchesTheInterpreterAtAwkwardSizes) {
+  fs::path dir = scratch("conv_awkward");
+  graph::Model model = make_model("conv_awkward", dir);
+  Compiled c = compile_dumped(model, dir);
+  EXPECT_EQ(c.model.stats().extern_calls, 2) << c.dump.wrapper;
+  EXPECT_TRUE(c.dump.kernel_definitions().empty()) << c.dump.kernels;
+  EXPECT_TRUE(contains(c.dump.wrapper, "conv(2x5x9x11, 13x5x3x3, s2x1, p1.0.2.1, d1x2)"))
+      << c.dump.wrapper;
+  EXPECT_TRUE(contains(c.dump.wrapper, "conv(2x13x5x8, 7x13x1x1, s1)")) << c.dump.wrapper;
+  const Tensor x = float_tensor({2, 5, 9, 11}, test_values(2 * 5 * 9 * 11, 5));
+  const Tensor r = float_tensor({2, 7, 5, 8}, test_values(2 * 7 * 5 * 8, 6));
+  std::vector<Tensor> out = c.model.run({x, r});
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].dims(), (std::vector<int64_t>{2, 7, 5, 8}));
+  const ir::Program program = lower::lower_graph(*model.graph);
+  const std::map<std::string, Tensor> ref = ir::interpret(program, {{"x", x}, {"r", r}});
+  std::span<const float> got = out[0].values<float>(), want = ref.at("out").values<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-5 + 1e-5 * std::abs(want[i])) << "at " << i;
+  }
+  // The interpreter reads the prepared weights of the selected program too (the template's
+  // channel panels, the libraries' plain weight and bias).
+  for (const char* choice : {"template", "im2col-openblas"}) {
+    SCOPED_TRACE(choice);
+    ir::Program selected = lower::lower_graph(*model.graph);
+    lower::LoweringOptions options;
+    options.threads = 2;
+    options.conv_choice = choice;
+    EXPECT_EQ(lower::select_conv_choices(selected, options), 2);
+    const std::map<std::string, Tensor> again = ir::interpret(selected, {{"x", x}, {"r", r}});
+    std::span<const float> v = again.at("out").values<float>();
+    ASSERT_EQ(v.size(), want.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      EXPECT_NEAR(v[i], want[i], 1e-6 + 1e-6 * std::abs(want[i])) << "at " << i;
+    }
+  }
+}
+
 // 6. Compiling the same model twice gives the same sources and plan; the second compile with the
 // same code cache is a cache hit.
 TEST(Golden, CompilesAreDeterministicAndCached) {
-  for (std::string name : {"matmul_chain", "layernorm_gelu"}) {
+  for (std::string name : {"matmul_chain", "layernorm_gelu", "conv_awkward"}) {
     SCOPED_TRACE(name);
     fs::path dir = scratch("determinism-" + name);
     // Two separate imports: nothing may depend on addresses of the first graph.
@@ -486,7 +533,8 @@ TEST(Golden, CompilesAreDeterministicAndCached) {
     for (const auto& [file, text] : first.dump.files) names1.insert(file);
     for (const auto& [file, text] : second.dump.files) names2.insert(file);
     EXPECT_EQ(names1, names2);
-    EXPECT_TRUE(names1.count("5_kernels0.cpp") || names1.count("5_gemm0.cpp"))
+    EXPECT_TRUE(names1.count("5_kernels0.cpp") || names1.count("5_gemm0.cpp") ||
+                names1.count("5_conv0.cpp"))
         << "no kernel sources dumped";
     for (const auto& [file, text] : first.dump.files) {
       auto other = second.dump.files.find(file);

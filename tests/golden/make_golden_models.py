@@ -171,6 +171,39 @@ def conv_bn_relu():
     return conv_bn_relu_add(residual=False)
 
 
+def conv_bn_relu_add_relu():
+    """A ResNet basic block's tail: Conv -> BatchNormalization -> Relu -> Add(x) -> Relu."""
+    m = conv_bn_relu_add(residual=True)
+    g = m.graph
+    g.node[-1].output[0] = "s"
+    g.node.append(helper.make_node("Relu", ["s"], ["out"], name="relu_out"))
+    onnx.checker.check_model(m)
+    return m
+
+
+def conv_awkward():
+    """Two convolutions at awkward sizes, batch 2: a 3x3 with strides (2, 1), asymmetric pads and
+    dilations (1, 2), 13 output channels, then BatchNormalization -> Relu; a 1x1 to 7 channels,
+    then Add(r) -> Sigmoid."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", strides=[2, 1],
+                         pads=[1, 0, 2, 1], dilations=[1, 2]),
+        helper.make_node("BatchNormalization", ["c1", "gamma", "beta", "mean", "var"], ["n1"],
+                         name="bn", epsilon=1e-5),
+        helper.make_node("Relu", ["n1"], ["r1"], name="relu"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
+        helper.make_node("Add", ["c2", "r"], ["a2"], name="add"),
+        helper.make_node("Sigmoid", ["a2"], ["out"], name="sigmoid"),
+    ]
+    var = numpy_helper.from_array(
+        (np.arange(13, dtype=np.float32) * 0.1 + 0.5).astype(np.float32), "var")
+    return model(nodes, [tensor("x", [2, 5, 9, 11]), tensor("r", [2, 7, 5, 8])],
+                 [tensor("out", [2, 7, 5, 8])],
+                 [weight("w1", [13, 5, 3, 3], 0.2), weight("b1", [13], 0.4),
+                  weight("gamma", [13], 0.6), weight("beta", [13], 0.3),
+                  weight("mean", [13], 0.9), var, weight("w2", [7, 13, 1, 1], 0.7)])
+
+
 def reduce_mul_chain():
     """10 blocks of y = x * ReduceSum(x, axes=[-1], keepdims=1): x stays [8, 32]."""
     nodes, cur = [], "x"
@@ -200,7 +233,8 @@ def twin_chains():
 
 MODELS = {f.__name__: f for f in (add_relu_mul, layernorm_gelu, softmax_decomposed,
                                    outputs_kernel_then_extern, outputs_extern_then_kernel,
-                                   matmul_chain, matmul_add_gelu, conv_bn_relu_add, conv_bn_relu, reduce_mul_chain,
+                                   matmul_chain, matmul_add_gelu, conv_bn_relu_add, conv_bn_relu,
+                                   conv_bn_relu_add_relu, conv_awkward, reduce_mul_chain,
                                    twin_chains)}
 
 if __name__ == "__main__":

@@ -40,6 +40,38 @@ TEST(AutotuneCache, KeyNamesTheProblemTheHostTheThreadsAndTheVersion) {
   EXPECT_NE(id, cache_key_id(gemm_cache_key(64, 3072, 768, 4)));
 }
 
+TEST(AutotuneCache, ConvolutionKeyNamesShapesStridesPadsDilationsAndTheHost) {
+  ConvProblem p{.n = 1,
+                .c = 64,
+                .h = 56,
+                .w = 56,
+                .m = 128,
+                .kh = 3,
+                .kw = 3,
+                .stride_h = 2,
+                .stride_w = 2,
+                .pad_top = 1,
+                .pad_left = 1,
+                .pad_bottom = 1,
+                .pad_right = 1};
+  const nlohmann::json key = conv_cache_key(p, 2);
+  EXPECT_EQ(key.at("op"), "conv2d");
+  EXPECT_EQ(key.at("x"), nlohmann::json::parse("[1, 64, 56, 56]"));
+  EXPECT_EQ(key.at("w"), nlohmann::json::parse("[128, 64, 3, 3]"));
+  EXPECT_EQ(key.at("strides"), nlohmann::json::parse("[2, 2]"));
+  EXPECT_EQ(key.at("pads"), nlohmann::json::parse("[1, 1, 1, 1]"));
+  EXPECT_EQ(key.at("dilations"), nlohmann::json::parse("[1, 1]"));
+  EXPECT_EQ(key.at("layout"), "nchw");
+  EXPECT_EQ(key.at("cpu"), host_cpu().model);
+  EXPECT_EQ(key.at("threads"), 2);
+  EXPECT_EQ(key.at("kiln"), KILN_VERSION);
+  const std::string id = cache_key_id(key);
+  EXPECT_NE(id, cache_key_id(conv_cache_key(p, 4)));
+  p.dilation_w = 2;
+  EXPECT_NE(id, cache_key_id(conv_cache_key(p, 2)));
+  EXPECT_NE(id, cache_key_id(gemm_cache_key(1, 128, 576, 2)));
+}
+
 TEST(AutotuneCache, StoresLooksUpAndMergesResults) {
   const fs::path path = fresh_dir() / "sub" / "autotune.json";
   const AutotuneCache cache(path);

@@ -90,6 +90,30 @@ class PlantedChoice final : public GemmChoice {
   Fault fault_;
 };
 
+// A convolution choice planted to fail: its kernel does not compile, or crashes.
+class PlantedConvChoice final : public ConvChoice {
+ public:
+  PlantedConvChoice(std::string name, const ConvProblem& problem, bool crash)
+      : name_(std::move(name)), problem_(problem), crash_(crash) {}
+  std::string name() const override { return name_; }
+  std::string backend() const override { return "template"; }
+  std::vector<float> prepare(const float* w, const float*) const override {
+    return std::vector<float>(w, w + problem_.m * problem_.depth());
+  }
+  std::string render(const std::string& function_name, const GemmEpilogue&) const override {
+    const std::string head =
+        "extern \"C\" void " + function_name + "(const float* X, const float* W, float* Y) {\n";
+    if (!crash_) return head + "  this is not C++;\n}\n";
+    return head + "  volatile float* volatile p = nullptr;\n  *p = X[0] + W[0];\n  (void)Y;\n}\n";
+  }
+  const ConvProblem& problem() const override { return problem_; }
+
+ private:
+  std::string name_;
+  ConvProblem problem_;
+  bool crash_;
+};
+
 TEST_F(SelectTest, OffIsTheHeuristicAndTouchesNothing) {
   const GemmSelection s = select_gemm(request(64, 96, 80, AutotuneMode::kOff));
   ASSERT_NE(s.choice, nullptr);
@@ -196,6 +220,56 @@ TEST_F(SelectTest, PlantedFailuresAreDroppedAndLoggedAndTheBestValidChoiceWins) 
   EXPECT_EQ(again.helper_runs, 0u);
   EXPECT_EQ(again.choice->name(), s.choice->name());
   EXPECT_EQ(again.dropped.size(), 3u);
+}
+
+// Convolution choices go through the same machinery: compiled, isolated in the helper, timed,
+// cached; planted failures are dropped and logged; the table names the convolution.
+TEST_F(SelectTest, ConvolutionChoicesAreIsolatedTimedAndCached) {
+  const ConvProblem p{.n = 1,
+                      .c = 6,
+                      .h = 10,
+                      .w = 9,
+                      .m = 10,
+                      .kh = 3,
+                      .kw = 3,
+                      .stride_h = 2,
+                      .stride_w = 2,
+                      .pad_top = 1,
+                      .pad_left = 1,
+                      .pad_bottom = 1,
+                      .pad_right = 1};
+  const std::vector<ConvChoicePtr> all = conv_choices(p, 2);
+  ConvSelectRequest r;
+  r.problem = p;
+  r.threads = 2;
+  r.mode = AutotuneMode::kOff;
+  r.cache_path = dir_ / "autotune.json";
+  r.code_cache_dir = dir_ / "code";
+  EXPECT_EQ(select_conv(r).choice->name(), all.front()->name());
+  EXPECT_EQ(select_conv(r).source, "heuristic");
+  EXPECT_FALSE(fs::exists(dir_ / "autotune.json"));
+
+  r.mode = AutotuneMode::kMax;
+  r.choices = {std::make_shared<PlantedConvChoice>("planted crash", p, true), all[1],
+               std::make_shared<PlantedConvChoice>("planted syntax error", p, false), all[0],
+               all[2]};
+  ::testing::internal::CaptureStderr();
+  const ConvSelection s = select_conv(r);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(s.dropped.size(), 2u) << log;
+  EXPECT_NE(s.dropped.at("planted syntax error").find("failed to compile"), std::string::npos);
+  EXPECT_NE(s.dropped.at("planted crash").find("crashed the benchmark helper"), std::string::npos);
+  EXPECT_NE(log.find("[kiln:autotune] dropped 'planted crash': crashed"), std::string::npos) << log;
+  EXPECT_NE(log.find("AUTOTUNE conv(1x6x10x9, 10x6x3x3, s2, p1)\n"), std::string::npos) << log;
+  ASSERT_EQ(s.timings.size(), 3u) << log;
+  EXPECT_EQ(s.choice->name(), s.timings.front().name);
+  EXPECT_EQ(s.source, "benchmark");
+
+  const ConvSelection again = select_conv(r);
+  EXPECT_EQ(again.benchmarked, 0u);
+  EXPECT_EQ(again.helper_runs, 0u);
+  EXPECT_EQ(again.source, "cache");
+  EXPECT_EQ(again.choice->name(), s.choice->name());
 }
 
 TEST_F(SelectTest, NoValidChoiceIsAUserError) {

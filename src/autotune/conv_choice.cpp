@@ -1,0 +1,315 @@
+#include "autotune/conv_choice.h"
+
+#include <fmt/format.h>
+
+#include <string_view>
+#include <utility>
+
+#include "support/error.h"
+#include "support/hash.h"
+
+namespace kiln::autotune {
+namespace {
+
+constexpr const char* kOpenblasInclude = "/usr/include/x86_64-linux-gnu/openblas-openmp";
+constexpr const char* kOpenblasLibrary = "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so";
+
+// The problem's constants, as every library source names them.
+constexpr std::string_view kConstants =
+    R"(constexpr int64_t kN = @N@, kC = @C@, kH = @H@, kW = @W@, kM = @M@;
+constexpr int64_t kKH = @KH@, kKW = @KW@, kSH = @SH@, kSW = @SW@, kDH = @DH@, kDW = @DW@;
+constexpr int64_t kPT = @PT@, kPL = @PL@, kPB = @PB@, kPR = @PR@, kOH = @OH@, kOW = @OW@;
+constexpr int64_t kDepth = kC * kKH * kKW;
+)";
+
+// Bias and epilogue in one pass over Y (library choices: the call wrote the plain convolution).
+constexpr std::string_view kBiasPass = R"(    // The bias and the epilogue, in a pass over Y.
+    const float* bias = Wp + kM * kDepth;
+    #pragma omp parallel for if (kN * kM * kOH * kOW >= (int64_t{1} << 16))
+    for (int64_t m = 0; m < kN * kM * kOH; ++m) {
+        const float bq = bias[(m / kOH) % kM];
+        float* y = Y + m * kOW;
+        for (int64_t n = 0; n < kOW; ++n) {
+            const float v = y[n] + bq;
+            y[n] = @EXPR@;
+        }
+    }
+)";
+
+// oneDNN 2.x: the primitive is created and the weights reordered into its layout on the first
+// call (and again if the weight pointer changes); a mutex serializes calls, which share the
+// primitive's scratchpad.
+constexpr std::string_view kOnednnSource = R"(// Kiln convolution choice: oneDNN convolution_forward
+// Y = epilogue(@PROBLEM@ + bias), NCHW
+#include <dnnl.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+
+namespace {
+
+@CONSTANTS@
+struct ConvState {
+    dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+    std::mutex mutex;
+    const float* source = nullptr;
+    dnnl::convolution_forward primitive;
+    dnnl::memory::desc src_md, dst_md, bias_md;
+    dnnl::memory weights, scratchpad;
+};
+
+}  // namespace
+
+extern "C" void @NAME@(const float* X, const float* Wp, float* Y@PARAMS@) {
+    using tag = dnnl::memory::format_tag;
+    using dt = dnnl::memory::data_type;
+    static ConvState s;
+    {
+        std::lock_guard<std::mutex> lock(s.mutex);
+        dnnl::stream stream(s.engine);
+        if (s.source != Wp) {
+            s.src_md = dnnl::memory::desc({kN, kC, kH, kW}, dt::f32, tag::nchw);
+            s.dst_md = dnnl::memory::desc({kN, kM, kOH, kOW}, dt::f32, tag::nchw);
+            s.bias_md = dnnl::memory::desc({kM}, dt::f32, tag::x);
+            const dnnl::memory::desc user_w_md({kM, kC, kKH, kKW}, dt::f32, tag::oihw);
+            const dnnl::memory::desc any_w_md({kM, kC, kKH, kKW}, dt::f32, tag::any);
+            const dnnl::convolution_forward::desc desc(
+                dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, s.src_md,
+                any_w_md, s.bias_md, s.dst_md, {kSH, kSW}, {kDH - 1, kDW - 1}, {kPT, kPL},
+                {kPB, kPR});
+            dnnl::primitive_attr attr;
+            attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+            const dnnl::convolution_forward::primitive_desc pd(desc, attr, s.engine);
+            s.primitive = dnnl::convolution_forward(pd);
+            s.scratchpad = dnnl::memory(pd.scratchpad_desc(), s.engine);
+            s.weights = dnnl::memory(pd.weights_desc(), s.engine);
+            dnnl::memory user_w(user_w_md, s.engine, const_cast<float*>(Wp));
+            dnnl::reorder(user_w, s.weights).execute(stream, user_w, s.weights);
+            stream.wait();
+            s.source = Wp;
+        }
+        dnnl::memory src(s.src_md, s.engine, const_cast<float*>(X));
+        dnnl::memory dst(s.dst_md, s.engine, Y);
+        dnnl::memory bias(s.bias_md, s.engine, const_cast<float*>(Wp + kM * kDepth));
+        s.primitive.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, s.weights},
+                                     {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst},
+                                     {DNNL_ARG_SCRATCHPAD, s.scratchpad}});
+        stream.wait();
+    }
+@EPILOGUE@}
+)";
+
+// im2col (Caffe's layout: one row of OH * OW per (channel, kernel row, kernel column)) then one
+// sgemm per image, W [M, C*KH*KW] @ col [C*KH*KW, OH*OW] = Y[b] in NCHW as is.
+constexpr std::string_view kIm2colSource = R"(// Kiln convolution choice: im2col + OpenBLAS sgemm
+// Y = epilogue(@PROBLEM@ + bias), NCHW
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+@CONSTANTS@
+// A 1x1, stride-1, unpadded convolution is a GEMM on X as is.
+constexpr bool kDirect = kKH == 1 && kKW == 1 && kSH == 1 && kSW == 1 && kPT == 0 && kPL == 0 &&
+                         kPB == 0 && kPR == 0;
+
+void im2col(const float* x, float* col) {
+    #pragma omp parallel for if (kDepth * kOH * kOW >= (int64_t{1} << 15))
+    for (int64_t t = 0; t < kDepth; ++t) {
+        const int64_t ic = t / (kKH * kKW), kh = (t / kKW) % kKH, kw = t % kKW;
+        float* dst = col + t * (kOH * kOW);
+        for (int64_t oh = 0; oh < kOH; ++oh) {
+            const int64_t ih = oh * kSH - kPT + kh * kDH;
+            float* d = dst + oh * kOW;
+            if (ih < 0 || ih >= kH) {
+                std::fill_n(d, kOW, 0.0f);
+                continue;
+            }
+            const float* src = x + (ic * kH + ih) * kW;
+            for (int64_t ow = 0; ow < kOW; ++ow) {
+                const int64_t iw = ow * kSW - kPL + kw * kDW;
+                d[ow] = iw >= 0 && iw < kW ? src[iw] : 0.0f;
+            }
+        }
+    }
+}
+
+}  // namespace
+
+extern "C" void @NAME@(const float* X, const float* Wp, float* Y@PARAMS@) {
+    static thread_local std::vector<float> col;
+    if (!kDirect) col.resize(kDepth * kOH * kOW);
+    for (int64_t b = 0; b < kN; ++b) {
+        const float* x = X + b * (kC * kH * kW);
+        const float* B = x;
+        if (!kDirect) {
+            im2col(x, col.data());
+            B = col.data();
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(kM),
+                    static_cast<blasint>(kOH * kOW), static_cast<blasint>(kDepth), 1.0f, Wp,
+                    static_cast<blasint>(kDepth), B, static_cast<blasint>(kOH * kOW), 0.0f,
+                    Y + b * (kM * kOH * kOW), static_cast<blasint>(kOH * kOW));
+    }
+@EPILOGUE@}
+)";
+
+std::vector<std::pair<std::string, std::string>> values(const ConvProblem& p,
+                                                        const std::string& function_name,
+                                                        const GemmEpilogue& epilogue) {
+  auto s = [](int64_t v) { return std::to_string(v); };
+  std::vector<std::pair<std::string, std::string>> constants = {
+      {"N", s(p.n)},           {"C", s(p.c)},           {"H", s(p.h)},
+      {"W", s(p.w)},           {"M", s(p.m)},           {"KH", s(p.kh)},
+      {"KW", s(p.kw)},         {"SH", s(p.stride_h)},   {"SW", s(p.stride_w)},
+      {"DH", s(p.dilation_h)}, {"DW", s(p.dilation_w)}, {"PT", s(p.pad_top)},
+      {"PL", s(p.pad_left)},   {"PB", s(p.pad_bottom)}, {"PR", s(p.pad_right)},
+      {"OH", s(p.oh())},       {"OW", s(p.ow())}};
+  const std::string pass = substitute_placeholders(
+      std::string(kBiasPass), {{"EXPR", epilogue.empty() ? "v" : "(" + epilogue.expr + ")"}});
+  return {{"CONSTANTS", substitute_placeholders(std::string(kConstants), constants)},
+          {"PROBLEM", p.text()},
+          {"NAME", function_name},
+          {"PARAMS", render_epilogue_params(epilogue)},
+          {"EPILOGUE", pass}};
+}
+
+// Library choices read W [M, C*KH*KW] as is, the bias after it.
+std::vector<float> plain_weight(const ConvProblem& p, const float* w, const float* bias) {
+  std::vector<float> out(w, w + p.m * p.depth());
+  if (bias != nullptr) {
+    out.insert(out.end(), bias, bias + p.m);
+  } else {
+    out.resize(out.size() + static_cast<size_t>(p.m), 0.0f);
+  }
+  return out;
+}
+
+// The oneDNN source applies the bias itself; only the epilogue is a pass.
+std::string onednn_epilogue(const GemmEpilogue& epilogue) {
+  if (epilogue.empty()) return "";
+  return fmt::format(
+      "    // The epilogue, in a pass over Y.\n"
+      "    #pragma omp parallel for if (kN * kM * kOH * kOW >= (int64_t{{1}} << 16))\n"
+      "    for (int64_t m = 0; m < kN * kM * kOH; ++m) {{\n"
+      "        float* y = Y + m * kOW;\n"
+      "        for (int64_t n = 0; n < kOW; ++n) {{\n"
+      "            const float v = y[n];\n"
+      "            y[n] = ({});\n"
+      "        }}\n"
+      "    }}\n",
+      epilogue.expr);
+}
+
+class LibraryChoice final : public ConvChoice {
+ public:
+  LibraryChoice(const ConvProblem& problem, bool onednn) : problem_(problem), onednn_(onednn) {
+    check_conv_problem(problem);
+  }
+  std::string name() const override { return onednn_ ? "onednn" : "im2col-openblas"; }
+  std::string backend() const override { return "extern"; }
+  std::vector<float> prepare(const float* w, const float* bias) const override {
+    return plain_weight(problem_, w, bias);
+  }
+  std::string render(const std::string& function_name,
+                     const GemmEpilogue& epilogue) const override {
+    auto v = values(problem_, function_name, epilogue);
+    if (onednn_) {
+      v.back().second = onednn_epilogue(epilogue);
+      return substitute_placeholders(std::string(kOnednnSource), v);
+    }
+    return substitute_placeholders(std::string(kIm2colSource), v);
+  }
+  GemmLinkage linkage() const override {
+    if (onednn_) return {{}, {"dnnl"}};
+    return {{kOpenblasInclude}, {kOpenblasLibrary}};
+  }
+  const ConvProblem& problem() const override { return problem_; }
+
+ private:
+  ConvProblem problem_;
+  bool onednn_;
+};
+
+class TemplateChoice final : public ConvChoice {
+ public:
+  TemplateChoice(const ConvConfig& config, const ConvProblem& problem)
+      : config_(config), problem_(problem) {
+    check_conv_config(config);
+    check_conv_problem(problem);
+  }
+  std::string name() const override { return "template " + config_.name(); }
+  std::string backend() const override { return "template"; }
+  std::vector<float> prepare(const float* w, const float* bias) const override {
+    return prepack_conv_weights(config_, problem_, w, bias);
+  }
+  std::string render(const std::string& function_name,
+                     const GemmEpilogue& epilogue) const override {
+    return render_conv(config_, problem_, function_name, epilogue);
+  }
+  const ConvConfig* template_config() const override { return &config_; }
+  const ConvProblem& problem() const override { return problem_; }
+
+ private:
+  ConvConfig config_;
+  ConvProblem problem_;
+};
+
+}  // namespace
+
+std::string ConvChoice::hash_key() const {
+  Sha256 hash;
+  hash.update(name()).update("\n").update(backend()).update("\n");
+  hash.update(render("kiln_conv_choice"));
+  const GemmLinkage link = linkage();
+  for (const std::string& dir : link.include_dirs) hash.update("\n-I").update(dir);
+  for (const std::string& library : link.libraries) hash.update("\n-l").update(library);
+  return hash.hex_digest();
+}
+
+ConvChoicePtr make_conv_onednn_choice(const ConvProblem& problem) {
+  return std::make_shared<LibraryChoice>(problem, true);
+}
+
+ConvChoicePtr make_conv_im2col_choice(const ConvProblem& problem) {
+  return std::make_shared<LibraryChoice>(problem, false);
+}
+
+ConvChoicePtr make_conv_template_choice(const ConvConfig& config, const ConvProblem& problem) {
+  return std::make_shared<TemplateChoice>(config, problem);
+}
+
+std::vector<ConvChoicePtr> conv_choices(const ConvProblem& problem, int threads, GemmIsa isa) {
+  const std::vector<ConvConfig> configs = conv_configs(problem, threads, isa);
+  // oneDNN is the heuristic for 1x1 convolutions over images of 28 x 28 or more: its blocked
+  // layouts ran 1.2-1.7x faster than every template config at ResNet-50's 1x1 layers of that size
+  // (bench/resnet_conv_bench.cpp, AVX-512, one core), where the template re-reads each input row
+  // from memory for every channel block.
+  const bool onednn_first =
+      configs.empty() || (problem.kh == 1 && problem.kw == 1 && problem.oh() * problem.ow() >= 784);
+  std::vector<ConvChoicePtr> choices;
+  if (onednn_first) choices.push_back(make_conv_onednn_choice(problem));
+  if (!configs.empty()) choices.push_back(make_conv_template_choice(configs.front(), problem));
+  if (!onednn_first) choices.push_back(make_conv_onednn_choice(problem));
+  choices.push_back(make_conv_im2col_choice(problem));
+  for (size_t i = 1; i < configs.size(); ++i) {
+    choices.push_back(make_conv_template_choice(configs[i], problem));
+  }
+  return choices;
+}
+
+ConvChoicePtr make_conv_choice(const std::string& name, const ConvProblem& problem) {
+  constexpr std::string_view kTemplate = "template ";
+  if (name == "onednn") return make_conv_onednn_choice(problem);
+  if (name == "im2col-openblas") return make_conv_im2col_choice(problem);
+  KILN_CHECK(name.rfind(kTemplate, 0) == 0, "unknown convolution choice '{}'", name);
+  return make_conv_template_choice(decode_conv_config(name.substr(kTemplate.size())), problem);
+}
+
+}  // namespace kiln::autotune

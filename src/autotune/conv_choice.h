@@ -1,0 +1,78 @@
+#pragma once
+/// Convolution choices: the candidate implementations of one 2-D float32 convolution
+/// (autotune/conv_template.h's ConvProblem) behind one interface, as GemmChoice is for GEMM
+/// (Inductor's ChoiceCaller). A choice prepares the constant weight and bias once at compile time
+/// (prepare) and renders one self-contained C++17 translation unit defining
+///
+///   extern "C" void <function_name>(const float* X, const float* Wprepared, float* Y
+///                                   [, const float* <epilogue argument>]...);
+///
+/// X [N, C, H, W] and Y [N, M, OH, OW] contiguous; the epilogue (GemmEpilogue) sees v (the
+/// biased sum), m = (b * M + oc) * OH + oh and n = ow. The choices:
+///   onednn    oneDNN convolution_forward (weights reordered into its blocked layout on the
+///             first call and kept), the epilogue in a pass over Y after the call
+///   im2col    im2col into a per-thread buffer (none for 1x1 stride-1 unpadded convolutions, which
+///             are a GEMM on X as is) + OpenBLAS sgemm per image, bias and epilogue in a pass
+///   template  the direct convolution template at each config of conv_configs, the bias and the
+///             epilogue fused
+/// Tested in tests/unit/autotune/conv_template_test.cpp.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autotune/choice.h"
+#include "autotune/conv_template.h"
+
+namespace kiln::autotune {
+
+/// One candidate implementation of a convolution problem.
+class ConvChoice {
+ public:
+  virtual ~ConvChoice() = default;
+
+  /// Unique among the choices of a problem: "onednn", "im2col-openblas",
+  /// "template avx512_oc32x14_ic64".
+  virtual std::string name() const = 0;
+
+  /// "extern" for library calls, "template" for generated kernels.
+  virtual std::string backend() const = 0;
+
+  /// The SHA-256 of the name, backend, rendered source and linkage (as GemmChoice::hash_key).
+  std::string hash_key() const;
+
+  /// The weight argument from W [M, C, KH, KW] and the bias [M] (nullptr: none).
+  virtual std::vector<float> prepare(const float* w, const float* bias) const = 0;
+
+  /// The source of one translation unit defining `function_name`.
+  virtual std::string render(const std::string& function_name,
+                             const GemmEpilogue& epilogue = {}) const = 0;
+
+  virtual GemmLinkage linkage() const { return {}; }
+
+  /// The template config of a template choice; nullptr for the others.
+  virtual const ConvConfig* template_config() const { return nullptr; }
+
+  /// The problem the choice was built for.
+  virtual const ConvProblem& problem() const = 0;
+};
+
+using ConvChoicePtr = std::shared_ptr<const ConvChoice>;
+
+ConvChoicePtr make_conv_onednn_choice(const ConvProblem& problem);
+ConvChoicePtr make_conv_im2col_choice(const ConvProblem& problem);
+ConvChoicePtr make_conv_template_choice(const ConvConfig& config, const ConvProblem& problem);
+
+/// Every choice for `problem` on `threads` threads with template configs for `isa` (a library
+/// built for an older CPU than this host's passes its ISA): first the heuristic one (the
+/// template at conv_default_config; oneDNN for 1x1 convolutions with 784 or
+/// more output pixels, or when no config fits), then the other of the two, im2col + OpenBLAS and
+/// the other template configs.
+std::vector<ConvChoicePtr> conv_choices(const ConvProblem& problem, int threads,
+                                        GemmIsa isa = host_gemm_isa());
+
+/// Rebuilds the choice named `name` (as lowering recorded it: the name, and the config text of a
+/// template). Throws InternalError for an unknown name.
+ConvChoicePtr make_conv_choice(const std::string& name, const ConvProblem& problem);
+
+}  // namespace kiln::autotune

@@ -1,0 +1,168 @@
+#include "lower/conv_select.h"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include "autotune/select.h"
+#include "support/log.h"
+
+namespace kiln::lower {
+namespace {
+
+using graph::DType;
+
+std::optional<int64_t> static_size(const sym::Expr& e) { return e.as_integer(); }
+
+// A constant float32 buffer viewed whole and contiguous, or nullptr.
+const ir::Buffer* whole_constant(const ir::Program& program, const ir::View& view) {
+  const ir::Buffer* b = program.find(view.buffer);
+  if (b == nullptr || b->kind != ir::BufferKind::kConstant || b->dtype != DType::kFloat32 ||
+      b->constant == nullptr || !view.layout.is_contiguous() ||
+      view.layout.offset != sym::Expr(0) || view.layout.numel() != b->layout.numel()) {
+    return nullptr;
+  }
+  return b;
+}
+
+// The problem of a convolution the choices implement, or nullopt.
+std::optional<autotune::ConvProblem> template_problem(const ir::Program& program,
+                                                      const ir::Buffer& conv) {
+  if (conv.kind != ir::BufferKind::kExtern || conv.call.kernel != "conv" ||
+      conv.dtype != DType::kFloat32 || conv.call.attrs.count("post_ops") ||
+      conv.call.attrs.count("choice") || conv.call.attr_int("group", 1) != 1 ||
+      conv.call.inputs.size() < 2 || !conv.call.inputs[0] || !conv.call.inputs[1]) {
+    return std::nullopt;
+  }
+  const ir::View& x = *conv.call.inputs[0];
+  const ir::View& w = *conv.call.inputs[1];
+  if (x.layout.rank() != 4 || w.layout.rank() != 4 || x.dtype != DType::kFloat32 ||
+      !x.layout.is_contiguous() || !conv.layout.is_contiguous()) {
+    return std::nullopt;
+  }
+  if (whole_constant(program, w) == nullptr) return std::nullopt;
+  if (conv.call.inputs.size() > 2 && conv.call.inputs[2] &&
+      whole_constant(program, *conv.call.inputs[2]) == nullptr) {
+    return std::nullopt;
+  }
+  std::vector<int64_t> xs, ws;
+  for (size_t d = 0; d < 4; ++d) {
+    std::optional<int64_t> a = static_size(x.layout.sizes[d]), b = static_size(w.layout.sizes[d]);
+    if (!a || !b) return std::nullopt;
+    xs.push_back(*a);
+    ws.push_back(*b);
+  }
+  const std::vector<int64_t> strides = conv.call.attr_ints("strides"),
+                             pads = conv.call.attr_ints("pads"),
+                             dilations = conv.call.attr_ints("dilations");
+  autotune::ConvProblem p;
+  p.n = xs[0];
+  p.c = xs[1];
+  p.h = xs[2];
+  p.w = xs[3];
+  p.m = ws[0];
+  p.kh = ws[2];
+  p.kw = ws[3];
+  if (ws[1] != p.c) return std::nullopt;
+  if (strides.size() == 2) std::tie(p.stride_h, p.stride_w) = std::tie(strides[0], strides[1]);
+  if (dilations.size() == 2) {
+    std::tie(p.dilation_h, p.dilation_w) = std::tie(dilations[0], dilations[1]);
+  }
+  if (pads.size() == 4) {
+    p.pad_top = pads[0];
+    p.pad_left = pads[1];
+    p.pad_bottom = pads[2];
+    p.pad_right = pads[3];
+  }
+  if (p.n <= 0 || p.c <= 0 || p.h <= 0 || p.w <= 0 || p.m <= 0 || p.oh() <= 0 || p.ow() <= 0)
+    return std::nullopt;
+  if (static_size(conv.layout.sizes[2]) != p.oh() || static_size(conv.layout.sizes[3]) != p.ow())
+    return std::nullopt;
+  return p;
+}
+
+bool is_read(const ir::Program& program, const std::string& name) {
+  for (const ir::OutputSpec& o : program.outputs) {
+    if (o.buffer == name) return true;
+  }
+  for (const auto& b : program.buffers) {
+    const std::vector<std::string> reads = b->reads();
+    if (std::find(reads.begin(), reads.end(), name) != reads.end()) return true;
+  }
+  return false;
+}
+
+autotune::ConvChoicePtr choose(const autotune::ConvProblem& problem,
+                               const LoweringOptions& options) {
+  if (options.conv_choice == "template") {
+    const std::optional<autotune::ConvConfig> config =
+        autotune::conv_default_config(problem, options.threads,
+                                      options.gemm_isa.value_or(autotune::host_gemm_isa()));
+    if (config) return autotune::make_conv_template_choice(*config, problem);
+    return autotune::make_conv_onednn_choice(problem);
+  }
+  if (!options.conv_choice.empty()) return autotune::make_conv_choice(options.conv_choice, problem);
+  autotune::ConvSelectRequest request;
+  request.problem = problem;
+  request.threads = options.threads;
+  request.mode = options.autotune;
+  request.code_cache_dir = options.code_cache_dir;
+  request.isa = options.gemm_isa;
+  return autotune::select_conv(request).choice;
+}
+
+}  // namespace
+
+int select_conv_choices(ir::Program& program, const LoweringOptions& options) {
+  int selected = 0;
+  for (size_t i = 0; i < program.buffers.size(); ++i) {
+    ir::Buffer& conv = *program.buffers[i];
+    const std::optional<autotune::ConvProblem> problem = template_problem(program, conv);
+    if (!problem) continue;
+    const autotune::ConvChoicePtr choice = choose(*problem, options);
+    if (choice->name() == "onednn") continue;
+
+    const ir::Buffer* w = program.find(conv.call.inputs[1]->buffer);
+    const ir::Buffer* b = conv.call.inputs.size() > 2 && conv.call.inputs[2]
+                              ? program.find(conv.call.inputs[2]->buffer)
+                              : nullptr;
+    const std::vector<float> prepared = choice->prepare(
+        w->constant->values<float>().data(), b ? b->constant->values<float>().data() : nullptr);
+    auto tensor = std::make_shared<graph::Tensor>(
+        DType::kFloat32, std::vector<int64_t>{static_cast<int64_t>(prepared.size())});
+    std::copy(prepared.begin(), prepared.end(), tensor->mutable_values<float>().begin());
+    auto weight = std::make_unique<ir::Buffer>();
+    weight->name = conv.name + "_w";
+    weight->kind = ir::BufferKind::kConstant;
+    weight->dtype = DType::kFloat32;
+    weight->layout = ir::Layout::contiguous({sym::Expr(static_cast<int64_t>(prepared.size()))});
+    weight->constant = tensor;
+    const std::set<std::string> old = {w->name, b ? b->name : w->name};
+    conv.call.inputs = {conv.call.inputs[0],
+                        ir::View{weight->name, DType::kFloat32, weight->layout}};
+    conv.call.attrs["choice"] = choice->name();
+    conv.call.attrs["problem"] = autotune::conv_problem_ints(*problem);
+    // The prepared layout, for the interpreter (ir/interpreter_extern.cpp).
+    const autotune::ConvConfig* config = choice->template_config();
+    conv.call.attrs["ocb"] = int64_t{config ? config->ocb : 1};
+    program.buffers.insert(program.buffers.begin() + static_cast<std::ptrdiff_t>(i),
+                           std::move(weight));
+    ++i;
+    // The plain weight and bias are dead unless something else reads them.
+    for (const std::string& name : old) {
+      if (is_read(program, name)) continue;
+      auto it = std::find_if(program.buffers.begin(), program.buffers.end(),
+                             [&](const auto& buffer) { return buffer->name == name; });
+      if (it == program.buffers.end()) continue;
+      if (it - program.buffers.begin() <= static_cast<std::ptrdiff_t>(i)) --i;
+      program.buffers.erase(it);
+    }
+    log::write(log::Category::kAutotune, "{}: {} runs as '{}'", conv.name, problem->text(),
+               choice->name());
+    ++selected;
+  }
+  return selected;
+}
+
+}  // namespace kiln::lower

@@ -71,10 +71,11 @@ CachedResult result_from_json(const json& j) {
 
 }  // namespace
 
-fs::path default_autotune_cache_path() {
+fs::path default_autotune_cache_path(const fs::path& code_cache_dir) {
   const char* env = std::getenv("KILN_AUTOTUNE_CACHE");
   if (env != nullptr && *env != '\0') return fs::path(env);
-  return codecache::default_cache_dir() / "autotune.json";
+  return (code_cache_dir.empty() ? codecache::default_cache_dir() : code_cache_dir) /
+         "autotune.json";
 }
 
 const HostCpu& host_cpu() {

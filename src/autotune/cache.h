@@ -30,8 +30,9 @@
 
 namespace kiln::autotune {
 
-/// The cache file: $KILN_AUTOTUNE_CACHE, else <code cache dir>/autotune.json.
-std::filesystem::path default_autotune_cache_path();
+/// The cache file: $KILN_AUTOTUNE_CACHE, else <code cache dir>/autotune.json (`code_cache_dir`,
+/// or codecache::default_cache_dir() when it is empty).
+std::filesystem::path default_autotune_cache_path(const std::filesystem::path& code_cache_dir = {});
 
 /// This host's CPU for cache keys: the model name and the SIMD flags (sse*, avx*, fma, f16c,
 /// amx*) of /proc/cpuinfo, read once.

@@ -110,7 +110,12 @@ constexpr std::string_view kIm2colSource = R"(// Kiln convolution choice: im2col
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 #include <vector>
+
+// OpenBLAS's OpenMP build does not support concurrent callers: BLAS calls of a model library
+// take this lock (the same inline variable as kiln_rt_blas.h's).
+inline std::mutex kiln_blas_mutex;
 
 namespace {
 
@@ -152,6 +157,7 @@ extern "C" void @NAME@(const float* X, const float* Wp, float* Y@PARAMS@) {
             im2col(x, col.data());
             B = col.data();
         }
+        std::lock_guard<std::mutex> lock(kiln_blas_mutex);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(kM),
                     static_cast<blasint>(kOH * kOW), static_cast<blasint>(kDepth), 1.0f, Wp,
                     static_cast<blasint>(kDepth), B, static_cast<blasint>(kOH * kOW), 0.0f,

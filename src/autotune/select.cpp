@@ -309,8 +309,9 @@ void select_candidate(std::vector<Candidate>& candidates, const Problem& problem
   selection.source = "heuristic";
   if (problem.mode == AutotuneMode::kOff) return;
 
-  const AutotuneCache cache(problem.cache_path.empty() ? default_autotune_cache_path()
-                                                       : problem.cache_path);
+  const AutotuneCache cache(problem.cache_path.empty()
+                                ? default_autotune_cache_path(problem.code_cache_dir)
+                                : problem.cache_path);
   const CachedResults cached = cache.lookup(problem.key);
   for (Candidate& candidate : candidates) {
     const auto found = cached.find(candidate.name);

@@ -20,11 +20,11 @@ expect_line() {  # expect_line FILE PATTERN: some line of FILE matches PATTERN (
   grep -qE -- "$2" "$1" || fail "no line of $1 matches '$2'"
 }
 
-"$KILN" bench "$MODEL" --iters 5 --warmup 2 --threads 1 --shape x=8x16 --cache-dir "$CACHE" \
+"$KILN" bench "$MODEL" --iters 5 --warmup 2 --threads 2 --shape x=8x16 --cache-dir "$CACHE" \
   >"$SCRATCH/text.txt" || fail "kiln bench failed"
 cat "$SCRATCH/text.txt"
 NUM='[0-9]+\.[0-9]{3}'
-expect_line "$SCRATCH/text.txt" "^kiln bench .*mlp\.onnx: 1 OpenMP threads$"
+expect_line "$SCRATCH/text.txt" "^kiln bench .*mlp\.onnx: 2 OpenMP threads$"
 expect_line "$SCRATCH/text.txt" \
   "^compiled: [0-9]+ kernels, [0-9]+ library calls, built \([0-9]+\.[0-9]{2} s\)$"
 expect_line "$SCRATCH/text.txt" "^input x: seeded random float32 \[8, 16\]$"

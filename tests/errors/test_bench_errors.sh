@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `kiln bench` with a bad --shape (wrong dims, unknown input, wrong rank, not dims, a symbol given
-# two values) or a compiled .so (not loadable by this build yet): exit 2, one line naming the
+# two values) or a file named .so that is not a model library: exit 2, one line naming the
 # argument. A correct --shape first shows the model itself runs.
 source "$(dirname "$0")/run_lib.sh"
 run_model argmax "$SCRATCH/m.onnx"  # x: float32[batch, 4]
@@ -24,5 +24,5 @@ expect_error 2 "^kiln: error: --shape x=2x3: input 'x' is given a shape twice" -
 expect_error 2 '^kiln: error: --shape s=4: ' "input 's' is float32\[3\]" 'does not match \[4\]' -- \
   bench "$SCRATCH/two.onnx" --shape s=4 --cache-dir "$CACHE"
 cp "$SCRATCH/m.onnx" "$SCRATCH/m.so"
-expect_error 2 '^kiln: error: kiln bench: loading a compiled \.so is not supported by this build' \
+expect_error 2 '^kiln: error: .*/m\.so: not a model library \(not a 64-bit ELF shared object\)$' \
   -- bench "$SCRATCH/m.so"

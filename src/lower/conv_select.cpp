@@ -96,9 +96,8 @@ bool is_read(const ir::Program& program, const std::string& name) {
 autotune::ConvChoicePtr choose(const autotune::ConvProblem& problem,
                                const LoweringOptions& options) {
   if (options.conv_choice == "template") {
-    const std::optional<autotune::ConvConfig> config =
-        autotune::conv_default_config(problem, options.threads,
-                                      options.gemm_isa.value_or(autotune::host_gemm_isa()));
+    const std::optional<autotune::ConvConfig> config = autotune::conv_default_config(
+        problem, options.threads, options.gemm_isa.value_or(autotune::host_gemm_isa()));
     if (config) return autotune::make_conv_template_choice(*config, problem);
     return autotune::make_conv_onednn_choice(problem);
   }

@@ -120,6 +120,77 @@ extern "C" void @NAME@(int64_t M, const float* A, const float* B, float* C@PARAM
 @EPILOGUE@}
 )";
 
+// oneDNN 2.x with B in the layout the primitive prefers (its blocked layout), reordered once per
+// M on first use: the counterpart of the template's prepacked B.
+constexpr std::string_view kOnednnPackedSource = R"(// Kiln GEMM choice: oneDNN matmul, B in its blocked layout
+// C[M, @N@] = epilogue(A[M, @K@] @ B[@K@, @N@]), all row-major
+#include <dnnl.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+namespace {
+
+// Per M: the primitive, and B reordered once into the layout it chose (format_tag::any).
+struct Packed {
+    dnnl::matmul matmul;
+    const float* source = nullptr;
+    dnnl::memory weights;
+};
+
+struct GemmState {
+    dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+    std::mutex mutex;
+    std::map<int64_t, Packed> by_m;
+};
+
+}  // namespace
+
+extern "C" void @NAME@(int64_t M, const float* A, const float* B, float* C@PARAMS@) {
+    constexpr int64_t kN = @N@, kK = @K@;
+    using tag = dnnl::memory::format_tag;
+    using dt = dnnl::memory::data_type;
+    if (M <= 0) return;
+    if (kK == 0) {
+        std::fill_n(C, M * kN, 0.0f);
+    } else {
+        static GemmState state;
+        const dnnl::memory::desc a_md({M, kK}, dt::f32, tag::ab);
+        const dnnl::memory::desc b_md({kK, kN}, dt::f32, tag::ab);
+        const dnnl::memory::desc any_md({kK, kN}, dt::f32, tag::any);
+        const dnnl::memory::desc c_md({M, kN}, dt::f32, tag::ab);
+        dnnl::stream stream(state.engine);
+        dnnl::matmul matmul;
+        dnnl::memory weights;
+        {
+            std::lock_guard<std::mutex> lock(state.mutex);
+            Packed& p = state.by_m[M];
+            if (!p.matmul) {
+                const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, any_md, c_md),
+                                                      state.engine);
+                p.matmul = dnnl::matmul(pd);
+                p.weights = dnnl::memory(pd.weights_desc(), state.engine);
+            }
+            if (p.source != B) {  // a constant weight: reordered on the first call only
+                dnnl::memory plain(b_md, state.engine, const_cast<float*>(B));
+                dnnl::reorder(plain, p.weights).execute(stream, plain, p.weights);
+                stream.wait();
+                p.source = B;
+            }
+            matmul = p.matmul;
+            weights = p.weights;
+        }
+        dnnl::memory a(a_md, state.engine, const_cast<float*>(A));
+        dnnl::memory c(c_md, state.engine, C);
+        matmul.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}});
+        stream.wait();
+    }
+@EPILOGUE@}
+)";
+
 class OpenblasChoice final : public GemmChoice {
  public:
   explicit OpenblasChoice(const GemmProblem& problem) : problem_(problem) {
@@ -143,21 +214,24 @@ class OpenblasChoice final : public GemmChoice {
 
 class OnednnChoice final : public GemmChoice {
  public:
-  explicit OnednnChoice(const GemmProblem& problem) : problem_(problem) { check_problem(problem); }
-  std::string name() const override { return "onednn"; }
+  OnednnChoice(const GemmProblem& problem, bool packed) : problem_(problem), packed_(packed) {
+    check_problem(problem);
+  }
+  std::string name() const override { return packed_ ? "onednn-packed" : "onednn"; }
   std::string backend() const override { return "extern"; }
   std::vector<float> prepare(const float* b, int64_t k, int64_t n) const override {
     return copy_weight(problem_, b, k, n);
   }
   std::string render(const std::string& function_name,
                      const GemmEpilogue& epilogue) const override {
-    return substitute_placeholders(std::string(kOnednnSource),
+    return substitute_placeholders(std::string(packed_ ? kOnednnPackedSource : kOnednnSource),
                                    common_values(problem_, function_name, epilogue));
   }
   GemmLinkage linkage() const override { return {{}, {"dnnl"}}; }
 
  private:
   GemmProblem problem_;
+  bool packed_;
 };
 
 class TemplateChoice final : public GemmChoice {
@@ -213,8 +287,8 @@ GemmChoicePtr make_openblas_choice(const GemmProblem& problem) {
   return std::make_shared<OpenblasChoice>(problem);
 }
 
-GemmChoicePtr make_onednn_choice(const GemmProblem& problem) {
-  return std::make_shared<OnednnChoice>(problem);
+GemmChoicePtr make_onednn_choice(const GemmProblem& problem, bool packed) {
+  return std::make_shared<OnednnChoice>(problem, packed);
 }
 
 GemmChoicePtr make_template_choice(const GemmConfig& config, const GemmProblem& problem) {
@@ -228,6 +302,7 @@ std::vector<GemmChoicePtr> gemm_choices(int64_t m_hint, const GemmProblem& probl
   choices.push_back(make_template_choice(configs.front(), problem));
   choices.push_back(make_openblas_choice(problem));
   choices.push_back(make_onednn_choice(problem));
+  choices.push_back(make_onednn_choice(problem, /*packed=*/true));
   for (size_t i = 1; i < configs.size(); ++i) {
     choices.push_back(make_template_choice(configs[i], problem));
   }

@@ -13,7 +13,9 @@
 ///
 /// which a compiled model can include as is, compiled with the include directories and libraries
 /// of linkage(). The choices: OpenBLAS cblas_sgemm, oneDNN matmul (a primitive per M, created on
-/// first use and cached in a function-local static) and the C++ template (gemm_template.h) at
+/// first use and cached in a function-local static) on B as is or ("onednn-packed") on B
+/// reordered once into the blocked layout the primitive prefers, and the C++ template
+/// (gemm_template.h) at
 /// each config of gemm_configs. Library choices apply an epilogue in a pass over C after the
 /// call; the template fuses it. Tested in tests/unit/autotune/choice_test.cpp.
 
@@ -70,8 +72,9 @@ using GemmChoicePtr = std::shared_ptr<const GemmChoice>;
 /// OpenBLAS cblas_sgemm (Debian's OpenMP build).
 GemmChoicePtr make_openblas_choice(const GemmProblem& problem);
 
-/// oneDNN matmul with B in plain row-major layout.
-GemmChoicePtr make_onednn_choice(const GemmProblem& problem);
+/// oneDNN matmul with B in plain row-major layout, or with `packed` in the layout the primitive
+/// prefers (reordered on the first call).
+GemmChoicePtr make_onednn_choice(const GemmProblem& problem, bool packed = false);
 
 /// The C++ template at `config`.
 GemmChoicePtr make_template_choice(const GemmConfig& config, const GemmProblem& problem);

@@ -457,8 +457,9 @@ class WrapperWriter {
     } else if (choice_name == "openblas") {
       choice = autotune::make_openblas_choice(problem);
     } else {
-      KILN_CHECK(choice_name == "onednn", "unknown GEMM choice '{}'", choice_name);
-      choice = autotune::make_onednn_choice(problem);
+      KILN_CHECK(choice_name == "onednn" || choice_name == "onednn-packed",
+                 "unknown GEMM choice '{}'", choice_name);
+      choice = autotune::make_onednn_choice(problem, choice_name == "onednn-packed");
     }
     GemmEpilogueCode epilogue;
     if (call.attrs.count("product")) {

@@ -25,9 +25,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+/// This test's own directory (ctest runs the tests in parallel processes), with the models in
+/// models/. The code cache, test-tmp/aot/cache, is shared: it is safe between processes.
 const fs::path& scratch() {
   static const fs::path dir = [] {
-    fs::path d = fs::path(KILN_BUILD_DIR) / "test-tmp" / "aot";
+    fs::path d = fs::path(KILN_BUILD_DIR) / "test-tmp" / "aot" /
+                 ::testing::UnitTest::GetInstance()->current_test_info()->name();
     fs::remove_all(d);
     fs::create_directories(d);
     const std::string command = "/usr/bin/python3 '" KILN_TESTS_DIR "/aot/make_aot_models.py' '" +
@@ -43,7 +46,7 @@ driver::LibraryResult build(const std::string& model, const std::string& output,
   driver::LibraryOptions options;
   options.output = scratch() / output;
   options.external_weights = external;
-  options.compile.cache_dir = scratch() / "cache";
+  options.compile.cache_dir = fs::path(KILN_BUILD_DIR) / "test-tmp" / "aot" / "cache";
   options.compile.autotune = autotune::AutotuneMode::kOff;
   return driver::compile_library(onnx::import_model(scratch() / "models" / model), options);
 }

@@ -38,6 +38,7 @@ int compile_model(const CompileArgs& args) {
   options.output = args.output;
   options.external_weights = args.weights == "external";
   options.target = args.target;
+  options.find_dependencies = true;
   options.compile.dump_dir = args.dump_dir;
   options.compile.cache_dir = args.cache_dir;
   if (!args.autotune.empty())

@@ -361,7 +361,7 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
   result.features = target.features;
   result.arena_bytes = bytes_expr(g.source.arena.total);
   result.intermediate_bytes = bytes_expr(g.source.arena.intermediates);
-  find_dependencies(result.library, result);
+  if (options.find_dependencies) find_dependencies(result.library, result);
   fill_stats(g, result.stats);
   result.stats.cache_hit = cache.stats().compiles == 0;
   result.stats.seconds =

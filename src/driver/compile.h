@@ -108,6 +108,8 @@ struct LibraryOptions {
   bool external_weights = false;
   /// "x86-64-v3" (AVX2 and FMA: any recent x86-64 server) or "native" (this machine's CPU).
   std::string target = "x86-64-v3";
+  /// Fill LibraryResult::needed and packages (runs ldd and dpkg: for `kiln compile`'s report).
+  bool find_dependencies = false;
 };
 
 struct LibraryResult {
@@ -120,7 +122,8 @@ struct LibraryResult {
   /// (both in bytes; expressions of the size symbols for dynamic shapes).
   std::string arena_bytes;
   std::string intermediate_bytes;
-  /// Shared libraries it needs at run time (ldd) and the Debian packages that hold them.
+  /// Shared libraries it needs at run time (ldd) and the Debian packages that hold them, when
+  /// LibraryOptions::find_dependencies asked for them.
   std::vector<std::string> needed;
   std::vector<std::string> packages;
   CompileStats stats;

@@ -66,8 +66,10 @@ extern "C" void @NAME@(int64_t M, const float* A, const float* B, float* C@PARAM
 )";
 
 // oneDNN 2.x: one primitive per M, created on first use under a mutex and kept for the life of
-// the library (executing one primitive from several threads at once is allowed).
-constexpr std::string_view kOnednnSource = R"(// Kiln GEMM choice: oneDNN matmul, B plain
+// the library (executing one primitive from several threads at once is allowed), on B as is or
+// on B reordered once into the layout the primitive prefers (its blocked layout: format_tag::any,
+// the counterpart of the template's prepacked B). @STATE@ and @CALL@ are the two variants'.
+constexpr std::string_view kOnednnSource = R"(// Kiln GEMM choice: oneDNN matmul, @VARIANT@
 // C[M, @N@] = epilogue(A[M, @K@] @ B[@K@, @N@]), all row-major
 #include <dnnl.hpp>
 
@@ -79,12 +81,7 @@ constexpr std::string_view kOnednnSource = R"(// Kiln GEMM choice: oneDNN matmul
 
 namespace {
 
-struct GemmState {
-    dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-    std::mutex mutex;
-    std::map<int64_t, dnnl::matmul> by_m;
-};
-
+@STATE@
 }  // namespace
 
 extern "C" void @NAME@(int64_t M, const float* A, const float* B, float* C@PARAMS@) {
@@ -99,7 +96,20 @@ extern "C" void @NAME@(int64_t M, const float* A, const float* B, float* C@PARAM
         const dnnl::memory::desc a_md({M, kK}, dt::f32, tag::ab);
         const dnnl::memory::desc b_md({kK, kN}, dt::f32, tag::ab);
         const dnnl::memory::desc c_md({M, kN}, dt::f32, tag::ab);
-        dnnl::matmul matmul;
+        dnnl::stream stream(state.engine);
+@CALL@        stream.wait();
+    }
+@EPILOGUE@}
+)";
+
+constexpr std::string_view kOnednnPlainState = R"(struct GemmState {
+    dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+    std::mutex mutex;
+    std::map<int64_t, dnnl::matmul> by_m;
+};
+)";
+
+constexpr std::string_view kOnednnPlainCall = R"(        dnnl::matmul matmul;
         {
             std::lock_guard<std::mutex> lock(state.mutex);
             auto found = state.by_m.find(M);
@@ -110,31 +120,14 @@ extern "C" void @NAME@(int64_t M, const float* A, const float* B, float* C@PARAM
             }
             matmul = found->second;
         }
-        dnnl::stream stream(state.engine);
         dnnl::memory a(a_md, state.engine, const_cast<float*>(A));
         dnnl::memory b(b_md, state.engine, const_cast<float*>(B));
         dnnl::memory c(c_md, state.engine, C);
         matmul.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-        stream.wait();
-    }
-@EPILOGUE@}
 )";
 
-// oneDNN 2.x with B in the layout the primitive prefers (its blocked layout), reordered once per
-// M on first use: the counterpart of the template's prepacked B.
-constexpr std::string_view kOnednnPackedSource = R"(// Kiln GEMM choice: oneDNN matmul, B in its blocked layout
-// C[M, @N@] = epilogue(A[M, @K@] @ B[@K@, @N@]), all row-major
-#include <dnnl.hpp>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <map>
-#include <mutex>
-
-namespace {
-
-// Per M: the primitive, and B reordered once into the layout it chose (format_tag::any).
+constexpr std::string_view kOnednnPackedState =
+    R"(// Per M: the primitive, and B reordered once into the layout it chose.
 struct Packed {
     dnnl::matmul matmul;
     const float* source = nullptr;
@@ -146,23 +139,10 @@ struct GemmState {
     std::mutex mutex;
     std::map<int64_t, Packed> by_m;
 };
+)";
 
-}  // namespace
-
-extern "C" void @NAME@(int64_t M, const float* A, const float* B, float* C@PARAMS@) {
-    constexpr int64_t kN = @N@, kK = @K@;
-    using tag = dnnl::memory::format_tag;
-    using dt = dnnl::memory::data_type;
-    if (M <= 0) return;
-    if (kK == 0) {
-        std::fill_n(C, M * kN, 0.0f);
-    } else {
-        static GemmState state;
-        const dnnl::memory::desc a_md({M, kK}, dt::f32, tag::ab);
-        const dnnl::memory::desc b_md({kK, kN}, dt::f32, tag::ab);
-        const dnnl::memory::desc any_md({kK, kN}, dt::f32, tag::any);
-        const dnnl::memory::desc c_md({M, kN}, dt::f32, tag::ab);
-        dnnl::stream stream(state.engine);
+constexpr std::string_view kOnednnPackedCall =
+    R"(        const dnnl::memory::desc any_md({kK, kN}, dt::f32, tag::any);
         dnnl::matmul matmul;
         dnnl::memory weights;
         {
@@ -186,9 +166,6 @@ extern "C" void @NAME@(int64_t M, const float* A, const float* B, float* C@PARAM
         dnnl::memory a(a_md, state.engine, const_cast<float*>(A));
         dnnl::memory c(c_md, state.engine, C);
         matmul.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}});
-        stream.wait();
-    }
-@EPILOGUE@}
 )";
 
 class OpenblasChoice final : public GemmChoice {
@@ -224,8 +201,12 @@ class OnednnChoice final : public GemmChoice {
   }
   std::string render(const std::string& function_name,
                      const GemmEpilogue& epilogue) const override {
-    return substitute_placeholders(std::string(packed_ ? kOnednnPackedSource : kOnednnSource),
-                                   common_values(problem_, function_name, epilogue));
+    std::vector<std::pair<std::string, std::string>> values =
+        common_values(problem_, function_name, epilogue);
+    values.emplace_back("VARIANT", packed_ ? "B in its blocked layout" : "B plain");
+    values.emplace_back("STATE", packed_ ? kOnednnPackedState : kOnednnPlainState);
+    values.emplace_back("CALL", packed_ ? kOnednnPackedCall : kOnednnPlainCall);
+    return substitute_placeholders(std::string(kOnednnSource), values);
   }
   GemmLinkage linkage() const override { return {{}, {"dnnl"}}; }
 

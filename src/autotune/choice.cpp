@@ -1,5 +1,7 @@
 #include "autotune/choice.h"
 
+#include "autotune/template_text.h"
+
 #include <fmt/format.h>
 
 #include <string_view>
@@ -24,7 +26,7 @@ std::vector<std::pair<std::string, std::string>> common_values(const GemmProblem
                                                                const std::string& function_name,
                                                                const GemmEpilogue& epilogue) {
   return {{"NAME", function_name},
-          {"PARAMS", render_epilogue_params(epilogue)},
+          {"PARAMS", epilogue_params(epilogue)},
           {"N", std::to_string(problem.n)},
           {"K", std::to_string(problem.k)},
           {"EPILOGUE", render_epilogue_pass(problem, epilogue)}};
@@ -302,12 +304,6 @@ std::string render_epilogue_pass(const GemmProblem& problem, const GemmEpilogue&
       "        }}\n"
       "    }}\n",
       problem.n, epilogue.expr);
-}
-
-std::string render_epilogue_params(const GemmEpilogue& epilogue) {
-  std::string text;
-  for (const std::string& arg : epilogue.args) text += fmt::format(", const float* {}", arg);
-  return text;
 }
 
 }  // namespace kiln::autotune

@@ -96,7 +96,4 @@ std::string render_epilogue_pass(const GemmProblem& problem, const GemmEpilogue&
 std::string substitute_placeholders(std::string text,
                                     const std::vector<std::pair<std::string, std::string>>& values);
 
-/// The parameter list tail for an epilogue's arguments: ", const float* bias" per argument.
-std::string render_epilogue_params(const GemmEpilogue& epilogue);
-
 }  // namespace kiln::autotune

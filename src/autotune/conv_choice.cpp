@@ -1,5 +1,7 @@
 #include "autotune/conv_choice.h"
 
+#include "autotune/template_text.h"
+
 #include <fmt/format.h>
 
 #include <string_view>
@@ -182,7 +184,7 @@ std::vector<std::pair<std::string, std::string>> values(const ConvProblem& p,
   return {{"CONSTANTS", substitute_placeholders(std::string(kConstants), constants)},
           {"PROBLEM", p.text()},
           {"NAME", function_name},
-          {"PARAMS", render_epilogue_params(epilogue)},
+          {"PARAMS", epilogue_params(epilogue)},
           {"EPILOGUE", pass}};
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "autotune/template_text.h"
 #include "support/error.h"
 #include "support/indented_buffer.h"
 
@@ -17,33 +18,6 @@ constexpr int64_t kMaxRowBytes = int64_t{256} << 10;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-
-int register_count(GemmIsa isa) { return isa == GemmIsa::kAvx512 ? 32 : 16; }
-const char* isa_name(GemmIsa isa) { return isa == GemmIsa::kAvx512 ? "avx512" : "avx2"; }
-
-struct IsaText {
-  const char* vec;
-  const char* prefix;
-  const char* target;
-  int width;
-};
-
-IsaText isa_text(GemmIsa isa) {
-  if (isa == GemmIsa::kAvx512) return {"__m512", "_mm512", "avx512f,avx2,fma", 16};
-  return {"__m256", "_mm256", "avx2,fma", 8};
-}
-
-std::string epilogue_params(const GemmEpilogue& epilogue) {
-  std::string text;
-  for (const std::string& arg : epilogue.args) text += fmt::format(", const float* {}", arg);
-  return text;
-}
-
-std::string epilogue_args(const GemmEpilogue& epilogue) {
-  std::string text;
-  for (const std::string& arg : epilogue.args) text += ", " + arg;
-  return text;
-}
 
 int64_t row_bytes(const ConvConfig& config, const ConvProblem& problem) {
   return round_up(problem.ow(), config.owb) * config.ocb * 4;
@@ -275,7 +249,7 @@ void render_entry(IndentedBuffer& out, const ConvConfig& config, const ConvProbl
       out.line("    for (int64_t j = 0; j < kBlocks; ++j) {");
       out.line("        for (int64_t oh = 0; oh < kOH; ++oh) {");
     }
-    out.linef("            row(X, Wp, Y, b, j, oh, acc{});", epilogue_args(epilogue));
+    out.linef("            row(X, Wp, Y, b, j, oh, acc{});", epilogue_call_args(epilogue));
     out.line("        }");
     out.line("    }");
     out.line("}");

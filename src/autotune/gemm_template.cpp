@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "autotune/template_text.h"
 #include "support/error.h"
 #include "support/indented_buffer.h"
 
@@ -22,39 +23,10 @@ int64_t round_up(int64_t value, int64_t multiple) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-int register_count(GemmIsa isa) { return isa == GemmIsa::kAvx512 ? 32 : 16; }
-
-const char* isa_name(GemmIsa isa) { return isa == GemmIsa::kAvx512 ? "avx512" : "avx2"; }
-
-// The intrinsics of one ISA, as the renderer spells them.
-struct IsaText {
-  const char* vec;
-  const char* prefix;  // "_mm256" or "_mm512"
-  const char* target;  // for #pragma GCC target
-  int width;
-};
-
-IsaText isa_text(GemmIsa isa) {
-  if (isa == GemmIsa::kAvx512) return {"__m512", "_mm512", "avx512f,avx2,fma", 16};
-  return {"__m256", "_mm256", "avx2,fma", 8};
-}
-
 // The broadcast of one float at `ptr` into every lane.
 std::string broadcast(GemmIsa isa, const std::string& ptr) {
   if (isa == GemmIsa::kAvx512) return fmt::format("_mm512_set1_ps(*({}))", ptr);
   return fmt::format("_mm256_broadcast_ss({})", ptr);
-}
-
-std::string epilogue_params(const GemmEpilogue& epilogue) {
-  std::string text;
-  for (const std::string& arg : epilogue.args) text += fmt::format(", const float* {}", arg);
-  return text;
-}
-
-std::string epilogue_call_args(const GemmEpilogue& epilogue) {
-  std::string text;
-  for (const std::string& arg : epilogue.args) text += ", " + arg;
-  return text;
 }
 
 void render_header(IndentedBuffer& out, const GemmConfig& config, const GemmProblem& problem,

@@ -1,0 +1,45 @@
+#pragma once
+/// What the GEMM and convolution templates (and the library choices' epilogue passes) spell the
+/// same way in the C++ they render: an ISA's vector type, intrinsic prefix, target and width,
+/// and an epilogue's extra pointer parameters and arguments.
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "autotune/gemm_template.h"
+
+namespace kiln::autotune {
+
+inline int register_count(GemmIsa isa) { return isa == GemmIsa::kAvx512 ? 32 : 16; }
+
+inline const char* isa_name(GemmIsa isa) { return isa == GemmIsa::kAvx512 ? "avx512" : "avx2"; }
+
+/// The intrinsics of one ISA, as the renderers spell them.
+struct IsaText {
+  const char* vec;
+  const char* prefix;  // "_mm256" or "_mm512"
+  const char* target;  // for #pragma GCC target
+  int width;
+};
+
+inline IsaText isa_text(GemmIsa isa) {
+  if (isa == GemmIsa::kAvx512) return {"__m512", "_mm512", "avx512f,avx2,fma", 16};
+  return {"__m256", "_mm256", "avx2,fma", 8};
+}
+
+/// ", const float* a0, const float* a1": the epilogue's inputs as parameters.
+inline std::string epilogue_params(const GemmEpilogue& epilogue) {
+  std::string text;
+  for (const std::string& arg : epilogue.args) text += fmt::format(", const float* {}", arg);
+  return text;
+}
+
+/// ", a0, a1": the epilogue's inputs as arguments.
+inline std::string epilogue_call_args(const GemmEpilogue& epilogue) {
+  std::string text;
+  for (const std::string& arg : epilogue.args) text += ", " + arg;
+  return text;
+}
+
+}  // namespace kiln::autotune

@@ -3,7 +3,8 @@
 # weights, built by examples/make_resnet18.py) compiled and run with `kiln run`: the kernels Kiln
 # generated, the compile time and the latency. The code cache lives in BUILD_DIR/demo-cache, so
 # the first demo shows a cold compile and the next ones a warm start (delete it to see the cold
-# compile again). Usage: scripts/demo.sh [BUILD_DIR]   (KILN_DEMO_REPEAT: timed runs, default 10)
+# compile again). Usage: scripts/demo.sh [BUILD_DIR]   (KILN_DEMO_REPEAT: timed runs, default 10;
+# KILN_DEMO_CACHE: the code cache instead of BUILD_DIR/demo-cache, relative to the repository root)
 set -euo pipefail
 BUILD_DIR="${1:-build}"
 cd "$(dirname "$0")/.."
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 KILN="$BUILD_DIR/bin/kiln"
 DEMO_DIR="$BUILD_DIR/demo"
 MODEL="$DEMO_DIR/resnet18.onnx"
-CACHE_DIR="$BUILD_DIR/demo-cache"
+CACHE_DIR="${KILN_DEMO_CACHE:-$BUILD_DIR/demo-cache}"
 GENERATOR=examples/make_resnet18.py
 REPEAT="${KILN_DEMO_REPEAT:-10}"
 PYTHON=/usr/bin/python3  # Debian's python3, which has python3-onnx and python3-numpy

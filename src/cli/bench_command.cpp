@@ -26,6 +26,7 @@ struct BenchArgs {
   int iters = 100;
   int warmup = 10;
   std::vector<std::string> shapes;  // NAME=DIMS
+  std::vector<std::string> inputs;  // NAME=FILE
   std::string cache_dir;
   std::string profile;  // Chrome trace of one run
   bool json = false;
@@ -79,51 +80,79 @@ std::vector<int64_t> parse_dims(const std::string& item, const std::string& text
   }
 }
 
-/// Binds the size symbols of the inputs from the --shape arguments and checks that each given
-/// shape is one the input can take. Symbols no --shape binds stay unbound (1 later).
-sym::Binding bind_shapes(const std::vector<BenchInput>& inputs,
-                         const std::vector<std::string>& shapes) {
-  std::map<std::string, std::pair<const BenchInput*, std::vector<int64_t>>> given;
-  for (const std::string& item : shapes) {
-    auto [name, text] = split_assignment(item, "--shape");
+/// An input's dims as the command line fixes them: by --shape, or by the tensor an --input file
+/// holds. `item` is the argument, for errors.
+struct FixedShape {
+  const BenchInput* input = nullptr;
+  std::vector<int64_t> dims;
+  std::string item;
+};
+
+/// The shapes --shape and --input fix, by input name; checks that each names an input of the
+/// model, with its rank, once.
+std::map<std::string, FixedShape> fixed_shapes(const std::vector<BenchInput>& inputs,
+                                               const std::vector<std::string>& shapes,
+                                               const GivenInputs& given) {
+  std::map<std::string, FixedShape> fixed;
+  auto find_input = [&](const std::string& item, const std::string& name) {
     auto input = std::find_if(inputs.begin(), inputs.end(),
                               [&](const BenchInput& in) { return in.name == name; });
     if (input == inputs.end()) {
       std::vector<std::string> names;
       for (const BenchInput& in : inputs) names.push_back(in.name);
-      user_error("--shape {}: the model has no input '{}' (its inputs: {})", item, name,
+      user_error("{}: the model has no input '{}' (its inputs: {})", item, name,
                  fmt::join(names, ", "));
     }
+    return &*input;
+  };
+  for (const auto& [name, tensor] : given.tensors) {
+    const BenchInput* input = find_input("--input " + name, name);
+    std::string item = fmt::format("--input {} ({})", name, dims_text(tensor->dims()));
+    if (static_cast<size_t>(tensor->rank()) != input->shape.size()) {
+      user_error("{}: input '{}' is {} of rank {}, the file holds rank {}", item, name,
+                 shape_text(*input), input->shape.size(), tensor->rank());
+    }
+    fixed.emplace(name, FixedShape{input, tensor->dims(), item});
+  }
+  for (const std::string& item : shapes) {
+    auto [name, text] = split_assignment(item, "--shape");
+    const BenchInput* input = find_input("--shape " + item, name);
     std::vector<int64_t> dims = parse_dims(item, text);
     if (dims.size() != input->shape.size()) {
       user_error("--shape {}: input '{}' is {} of rank {}, got {} dims", item, name,
                  shape_text(*input), input->shape.size(), dims.size());
     }
-    if (!given.try_emplace(name, &*input, dims).second)
-      user_error("--shape {}: input '{}' is given a shape twice", item, name);
+    auto [it, added] = fixed.try_emplace(name, FixedShape{input, dims, "--shape " + item});
+    if (!added && it->second.item.starts_with("--input"))
+      user_error("--shape {}: input '{}' is given by {}", item, name, it->second.item);
+    if (!added) user_error("--shape {}: input '{}' is given a shape twice", item, name);
   }
+  return fixed;
+}
+
+/// Binds the size symbols of the inputs from the shapes --shape and --input fix, and checks that
+/// each is a shape the input can take. Symbols none binds stay unbound (1 later).
+sym::Binding bind_shapes(const std::map<std::string, FixedShape>& fixed) {
   // Plain symbols first, so that a dim such as `2*n` is checked against the bound `n`.
   sym::Binding binding;
-  std::map<std::string, std::string> bound_by;  // symbol -> the input that bound it
-  for (const auto& [name, entry] : given) {
-    const auto& [input, dims] = entry;
-    for (size_t i = 0; i < dims.size(); ++i) {
-      if (!input->shape[i].is_symbol()) continue;
-      const std::string& symbol = input->shape[i].name();
-      auto [it, added] = binding.try_emplace(symbol, dims[i]);
-      if (!added && it->second != dims[i]) {
-        user_error("--shape {}={}: dim '{}' is {} here but {} in the shape of input '{}'", name,
-                   fmt::join(dims, "x"), symbol, dims[i], it->second, bound_by[symbol]);
+  std::map<std::string, std::string> bound_by;  // symbol -> the argument that bound it
+  for (const auto& [name, shape] : fixed) {
+    for (size_t i = 0; i < shape.dims.size(); ++i) {
+      if (!shape.input->shape[i].is_symbol()) continue;
+      const std::string& symbol = shape.input->shape[i].name();
+      auto [it, added] = binding.try_emplace(symbol, shape.dims[i]);
+      if (!added && it->second != shape.dims[i]) {
+        user_error("{}: dim '{}' of input '{}' is {} here but {} by {}", shape.item, symbol, name,
+                   shape.dims[i], it->second, bound_by[symbol]);
       }
-      bound_by.try_emplace(symbol, name);
+      bound_by.try_emplace(symbol, shape.item);
     }
   }
-  for (const auto& [name, entry] : given) {
-    const auto& [input, dims] = entry;
+  for (const auto& [name, shape] : fixed) {
     sym::Binding defaults = binding;
-    if (concrete_dims(input->shape, defaults) != dims) {
-      user_error("--shape {}={}: input '{}' is {}, which does not match {}", name,
-                 fmt::join(dims, "x"), name, shape_text(*input), dims_text(dims));
+    if (concrete_dims(shape.input->shape, defaults) != shape.dims) {
+      user_error("{}: input '{}' is {}, which does not match {}", shape.item, name,
+                 shape_text(*shape.input), dims_text(shape.dims));
     }
   }
   return binding;
@@ -151,12 +180,16 @@ int bench_model(const BenchArgs& args) {
   // runs use the same OpenMP pool.
   if (args.threads > 0) omp_set_num_threads(args.threads);
   int threads = omp_get_max_threads();
-  BenchModel model =
-      load_bench_model(args.model, {.cache_dir = args.cache_dir, .threads = args.threads});
+  BenchModel model = load_bench_model(
+      args.model, {.cache_dir = args.cache_dir, .threads = args.threads, .inputs = args.inputs});
 
-  sym::Binding binding = bind_shapes(model.inputs, args.shapes);
+  sym::Binding binding = bind_shapes(fixed_shapes(model.inputs, args.shapes, model.given));
   std::vector<graph::Tensor> inputs;
   for (const BenchInput& input : model.inputs) {
+    if (auto given = model.given.tensors.find(input.name); given != model.given.tensors.end()) {
+      inputs.push_back(*given->second);
+      continue;
+    }
     std::vector<int64_t> dims = concrete_dims(input.shape, binding);
     std::mt19937_64 rng(inputs.size());
     inputs.push_back(random_tensor(input.dtype, dims,
@@ -220,7 +253,8 @@ int bench_model(const BenchArgs& args) {
                model.cache_hit ? "from the code cache" : "built", model.compile_seconds);
   }
   for (size_t k = 0; k < inputs.size(); ++k) {
-    fmt::print("input {}: seeded random {} {}\n", model.inputs[k].name,
+    fmt::print("input {}: {} {} {}\n", model.inputs[k].name,
+               model.given.tensors.count(model.inputs[k].name) ? "given" : "seeded random",
                graph::dtype_name(inputs[k].dtype()), dims_text(inputs[k].dims()));
   }
   fmt::print("{} warm-up runs, {} timed runs\n", args.warmup, args.iters);
@@ -259,6 +293,10 @@ void add_bench_command(CLI::App& app, CommandAction& chosen) {
   cmd->add_option("--shape", args->shapes,
                   "NAME=DIMS, an input's shape such as input=8x3x224x224; repeatable; symbolic "
                   "dims not given are 1");
+  cmd->add_option("--input", args->inputs,
+                  "NAME=FILE (.npy or .pb): an input's value, used in every run (as kiln run "
+                  "--input: the compile specializes on small integer inputs); repeatable; inputs "
+                  "not given are seeded random");
   cmd->add_option("--cache-dir", args->cache_dir,
                   "the code cache (default: KILN_CACHE_DIR or ~/.cache/kiln)");
   cmd->add_option("--profile", args->profile,

@@ -18,8 +18,11 @@ BenchModel load_onnx_model(const std::string& path, const BenchLoadOptions& opti
   graph::Model model = onnx::import_model(path);
   driver::CompileOptions compile_options;
   compile_options.cache_dir = options.cache_dir;
+  GivenInputs given = read_given_inputs(options.inputs, declared_inputs(model), "--input");
+  given.specialize(compile_options.lowering);
   auto compiled = std::make_shared<driver::CompiledModel>(driver::compile(model, compile_options));
   BenchModel bench;
+  bench.given = std::move(given);
   for (const ir::InputSpec& spec : compiled->inputs()) {
     bench.inputs.push_back(
         {spec.onnx_name, spec.dtype, spec.shape, indexed_axis_size(*compiled, spec)});
@@ -71,6 +74,10 @@ BenchModel load_library_model(const std::string& path, const BenchLoadOptions& o
     }
     bench.inputs.push_back(std::move(input));
   }
+  std::vector<DeclaredInput> declared;
+  for (const BenchInput& input : bench.inputs)
+    declared.push_back({input.name, graph::Type::tensor(input.dtype, input.shape)});
+  bench.given = read_given_inputs(options.inputs, declared, "--input");
   const size_t outputs = kiln_model_output_count(raw);
   bench.run = [model, path, outputs](const std::vector<graph::Tensor>& inputs) {
     std::vector<kiln_tensor> in(inputs.size()), out(outputs);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/model_inputs.h"
 #include "graph/tensor.h"
 #include "sym/expr.h"
 
@@ -45,6 +46,7 @@ struct BenchModel {
   double compile_seconds = 0;  // compiling or loading it
   bool cache_hit = false;      // the compiled code came from the code cache
   std::string summary;         // what was compiled: "53 kernels, 54 library calls"
+  GivenInputs given;           // the inputs given as files (BenchLoadOptions::inputs)
 };
 
 struct BenchLoadOptions {
@@ -52,6 +54,9 @@ struct BenchLoadOptions {
   std::filesystem::path cache_dir;
   /// OpenMP threads of each run of a library (0: the OpenMP default).
   int threads = 0;
+  /// Inputs given as NAME=FILE (`--input`): read against the model's inputs; the compile of an
+  /// ONNX model specializes on them as `kiln run`'s does.
+  std::vector<std::string> inputs;
 };
 
 /// Loads `path` as a BenchModel: a compiled library when it ends in .so, else an ONNX model,

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
+#include "onnx/tensor_file.h"
 #include "support/error.h"
 
 namespace kiln::cli {
@@ -13,6 +15,50 @@ std::pair<std::string, std::string> split_assignment(const std::string& text, co
   if (eq == std::string::npos || eq == 0)
     user_error("{} '{}' is not of the form NAME=VALUE", what, text);
   return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+void GivenInputs::specialize(lower::LoweringOptions& options) const {
+  for (const auto& [name, value] : structured) options.structured_inputs[name] = value;
+  for (const auto& [name, tensor] : tensors) {
+    if (name.find('[') == std::string::npos) options.input_values[name] = tensor;
+  }
+}
+
+GivenInputs read_given_inputs(const std::vector<std::string>& items,
+                              const std::vector<DeclaredInput>& inputs, const char* option) {
+  GivenInputs given;
+  std::set<std::string> seen;
+  for (const std::string& item : items) {
+    auto [name, file] = split_assignment(item, option);
+    auto input = std::find_if(inputs.begin(), inputs.end(),
+                              [&](const DeclaredInput& in) { return in.name == name; });
+    if (input == inputs.end()) {
+      std::vector<std::string> names;
+      for (const DeclaredInput& in : inputs) names.push_back(in.name);
+      user_error("{} {}: the model has no input of that name (its inputs: {})", option, name,
+                 fmt::join(names, ", "));
+    }
+    if (!seen.insert(name).second)
+      user_error("{} {}: input '{}' is given twice", option, item, name);
+    graph::IoValue value = onnx::read_value_file(file, input->type);
+    if (value.kind == graph::ValueKind::kTensor && !value.optional) {
+      given.tensors[name] = std::make_shared<graph::Tensor>(value.tensors.at(0));
+      continue;
+    }
+    for (size_t e = 0; e < value.tensors.size(); ++e) {
+      std::string flat =
+          value.kind == graph::ValueKind::kSequence ? fmt::format("{}[{}]", name, e) : name;
+      given.tensors[flat] = std::make_shared<graph::Tensor>(value.tensors[e]);
+    }
+    given.structured[name] = std::move(value);
+  }
+  return given;
+}
+
+std::vector<DeclaredInput> declared_inputs(const graph::Model& model) {
+  std::vector<DeclaredInput> inputs;
+  for (const graph::Value* v : model.graph->inputs()) inputs.push_back({v->name(), v->type()});
+  return inputs;
 }
 
 graph::Tensor random_tensor(graph::DType dtype, const std::vector<int64_t>& dims, int64_t bound,

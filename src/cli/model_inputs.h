@@ -3,6 +3,8 @@
 /// seeded random tensors in each input's valid range, and shapes as text.
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -17,6 +19,37 @@ namespace kiln::cli {
 
 /// Splits "NAME=VALUE"; a UserError naming the option `what` when there is no '=' or no name.
 std::pair<std::string, std::string> split_assignment(const std::string& text, const char* what);
+
+/// A model input as `--input` reads it: its name and declared type.
+struct DeclaredInput {
+  std::string name;
+  graph::Type type;
+};
+
+/// The inputs given as NAME=FILE (`kiln run --input`, `kiln bench --input`), read before
+/// compiling so that the compile can specialize on them.
+struct GivenInputs {
+  /// Each given tensor by its flat name: an input's own name, or "NAME[i]" for the i-th element
+  /// of a sequence.
+  std::map<std::string, std::shared_ptr<const graph::Tensor>> tensors;
+  /// Sequences and optionals (a .pb SequenceProto or OptionalProto): their length and presence
+  /// are fixed when compiling.
+  std::map<std::string, graph::IoValue> structured;
+
+  /// Adds them to the lowering options: small integer tensors (shape arguments) are specialized
+  /// on their values, which the compiled model checks at run time; structured values fix their
+  /// length and presence.
+  void specialize(lower::LoweringOptions& options) const;
+};
+
+/// Reads the NAME=FILE items (`option` names the command line option in errors) against the
+/// model's inputs: a UserError for an unknown name, an input given twice, or a file that does
+/// not hold a value of the input's type.
+GivenInputs read_given_inputs(const std::vector<std::string>& items,
+                              const std::vector<DeclaredInput>& inputs, const char* option);
+
+/// The inputs of an imported model, as read_given_inputs takes them.
+std::vector<DeclaredInput> declared_inputs(const graph::Model& model);
 
 /// Seeded random values in the input's valid range: floats in [-1, 1), booleans, integers in
 /// [0, bound) (`bound` at least 1).

@@ -115,36 +115,11 @@ int run_model(const RunArgs& args) {
   options.cache_dir = args.cache_dir;
   if (!args.autotune.empty())
     options.autotune = autotune::parse_autotune_mode(args.autotune, "--autotune");
-  // Given inputs are read before compiling: small integer ones (shape arguments passed as
-  // inputs) are specialized on their values, which the compiled model checks at run time.
-  // Sequences and optionals (.pb files holding a SequenceProto or OptionalProto) fix their
-  // length and presence; their tensors are given by flat name ("x[0]", "x[1]", ...).
-  std::map<std::string, std::shared_ptr<const graph::Tensor>> given;
-  for (const std::string& item : args.inputs) {
-    auto [name, file] = split_assignment(item, "--input");
-    const auto& inputs = model.graph->inputs();
-    auto input = std::find_if(inputs.begin(), inputs.end(),
-                              [&](const graph::Value* v) { return v->name() == name; });
-    if (input == inputs.end()) {
-      std::string names;
-      for (const graph::Value* v : inputs) names += (names.empty() ? "" : ", ") + v->name();
-      user_error("--input {}: the model has no input of that name (its inputs: {})", name, names);
-    }
-    graph::IoValue value = onnx::read_value_file(file, (*input)->type());
-    if (value.kind == graph::ValueKind::kTensor && !value.optional) {
-      given[name] = std::make_shared<graph::Tensor>(value.tensors.at(0));
-      continue;
-    }
-    options.lowering.structured_inputs[name] = value;
-    for (size_t e = 0; e < value.tensors.size(); ++e) {
-      std::string flat =
-          value.kind == graph::ValueKind::kSequence ? fmt::format("{}[{}]", name, e) : name;
-      given[flat] = std::make_shared<graph::Tensor>(value.tensors[e]);
-    }
-  }
-  for (const auto& [name, tensor] : given) {
-    if (name.find('[') == std::string::npos) options.lowering.input_values[name] = tensor;
-  }
+  // Given inputs are read before compiling: the compile specializes on them (see
+  // GivenInputs::specialize). A sequence's tensors are given by flat name ("x[0]", "x[1]", ...).
+  GivenInputs given_inputs = read_given_inputs(args.inputs, declared_inputs(model), "--input");
+  given_inputs.specialize(options.lowering);
+  std::map<std::string, std::shared_ptr<const graph::Tensor>>& given = given_inputs.tensors;
   driver::CompiledModel compiled = driver::compile(model, options);
   const driver::CompileStats& stats = compiled.stats();
   fmt::print("compiled {}: {} kernels, {} library calls, {} ({:.2f} s)\n", args.model,

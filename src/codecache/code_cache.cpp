@@ -296,7 +296,7 @@ void install(TempDir& build_dir, const std::string& library, const fs::path& ent
 
 fs::path default_cache_dir() {
   const char* env = std::getenv("KILN_CACHE_DIR");
-  if (env != nullptr && *env != '\0') return env;
+  if (env != nullptr && *env != '\0') return fs::absolute(env).lexically_normal();
   const char* home = std::getenv("HOME");
   if (home != nullptr && *home != '\0') return fs::path(home) / ".cache" / "kiln";
   return fmt::format("/tmp/kiln-cache-{}", ::getuid());
@@ -316,7 +316,7 @@ std::size_t default_compile_threads() {
 }
 
 CodeCache::CodeCache(fs::path dir, std::size_t max_jobs)
-    : dir_(std::move(dir)),
+    : dir_(fs::absolute(dir).lexically_normal()),
       max_jobs_(std::max<std::size_t>(1, max_jobs)),
       slots_(std::make_unique<Slots>(max_jobs_)) {
   std::error_code ec;

@@ -141,7 +141,10 @@ struct Generated {
 Generated generate(const graph::Model& model, const CompileOptions& options,
                    std::optional<autotune::GemmIsa> gemm_isa, const Dumper& dump) {
   Generated g;
-  g.cache_dir = options.cache_dir.empty() ? codecache::default_cache_dir() : options.cache_dir;
+  // Absolute from here on: the compiler runs in other directories, and the paths it is given
+  // (the embedded weights' folder) must name the same files there.
+  g.cache_dir = options.cache_dir.empty() ? codecache::default_cache_dir()
+                                          : fs::absolute(options.cache_dir).lexically_normal();
   lower::LoweringOptions lowering = options.lowering;
   lowering.threads = omp_get_max_threads();
   lowering.code_cache_dir = g.cache_dir;
@@ -333,7 +336,9 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
                           std::string_view(reinterpret_cast<const char*>(weights.file.data()),
                                            weights.file.size()));
     }
-    config.flags.push_back("-Wa,-I" + blob_dir.string());
+    // -Xassembler passes each argument whole (-Wa, would split a path at its commas).
+    config.flags.insert(config.flags.end(),
+                        {"-Xassembler", "-I", "-Xassembler", blob_dir.string()});
   }
   codecache::CodeCache cache(g.cache_dir);
   const fs::path built = cache.compile_shared_library(source_units(g.source), config);

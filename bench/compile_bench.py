@@ -98,14 +98,14 @@ def main():
 
     shapes = [[2, 3]] if args.quick else [[2, 3], [1, 64], [64, 1024]]
     lengths = [1000, 4000] if args.quick else [1000, 4000, 16000]
-    chains = [("relu", shape) for shape in shapes] + [("distinct", shapes[0]),
-                                                      ("distinct", shapes[-1])]
+    chains = [("relu", shape) for shape in shapes]
+    chains += [("distinct", shape) for shape in dict.fromkeys(map(tuple, [shapes[0], shapes[-1]]))]
     for ops, shape in chains:
         for nodes in lengths:
             path = os.path.join(models, f"{ops}{nodes}_{'x'.join(map(str, shape))}.onnx")
-            model = make_chain.chain_model(nodes, shape, ops)
+            model = make_chain.chain_model(nodes, list(shape), ops)
             make_chain.save_atomic(path, lambda p: onnx.save(model, p))
-            label = f"{ops} chain {nodes:>5} x {shape}"
+            label = f"{ops} chain {nodes:>5} x {list(shape)}"
             report(label, compile_cold(args.kiln, path, args.scratch), nodes / 1000)
 
     for layers in ([1, 4] if args.quick else [1, 4, 16]):

@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 
-.PHONY: all deps configure build install demo bench bench-gemm bench-conv bench-resnet-conv bench-ort test format clean
+.PHONY: all deps configure build install demo bench bench-gemm bench-conv bench-resnet-conv bench-ort bench-compile test format clean
 
 all: build
 
@@ -61,6 +61,12 @@ bench-ort: deps configure
 bench-resnet-conv: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln_resnet_conv_bench
 	$(BUILD_DIR)/bin/kiln_resnet_conv_bench
+
+# Cold compile times of long elementwise chains (1k, 4k, 16k nodes at small and large shapes) and
+# of a transformer encoder stack at 1, 4 and 16 layers (bench/compile_bench.py).
+bench-compile: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln
+	/usr/bin/python3 bench/compile_bench.py $(BUILD_DIR)/bin/kiln $(BUILD_DIR)/bench-compile
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

@@ -72,9 +72,13 @@ double extern_work(const ir::Buffer& buffer) {
 }
 
 /// Answers which buffers of a program can be evaluated at compile time and evaluates them.
+/// Answers are remembered in `foldable` by buffer name: a buffer's body and reads do not change
+/// once lowered, so lowering keeps one memo for the whole graph (LoweringContext), and settling
+/// each node costs only its own reads instead of a walk back through every buffer before it.
 class Folder {
  public:
-  explicit Folder(const ir::Program& program) : program_(program) {}
+  Folder(const ir::Program& program, std::map<std::string, bool>& foldable)
+      : program_(program), foldable_(foldable) {}
 
   /// Whether buffer `name` depends only on constants and evaluates without a size binding.
   bool is_foldable(const std::string& name) {
@@ -175,7 +179,7 @@ class Folder {
   }
 
   const ir::Program& program_;
-  std::map<std::string, bool> foldable_;
+  std::map<std::string, bool>& foldable_;
 };
 
 /// A computed buffer, named apart from every buffer of `program`, storing `value` contiguously.
@@ -205,7 +209,7 @@ bool within_budget(double work, const std::string& what) {
 std::optional<TensorValue> fold_constant(LoweringContext& ctx, const TensorValue& value) {
   if (!value.body || value.body->is_reduction() || !all_integers(value.shape)) return std::nullopt;
   if (!has_static_indices(*value.body)) return std::nullopt;
-  Folder folder(ctx.program());
+  Folder folder(ctx.program(), ctx.foldable_buffers());
   std::vector<std::string> reads = value.body->loaded_buffers();
   // A generator reading no buffer (Range, EyeLike, a filled tensor) is cheaper to compute where
   // it is consumed than to load from memory.
@@ -240,7 +244,9 @@ void finish_constant_folding(ir::Program& program) {
 void fold_constant_buffers(ir::Program& program) {
   std::set<std::string> outputs;
   for (const ir::OutputSpec& out : program.outputs) outputs.insert(out.buffer);
-  Folder folder(program);
+  // Folding turns buffers into constants as it goes, so this pass keeps its own memo.
+  std::map<std::string, bool> foldable;
+  Folder folder(program, foldable);
   for (auto& buffer : program.buffers) {
     bool runs =
         buffer->kind == ir::BufferKind::kComputed || buffer->kind == ir::BufferKind::kExtern;

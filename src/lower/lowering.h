@@ -168,6 +168,9 @@ class LoweringContext {
   std::string new_buffer_name();
   /// Adds a buffer to the program with the current node as origin.
   ir::Buffer& add_buffer(std::unique_ptr<ir::Buffer> buffer);
+  /// Constant folding's memo (constant_fold.cpp): whether each buffer of the program, by name,
+  /// depends only on constants.
+  std::map<std::string, bool>& foldable_buffers() { return foldable_buffers_; }
 
   // --- Helpers for op lowerings ----------------------------------------------------------------
 
@@ -187,6 +190,7 @@ class LoweringContext {
   const graph::Node* node_ = nullptr;
   GraphLowering* graph_lowering_ = nullptr;
   int next_buffer_ = 0;
+  std::map<std::string, bool> foldable_buffers_;
 };
 
 /// A lowering function: the node's inputs (nullopt for omitted optional inputs) to its outputs.

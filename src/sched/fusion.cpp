@@ -110,6 +110,10 @@ std::optional<std::string> Scheduler::why_no_fuse(const SchedNode& node1, const 
   if (node1.buffers.size() + node2.buffers.size() > static_cast<size_t>(options_.max_fusion_size)) {
     return fmt::format("exceeds max fusion size {}", options_.max_fusion_size);
   }
+  if (node1.compute_ops + node2.compute_ops > options_.max_fusion_ops) {
+    return fmt::format("exceeds max fusion ops {} ({} + {})", options_.max_fusion_ops,
+                       node1.compute_ops, node2.compute_ops);
+  }
   std::string reason;
   auto group = merge_groups(node1.group, node2.group, program_.analyzer, &reason);
   if (!group) return fmt::format("size mismatch: {}", reason);
@@ -247,6 +251,7 @@ SchedNode* Scheduler::fuse(SchedNode* node1, SchedNode* node2, const KernelGroup
     fused->unmet.erase(name);
     fused->ancestors.erase(name);
   }
+  fused->compute_ops = node1->compute_ops + node2->compute_ops;
   fused->min_order = std::min(node1->min_order, node2->min_order);
   fused->max_order = std::max(node1->max_order, node2->max_order);
   SchedNode* result = fused.get();

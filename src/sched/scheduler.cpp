@@ -98,6 +98,7 @@ void Scheduler::create_nodes() {
     node->rw = {extract_read_writes(*b)};
     node->names = {b->name};
     node->is_extern = b->kind == ir::BufferKind::kExtern;
+    if (!node->is_extern) node->compute_ops = b->body.compute_op_count();
     for (const std::string& name : node->rw[0].read_names()) {
       if (available.count(name)) continue;
       KILN_CHECK(program_.find(name) != nullptr, "buffer {} reads unknown buffer {}", b->name,

@@ -72,6 +72,12 @@ struct SchedulerOptions {
   int max_fusion_rounds = 10;
   /// At most this many buffers in one kernel.
   int max_fusion_size = 64;
+  /// At most this many compute ops (ir::LoopBody::compute_op_count, summed over the members) in
+  /// one kernel made by fusion. The C++ compiler's time on one function grows faster than its
+  /// length (its RTL passes are superlinear in straight-line scalar code), so a long chain of
+  /// elementwise ops is cut into kernels of about this size: compile time then grows linearly
+  /// with the chain. Far above what an ordinary model fuses into one kernel.
+  int max_fusion_ops = 256;
   /// Horizontal fusion is refused when the nodes are further apart than this in the order.
   int max_proximity = 64;
   /// Also try pairs that share no buffer but have the same group key.

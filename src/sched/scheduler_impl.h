@@ -28,6 +28,7 @@ struct SchedNode {
   std::set<std::string> ancestors;         // buffers this node transitively depends on
   int min_order = 0;
   int max_order = 0;
+  int compute_ops = 0;  // summed over the buffers' bodies (ir::LoopBody::compute_op_count)
   bool is_extern = false;
 
   std::string name() const;

@@ -28,6 +28,17 @@ bool contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
+/// Lanes of kiln::vec::VecF32 (kWidth in src/runtime/kiln_vec.h).
+constexpr int64_t kVectorWidth = 8;
+
+/// Whether a vector loop over `size` elements can run at least once: a loop statically shorter
+/// than one vector gets only the scalar loop, not a vector loop that never runs beside it (the
+/// C++ compiler would still parse and optimize that dead copy of the body).
+bool fills_a_vector(const sym::Expr& size) {
+  std::optional<int64_t> n = size.as_integer();
+  return !n || *n >= kVectorWidth;
+}
+
 /// Everything one kernel's generation needs.
 class CppKernelBuilder {
  public:
@@ -210,7 +221,7 @@ void CppKernelBuilder::emit_pointwise(IndentedBuffer& out) {
     return;
   }
   const sym::Expr& inner = group_.vars.back();
-  bool vectorize = options_.vectorize;
+  bool vectorize = options_.vectorize && fills_a_vector(group_.sizes.back());
   bool simd = true;
   for (auto& m : members_) {
     vectorize = vectorize && m->can_vectorize(inner);
@@ -302,14 +313,17 @@ void CppKernelBuilder::emit_member_in_reduction(IndentedBuffer& out, MemberEmitt
     const sym::Expr& inner = group_.reduce_vars.back();
     switch (m.member().kind) {
       case MemberKind::kReduction: {
-        bool vectorize = options_.vectorize && m.can_vectorize(inner);
+        bool vectorize = options_.vectorize && fills_a_vector(group_.reduce_sizes.back()) &&
+                         m.can_vectorize(inner);
         m.emit_accumulators(out, vectorize);
         emit_inner_loops(out, m, vectorize);
         m.emit_reduction_end(out, vectorize);
         break;
       }
       case MemberKind::kPointwiseInner:
-        emit_inner_loops(out, m, options_.vectorize && m.can_vectorize(inner));
+        emit_inner_loops(out, m,
+                         options_.vectorize && fills_a_vector(group_.reduce_sizes.back()) &&
+                             m.can_vectorize(inner));
         break;
       case MemberKind::kPointwiseOuter: {
         LoopPass pass;

@@ -16,8 +16,6 @@ namespace {
 // OpenMP threads; see kMaxPackedABytes in gemm_template.cpp for the budget's reasoning.
 constexpr int64_t kMaxRowBytes = int64_t{256} << 10;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 int64_t row_bytes(const ConvConfig& config, const ConvProblem& problem) {
   return round_up(problem.ow(), config.owb) * config.ocb * 4;

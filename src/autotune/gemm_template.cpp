@@ -17,12 +17,6 @@ namespace {
 // otherwise; 512 KiB leaves room for the rest under any sensible setting.
 constexpr int64_t kMaxPackedABytes = int64_t{512} << 10;
 
-int64_t round_up(int64_t value, int64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // The broadcast of one float at `ptr` into every lane.
 std::string broadcast(GemmIsa isa, const std::string& ptr) {
   if (isa == GemmIsa::kAvx512) return fmt::format("_mm512_set1_ps(*({}))", ptr);

@@ -1,7 +1,8 @@
 #pragma once
 /// What the GEMM and convolution templates (and the library choices' epilogue passes) spell the
 /// same way in the C++ they render: an ISA's vector type, intrinsic prefix, target and width,
-/// and an epilogue's extra pointer parameters and arguments.
+/// and an epilogue's extra pointer parameters and arguments; and the block arithmetic both
+/// templates size their loops with.
 
 #include <fmt/format.h>
 
@@ -10,6 +11,14 @@
 #include "autotune/gemm_template.h"
 
 namespace kiln::autotune {
+
+/// a / b rounded up (a >= 0, b > 0).
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// `value` rounded up to a multiple of `multiple` (> 0).
+inline int64_t round_up(int64_t value, int64_t multiple) {
+  return ceil_div(value, multiple) * multiple;
+}
 
 inline int register_count(GemmIsa isa) { return isa == GemmIsa::kAvx512 ? 32 : 16; }
 

@@ -145,9 +145,8 @@ class LoweringContext {
                         const ReductionFn& fn);
 
   /// An extern library call producing one buffer of `dtype`/`shape` (contiguous).
-  TensorValue extern_call(const std::string& kernel, graph::DType dtype,
-                          std::vector<sym::Expr> shape, std::vector<std::optional<ir::View>> inputs,
-                          std::map<std::string, ir::ExternAttr> attrs);
+  TensorValue extern_call(ir::LibraryCall op, graph::DType dtype, std::vector<sym::Expr> shape,
+                          std::vector<std::optional<ir::View>> inputs);
 
   // --- Materializing ---------------------------------------------------------------------------
 

@@ -287,8 +287,8 @@ std::vector<Expr> sizes_from_tensor(LoweringContext& ctx, const TensorValue& val
   require_static_dim(ctx, n, what + "'s length");
   std::vector<std::optional<ir::View>> inputs = {ctx.as_view(value, true)};
   if (max) inputs.push_back(ctx.as_view(ctx.from_known(graph::DType::kInt64, {}, {*max}), true));
-  return bind_sizes(ctx, ctx.extern_call("shape_values", graph::DType::kInt64, {n},
-                                         std::move(inputs), {{"what", node_what(ctx, what)}}));
+  return bind_sizes(ctx, ctx.extern_call(ir::ShapeValuesCall{node_what(ctx, what)},
+                                         graph::DType::kInt64, {n}, std::move(inputs)));
 }
 
 std::vector<int64_t> require_static_ints(const LoweringContext& ctx, const TensorValue& value,

@@ -1,5 +1,5 @@
 #pragma once
-// Control flow of the generated wrapper (seed 000's codegen_conditional / codegen_while_loop):
+// Control flow of the generated wrapper (Inductor's wrapper codegen_conditional / codegen_while_loop):
 // the drivers of ONNX Loop and Scan. A subgraph is a function of the wrapper with the calling
 // convention of kiln_run's body: it reads TensorArgs and returns its outputs in TensorArgs whose
 // data it allocated (aligned, released with std::free). The drivers hand each iteration's outputs

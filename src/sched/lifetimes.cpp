@@ -148,7 +148,7 @@ void Scheduler::name_kernels(std::vector<ScheduleItem>& items) const {
   for (size_t k = 0; k < items.size(); ++k) {
     ScheduleItem& item = items[k];
     if (item.kind == ItemKind::kExtern) {
-      item.name = item.buffers.front()->call.kernel;
+      item.name = item.buffers.front()->call.name();
       continue;
     }
     std::vector<std::string> ops;

@@ -61,10 +61,10 @@ std::string refusal(const ir::Program& program, const ir::Buffer& product,
 }
 
 /// The pointwise chain `consumer` applies to a float32 convolution's product as oneDNN post-ops
-/// ('r' per Relu), or nullopt when the body is anything else. Only Relu: oneDNN's binary add
+/// (its count of Relus), or nullopt when the body is anything else. Only Relu: oneDNN's binary add
 /// post-op (a residual Add) runs 1.5-4.5x slower than the convolution plus a separate kernel on
 /// its plain-layout path (bench/conv_block_bench.cpp), so an Add stays a kernel of its own.
-std::optional<std::string> conv_post_ops(const ir::Program& program, const ir::Buffer& product,
+std::optional<int> conv_post_ops(const ir::Program& program, const ir::Buffer& product,
                                          const ir::Buffer& consumer) {
   if (product.dtype != graph::DType::kFloat32 || consumer.kind != ir::BufferKind::kComputed ||
       consumer.is_reduction() || consumer.dtype != graph::DType::kFloat32 ||
@@ -74,7 +74,7 @@ std::optional<std::string> conv_post_ops(const ir::Program& program, const ir::B
   }
   const ir::LoopBody& body = consumer.body;
   const sym::Expr identity = elementwise_index(program, product.layout, body);
-  std::string ops;
+  int relus = 0;
   std::optional<ir::ValueId> current;
   for (size_t id = 0; id < body.ops().size(); ++id) {
     const auto vid = static_cast<ir::ValueId>(id);
@@ -86,11 +86,11 @@ std::optional<std::string> conv_post_ops(const ir::Program& program, const ir::B
     }
     if (!current) return std::nullopt;
     if (op.code == ir::OpCode::kRelu && op.operands[0] == *current) {
-      ops += 'r';
+      ++relus;
       current = vid;
     } else if (op.code == ir::OpCode::kStore && op.operands[0] == *current &&
                op.index == elementwise_index(program, consumer.layout, body)) {
-      return ops.empty() ? std::nullopt : std::optional<std::string>(ops);
+      return relus == 0 ? std::nullopt : std::optional<int>(relus);
     } else {
       return std::nullopt;
     }
@@ -101,11 +101,11 @@ std::optional<std::string> conv_post_ops(const ir::Program& program, const ir::B
 /// A convolution's only reader that is a chain of Relus becomes the convolution call, with the
 /// chain as oneDNN post-ops.
 bool fuse_conv_post_ops(ir::Program& program, const ir::Buffer& product, ir::Buffer& consumer) {
-  std::optional<std::string> ops = conv_post_ops(program, product, consumer);
-  if (!ops) return false;
+  std::optional<int> relus = conv_post_ops(program, product, consumer);
+  if (!relus) return false;
   consumer.kind = ir::BufferKind::kExtern;
   consumer.call = product.call;
-  consumer.call.attrs["post_ops"] = *ops;
+  consumer.call.as<ir::ConvCall>()->relu_post_ops = *relus;
   for (const ir::Origin& o : product.origins) consumer.add_origin(o);
   return true;
 }
@@ -120,14 +120,11 @@ int fuse_template_epilogues(ir::Program& program) {
     const ir::Buffer& product = *program.buffers[i];
     // A convolution with a choice (lower/conv_select.h: the template or im2col + GEMM) takes
     // epilogues as GEMM does; without one it is oneDNN's, which takes Relu post-ops.
-    const bool conv_choice = product.kind == ir::BufferKind::kExtern &&
-                             product.call.kernel == "conv" && product.call.attrs.count("choice");
-    const bool conv = product.kind == ir::BufferKind::kExtern && product.call.kernel == "conv" &&
-                      !product.call.attrs.count("post_ops") && !conv_choice;
-    if (product.kind != ir::BufferKind::kExtern ||
-        (product.call.kernel != "gemm" && !conv && !conv_choice) || outputs.count(product.name)) {
-      continue;
-    }
+    if (product.kind != ir::BufferKind::kExtern || outputs.count(product.name)) continue;
+    const ir::ConvCall* conv_call = product.call.as<ir::ConvCall>();
+    const bool conv_choice = conv_call != nullptr && conv_call->choice != nullptr;
+    const bool conv = conv_call != nullptr && conv_call->relu_post_ops == 0 && !conv_choice;
+    if (product.call.as<ir::GemmCall>() == nullptr && !conv && !conv_choice) continue;
     std::vector<ir::Buffer*> readers;
     for (const auto& b : program.buffers) {
       const std::vector<std::string> reads = b->reads();
@@ -138,8 +135,8 @@ int fuse_template_epilogues(ir::Program& program) {
     ir::Buffer& consumer = *readers[0];
     if (conv) {
       if (!fuse_conv_post_ops(program, product, consumer)) continue;
-      log::write(log::Category::kFusion, "conv {}: {} fused as oneDNN post-ops {}", product.name,
-                 consumer.name, std::get<std::string>(consumer.call.attrs.at("post_ops")));
+      log::write(log::Category::kFusion, "conv {}: {} fused as oneDNN post-ops: {} Relu",
+                 product.name, consumer.name, consumer.call.as<ir::ConvCall>()->relu_post_ops);
       program.buffers.erase(program.buffers.begin() + static_cast<std::ptrdiff_t>(i));
       --i;
       ++fused;
@@ -153,10 +150,10 @@ int fuse_template_epilogues(ir::Program& program) {
     std::vector<std::string> loads = consumer.body.loaded_buffers();
     consumer.kind = ir::BufferKind::kExtern;
     consumer.call = product.call;
-    if (product.call.attrs.count("product")) {  // the product has an epilogue already: chain
+    if (!product.call.product.empty()) {  // the product has an epilogue already: chain
       consumer.call.epilogue_chain.push_back(std::make_shared<const ir::Buffer>(product));
     }
-    consumer.call.attrs["product"] = product.name;
+    consumer.call.product = product.name;
     for (const std::string& name : loads) {
       if (name == product.name ||
           std::any_of(consumer.call.inputs.begin(), consumer.call.inputs.end(),

@@ -1,5 +1,5 @@
 #pragma once
-/// Template epilogue fusion (seed 004's template epilogue fusion): a pointwise buffer that is
+/// Template epilogue fusion (as Inductor's scheduler fuses epilogues into templates): a pointwise buffer that is
 /// the only reader of a GEMM call's product (extern "gemm": the C++ template, or a library
 /// choice that applies the epilogue in a pass of its own), reads it elementwise and has its
 /// shape becomes the call itself: its body is the call's epilogue, which the template applies

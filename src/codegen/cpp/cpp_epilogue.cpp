@@ -39,7 +39,7 @@ std::optional<GemmEpilogueCode> gemm_epilogue(const ir::Buffer& fused) {
     const ir::Buffer& b = *stages[stage];
     const ir::LoopBody& body = b.body;
     if (body.is_reduction() || body.vars() != vars) return std::nullopt;
-    const std::string product = std::get<std::string>(b.call.attrs.at("product"));
+    const std::string& product = b.call.product;
     auto name = [&](ir::ValueId id) { return fmt::format("s{}_t{}", stage, id); };
     std::string result;
     const auto& ops = body.ops();

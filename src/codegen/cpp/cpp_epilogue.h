@@ -21,7 +21,7 @@ struct GemmEpilogueCode {
 
 /// `fused`: the buffer the template computes, with the bodies of its call's epilogue_chain, then
 /// its own body, as its epilogue (each reads the previous one's value by the name in its call's
-/// "product" attribute). nullopt when a body has something an epilogue cannot hold (a
+/// `product`). nullopt when a body has something an epilogue cannot hold (a
 /// reduction, an indirect or masked load, a symbolic size or index, a load of a buffer other
 /// than float32).
 std::optional<GemmEpilogueCode> gemm_epilogue(const ir::Buffer& fused);

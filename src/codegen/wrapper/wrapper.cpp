@@ -5,11 +5,9 @@
 #include <map>
 #include <set>
 
-#include "autotune/choice.h"
-#include "autotune/conv_choice.h"
-#include "autotune/gemm_config_text.h"
-#include "codegen/cpp/cpp_epilogue.h"
+#include "codegen/cpp/cpp_host_text.h"
 #include "codegen/cpp/cpp_kernel.h"
+#include "codegen/cpp/cpp_library_call.h"
 #include "support/error.h"
 #include "support/indented_buffer.h"
 
@@ -22,33 +20,10 @@ using graph::DType;
 /// Kernels per translation unit: units compile in parallel.
 constexpr size_t kKernelsPerUnit = 12;
 
-std::string ctype(DType dtype) { return std::string(graph::dtype_cpp_storage(dtype)); }
-
-std::string cexpr(const sym::Expr& e) {
-  // Sizes are built from size symbols, which are never negative.
-  return sym::to_cpp(e, [](const sym::Expr& x) {
-    for (const sym::Expr& s : sym::free_symbols(x)) {
-      if (s.symbol_kind() == sym::SymbolKind::kIndex) return false;
-    }
-    return true;
-  });
-}
-
-std::string shape_text(const std::vector<sym::Expr>& shape) {
-  std::string s = "[";
-  for (size_t k = 0; k < shape.size(); ++k) s += (k ? ", " : "") + shape[k].str();
-  return s + "]";
-}
-
-std::string dims_list(const std::vector<sym::Expr>& dims) {
-  std::string s;
-  for (size_t k = 0; k < dims.size(); ++k) s += (k ? ", " : "") + cexpr(dims[k]);
-  return s;
-}
-
 class WrapperWriter {
  public:
-  explicit WrapperWriter(const std::vector<GraphCode>& graphs) : graphs_(graphs) {}
+  WrapperWriter(const std::vector<GraphCode>& graphs, const std::string& kernel_prelude)
+      : graphs_(graphs), library_calls_(kernel_prelude) {}
 
   WrapperSource run(const std::string& kernel_prelude) {
     scan_externs();
@@ -71,6 +46,10 @@ class WrapperWriter {
     write_header(unit);
     unit.splice(body);
     write_entry_points(unit);
+    CppLibraryCode& calls = library_calls_.code();
+    for (auto& choice_unit : calls.units) result_.units.push_back(std::move(choice_unit));
+    result_.include_dirs = calls.include_dirs;
+    result_.libraries = calls.libraries;
     result_.units.emplace_back("wrapper.cpp", unit.str());
     write_kernel_units(kernel_prelude);
     return std::move(result_);
@@ -119,7 +98,8 @@ class WrapperWriter {
     out.line("// model each take their own from the model's pool (kiln_create_state).");
     out.line("struct RunState {");
     out.line("    kiln_rt::Arena arena;");
-    if (conv_sites_ > 0) out.linef("    kiln_rt::ConvSite conv[{}];", conv_sites_);
+    const CppLibraryCode& calls = library_calls_.code();
+    if (calls.conv_sites > 0) out.linef("    kiln_rt::ConvSite conv[{}];", calls.conv_sites);
     out.line("};");
     out.line("struct ModelState {");
     out.line("    kiln_rt::Pool<RunState> runs;");
@@ -129,7 +109,7 @@ class WrapperWriter {
         "// Times the call that follows in a profiled run (one event per kernel or library call).");
     out.line("#define KILN_TIMED(name, kind) kiln_rt::ProfileScope timed_(profile, name, kind)");
     out.line("");
-    for (const std::string& decl : choice_decls_) out.line(decl);
+    for (const std::string& decl : calls.declarations) out.line(decl);
     for (const GeneratedKernel* k : unique_) {
       std::string params;
       for (const KernelArg& a : k->args) {
@@ -284,7 +264,7 @@ class WrapperWriter {
     } else if (ir::is_control_flow_result(*item.buffers.at(0))) {
       const ir::Buffer& b = *item.buffers.at(0);
       out.linef("{}* {} = static_cast<{}*>({}[{}].data);", ctype(b.dtype), b.name, ctype(b.dtype),
-                b.call.inputs.at(0)->buffer, b.call.attr_int("index", 0));
+                b.call.inputs.at(0)->buffer, b.call.as<ir::ControlResultCall>()->index);
     } else {
       write_extern_call(out, *item.buffers.at(0));
     }
@@ -393,389 +373,43 @@ class WrapperWriter {
     out.line("}");
   }
 
-  std::string view_init(const ir::View& v) {
-    return fmt::format("kiln_rt::View{{{} + {}, {}, {{{}}}, {{{}}}}}", v.buffer,
-                       cexpr(v.layout.offset), v.layout.rank(), dims_list(v.layout.sizes),
-                       dims_list(v.layout.strides));
-  }
-
   void write_extern_call(IndentedBuffer& out, const ir::Buffer& buffer) {
-    const ir::ExternCall& call = buffer.call;
-    out.linef("{{  // {} from {}", call.kernel, origins_text(buffer));
+    const std::string kind = buffer.call.name();
+    out.linef("{{  // {} from {}", kind, origins_text(buffer));
     auto _ = out.scope();
-    out.linef("KILN_TIMED({}, \"call\");",
-              cpp_quote(call.kernel + " (" + origins_text(buffer) + ")"));
-    if (call.kernel == "matmul") {
-      write_matmul(out, buffer);
-    } else if (call.kernel == "conv") {
-      write_conv(out, buffer);
-    } else if (call.kernel == "topk") {
-      write_topk(out, buffer);
-    } else if (call.kernel == "rnn") {
-      write_rnn(out, buffer);
-    } else if (call.kernel == "det") {
-      const ir::View& x = *call.inputs.at(0);
-      const sym::Expr n = x.layout.sizes.back();
-      out.linef("kiln_rt::det<{}>({}, {}, {}, {});", ctype(buffer.dtype), data_pointer(x),
-                cexpr(buffer.layout.numel()), cexpr(n), buffer.name);
-    } else if (call.kernel == "roi_align") {
-      write_roi_align(out, buffer);
-    } else if (call.kernel == "tfidf") {
-      write_tfidf(out, buffer);
-    } else if (call.kernel == "unique_count" || call.kernel == "unique") {
-      write_unique(out, buffer);
-    } else if (call.kernel == "nms_count" || call.kernel == "nms") {
-      write_nms(out, buffer);
-    } else if (call.kernel == "gemm") {
-      write_gemm(out, buffer);
-    } else if (call.kernel == "shape_values" || call.kernel == "reshape_dims" ||
-               call.kernel == "expand_dims" || call.kernel == "range_count") {
-      write_shape_kernel(out, buffer);
-    } else if (call.kernel == "count_nonzero" || call.kernel == "nonzero_positions") {
-      const ir::View& x = *call.inputs.at(0);
-      out.linef("kiln_rt::{}<{}>({}, {}, {});", call.kernel, ctype(x.dtype), data_pointer(x),
-                cexpr(x.layout.numel()), buffer.name);
-    } else {
-      internal_error("extern kernel '{}' has no wrapper code", call.kernel);
-    }
+    out.linef("KILN_TIMED({}, \"call\");", cpp_quote(kind + " (" + origins_text(buffer) + ")"));
+    library_calls_.write(out, buffer, *program_);
     out.dedent();
     out.line("}");
     out.indent();
-  }
-
-  /// A GEMM choice's call (autotune/choice.h: the C++ template or a library), with the pointwise
-  /// body fused into it as its epilogue (sched/template_epilogue.h): its source is a translation
-  /// unit of its own.
-  void write_gemm(IndentedBuffer& out, const ir::Buffer& buffer) {
-    const ir::ExternCall& call = buffer.call;
-    const autotune::GemmProblem problem{call.attr_int("n", 0), call.attr_int("k", 0)};
-    const std::string choice_name = std::get<std::string>(call.attrs.at("choice"));
-    autotune::GemmChoicePtr choice;
-    if (call.attrs.count("config")) {
-      choice = autotune::make_template_choice(
-          autotune::decode_gemm_config(std::get<std::string>(call.attrs.at("config"))), problem);
-    } else if (choice_name == "openblas") {
-      choice = autotune::make_openblas_choice(problem);
-    } else {
-      KILN_CHECK(choice_name == "onednn" || choice_name == "onednn-packed",
-                 "unknown GEMM choice '{}'", choice_name);
-      choice = autotune::make_onednn_choice(problem, choice_name == "onednn-packed");
-    }
-    const GemmEpilogueCode epilogue = choice_epilogue(buffer);
-    const std::string name =
-        choice_function("gemm", "a GEMM", *choice, fmt::format("{}|{}", problem.n, problem.k),
-                        epilogue, "int64_t, const float*, const float*, float*");
-    const ir::View& a = *call.inputs.at(0);
-    const sym::Expr rows =
-        sym::product(std::vector<sym::Expr>(a.layout.sizes.begin(), a.layout.sizes.end() - 1));
-    std::string args;
-    for (const std::string& b : epilogue.buffers) args += ", " + b;
-    out.linef("// {}, {}", choice->name(),
-              call.attrs.count("product") ? "epilogue fused" : "no epilogue");
-    out.linef("{}({}, {}, {}, {}{});", name, cexpr(rows), data_pointer(a),
-              data_pointer(*call.inputs.at(1)), buffer.name, args);
-  }
-
-  /// The pointwise body fused into a GEMM or convolution choice's call as its epilogue (empty
-  /// when nothing was fused).
-  GemmEpilogueCode choice_epilogue(const ir::Buffer& buffer) {
-    if (!buffer.call.attrs.count("product")) return {};
-    std::optional<GemmEpilogueCode> fused = gemm_epilogue(buffer);
-    KILN_CHECK(fused.has_value(), "the epilogue of {} cannot be written", buffer.name);
-    return *fused;
-  }
-
-  /// The function a GEMM or convolution choice's call calls: calls of the same choice, problem
-  /// and epilogue share one, defined in a translation unit of its own (`<kind><n>.cpp`) whose
-  /// linkage the library takes on. `params` are its parameters before the epilogue's inputs.
-  template <typename Choice>
-  std::string choice_function(const std::string& kind, const std::string& what,
-                              const Choice& choice, const std::string& problem,
-                              const GemmEpilogueCode& epilogue, std::string params) {
-    const std::string key =
-        fmt::format("{}|{}|{}|{}", kind, choice.name(), problem, epilogue.epilogue.expr);
-    int& count = choice_counts_[kind];
-    auto [it, fresh] = choice_functions_.emplace(key, fmt::format("{}_{}", kind, count));
-    if (!fresh) return it->second;
-    const std::string& name = it->second;
-    for (size_t k = 0; k < epilogue.buffers.size(); ++k) params += ", const float*";
-    choice_decls_.push_back(fmt::format("extern \"C\" void {}({});", name, params));
-    result_.units.emplace_back(fmt::format("{}{}.cpp", kind, count++),
-                               "// Generated by Kiln: " + what + " (" + choice.name() +
-                                   "). Do not edit.\n" + cpp_kernel_prelude() +
-                                   choice.render(name, epilogue.epilogue));
-    const autotune::GemmLinkage linkage = choice.linkage();
-    for (const std::string& dir : linkage.include_dirs) add_unique(result_.include_dirs, dir);
-    for (const std::string& lib : linkage.libraries) add_unique(result_.libraries, lib);
-    return name;
-  }
-
-  /// Sizes computed from data (lower/op_util.h sizes_from_tensor and friends); the wrapper binds
-  /// them to symbols right after.
-  void write_shape_kernel(IndentedBuffer& out, const ir::Buffer& buffer) {
-    const ir::ExternCall& call = buffer.call;
-    const ir::View& x = *call.inputs.at(0);
-    const std::string what = cpp_quote(std::get<std::string>(call.attrs.at("what")));
-    const std::string t = ctype(x.dtype);
-    if (call.kernel == "range_count") {
-      out.linef("kiln_rt::range_count<{}>({}, {}, {}, {}, {});", t, data_pointer(x),
-                data_pointer(*call.inputs.at(1)), data_pointer(*call.inputs.at(2)), buffer.name,
-                what);
-      return;
-    }
-    const std::string n = cexpr(x.layout.numel());
-    if (call.kernel == "shape_values") {
-      const std::optional<ir::View>& max = call.inputs.size() > 1 ? call.inputs[1] : std::nullopt;
-      out.linef("kiln_rt::shape_values<{}>({}, {}, {}, {}, {});", t, data_pointer(x), n,
-                max ? fmt::format("({})[0]", data_pointer(*max)) : std::string("-1"), buffer.name,
-                what);
-      return;
-    }
-    const ir::View& dims = *call.inputs.at(1);
-    const std::string rank = cexpr(dims.layout.numel());
-    if (call.kernel == "reshape_dims") {
-      out.linef("kiln_rt::reshape_dims<{}>({}, {}, {}, {}, {}, {}, {});", t, data_pointer(x), n,
-                data_pointer(dims), rank, call.attr_int("allowzero", 0) ? "true" : "false",
-                buffer.name, what);
-    } else {
-      out.linef("kiln_rt::expand_dims<{}>({}, {}, {}, {}, {}, {});", t, data_pointer(x), n,
-                data_pointer(dims), rank, buffer.name, what);
-    }
-  }
-
-  void write_matmul(IndentedBuffer& out, const ir::Buffer& buffer) {
-    const ir::ExternCall& call = buffer.call;
-    const auto& in = call.inputs;
-    out.linef("const kiln_rt::View a = {};", view_init(*in.at(0)));
-    out.linef("const kiln_rt::View b = {};", view_init(*in.at(1)));
-    bool has_c = in.size() > 2 && in[2].has_value();
-    if (has_c) out.linef("const kiln_rt::View c = {};", view_init(*in[2]));
-    out.linef("const int64_t out_shape[] = {{{}}};", dims_list(buffer.layout.sizes));
-    out.linef("kiln_rt::matmul<{}>(a, b, {}, {}, out_shape, {}, {}, {});", ctype(buffer.dtype),
-              has_c ? "&c" : "nullptr", buffer.name, buffer.layout.rank(),
-              call.attr_float("alpha", 1.0), call.attr_float("beta", 1.0));
-  }
-
-  /// A contiguous input view's data pointer, typed.
-  std::string data_pointer(const ir::View& v) const {
-    return fmt::format("static_cast<const {}*>({}) + {}", ctype(v.dtype), v.buffer,
-                       cexpr(v.layout.offset));
-  }
-
-  void write_topk(IndentedBuffer& out, const ir::Buffer& buffer) {
-    const ir::ExternCall& call = buffer.call;
-    const ir::View& x = *call.inputs.at(0);
-    out.linef("const int64_t shape[] = {{{}}};", dims_list(x.layout.sizes));
-    out.linef("kiln_rt::topk_indices<{}>({}, shape, {}, {}, {}, {}, {});", ctype(x.dtype),
-              data_pointer(x), x.layout.rank(), call.attr_int("axis", 0),
-              cexpr(buffer.layout.sizes.at(static_cast<size_t>(call.attr_int("axis", 0)))),
-              call.attr_int("largest", 1) != 0 ? "true" : "false", buffer.name);
-  }
-
-  void write_rnn(IndentedBuffer& out, const ir::Buffer& buffer) {
-    const ir::ExternCall& call = buffer.call;
-    const auto& in = call.inputs;
-    const ir::View& x = *in.at(0);
-    const bool batch_major = call.attr_int("batch_major", 0) != 0;
-    out.line("kiln_rt::RnnParams p;");
-    out.linef("p.kind = {}; p.dirs = {}; p.reverse = {}; p.batch_major = {};",
-              call.attr_int("kind", 0), call.attr_int("dirs", 1), call.attr_int("reverse", 0),
-              batch_major ? 1 : 0);
-    out.linef("p.seq = {}; p.batch = {}; p.input = {}; p.hidden = {};",
-              cexpr(x.layout.sizes[batch_major ? 1 : 0]),
-              cexpr(x.layout.sizes[batch_major ? 0 : 1]), cexpr(x.layout.sizes[2]),
-              cexpr(buffer.layout.sizes[3]));
-    out.linef("p.clip = {}; p.linear_before_reset = {}; p.input_forget = {};",
-              call.attr_float("clip", 0), call.attr_int("linear_before_reset", 0),
-              call.attr_int("input_forget", 0));
-    std::vector<int64_t> acts = call.attr_ints("activations");
-    std::vector<double> alpha = call.attr_floats("alpha"), beta = call.attr_floats("beta");
-    for (size_t k = 0; k < acts.size(); ++k) {
-      out.linef("p.acts[{}] = {}; p.alpha[{}] = {}; p.beta[{}] = {};", k, acts[k], k, alpha[k], k,
-                beta[k]);
-    }
-    std::vector<std::string> args;
-    for (size_t k = 0; k < 8; ++k) {
-      args.push_back(k < in.size() && in[k] ? data_pointer(*in[k]) : "nullptr");
-    }
-    out.linef("kiln_rt::rnn<{}>(p, {}, {});", ctype(buffer.dtype), fmt::join(args, ", "),
-              buffer.name);
-  }
-
-  void write_roi_align(IndentedBuffer& out, const ir::Buffer& buffer) {
-    const ir::ExternCall& call = buffer.call;
-    const ir::View& x = *call.inputs.at(0);
-    out.line("kiln_rt::RoiAlignParams p;");
-    out.linef("p.n = {}; p.c = {}; p.h = {}; p.w = {};", cexpr(x.layout.sizes[0]),
-              cexpr(x.layout.sizes[1]), cexpr(x.layout.sizes[2]), cexpr(x.layout.sizes[3]));
-    out.linef("p.rois = {}; p.oh = {}; p.ow = {};", cexpr(buffer.layout.sizes[0]),
-              cexpr(buffer.layout.sizes[2]), cexpr(buffer.layout.sizes[3]));
-    out.linef("p.sampling_ratio = {}; p.spatial_scale = {}; p.half_pixel = {}; p.max_mode = {};",
-              call.attr_int("sampling_ratio", 0), call.attr_float("spatial_scale", 1),
-              call.attr_int("half_pixel", 1), call.attr_int("max_mode", 0));
-    const ir::View& batch = *call.inputs.at(2);
-    out.linef("kiln_rt::roi_align<{}, {}>(p, {}, {}, {}, {});", ctype(buffer.dtype),
-              ctype(batch.dtype), data_pointer(x), data_pointer(*call.inputs.at(1)),
-              data_pointer(batch), buffer.name);
-  }
-
-  void write_unique(IndentedBuffer& out, const ir::Buffer& buffer) {
-    const ir::ExternCall& call = buffer.call;
-    const ir::View& x = *call.inputs.at(0);
-    const int64_t axis = call.attr_int("axis", -1);
-    sym::Expr outer(1), inner(1), n = x.layout.numel();
-    if (axis >= 0) {
-      const auto& sizes = x.layout.sizes;
-      n = sizes[static_cast<size_t>(axis)];
-      for (size_t d = 0; d < static_cast<size_t>(axis); ++d) outer = outer * sizes[d];
-      for (size_t d = static_cast<size_t>(axis) + 1; d < sizes.size(); ++d)
-        inner = inner * sizes[d];
-    }
-    std::string args =
-        fmt::format("{}, {}, {}, {}, {}", data_pointer(x), cexpr(outer), cexpr(n), cexpr(inner),
-                    call.attr_int("sorted", 1) != 0 ? "true" : "false");
-    if (call.kernel == "unique_count") {
-      out.linef("{}[0] = kiln_rt::unique<{}>({}, -1, nullptr);", buffer.name, ctype(x.dtype), args);
-    } else {
-      out.linef("kiln_rt::unique<{}>({}, {}, {});", ctype(x.dtype), args, call.attr_int("which", 0),
-                buffer.name);
-    }
-  }
-
-  void write_nms(IndentedBuffer& out, const ir::Buffer& buffer) {
-    const ir::ExternCall& call = buffer.call;
-    const ir::View& boxes = *call.inputs.at(0);
-    const ir::View& scores = *call.inputs.at(1);
-    const bool has_score = call.attrs.count("score_threshold") > 0;
-    if (has_score) {
-      out.linef("const double score_threshold = {};", call.attr_float("score_threshold", 0));
-    }
-    std::string args =
-        fmt::format("{}, {}, {}, {}, {}, {}, {}, {}, {}", data_pointer(boxes), data_pointer(scores),
-                    cexpr(scores.layout.sizes[0]), cexpr(scores.layout.sizes[1]),
-                    cexpr(scores.layout.sizes[2]), call.attr_int("max_per_class", 0),
-                    call.attr_float("iou_threshold", 0), has_score ? "&score_threshold" : "nullptr",
-                    call.attr_int("center_point_box", 0) != 0 ? "true" : "false");
-    if (call.kernel == "nms_count") {
-      out.linef("{}[0] = kiln_rt::nms<float>({}, nullptr);", buffer.name, args);
-    } else {
-      out.linef("kiln_rt::nms<float>({}, {});", args, buffer.name);
-    }
-  }
-
-  void write_tfidf(IndentedBuffer& out, const ir::Buffer& buffer) {
-    const ir::ExternCall& call = buffer.call;
-    const ir::View& x = *call.inputs.at(0);
-    std::vector<int64_t> pool = call.attr_ints("pool"), counts = call.attr_ints("ngram_counts"),
-                         indexes = call.attr_ints("ngram_indexes");
-    std::vector<double> weights = call.attr_floats("weights");
-    out.linef("static const int64_t pool[] = {{{}}};", fmt::join(pool, ", "));
-    out.linef("static const int64_t ngram_counts[] = {{{}}};", fmt::join(counts, ", "));
-    out.linef("static const int64_t ngram_indexes[] = {{{}}};", fmt::join(indexes, ", "));
-    if (!weights.empty())
-      out.linef("static const double weights[] = {{{}}};", fmt::join(weights, ", "));
-    out.line("kiln_rt::TfIdfParams p;");
-    out.linef("p.min_gram = {}; p.max_gram = {}; p.max_skip = {}; p.mode = {};",
-              call.attr_int("min_gram", 1), call.attr_int("max_gram", 1),
-              call.attr_int("max_skip", 0), call.attr_int("mode", 0));
-    out.linef("p.pool = pool; p.pool_size = {}; p.ngram_counts = ngram_counts; p.levels = {};",
-              pool.size(), counts.size());
-    out.linef("p.ngram_indexes = ngram_indexes; p.weights = {};",
-              weights.empty() ? "nullptr" : "weights");
-    const bool batched = x.layout.rank() == 2;
-    out.linef("kiln_rt::tfidf<{}>(p, {}, {}, {}, {}, {});", ctype(x.dtype), data_pointer(x),
-              batched ? cexpr(x.layout.sizes[0]) : "1", cexpr(x.layout.sizes.back()), buffer.name,
-              cexpr(buffer.layout.sizes.back()));
-  }
-
-  void write_conv(IndentedBuffer& out, const ir::Buffer& buffer) {
-    const ir::ExternCall& call = buffer.call;
-    if (call.attrs.count("choice")) return write_conv_choice(out, buffer);
-    const ir::View& x = *call.inputs.at(0);
-    const ir::View& w = *call.inputs.at(1);
-    bool has_bias = call.inputs.size() > 2 && call.inputs[2].has_value();
-    const size_t spatial = x.layout.rank() - 2;
-    out.line("kiln_rt::ConvParams p;");
-    out.linef("p.spatial = {};", spatial);
-    out.linef("p.n = {}; p.c = {}; p.m = {}; p.group = {};", cexpr(x.layout.sizes[0]),
-              cexpr(x.layout.sizes[1]), cexpr(w.layout.sizes[0]), call.attr_int("group", 1));
-    std::vector<int64_t> strides = call.attr_ints("strides"),
-                         dilations = call.attr_ints("dilations"), pads = call.attr_ints("pads");
-    for (size_t k = 0; k < spatial; ++k) {
-      size_t slot = 3 - spatial + k;
-      out.linef("p.in[{}] = {}; p.kernel[{}] = {}; p.out[{}] = {};", slot,
-                cexpr(x.layout.sizes[2 + k]), slot, cexpr(w.layout.sizes[2 + k]), slot,
-                cexpr(buffer.layout.sizes[2 + k]));
-      out.linef("p.stride[{}] = {}; p.dilation[{}] = {}; p.pad_begin[{}] = {}; p.pad_end[{}] = {};",
-                slot, k < strides.size() ? strides[k] : 1, slot,
-                k < dilations.size() ? dilations[k] : 1, slot, k < pads.size() ? pads[k] : 0, slot,
-                spatial + k < pads.size() ? pads[spatial + k] : 0);
-    }
-    std::string t = ctype(buffer.dtype);
-    std::string xp = fmt::format("{} + {}", x.buffer, cexpr(x.layout.offset));
-    std::string wp = fmt::format("{} + {}", w.buffer, cexpr(w.layout.offset));
-    std::string bp = has_bias ? fmt::format("{} + {}", call.inputs[2]->buffer,
-                                            cexpr(call.inputs[2]->layout.offset))
-                              : "nullptr";
-    if (buffer.dtype == DType::kFloat32) {
-      const ir::Buffer* wb = program_->find(w.buffer);
-      bool constant = wb != nullptr && wb->kind == ir::BufferKind::kConstant;
-      // A Relu chain fused as oneDNN post-ops (sched/template_epilogue.h).
-      const std::string post_ops =
-          call.attrs.count("post_ops")
-              ? ", " + cpp_quote(std::get<std::string>(call.attrs.at("post_ops")))
-              : std::string();
-      out.linef("state.conv[{}].run(p, {}, {}, {}, {}, {}{});", conv_sites_++, xp, wp, bp,
-                buffer.name, constant ? "true" : "false", post_ops);
-    } else {
-      out.linef("kiln_rt::conv_direct<{}>(p, {}, {}, {}, {});", t, xp, wp, bp, buffer.name);
-    }
-  }
-
-  /// A convolution choice's call (lower/conv_select.h: the C++ template or im2col + OpenBLAS),
-  /// with the pointwise body fused into it as its epilogue: its source is a translation unit of
-  /// its own, as a GEMM choice's.
-  void write_conv_choice(IndentedBuffer& out, const ir::Buffer& buffer) {
-    const ir::ExternCall& call = buffer.call;
-    const autotune::ConvProblem problem =
-        autotune::conv_problem_from_ints(call.attr_ints("problem"));
-    const autotune::ConvChoicePtr choice =
-        autotune::make_conv_choice(std::get<std::string>(call.attrs.at("choice")), problem);
-    const GemmEpilogueCode epilogue = choice_epilogue(buffer);
-    const std::string name = choice_function("conv", "a convolution", *choice, problem.text(),
-                                             epilogue, "const float*, const float*, float*");
-    std::string args;
-    for (const std::string& b : epilogue.buffers) args += ", " + b;
-    out.linef("// {}, {}, {}", problem.text(), choice->name(),
-              call.attrs.count("product") ? "epilogue fused" : "no epilogue");
-    out.linef("{}({}, {}, {}{});", name, data_pointer(*call.inputs.at(0)),
-              data_pointer(*call.inputs.at(1)), buffer.name, args);
   }
 
   /// An If, Loop or Scan: the results array, the call, then the wrapper takes over the results'
   /// storage (each result item then names its pointer).
   void write_control_flow(IndentedBuffer& out, const ir::Buffer& buffer) {
     const ir::ExternCall& call = buffer.call;
-    const int64_t results = call.attr_int("results", 0);
+    const int64_t results = std::visit(
+        ir::Overloaded{[](const ir::IfCall& c) { return c.results; },
+                       [](const ir::LoopCall& c) { return c.results; },
+                       [](const ir::ScanCall& c) { return c.results; },
+                       [&](const auto&) -> int64_t {
+                         internal_error("{} is not control flow", buffer.name);
+                       }},
+        call.op);
     out.linef("kiln_rt::TensorArg {}[{}] = {{}};", buffer.name, std::max<int64_t>(results, 1));
-    out.linef("{{  // {} from {}", call.kernel, origins_text(buffer));
+    out.linef("{{  // {} from {}", call.name(), origins_text(buffer));
     {
       auto _ = out.scope();
-      if (call.kernel == "if") {
-        write_if(out, buffer);
+      if (const ir::IfCall* c = call.as<ir::IfCall>()) {
+        write_if(out, buffer, *c);
+      } else if (const ir::LoopCall* c = call.as<ir::LoopCall>()) {
+        write_loop(out, buffer, *c);
       } else {
-        write_loop_or_scan(out, buffer);
+        write_scan(out, buffer, *call.as<ir::ScanCall>());
       }
     }
     out.line("}");
     out.linef("for (const kiln_rt::TensorArg& r : {}) ws.adopt(r.data);", buffer.name);
-  }
-
-  const ir::Subgraph& subgraph(const std::string& name) const {
-    for (const auto& g : program_->subgraphs) {
-      if (g->name == name) return *g;
-    }
-    internal_error("no subgraph {}", name);
   }
 
   static std::string function_name(const std::string& subgraph) { return "subgraph_" + subgraph; }
@@ -797,18 +431,14 @@ class WrapperWriter {
     out.line("};");
   }
 
-  static void add_unique(std::vector<std::string>& list, const std::string& item) {
-    if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
-  }
-
   static size_t capture_count(const ir::Subgraph& g) {
     return g.program.inputs.size() - g.formal_inputs;
   }
 
-  void write_if(IndentedBuffer& out, const ir::Buffer& buffer) {
+  void write_if(IndentedBuffer& out, const ir::Buffer& buffer, const ir::IfCall& params) {
     const ir::ExternCall& call = buffer.call;
-    const ir::Subgraph& then_branch = subgraph(std::get<std::string>(call.attrs.at("then")));
-    const ir::Subgraph& else_branch = subgraph(std::get<std::string>(call.attrs.at("else")));
+    const ir::Subgraph& then_branch = *params.then_branch;
+    const ir::Subgraph& else_branch = *params.else_branch;
     const ir::View& cond = *call.inputs.at(0);
     out.linef("if ({}[{}]) {{", cond.buffer, cexpr(cond.layout.offset));
     size_t first = 1;
@@ -824,21 +454,12 @@ class WrapperWriter {
     out.line("}");
   }
 
-  void write_loop_or_scan(IndentedBuffer& out, const ir::Buffer& buffer) {
-    const ir::ExternCall& call = buffer.call;
-    const ir::Subgraph& body = subgraph(std::get<std::string>(call.attrs.at("body")));
-    const bool loop = call.kernel == "loop";
-    const size_t carried =
-        static_cast<size_t>(loop ? call.attr_int("carried", 0) : call.attr_int("states", 0));
-    const size_t first = loop ? 2 : 0;  // Loop: M and cond come first
-    const size_t scans = loop ? 0 : body.formal_inputs - carried;
-    const size_t captures = capture_count(body);
-    write_args(out, "initial", call, first, carried);
-    if (!loop) write_args(out, "scanned", call, carried, scans);
-    write_args(out, "captured", call, call.inputs.size() - captures, captures);
-    std::vector<int64_t> specs = call.attr_ints("scan_specs");
-    std::vector<int64_t> out_axes = call.attr_ints("scan_output_axes");
-    std::vector<int64_t> out_dirs = call.attr_ints("scan_output_directions");
+  /// The scan outputs' specs (kiln_rt::ScanOutputSpec) and the body's lambda; returns the number
+  /// of specs.
+  size_t write_scan_outputs_and_body(IndentedBuffer& out, const std::vector<int64_t>& specs,
+                                     const std::vector<int64_t>& out_axes,
+                                     const std::vector<int64_t>& out_dirs,
+                                     const ir::Subgraph& body) {
     std::vector<std::string> spec_text;
     for (size_t pos = 0; pos < specs.size(); pos += 2 + static_cast<size_t>(specs[pos + 1])) {
       size_t k = spec_text.size();
@@ -858,43 +479,55 @@ class WrapperWriter {
     out.linef("auto body = [&](const kiln_rt::TensorArg* in, kiln_rt::TensorArg* out) {{");
     out.linef("    {}(in, out, constants, state, profile);", function_name(body.name));
     out.line("};");
-    const std::string node = cpp_quote(node_text(buffer));
-    if (loop) {
-      auto scalar = [&](size_t k, const char* type) {
-        const std::optional<ir::View>& v = call.inputs.at(k);
-        return v ? fmt::format("reinterpret_cast<const {}*>({} + {})", type, v->buffer,
-                               cexpr(v->layout.offset))
-                 : std::string("nullptr");
-      };
-      out.linef("kiln_rt::run_loop(body, {}, {}, {}, {}, initial, {}, specs, {}, captured, {});",
-                node, scalar(0, "int64_t"), scalar(1, "bool"), carried, spec_text.size(), captures,
-                buffer.name);
-      return;
-    }
-    std::vector<int64_t> in_axes = call.attr_ints("scan_input_axes");
-    std::vector<int64_t> in_dirs = call.attr_ints("scan_input_directions");
+    return spec_text.size();
+  }
+
+  void write_loop(IndentedBuffer& out, const ir::Buffer& buffer, const ir::LoopCall& params) {
+    const ir::ExternCall& call = buffer.call;
+    const ir::Subgraph& body = *params.body;
+    const size_t carried = static_cast<size_t>(params.carried);
+    const size_t captures = capture_count(body);
+    write_args(out, "initial", call, 2, carried);  // M and cond come first
+    write_args(out, "captured", call, call.inputs.size() - captures, captures);
+    const size_t specs = write_scan_outputs_and_body(out, params.scan_specs, {}, {}, body);
+    auto scalar = [&](size_t k, const char* type) {
+      const std::optional<ir::View>& v = call.inputs.at(k);
+      return v ? fmt::format("reinterpret_cast<const {}*>({} + {})", type, v->buffer,
+                             cexpr(v->layout.offset))
+               : std::string("nullptr");
+    };
+    out.linef("kiln_rt::run_loop(body, {}, {}, {}, {}, initial, {}, specs, {}, captured, {});",
+              cpp_quote(node_text(buffer)), scalar(0, "int64_t"), scalar(1, "bool"), carried,
+              specs, captures, buffer.name);
+  }
+
+  void write_scan(IndentedBuffer& out, const ir::Buffer& buffer, const ir::ScanCall& params) {
+    const ir::ExternCall& call = buffer.call;
+    const ir::Subgraph& body = *params.body;
+    const size_t carried = static_cast<size_t>(params.states);
+    const size_t scans = body.formal_inputs - carried;
+    const size_t captures = capture_count(body);
+    write_args(out, "initial", call, 0, carried);
+    write_args(out, "scanned", call, carried, scans);
+    write_args(out, "captured", call, call.inputs.size() - captures, captures);
+    const size_t specs = write_scan_outputs_and_body(
+        out, params.scan_specs, params.scan_output_axes, params.scan_output_directions, body);
     std::vector<std::string> in_text;
     for (size_t k = 0; k < scans; ++k) {
-      in_text.push_back(fmt::format("{{{}, {}}}", in_axes.at(k), in_dirs.at(k) ? "true" : "false"));
+      in_text.push_back(fmt::format("{{{}, {}}}", params.scan_input_axes.at(k),
+                                    params.scan_input_directions.at(k) ? "true" : "false"));
     }
     out.linef("static const kiln_rt::ScanInputSpec in_specs[] = {{{}}};", fmt::join(in_text, ", "));
     out.linef(
         "kiln_rt::{}(body, {}, {}, initial, {}, scanned, in_specs, {}, specs, {}, captured, "
         "{});",
-        call.attr_int("batched", 0) ? "run_scan_batched" : "run_scan", node, carried, scans,
-        spec_text.size(), captures, buffer.name);
+        params.batched ? "run_scan_batched" : "run_scan", cpp_quote(node_text(buffer)), carried,
+        scans, specs, captures, buffer.name);
   }
 
   std::string node_text(const ir::Buffer& buffer) const {
     if (buffer.origins.empty()) return "a control-flow node";
     return fmt::format("node '{}' ({})", buffer.origins[0].node, buffer.origins[0].op_type);
-  }
-
-  std::string origins_text(const ir::Buffer& buffer) {
-    std::string s;
-    for (const ir::Origin& o : buffer.origins)
-      s += (s.empty() ? "" : ", ") + o.node + " (" + o.op_type + ")";
-    return s;
   }
 
   void write_outputs(IndentedBuffer& out) {
@@ -974,25 +607,20 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
     }
   }
 
+  /// Which runtime headers the calls need (the header is written after the functions).
   void scan_externs() {
     for (const GraphCode& g : graphs_) {
       for (const auto& item : g.schedule->items) {
         if (item.kind != sched::ItemKind::kExtern) continue;
         const ir::Buffer& b = *item.buffers.at(0);
-        const std::string& k = b.call.kernel;
-        // Every extern call other than BLAS, oneDNN and control flow is a kiln_rt_library.h
-        // kernel; one the wrapper does not know fails in write_extern_call.
-        if (ir::is_control_flow(b) || ir::is_control_flow_result(b)) {
-          uses_control_ = true;
-        } else if (k == "matmul") {
-          result_.uses_blas = true;
-        } else if (k == "conv") {
-          result_.uses_dnnl = true;
-        } else {
-          result_.uses_library = true;
-        }
+        if (ir::is_control_flow(b) || ir::is_control_flow_result(b)) uses_control_ = true;
+        library_calls_.note(b.call);
       }
     }
+    const CppLibraryCode& code = library_calls_.code();
+    result_.uses_blas = code.uses_blas;
+    result_.uses_dnnl = code.uses_dnnl;
+    result_.uses_library = code.uses_library;
   }
 
   const std::vector<GraphCode>& graphs_;
@@ -1005,11 +633,8 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
   const ArenaPlan* arena_ = nullptr;  // the model's function's; null in a subgraph's
   std::set<std::string> outputs_;
   std::set<std::string> checked_;
-  int conv_sites_ = 0;         // oneDNN convolution call sites, each with its state in ModelState
-  bool uses_control_ = false;  // kiln_rt_control.h (Loop, Scan)
-  std::vector<std::string> choice_decls_;  // GEMM and convolution choices, one unit each
-  std::map<std::string, std::string> choice_functions_;  // kind, choice, problem, epilogue -> name
-  std::map<std::string, int> choice_counts_;             // kind -> functions so far
+  bool uses_control_ = false;           // kiln_rt_control.h (Loop, Scan)
+  CppLibraryCallWriter library_calls_;  // the CPU code of library calls and what they share
   std::map<std::string, std::string> canonical_;         // kernel -> the kernel emitted for it
   std::map<std::string, std::string> also_called_for_;   // emitted kernel -> comment lines
   std::vector<const GeneratedKernel*> unique_;
@@ -1020,7 +645,7 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
 
 WrapperSource generate_wrapper(const std::vector<GraphCode>& graphs,
                                const std::string& kernel_prelude) {
-  return WrapperWriter(graphs).run(kernel_prelude);
+  return WrapperWriter(graphs, kernel_prelude).run(kernel_prelude);
 }
 
 }  // namespace kiln::codegen

@@ -1,5 +1,5 @@
 #pragma once
-/// The wrapper: host C++ that runs a compiled model (seeds 000 and 001). It binds size symbols
+/// The wrapper: host C++ that runs a compiled model (Inductor's wrapper codegen, Python and C++). It binds size symbols
 /// from the inputs' shapes, checks every input's dtype and shape against what the compile
 /// assumed, allocates, frees and reuses intermediates by the memory plan, checks index tensors,
 /// calls the kernels and library functions in schedule order, and returns the outputs.

@@ -70,7 +70,7 @@ struct Candidate {
   std::string name;
   std::string backend;
   std::function<std::string(const std::string&)> render;
-  GemmLinkage linkage;
+  ChoiceLinkage linkage;
   std::function<std::vector<float>()> prepare;
   std::string hash_key;
   fs::path library;
@@ -90,7 +90,7 @@ void compile_candidates(std::vector<Candidate*>& candidates, const fs::path& cod
     Candidate& candidate = *candidates[i];
     try {
       codecache::CompilerConfig config;
-      const GemmLinkage& link = candidate.linkage;
+      const ChoiceLinkage& link = candidate.linkage;
       config.include_dirs.assign(link.include_dirs.begin(), link.include_dirs.end());
       config.libraries = link.libraries;
       candidate.library = code_cache.compile_shared_library(candidate.render(kSymbol), config);
@@ -481,7 +481,7 @@ GemmSelection select_gemm(const GemmSelectRequest& request) {
   const GemmProblem gemm{.n = request.n, .k = request.k};
   const std::vector<GemmChoicePtr> choices =
       request.choices.empty()
-          ? gemm_choices(request.m, gemm, threads, request.isa.value_or(host_gemm_isa()))
+          ? gemm_choices(request.m, gemm, threads, request.isa.value_or(host_template_isa()))
           : request.choices;
   check_choices(choices);
 
@@ -511,7 +511,7 @@ ConvSelection select_conv(const ConvSelectRequest& request) {
   check_conv_problem(request.problem);
   const std::vector<ConvChoicePtr> choices =
       request.choices.empty()
-          ? conv_choices(request.problem, threads, request.isa.value_or(host_gemm_isa()))
+          ? conv_choices(request.problem, threads, request.isa.value_or(host_template_isa()))
           : request.choices;
   check_choices(choices);
 

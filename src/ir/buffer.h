@@ -17,6 +17,7 @@
 #include "graph/dtype.h"
 #include "graph/graph.h"
 #include "graph/tensor.h"
+#include "ir/device.h"
 #include "ir/library_call.h"
 #include "ir/loop_body.h"
 #include "sym/expr.h"
@@ -95,6 +96,7 @@ class Buffer {
   std::string name;
   BufferKind kind = BufferKind::kComputed;
   graph::DType dtype = graph::DType::kFloat32;
+  Device device = Device::kCpu;  // where its storage lives (ir/device.h)
   Layout layout;
   std::shared_ptr<const graph::Tensor> constant;  // kConstant
   LoopBody body;                                  // kComputed: stores into this buffer

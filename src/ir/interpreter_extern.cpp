@@ -191,8 +191,8 @@ ConvParams conv_params(const ConvCall& call, size_t spatial) {
 /// for its problem: with the template's output-channel block ocb, the weight is [ceil(M / ocb)]
 /// [C * KH * KW][ocb] (channels past M zero), then the bias padded to a multiple of ocb (the
 /// other choices: ocb 1, W as is, then the bias).
-void run_conv_prepared(const Buffer& buffer, const autotune::ConvChoice& choice,
-                       Storages& storages, const sym::Binding& binding) {
+void run_conv_prepared(const Buffer& buffer, const autotune::ConvChoice& choice, Storages& storages,
+                       const sym::Binding& binding) {
   const ExternCall& call = buffer.call;
   Operand x = operand(call, 0, storages, binding);
   Operand w = operand(call, 1, storages, binding);

@@ -4,7 +4,7 @@
 /// below, listed once in the LibraryCall variant; that list is the registry. A call's users
 /// dispatch on the alternative with std::visit over an overload set that names every kind, so a
 /// kind added here fails to compile wherever it is not handled: the reference interpreter
-/// (ir/interpreter_extern.cpp), the C++ backend's emitter (codegen/cpp/cpp_library_call.cpp) and
+/// (ir/interpreter_extern.cpp), the C++ backend's emitter (codegen/cpp/cpp_wrapper_ops.cpp) and
 /// any later backend's. No kind or parameter travels as a string: a misspelt parameter is a
 /// compile error, and an autotune choice is the choice object itself, not its name.
 ///
@@ -206,8 +206,8 @@ struct ControlResultCall {
 using LibraryCall =
     std::variant<MatMulCall, GemmCall, ConvCall, TopKCall, RnnCall, DetCall, RoiAlignCall,
                  TfIdfCall, UniqueCall, NmsCall, ShapeValuesCall, ReshapeDimsCall, ExpandDimsCall,
-                 RangeCountCall, CountNonZeroCall, NonZeroPositionsCall, IfCall, LoopCall,
-                 ScanCall, ControlResultCall>;
+                 RangeCountCall, CountNonZeroCall, NonZeroPositionsCall, IfCall, LoopCall, ScanCall,
+                 ControlResultCall>;
 
 /// The kind's name, for dumps, comments and profile labels (never for dispatch).
 inline std::string library_call_name(const LibraryCall& call) {

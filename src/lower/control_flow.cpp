@@ -1,9 +1,9 @@
-/// Control flow: If, Loop and Scan (Inductor's wrapper codegen_conditional / codegen_while_loop). Each
-/// subgraph is lowered once into a Program of its own (ir::Subgraph) that the wrapper turns into
-/// a function with its own memory plan; the node becomes one extern call ("if", "loop", "scan")
-/// that runs them, and one "result" buffer per output, whose storage the subgraph allocated.
-/// Result dims that differ between branches or iterations, or that depend on the subgraph's own
-/// sizes, become size symbols bound from the results' run-time shapes.
+/// Control flow: If, Loop and Scan (Inductor's wrapper codegen_conditional / codegen_while_loop).
+/// Each subgraph is lowered once into a Program of its own (ir::Subgraph) that the wrapper turns
+/// into a function with its own memory plan; the node becomes one extern call ("if", "loop",
+/// "scan") that runs them, and one "result" buffer per output, whose storage the subgraph
+/// allocated. Result dims that differ between branches or iterations, or that depend on the
+/// subgraph's own sizes, become size symbols bound from the results' run-time shapes.
 ///
 /// An If whose condition is known when compiling lowers the chosen branch inline instead.
 ///
@@ -68,8 +68,7 @@ std::vector<TensorValue> control_flow_call(LoweringContext& ctx, Call op,
     ctx.program().subgraphs.push_back(g->subgraph);
   }
   op.results = static_cast<int64_t>(results.size());
-  TensorValue call =
-      ctx.extern_call(std::move(op), DType::kUInt8, {Expr(0)}, std::move(inputs));
+  TensorValue call = ctx.extern_call(std::move(op), DType::kUInt8, {Expr(0)}, std::move(inputs));
   ir::View parent = ctx.as_view(call);
   std::vector<TensorValue> values;
   for (size_t k = 0; k < results.size(); ++k) {

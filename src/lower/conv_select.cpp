@@ -31,8 +31,8 @@ std::optional<autotune::ConvProblem> template_problem(const ir::Program& program
                                                       const ir::Buffer& conv) {
   const ir::ConvCall* call = conv.call.as<ir::ConvCall>();
   if (conv.kind != ir::BufferKind::kExtern || call == nullptr || conv.dtype != DType::kFloat32 ||
-      call->relu_post_ops > 0 || call->choice || call->group != 1 ||
-      conv.call.inputs.size() < 2 || !conv.call.inputs[0] || !conv.call.inputs[1]) {
+      call->relu_post_ops > 0 || call->choice || call->group != 1 || conv.call.inputs.size() < 2 ||
+      !conv.call.inputs[0] || !conv.call.inputs[1]) {
     return std::nullopt;
   }
   const ir::View& x = *conv.call.inputs[0];
@@ -54,7 +54,7 @@ std::optional<autotune::ConvProblem> template_problem(const ir::Program& program
     ws.push_back(*b);
   }
   const std::vector<int64_t>&strides = call->strides, &pads = call->pads,
-                              &dilations = call->dilations;
+        &dilations = call->dilations;
   autotune::ConvProblem p;
   p.n = xs[0];
   p.c = xs[1];
@@ -96,7 +96,7 @@ autotune::ConvChoicePtr choose(const autotune::ConvProblem& problem,
                                const LoweringOptions& options) {
   if (options.conv_choice == "template") {
     const std::optional<autotune::ConvConfig> config = autotune::conv_default_config(
-        problem, options.threads, options.gemm_isa.value_or(autotune::host_gemm_isa()));
+        problem, options.threads, options.template_isa.value_or(autotune::host_template_isa()));
     if (config) return autotune::make_conv_template_choice(*config, problem);
     return autotune::make_conv_onednn_choice(problem);
   }
@@ -106,7 +106,7 @@ autotune::ConvChoicePtr choose(const autotune::ConvProblem& problem,
   request.threads = options.threads;
   request.mode = options.autotune;
   request.code_cache_dir = options.code_cache_dir;
-  request.isa = options.gemm_isa;
+  request.isa = options.template_isa;
   return autotune::select_conv(request).choice;
 }
 

@@ -1,9 +1,9 @@
-/// Ops whose output size depends on the data (Inductor's dynamic scalars: sizes read from data at run time): NonZero, Compress,
-/// NonMaxSuppression and Unique (their kernels run once to count, then to write each output).
-/// The library kernel count_nonzero writes the count into a one-element buffer; the wrapper binds
-/// it to a fresh size symbol (ir::DynamicSize) right after that call; nonzero_positions then
-/// lists the positions, and the loop IR gathers or unravels them, so later kernels, allocations
-/// and output shapes use the symbol like any other size (possibly 0).
+/// Ops whose output size depends on the data (Inductor's dynamic scalars: sizes read from data at
+/// run time): NonZero, Compress, NonMaxSuppression and Unique (their kernels run once to count,
+/// then to write each output). The library kernel count_nonzero writes the count into a one-element
+/// buffer; the wrapper binds it to a fresh size symbol (ir::DynamicSize) right after that call;
+/// nonzero_positions then lists the positions, and the loop IR gathers or unravels them, so later
+/// kernels, allocations and output shapes use the symbol like any other size (possibly 0).
 ///
 /// Tests: the ONNX node suite (tests/onnx).
 
@@ -37,7 +37,8 @@ TensorValue nonzero_positions(LoweringContext& ctx, const TensorValue& x) {
   TensorValue count = ctx.extern_call(ir::CountNonZeroCall{}, DType::kInt64, {Expr(1)}, {flat});
   Expr n = dynamic_size(ctx, count);
   // The positions read the count too, so they run after it is bound.
-  return ctx.extern_call(ir::NonZeroPositionsCall{}, DType::kInt64, {n}, {flat, ctx.as_view(count)});
+  return ctx.extern_call(ir::NonZeroPositionsCall{}, DType::kInt64, {n},
+                         {flat, ctx.as_view(count)});
 }
 
 std::vector<TensorValue> lower_nonzero(LoweringContext& ctx, const graph::Node&,
@@ -153,8 +154,7 @@ std::vector<TensorValue> lower_unique(LoweringContext& ctx, const graph::Node& n
     }
     ir::UniqueCall output_call = call;
     output_call.which = static_cast<int64_t>(which);
-    outputs.push_back(
-        ctx.extern_call(output_call, specs[which].first, specs[which].second, views));
+    outputs.push_back(ctx.extern_call(output_call, specs[which].first, specs[which].second, views));
   }
   while (!outputs.empty() && !outputs.back().body) outputs.pop_back();
   return outputs;

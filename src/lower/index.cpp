@@ -20,12 +20,6 @@ using ir::OpCode;
 using ir::ValueId;
 using sym::Expr;
 
-namespace {
-
-constexpr int64_t kMaxKnownElements = 4096;
-
-}  // namespace
-
 TensorValue checked_indices(LoweringContext& ctx, const TensorValue& indices, const Expr& size,
                             std::optional<int64_t> ignored) {
   if (!graph::is_integer(indices.dtype)) {

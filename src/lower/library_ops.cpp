@@ -58,9 +58,9 @@ std::vector<TensorValue> lower_roi_align(LoweringContext& ctx, const graph::Node
   call.spatial_scale = static_cast<double>(node.attr_float("spatial_scale", 1.0f));
   call.half_pixel = transform == "half_pixel";
   call.max_mode = mode == "max";
-  return {ctx.extern_call(
-      std::move(call), x.dtype, shape,
-      {ctx.as_view(x, true), ctx.as_view(rois, true), ctx.as_view(batch, true)})};
+  return {
+      ctx.extern_call(std::move(call), x.dtype, shape,
+                      {ctx.as_view(x, true), ctx.as_view(rois, true), ctx.as_view(batch, true)})};
 }
 
 std::vector<TensorValue> lower_tfidf(LoweringContext& ctx, const graph::Node& node,

@@ -17,8 +17,6 @@ using ir::ValueId;
 
 namespace {
 
-/// Integer tensors up to this many elements carry their values in TensorValue::known.
-constexpr int64_t kMaxKnownElements = 4096;
 /// Known values up to this many elements are inlined into kernels as a select chain instead of a
 /// constant buffer.
 constexpr size_t kMaxInlineKnown = 8;

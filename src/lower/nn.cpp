@@ -120,7 +120,7 @@ std::optional<TensorValue> template_gemm(LoweringContext& ctx, const TensorValue
   request.threads = ctx.options().threads;
   request.mode = ctx.options().autotune;
   request.code_cache_dir = ctx.options().code_cache_dir;
-  request.isa = ctx.options().gemm_isa;
+  request.isa = ctx.options().template_isa;
   const autotune::GemmChoicePtr choice = autotune::select_gemm(request).choice;
   std::vector<float> prepared = choice->prepare(b_kn.data(), k, n);
   auto prepared_tensor = std::make_shared<graph::Tensor>(

@@ -229,7 +229,8 @@ std::optional<TensorValue> fold_into_conv(LoweringContext& ctx, const graph::Nod
   }
   std::optional<std::string> name = ctx.as_buffer(x);
   const ir::Buffer* conv = name ? ctx.program().find(*name) : nullptr;
-  if (conv == nullptr || conv->kind != ir::BufferKind::kExtern || conv->call.as<ir::ConvCall>() == nullptr) {
+  if (conv == nullptr || conv->kind != ir::BufferKind::kExtern ||
+      conv->call.as<ir::ConvCall>() == nullptr) {
     return std::nullopt;
   }
   const ir::ExternCall& call = conv->call;

@@ -13,9 +13,6 @@ using sym::Expr;
 
 namespace {
 
-/// Known contents are carried through views up to this many elements.
-constexpr size_t kMaxKnownElements = 4096;
-
 /// The integer value of an expression without free symbols; nullopt when it has any.
 std::optional<int64_t> eval_static(const Expr& e) {
   if (auto c = e.as_integer()) return c;
@@ -33,7 +30,7 @@ std::optional<std::vector<size_t>> static_gather_map(const std::vector<Expr>& in
   if (!in_dims || !out_dims) return std::nullopt;
   int64_t count = 1;
   for (int64_t d : *out_dims) count *= d;
-  if (count > static_cast<int64_t>(kMaxKnownElements)) return std::nullopt;
+  if (count > kMaxKnownElements) return std::nullopt;
   std::vector<size_t> map;
   std::vector<Expr> index(out_dims->size());
   for (int64_t flat = 0; flat < count; ++flat) {

@@ -319,9 +319,9 @@ std::vector<TensorValue> lower_expand(LoweringContext& ctx, const graph::Node&,
     const int64_t rank = std::max<int64_t>(n, static_cast<int64_t>(x.rank()));
     TensorValue in_dims =
         ctx.from_known(DType::kInt64, {Expr(static_cast<int64_t>(x.rank()))}, x.shape);
-    TensorValue dims = ctx.extern_call(
-        ir::ExpandDimsCall{node_what(ctx, "input 'shape'")}, DType::kInt64, {Expr(rank)},
-        {ctx.as_view(shape_value, true), ctx.as_view(in_dims, true)});
+    TensorValue dims =
+        ctx.extern_call(ir::ExpandDimsCall{node_what(ctx, "input 'shape'")}, DType::kInt64,
+                        {Expr(rank)}, {ctx.as_view(shape_value, true), ctx.as_view(in_dims, true)});
     const std::vector<Expr> in_shape = x.shape;
     return {make_view(ctx, x, bind_sizes(ctx, dims), [in_shape](const std::vector<Expr>& index) {
       std::vector<Expr> in;

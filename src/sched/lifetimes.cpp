@@ -64,6 +64,7 @@ std::vector<ScheduleItem> Scheduler::make_items() const {
     ScheduleItem item;
     item.kind = n->is_extern ? ItemKind::kExtern : ItemKind::kKernel;
     item.buffers = n->buffers;
+    item.device = n->buffers.front()->device;
     if (!n->is_extern) {
       item.group = n->group;
       item.members = n->members;

@@ -9,10 +9,6 @@
 
 namespace kiln::sched {
 
-namespace {
-
-/// The element index of `layout` at `body`'s loop variables, simplified under their ranges as
-/// lowering simplified the body's own indices (a size-1 dim's variable drops out).
 sym::Expr elementwise_index(const ir::Program& program, const ir::Layout& layout,
                             const ir::LoopBody& body) {
   sym::Analyzer analyzer = program.analyzer;
@@ -21,51 +17,14 @@ sym::Expr elementwise_index(const ir::Program& program, const ir::Layout& layout
   return analyzer.simplify(layout.index(body.vars()));
 }
 
-/// Why `consumer` cannot be the epilogue of `product`, or "" when it can.
-std::string refusal(const ir::Program& program, const ir::Buffer& product,
-                    const ir::Buffer& consumer) {
-  if (consumer.kind != ir::BufferKind::kComputed || consumer.is_reduction())
-    return "the reader is not pointwise";
-  if (consumer.dtype != graph::DType::kFloat32) return "the reader is not float32";
-  const std::vector<sym::Expr>& sizes = product.layout.sizes;
-  if (consumer.layout.sizes != sizes || !consumer.layout.is_contiguous())
-    return "the reader's shape or layout differs";
-  for (size_t d = 1; d + 1 < sizes.size(); ++d) {
-    if (!sizes[d].is_integer()) return "a symbolic inner batch dim";
-  }
-  const ir::LoopBody& body = consumer.body;
-  if (body.sizes() != sizes) return "the reader's loops differ";
-  const sym::Expr identity = elementwise_index(program, product.layout, body);
-  const sym::Expr own = elementwise_index(program, consumer.layout, body);
-  int stores = 0;
-  for (const ir::Op& op : body.ops()) {
-    if (op.code == ir::OpCode::kIndirect) return "indirect indexing";
-    if (op.code == ir::OpCode::kIndexExpr && !sym::only_index_symbols(op.index))
-      return "a symbolic index";
-    if (op.code == ir::OpCode::kStore) {
-      ++stores;
-      if (op.index != own) return "a non-contiguous store";
-    }
-    if (op.code != ir::OpCode::kLoad) continue;
-    if (op.mask != ir::kNoValue) return "a masked load";
-    if (!sym::only_index_symbols(op.index)) return "a load with a symbolic index";
-    if (op.buffer == product.name) {
-      if (op.index != identity) return "the product is not read elementwise";
-    } else if (op.buffer_dtype != graph::DType::kFloat32) {
-      return "a load of a buffer other than float32";
-    }
-  }
-  if (stores != 1) return "more than one store";
-  if (!ir::dynamic_size_sources(program, consumer).empty()) return "a run-time size";
-  return "";
-}
+namespace {
 
 /// The pointwise chain `consumer` applies to a float32 convolution's product as oneDNN post-ops
 /// (its count of Relus), or nullopt when the body is anything else. Only Relu: oneDNN's binary add
 /// post-op (a residual Add) runs 1.5-4.5x slower than the convolution plus a separate kernel on
 /// its plain-layout path (bench/conv_block_bench.cpp), so an Add stays a kernel of its own.
 std::optional<int> conv_post_ops(const ir::Program& program, const ir::Buffer& product,
-                                         const ir::Buffer& consumer) {
+                                 const ir::Buffer& consumer) {
   if (product.dtype != graph::DType::kFloat32 || consumer.kind != ir::BufferKind::kComputed ||
       consumer.is_reduction() || consumer.dtype != graph::DType::kFloat32 ||
       consumer.layout.sizes != product.layout.sizes || !consumer.layout.is_contiguous() ||
@@ -112,7 +71,7 @@ bool fuse_conv_post_ops(ir::Program& program, const ir::Buffer& product, ir::Buf
 
 }  // namespace
 
-int fuse_template_epilogues(ir::Program& program) {
+int fuse_template_epilogues(ir::Program& program, const Backend& backend) {
   std::set<std::string> outputs;
   for (const ir::OutputSpec& o : program.outputs) outputs.insert(o.buffer);
   int fused = 0;
@@ -142,7 +101,8 @@ int fuse_template_epilogues(ir::Program& program) {
       ++fused;
       continue;
     }
-    if (std::string why = refusal(program, product, consumer); !why.empty()) {
+    if (std::string why = backend.template_epilogue_refusal(program, product, consumer);
+        !why.empty()) {
       log::write(log::Category::kFusion, "template {}: epilogue {} refused: {}", product.name,
                  consumer.name, why);
       continue;

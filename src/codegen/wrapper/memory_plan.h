@@ -43,9 +43,9 @@ struct MemoryPlan {
   std::string str(const ir::Program& program, const sched::Schedule& schedule) const;
 };
 
-/// Where the intermediates of one run live (Inductor's wrapper alloc_from_pool): one block (the arena),
-/// each storage of the MemoryPlan at a 64-byte aligned offset. Storages of static size are packed
-/// at offsets computed here, two sharing bytes only when their lifetimes do not overlap
+/// Where the intermediates of one run live (Inductor's wrapper alloc_from_pool): one block (the
+/// arena), each storage of the MemoryPlan at a 64-byte aligned offset. Storages of static size are
+/// packed at offsets computed here, two sharing bytes only when their lifetimes do not overlap
 /// (greedy by size: each takes the lowest offset free over its lifetime); storages whose size
 /// depends on size symbols follow them, one after the other, at offsets that are expressions of
 /// those symbols. A storage whose size is known only mid-run (a data-dependent shape), and the

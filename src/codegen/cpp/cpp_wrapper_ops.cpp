@@ -1,4 +1,4 @@
-#include "codegen/cpp/cpp_library_call.h"
+#include "codegen/cpp/cpp_wrapper_ops.h"
 
 #include <fmt/format.h>
 
@@ -20,18 +20,16 @@ void add_unique(std::vector<std::string>& list, const std::string& item) {
 
 /// The pointwise body fused into a GEMM or convolution choice's call as its epilogue (empty
 /// when nothing was fused).
-GemmEpilogueCode choice_epilogue(const ir::Buffer& buffer) {
+EpilogueCode choice_epilogue(const ir::Buffer& buffer) {
   if (buffer.call.product.empty()) return {};
-  std::optional<GemmEpilogueCode> fused = gemm_epilogue(buffer);
-  KILN_CHECK(fused.has_value(), "the epilogue of {} cannot be written", buffer.name);
-  return *fused;
+  return epilogue_code(buffer);
 }
 
 }  // namespace
 
-/// One call's emission: an overload per kind of ir::LibraryCall.
-struct CppLibraryCallWriter::Call {
-  CppLibraryCallWriter& writer;
+/// One library call's emission: an overload per kind of ir::LibraryCall.
+struct CppWrapperOps::Call {
+  CppWrapperOps& writer;
   IndentedBuffer& out;
   const ir::Buffer& buffer;
   const ir::Program& program;
@@ -54,7 +52,7 @@ struct CppLibraryCallWriter::Call {
   /// unit of its own.
   void operator()(const ir::GemmCall& call) {
     const autotune::GemmChoice& choice = *call.choice;
-    const GemmEpilogueCode epilogue = choice_epilogue(buffer);
+    const EpilogueCode epilogue = choice_epilogue(buffer);
     const std::string name =
         choice_function("gemm", "a GEMM", choice, fmt::format("{}|{}", call.n, call.k), epilogue,
                         "int64_t, const float*, const float*, float*");
@@ -80,7 +78,7 @@ struct CppLibraryCallWriter::Call {
     out.linef("p.n = {}; p.c = {}; p.m = {}; p.group = {};", cexpr(x.layout.sizes[0]),
               cexpr(x.layout.sizes[1]), cexpr(w.layout.sizes[0]), call.group);
     const std::vector<int64_t>&strides = call.strides, &dilations = call.dilations,
-                              &pads = call.pads;
+          &pads = call.pads;
     for (size_t k = 0; k < spatial; ++k) {
       size_t slot = 3 - spatial + k;
       out.linef("p.in[{}] = {}; p.kernel[{}] = {}; p.out[{}] = {};", slot,
@@ -108,8 +106,8 @@ struct CppLibraryCallWriter::Call {
         call.relu_post_ops > 0
             ? ", " + cpp_quote(std::string(static_cast<size_t>(call.relu_post_ops), 'r'))
             : std::string();
-    out.linef("state.conv[{}].run(p, {}, {}, {}, {}, {}{});", writer.code_.conv_sites++, xp, wp,
-              bp, buffer.name, constant ? "true" : "false", post_ops);
+    out.linef("state.conv[{}].run(p, {}, {}, {}, {}, {}{});", writer.conv_sites_++, xp, wp, bp,
+              buffer.name, constant ? "true" : "false", post_ops);
   }
 
   /// A convolution choice's call (lower/conv_select.h: the C++ template or im2col + OpenBLAS),
@@ -117,7 +115,7 @@ struct CppLibraryCallWriter::Call {
   /// its own, as a GEMM choice's.
   void write_conv_choice(const autotune::ConvChoice& choice) {
     const autotune::ConvProblem& problem = choice.problem();
-    const GemmEpilogueCode epilogue = choice_epilogue(buffer);
+    const EpilogueCode epilogue = choice_epilogue(buffer);
     const std::string name = choice_function("conv", "a convolution", choice, problem.text(),
                                              epilogue, "const float*, const float*, float*");
     std::string args;
@@ -141,8 +139,8 @@ struct CppLibraryCallWriter::Call {
     const ir::View& x = input(0);
     const bool batch_major = call.batch_major;
     out.line("kiln_rt::RnnParams p;");
-    out.linef("p.kind = {}; p.dirs = {}; p.reverse = {}; p.batch_major = {};", call.kind,
-              call.dirs, int{call.reverse}, int{batch_major});
+    out.linef("p.kind = {}; p.dirs = {}; p.reverse = {}; p.batch_major = {};", call.kind, call.dirs,
+              int{call.reverse}, int{batch_major});
     out.linef("p.seq = {}; p.batch = {}; p.input = {}; p.hidden = {};",
               cexpr(x.layout.sizes[batch_major ? 1 : 0]),
               cexpr(x.layout.sizes[batch_major ? 0 : 1]), cexpr(x.layout.sizes[2]),
@@ -219,8 +217,7 @@ struct CppLibraryCallWriter::Call {
     if (!call.which) {
       out.linef("{}[0] = kiln_rt::unique<{}>({}, -1, nullptr);", buffer.name, ctype(x.dtype), args);
     } else {
-      out.linef("kiln_rt::unique<{}>({}, {}, {});", ctype(x.dtype), args, *call.which,
-                buffer.name);
+      out.linef("kiln_rt::unique<{}>({}, {}, {});", ctype(x.dtype), args, *call.which, buffer.name);
     }
   }
 
@@ -230,12 +227,12 @@ struct CppLibraryCallWriter::Call {
     if (call.score_threshold) {
       out.linef("const double score_threshold = {};", *call.score_threshold);
     }
-    std::string args = fmt::format(
-        "{}, {}, {}, {}, {}, {}, {}, {}, {}", data_pointer(boxes), data_pointer(scores),
-        cexpr(scores.layout.sizes[0]), cexpr(scores.layout.sizes[1]),
-        cexpr(scores.layout.sizes[2]), call.max_per_class, call.iou_threshold,
-        call.score_threshold ? "&score_threshold" : "nullptr",
-        call.center_point_box ? "true" : "false");
+    std::string args =
+        fmt::format("{}, {}, {}, {}, {}, {}, {}, {}, {}", data_pointer(boxes), data_pointer(scores),
+                    cexpr(scores.layout.sizes[0]), cexpr(scores.layout.sizes[1]),
+                    cexpr(scores.layout.sizes[2]), call.max_per_class, call.iou_threshold,
+                    call.score_threshold ? "&score_threshold" : "nullptr",
+                    call.center_point_box ? "true" : "false");
     if (call.count) {
       out.linef("{}[0] = kiln_rt::nms<float>({}, nullptr);", buffer.name, args);
     } else {
@@ -272,9 +269,9 @@ struct CppLibraryCallWriter::Call {
   void operator()(const ir::ExpandDimsCall& call) {
     const ir::View& x = input(0);
     const ir::View& dims = input(1);
-    out.linef("kiln_rt::expand_dims<{}>({}, {}, {}, {}, {}, {});", ctype(x.dtype),
-              data_pointer(x), cexpr(x.layout.numel()), data_pointer(dims),
-              cexpr(dims.layout.numel()), buffer.name, cpp_quote(call.what));
+    out.linef("kiln_rt::expand_dims<{}>({}, {}, {}, {}, {}, {});", ctype(x.dtype), data_pointer(x),
+              cexpr(x.layout.numel()), data_pointer(dims), cexpr(dims.layout.numel()), buffer.name,
+              cpp_quote(call.what));
   }
 
   void operator()(const ir::CountNonZeroCall& call) { nonzero(call.name()); }
@@ -302,7 +299,7 @@ struct CppLibraryCallWriter::Call {
   template <typename Choice>
   std::string choice_function(const std::string& kind, const std::string& what,
                               const Choice& choice, const std::string& problem,
-                              const GemmEpilogueCode& epilogue, std::string params) {
+                              const EpilogueCode& epilogue, std::string params) {
     const std::string key =
         fmt::format("{}|{}|{}|{}", kind, choice.name(), problem, epilogue.epilogue.expr);
     int& count = writer.choice_counts_[kind];
@@ -310,36 +307,92 @@ struct CppLibraryCallWriter::Call {
     if (!fresh) return it->second;
     const std::string& name = it->second;
     for (size_t k = 0; k < epilogue.buffers.size(); ++k) params += ", const float*";
-    CppLibraryCode& code = writer.code_;
-    code.declarations.push_back(fmt::format("extern \"C\" void {}({});", name, params));
-    code.units.emplace_back(fmt::format("{}{}.cpp", kind, count++),
-                            "// Generated by Kiln: " + what + " (" + choice.name() +
-                                "). Do not edit.\n" + writer.kernel_prelude_ +
-                                choice.render(name, epilogue.epilogue));
-    const autotune::GemmLinkage linkage = choice.linkage();
-    for (const std::string& dir : linkage.include_dirs) add_unique(code.include_dirs, dir);
-    for (const std::string& lib : linkage.libraries) add_unique(code.libraries, lib);
+    writer.declarations_.push_back(fmt::format("extern \"C\" void {}({});", name, params));
+    writer.units_.emplace_back(fmt::format("{}{}.cpp", kind, count++),
+                               "// Generated by Kiln: " + what + " (" + choice.name() +
+                                   "). Do not edit.\n" + writer.kernel_prelude_ +
+                                   choice.render(name, epilogue.epilogue));
+    const autotune::ChoiceLinkage linkage = choice.linkage();
+    for (const std::string& dir : linkage.include_dirs) add_unique(writer.needs_.include_dirs, dir);
+    for (const std::string& lib : linkage.libraries) add_unique(writer.needs_.libraries, lib);
     return name;
   }
 };
 
-void CppLibraryCallWriter::note(const ir::ExternCall& call) {
+void CppWrapperOps::note(const ir::ExternCall& call) {
   std::visit(ir::Overloaded{
-                 [&](const ir::MatMulCall&) { code_.uses_blas = true; },
-                 [&](const ir::ConvCall&) { code_.uses_dnnl = true; },
+                 [&](const ir::MatMulCall&) { needs_.uses_blas = true; },
+                 [&](const ir::ConvCall&) { needs_.uses_dnnl = true; },
                  [&](const ir::IfCall&) {},
                  [&](const ir::LoopCall&) {},
                  [&](const ir::ScanCall&) {},
                  [&](const ir::ControlResultCall&) {},
                  // The others (GEMM choices included) are kiln_rt_library.h kernels.
-                 [&](const auto&) { code_.uses_library = true; },
+                 [&](const auto&) { uses_library_ = true; },
              },
              call.op);
 }
 
-void CppLibraryCallWriter::write(IndentedBuffer& out, const ir::Buffer& buffer,
-                                 const ir::Program& program) {
+void CppWrapperOps::write_includes(IndentedBuffer& out, bool uses_control) {
+  out.line("#include \"kiln_rt.h\"");
+  if (needs_.uses_blas) out.line("#include \"kiln_rt_blas.h\"");
+  if (uses_library_) out.line("#include \"kiln_rt_library.h\"");
+  if (uses_control) out.line("#include \"kiln_rt_control.h\"");
+  if (needs_.uses_dnnl) {
+    out.line("#define KILN_RT_WITH_DNNL 1");
+    out.line("#include \"kiln_rt_conv.h\"");
+  }
+}
+
+void CppWrapperOps::write_run_state_members(IndentedBuffer& out) {
+  out.line("    kiln_rt::Arena arena;");
+  if (conv_sites_ > 0) out.linef("    kiln_rt::ConvSite conv[{}];", conv_sites_);
+}
+
+void CppWrapperOps::write_timing_support(IndentedBuffer& out) {
+  out.line(
+      "// Times the call that follows in a profiled run (one event per kernel or library call).");
+  out.line("#define KILN_TIMED(name, kind) kiln_rt::ProfileScope timed_(profile, name, kind)");
+  out.line("");
+}
+
+void CppWrapperOps::write_declarations(IndentedBuffer& out,
+                                       const std::vector<const GeneratedKernel*>& kernels) {
+  for (const std::string& decl : declarations_) out.line(decl);
+  for (const GeneratedKernel* k : kernels) {
+    std::string params;
+    for (const KernelArg& a : k->args) {
+      if (!params.empty()) params += ", ";
+      params += a.kind == KernelArg::Kind::kSize
+                    ? "int64_t"
+                    : (a.is_output ? ctype(a.dtype) + "*" : "const " + ctype(a.dtype) + "*");
+    }
+    out.linef("extern \"C\" void {}({});", k->name, params);
+  }
+}
+
+void CppWrapperOps::write_timing_mark(IndentedBuffer& out, const std::string& label,
+                                      const std::string& kind) {
+  out.linef("KILN_TIMED({}, {});", cpp_quote(label), cpp_quote(kind));
+}
+
+void CppWrapperOps::write_kernel_call(IndentedBuffer& out, const std::string& label,
+                                      const std::string& function, const std::string& args) {
+  out.line("{");
+  out.indent();
+  write_timing_mark(out, label, "kernel");
+  out.linef("{}({});", function, args);
+  out.dedent();
+  out.line("}");
+}
+
+void CppWrapperOps::write_library_call(IndentedBuffer& out, const ir::Buffer& buffer,
+                                       const ir::Program& program) {
   std::visit(Call{*this, out, buffer, program}, buffer.call.op);
+}
+
+std::vector<std::pair<std::string, std::string>> CppWrapperOps::take_units() {
+  return std::move(units_);
 }
 
 }  // namespace kiln::codegen

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "support/identifier.h"
+
 namespace kiln::codegen {
 
 std::string ctype(graph::DType dtype) { return std::string(graph::dtype_cpp_storage(dtype)); }
@@ -41,7 +43,7 @@ std::string view_init(const ir::View& v) {
 std::string origins_text(const ir::Buffer& buffer) {
   std::string s;
   for (const ir::Origin& o : buffer.origins)
-    s += (s.empty() ? "" : ", ") + o.node + " (" + o.op_type + ")";
+    s += (s.empty() ? "" : ", ") + comment_text(o.node) + " (" + o.op_type + ")";
   return s;
 }
 

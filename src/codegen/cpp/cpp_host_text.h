@@ -29,7 +29,8 @@ std::string data_pointer(const ir::View& v);
 /// A kiln_rt::View initializer of a strided view.
 std::string view_init(const ir::View& v);
 
-/// "n1 (Relu), n2 (Add)": the ONNX nodes a buffer came from, for comments and profile labels.
+/// "n1 (Relu), n2 (Add)": the ONNX nodes a buffer came from, for comments and profile labels
+/// (names as comment_text writes them).
 std::string origins_text(const ir::Buffer& buffer);
 
 }  // namespace kiln::codegen

@@ -65,8 +65,11 @@ def _as_array(name, value, info):
         try:
             array = np.from_dlpack(value)
         except (TypeError, RuntimeError, BufferError) as e:
-            raise KilnUserError(f"input '{name}': cannot read it through DLPack ({e}); "
-                                "a CPU tensor or a numpy array is expected") from None
+            # numpy's DLPack lacks some dtypes (bool before numpy 1.25): try __array__.
+            if not hasattr(value, "__array__"):
+                raise KilnUserError(f"input '{name}': cannot read it through DLPack ({e}); "
+                                    "a CPU tensor or a numpy array is expected") from None
+            array = np.asarray(value)
     elif hasattr(value, "__array_interface__") or hasattr(value, "__array__"):
         array = np.asarray(value)
     else:

@@ -184,6 +184,22 @@ def make_reduce(directory):
     return _save(graph, path)
 
 
+# --- a matrix product of two inputs (a long single run: the GIL test) -------------------------
+
+def make_matmul(directory):
+    """a float32[m, k], b float32[k, n] -> c = MatMul(a, b) float32[m, n]."""
+    path = os.path.join(directory, "matmul.onnx")
+    if os.path.exists(path):
+        return path
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["c"], name="matmul")]
+    graph = helper.make_graph(
+        nodes, "matmul",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["m", "k"]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, ["k", "n"])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, ["m", "n"])])
+    return _save(graph, path)
+
+
 # --- a model Kiln cannot compile: an op of an unknown domain -----------------------------------
 
 def unsupported_model_bytes():

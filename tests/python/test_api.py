@@ -276,19 +276,21 @@ def progress_during(call):
     return sum(start + quarter < t < end - quarter for t in stamps)
 
 
-def test_gil_is_released_while_running_and_compiling(model_dir, scratch):
-    # A run and a compile, each a single call into C++ long enough (a 2048^3 matrix product on
-    # one thread; a cold compile, which runs the C++ compiler) for the scheduler to wake this
+def test_gil_is_released_while_compiling_and_running(model_dir, scratch):
+    # A compile and a run, each a single call into C++ long enough (a cold compile, which runs
+    # the C++ compiler; a 2048^3 matrix product on one thread) for the scheduler to wake this
     # thread within its middle half.
-    matmul = kiln.compile(models.make_matmul(model_dir), threads=1)
-    rng = np.random.default_rng(10)
-    a, b = (rng.standard_normal((2048, 2048)).astype(np.float32) for _ in range(2))
-    result = []
-    assert progress_during(lambda: result.extend(matmul._native.run([a, b]))) > 5
-    np.testing.assert_allclose(result[0][:64, :64], a[:64] @ b[:, :64], rtol=1e-3, atol=1e-3)
-    path = models.make_reduce(model_dir)
+    path = models.make_matmul(model_dir)
     cache = os.path.join(scratch, f"cold-cache-{os.getpid()}")
+    compiled = []
     try:
-        assert progress_during(lambda: _kiln.compile_path(path, "default", 1, cache, {})) > 5
+        assert progress_during(
+            lambda: compiled.append(_kiln.compile_path(path, "default", 1, cache, {}))) > 5
+        matmul = kiln.Model(compiled[0])
+        rng = np.random.default_rng(10)
+        a, b = (rng.standard_normal((2048, 2048)).astype(np.float32) for _ in range(2))
+        result = []
+        assert progress_during(lambda: result.extend(matmul._native.run([a, b]))) > 5
+        np.testing.assert_allclose(result[0][:64, :64], a[:64] @ b[:, :64], rtol=1e-3, atol=1e-3)
     finally:
         shutil.rmtree(cache, ignore_errors=True)

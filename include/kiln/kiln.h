@@ -278,8 +278,9 @@ struct BenchResult {
   double throughput_per_s = 0;
 };
 
-namespace detail {
-inline BenchResult summarize(std::vector<double> ms, const BenchOptions& options) {
+/// The figures of timed runs of `ms` milliseconds each (not empty): what bench() and `kiln bench`
+/// report.
+inline BenchResult bench_figures(std::vector<double> ms, int warmup) {
   std::sort(ms.begin(), ms.end());
   auto percentile = [&](double p) {
     size_t rank = static_cast<size_t>(std::ceil(p / 100 * static_cast<double>(ms.size())));
@@ -288,8 +289,8 @@ inline BenchResult summarize(std::vector<double> ms, const BenchOptions& options
   double sum = 0;
   for (double t : ms) sum += t;
   BenchResult r;
-  r.iters = options.iters;
-  r.warmup = options.warmup;
+  r.iters = static_cast<int>(ms.size());
+  r.warmup = warmup;
   r.min_ms = ms.front();
   r.p50_ms = percentile(50);
   r.p90_ms = percentile(90);
@@ -298,7 +299,6 @@ inline BenchResult summarize(std::vector<double> ms, const BenchOptions& options
   r.throughput_per_s = 1000.0 / r.mean_ms;
   return r;
 }
-}  // namespace detail
 
 /// Times `model` on `inputs` (warm-up runs, then timed ones); throws Error for bad inputs or
 /// options.
@@ -317,7 +317,7 @@ inline BenchResult bench(const Model& model, const std::vector<Tensor>& inputs,
   for (int i = 0; i < options.warmup; ++i) timed_run();
   std::vector<double> ms(static_cast<size_t>(options.iters));
   for (double& t : ms) t = timed_run();
-  return detail::summarize(std::move(ms), options);
+  return bench_figures(std::move(ms), options.warmup);
 }
 
 }  // namespace kiln

@@ -4,8 +4,10 @@ The package is self-contained: kiln/ holds the Python half, the extension _kiln,
 as CMake installs it (bin/kiln, lib/libkiln.so, share/kiln/runtime, include/kiln), which
 libkiln.so finds beside itself. The CMake build tree is $KILN_BUILD_DIR when set (an existing
 build, such as `make`'s build/, is reused as it is), else build/pip; $KILN_JOBS sets the
-parallel jobs (default: every core)."""
+parallel jobs (default: every core) and $KILN_CMAKE_ARGS adds arguments to a new build's
+configuration (such as -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)."""
 import os
+import shlex
 import shutil
 import subprocess
 
@@ -57,7 +59,8 @@ class CMakeBuild(build_ext):
         build_dir = os.path.abspath(build_dir)
         jobs = os.environ.get("KILN_JOBS") or str(os.cpu_count() or 1)
         if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
-            _cmake("-S", SOURCE, "-B", build_dir, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release")
+            _cmake("-S", SOURCE, "-B", build_dir, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+                   *shlex.split(os.environ.get("KILN_CMAKE_ARGS", "")))
         _cmake("--build", build_dir, "-j", jobs, "--target", "kiln", "kiln_shared", "kiln_python")
         package = os.path.join(os.path.abspath(self.build_lib), "kiln")
         shutil.rmtree(package, ignore_errors=True)

@@ -78,7 +78,8 @@ def _as_array(name, value, info):
         except (TypeError, ValueError) as e:
             raise KilnUserError(f"input '{name}': cannot make a {info.type} array of "
                                 f"{type(value).__name__} ({e})") from None
-    if array.dtype.kind not in "biuf" or array.dtype.kind == "f" and array.itemsize not in (2, 4, 8):
+    kind = array.dtype.kind
+    if kind not in "biuf" or kind == "f" and array.itemsize not in (2, 4, 8):
         raise KilnUserError(f"input '{name}': numpy dtype {array.dtype} is not a dtype Kiln "
                             f"supports (the model expects {info.type})")
     if not array.dtype.isnative:
@@ -150,7 +151,8 @@ class Model:
         feeds = {}
         for info in self._inputs:
             if info.dtype is None:
-                raise KilnUserError(f"input '{info.name}' is bfloat16, which numpy has no dtype for")
+                raise KilnUserError(f"input '{info.name}' is bfloat16, which numpy has no dtype "
+                                    "for")
             shape = tuple(d if isinstance(d, int) else int(dims.get(d, 1)) for d in info.shape)
             if info.dtype.kind == "f":
                 value = rng.uniform(-1, 1, size=shape)

@@ -62,8 +62,8 @@ class SessionOptions:
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        raise KilnNotSupportedError(f"SessionOptions.{name} is not supported by kiln (it supports "
-                        f"{', '.join(self._SUPPORTED)})")
+        raise KilnNotSupportedError(f"SessionOptions.{name} is not supported by kiln (it "
+                                    f"supports {', '.join(self._SUPPORTED)})")
 
 
 class NodeArg:
@@ -177,5 +177,6 @@ class InferenceSession:
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        raise KilnNotSupportedError(f"InferenceSession.{name} is not supported by kiln (it supports run, "
-                        "get_inputs, get_outputs, get_modelmeta, get_providers)")
+        raise KilnNotSupportedError(f"InferenceSession.{name} is not supported by kiln (it "
+                                    "supports run, get_inputs, get_outputs, get_modelmeta, "
+                                    "get_providers, get_session_options)")

@@ -127,7 +127,8 @@ def dtype_inputs(n, seed=0):
             value = rng.uniform(-4, 4, size=(n, 3)).astype(dtype)
         else:
             info = np.iinfo(dtype)
-            value = rng.integers(max(info.min, -50), min(info.max, 50) + 1, size=(n, 3)).astype(dtype)
+            low, high = max(info.min, -50), min(info.max, 50)
+            value = rng.integers(low, high + 1, size=(n, 3)).astype(dtype)
         feeds[f"x_{name}"] = value
     return feeds
 

@@ -24,7 +24,7 @@ build: deps configure
 # e.g. make install PREFIX=$$HOME/.local); a project then does find_package(kiln), see
 # examples/embed. Builds only what is installed.
 install: deps configure
-	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln kiln_shared
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln kiln_shared kiln_python
 	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 # Builds kiln (not the tests), the ResNet-18-shaped demo model if needed, then compiles the model

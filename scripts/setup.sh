@@ -10,6 +10,8 @@ packages=(
   libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libonnx-testdata python3-numpy python3-onnx
+  python3-dev pybind11-dev python3-pybind11 python3-pytest
+  python3-venv python3-pip python3-setuptools python3-wheel
 )
 
 missing=()

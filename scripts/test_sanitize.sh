@@ -53,13 +53,14 @@ TSAN_DIR="$ROOT/build-tsan"
 configure "$TSAN_DIR" thread
 cmake --build "$TSAN_DIR" -j "$JOBS" --target kiln_codecache_tests kiln_concurrent_runs
 unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
+export KILN_SANITIZE=thread  # what the code cache tests compile is loaded into a TSan process
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$SUPPRESS/tsan.supp"
 MODELS="$TSAN_DIR/test-tmp/concurrent-runs"
 rm -rf "$MODELS" && mkdir -p "$MODELS"
 /usr/bin/python3 "$ROOT/tests/aot/make_aot_models.py" "$MODELS" >/dev/null
 for model in "$MODELS/conv_matmul.onnx" "$ROOT/examples/models/mlp.onnx"; do
   library="$MODELS/$(basename "$model" .onnx).so"
-  env -u TSAN_OPTIONS KILN_SANITIZE=thread "$ASAN_DIR/bin/kiln" compile "$model" -o "$library" \
+  env -u TSAN_OPTIONS "$ASAN_DIR/bin/kiln" compile "$model" -o "$library" \
     --autotune off --cache-dir "$MODELS/cache" >/dev/null
   for run_threads in 1 2; do
     "$TSAN_DIR/bin/kiln_concurrent_runs" "$library" "$run_threads"

@@ -117,8 +117,7 @@ TEST(ImporterTest, InferenceGuardRefusesAZeroStride) {
   auto proto = make_model(/*ir_version=*/7, /*opset=*/12);
   auto* g = proto.mutable_graph();
   set_value_info(g->add_input(), "x", {1, 1, 4, 4});
-  set_value_info(g->add_output(), "y", {});
-  g->mutable_output(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+  set_value_info(g->add_output(), "y", {1, 1, 3, 3});
   auto* pool = add_node(g, "MaxPool", {"x"}, {"y"}, "pool");
   for (auto [name, values] : {std::pair{"kernel_shape", std::vector<int64_t>{2, 2}},
                               std::pair{"strides", std::vector<int64_t>{1, 0}}}) {

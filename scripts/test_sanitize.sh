@@ -32,7 +32,7 @@ cmake --build "$ASAN_DIR" -j "$JOBS" --target kiln kiln_onnx_runner kiln_golden_
   kiln_sched_tests kiln_codegen_tests
 export KILN_SANITIZE=address,undefined
 # Leaks are checked; the suppressions name the libraries' own process-lifetime allocations.
-export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export LSAN_OPTIONS="suppressions=$SUPPRESS/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export KILN_CACHE_DIR="$ASAN_DIR/test-tmp/sanitize-cache"

@@ -31,7 +31,7 @@ configure "$ASAN_DIR" address,undefined
 cmake --build "$ASAN_DIR" -j "$JOBS" --target kiln kiln_onnx_runner kiln_golden_tests \
   kiln_aot_tests kiln_driver_tests kiln_support_tests kiln_sym_tests kiln_graph_tests \
   kiln_onnx_tests kiln_codecache_tests kiln_autotune_tests kiln_ir_tests kiln_lower_tests \
-  kiln_sched_tests kiln_codegen_tests
+  kiln_sched_tests kiln_codegen_tests kiln_names_capi
 export KILN_SANITIZE=address,undefined
 # Leaks are checked too (tests/sanitize/lsan.supp would name any allocation to ignore).
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"

@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 
-.PHONY: all deps configure build install demo bench bench-gemm bench-conv bench-resnet-conv bench-ort bench-compile test format clean
+.PHONY: all deps configure build install demo bench bench-gemm bench-conv bench-resnet-conv bench-ort bench-compile test test-sanitize fuzz format clean
 
 all: build
 
@@ -24,7 +24,7 @@ build: deps configure
 # e.g. make install PREFIX=$$HOME/.local); a project then does find_package(kiln), see
 # examples/embed. Builds only what is installed.
 install: deps configure
-	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln kiln_shared
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln kiln_shared kiln_python
 	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 # Builds kiln (not the tests), the ResNet-18-shaped demo model if needed, then compiles the model
@@ -70,6 +70,20 @@ bench-compile: deps configure
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# The unit tests, the command-line tests and a 220-case sample of the ONNX suite
+# (tests/onnx/sanitize_cases.txt) under AddressSanitizer and UndefinedBehaviorSanitizer, the
+# generated kernels and wrappers included (KILN_SANITIZE), in build-asan; then the concurrent-run
+# tests under ThreadSanitizer in build-tsan (scripts/test_sanitize.sh). Not part of `make test`.
+test-sanitize: deps
+	JOBS=$(JOBS) bash scripts/test_sanitize.sh
+
+# The libFuzzer targets of tests/fuzz (clang, ASan + UBSan, in build-fuzz), seeded from the ONNX
+# suite, FUZZ_SECONDS seconds each (default 60) with FUZZ_JOBS processes (scripts/fuzz.sh).
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) JOBS=$(JOBS) bash scripts/fuzz.sh
 
 format:
 	find src include tests bench examples -name '*.h' -o -name '*.cpp' | xargs clang-format -i

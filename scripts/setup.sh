@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Kiln needs to build and test. Idempotent and quick when all is
-# present: it asks dpkg first and only calls apt-get for what is missing.
+# present: it asks dpkg first and only calls apt-get for what is missing. With --fuzz it also
+# installs what `make fuzz` needs.
 set -euo pipefail
 
 packages=(
@@ -10,7 +11,15 @@ packages=(
   libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libonnx-testdata python3-numpy python3-onnx
+  python3-dev pybind11-dev python3-pybind11 python3-pytest
+  python3-venv python3-pip python3-setuptools python3-wheel
 )
+# `make fuzz` (scripts/fuzz.sh) builds with clang and links libFuzzer from clang's runtime
+# libraries (its CMake configure also needs clang's OpenMP, libomp-dev); `make test-sanitize`
+# needs nothing more (g++ brings its sanitizer runtimes).
+if [ "${1:-}" = "--fuzz" ]; then
+  packages+=(clang libclang-rt-dev libomp-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -4,6 +4,7 @@
 //   std::vector<kiln::Tensor> outputs = model.run({kiln::Tensor::of<float>({1, 3, 224, 224}, x)});
 //
 //   kiln::Model built = kiln::compile("resnet.onnx", {.output = "resnet.so"});  // libkiln
+//   kiln::BenchResult figures = kiln::bench(model, inputs);  // kiln bench's latency figures
 //
 // load() and Model need nothing but this header and kiln/runtime.h (find_package(kiln) target
 // kiln::runtime); compile() is in the Kiln compiler library (target kiln::kiln). Errors throw
@@ -11,12 +12,16 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -138,6 +143,7 @@ class Model {
     kiln_model* model = nullptr;
     detail::check(kiln_model_load(path.c_str(), &o, &model));
     model_ = std::shared_ptr<kiln_model>(model, kiln_model_free);
+    path_ = path;
     for (size_t k = 0; k < kiln_model_input_count(model); ++k) {
       kiln_value_info info;
       detail::check(kiln_model_input_info(model, k, &info));
@@ -153,6 +159,9 @@ class Model {
   const std::vector<ValueInfo>& inputs() const { return inputs_; }
   const std::vector<ValueInfo>& outputs() const { return outputs_; }
   std::string target() const { return kiln_model_target(model_.get()); }
+  /// The library file the model was loaded from (for a compile without an output: in the code
+  /// cache).
+  const std::string& path() const { return path_; }
 
   /// Runs the model; the outputs are allocated by the library.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const {
@@ -210,6 +219,7 @@ class Model {
   }
 
   std::shared_ptr<kiln_model> model_;
+  std::string path_;
   std::vector<ValueInfo> inputs_;
   std::vector<ValueInfo> outputs_;
 };
@@ -226,11 +236,88 @@ struct CompileOptions {
   std::string target = "x86-64-v3";  // or "native"
   std::string cache_dir;             // empty: KILN_CACHE_DIR or ~/.cache/kiln
   std::string autotune;              // "off", "default", "max"; empty: KILN_AUTOTUNE or default
+  /// Values fixed when compiling for symbolic input dims, by name ({"batch", 8}): the library
+  /// is compiled for those sizes (and accepts no other); the model's other symbols stay dynamic.
+  std::map<std::string, int64_t> dims;
+  /// load.threads also sets the OpenMP threads the compile chooses algorithms for (0: the
+  /// OpenMP default of the calling thread).
   LoadOptions load;
 };
 
+/// What a compile did.
+struct CompileReport {
+  double seconds = 0;      // wall time of the compile, import and load included
+  bool cache_hit = false;  // the library came from the code cache (the C++ compiler did not run)
+  int kernels = 0;         // generated kernel functions
+  int library_calls = 0;   // calls of libraries (BLAS, oneDNN)
+};
+
 /// Compiles an ONNX model into a library (like `kiln compile`) and loads it. In the Kiln
-/// compiler library (find_package(kiln), target kiln::kiln); throws Error for a bad model.
-Model compile(const std::string& onnx_path, const CompileOptions& options = {});
+/// compiler library (find_package(kiln), target kiln::kiln); throws Error for a bad model
+/// (KILN_ERROR_INVALID_ARGUMENT) and fills `report` when given.
+Model compile(const std::string& onnx_path, const CompileOptions& options = {},
+              CompileReport* report = nullptr);
+
+/// compile() of a serialized ONNX ModelProto held in memory; `source_name` names it in error
+/// messages. Relative external-data locations are resolved against the current directory.
+Model compile_bytes(std::string_view onnx_bytes, const CompileOptions& options = {},
+                    CompileReport* report = nullptr, const std::string& source_name = "<bytes>");
+
+struct BenchOptions {
+  int iters = 100;  // timed runs
+  int warmup = 10;  // untimed runs before them
+};
+
+/// Latency of Model::run as `kiln bench` reports it: nearest-rank percentiles of the timed runs
+/// (each covering one run, the outputs' allocation included, the previous outputs released
+/// before it) and runs per second from the mean.
+struct BenchResult {
+  int iters = 0;
+  int warmup = 0;
+  double min_ms = 0, p50_ms = 0, p90_ms = 0, p99_ms = 0, mean_ms = 0;
+  double throughput_per_s = 0;
+};
+
+/// The figures of timed runs of `ms` milliseconds each (not empty): what bench() and `kiln bench`
+/// report.
+inline BenchResult bench_figures(std::vector<double> ms, int warmup) {
+  std::sort(ms.begin(), ms.end());
+  auto percentile = [&](double p) {
+    size_t rank = static_cast<size_t>(std::ceil(p / 100 * static_cast<double>(ms.size())));
+    return ms[std::clamp<size_t>(rank, 1, ms.size()) - 1];
+  };
+  double sum = 0;
+  for (double t : ms) sum += t;
+  BenchResult r;
+  r.iters = static_cast<int>(ms.size());
+  r.warmup = warmup;
+  r.min_ms = ms.front();
+  r.p50_ms = percentile(50);
+  r.p90_ms = percentile(90);
+  r.p99_ms = percentile(99);
+  r.mean_ms = sum / static_cast<double>(ms.size());
+  r.throughput_per_s = 1000.0 / r.mean_ms;
+  return r;
+}
+
+/// Times `model` on `inputs` (warm-up runs, then timed ones); throws Error for bad inputs or
+/// options.
+inline BenchResult bench(const Model& model, const std::vector<Tensor>& inputs,
+                         const BenchOptions& options = {}) {
+  if (options.iters < 1 || options.warmup < 0)
+    throw Error(KILN_ERROR_INVALID_ARGUMENT, "bench: iters must be at least 1, warmup at least 0");
+  std::vector<Tensor> outputs;
+  auto timed_run = [&] {
+    outputs.clear();
+    auto start = std::chrono::steady_clock::now();
+    outputs = model.run(inputs);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  for (int i = 0; i < options.warmup; ++i) timed_run();
+  std::vector<double> ms(static_cast<size_t>(options.iters));
+  for (double& t : ms) t = timed_run();
+  return bench_figures(std::move(ms), options.warmup);
+}
 
 }  // namespace kiln

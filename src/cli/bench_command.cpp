@@ -14,6 +14,7 @@
 #include "cli/bench_model.h"
 #include "cli/commands.h"
 #include "cli/model_inputs.h"
+#include "kiln/kiln.h"
 #include "support/error.h"
 #include "support/files.h"
 
@@ -158,23 +159,6 @@ sym::Binding bind_shapes(const std::map<std::string, FixedShape>& fixed) {
   return binding;
 }
 
-struct Latency {
-  double min = 0, p50 = 0, p90 = 0, p99 = 0, mean = 0;
-};
-
-/// Nearest-rank percentiles of the run times.
-Latency summarize(std::vector<double> ms) {
-  std::sort(ms.begin(), ms.end());
-  auto percentile = [&](double p) {
-    size_t rank = static_cast<size_t>(std::ceil(p / 100 * static_cast<double>(ms.size())));
-    return ms[std::clamp<size_t>(rank, 1, ms.size()) - 1];
-  };
-  double sum = 0;
-  for (double t : ms) sum += t;
-  return {ms.front(), percentile(50), percentile(90), percentile(99),
-          sum / static_cast<double>(ms.size())};
-}
-
 int bench_model(const BenchArgs& args) {
   // Before compiling: the compile reads the thread count (GEMM choices are made for it) and the
   // runs use the same OpenMP pool.
@@ -211,8 +195,10 @@ int bench_model(const BenchArgs& args) {
   for (int i = 0; i < args.warmup; ++i) timed_run();
   std::vector<double> ms(static_cast<size_t>(args.iters));
   for (double& t : ms) t = timed_run();
-  Latency latency = summarize(ms);
-  double per_second = 1000.0 / latency.mean;
+  // Nearest-rank percentiles, as kiln::bench (include/kiln/kiln.h) computes them for the C++ and
+  // Python APIs.
+  const kiln::BenchResult latency = kiln::bench_figures(ms, args.warmup);
+  const double per_second = latency.throughput_per_s;
   std::string profiled;
   if (!args.profile.empty()) {
     const std::vector<TraceEvent> events = model.profiled_run(inputs);
@@ -231,11 +217,11 @@ int bench_model(const BenchArgs& args) {
                              {"warmup", args.warmup},
                              {"compile_s", model.compile_seconds},
                              {"cache_hit", model.cache_hit},
-                             {"min_ms", latency.min},
-                             {"p50_ms", latency.p50},
-                             {"p90_ms", latency.p90},
-                             {"p99_ms", latency.p99},
-                             {"mean_ms", latency.mean},
+                             {"min_ms", latency.min_ms},
+                             {"p50_ms", latency.p50_ms},
+                             {"p90_ms", latency.p90_ms},
+                             {"p99_ms", latency.p99_ms},
+                             {"mean_ms", latency.mean_ms},
                              {"throughput_per_s", per_second}};
     if (batch) {
       j["batch"] = *batch;
@@ -260,7 +246,7 @@ int bench_model(const BenchArgs& args) {
   fmt::print("{} warm-up runs, {} timed runs\n", args.warmup, args.iters);
   fmt::print(
       "latency: min {:.3f} ms, p50 {:.3f} ms, p90 {:.3f} ms, p99 {:.3f} ms, mean {:.3f} ms\n",
-      latency.min, latency.p50, latency.p90, latency.p99, latency.mean);
+      latency.min_ms, latency.p50_ms, latency.p90_ms, latency.p99_ms, latency.mean_ms);
   if (batch) {
     fmt::print(
         "throughput: {:.2f} runs/s, {:.2f} samples/s (batch {}: the leading dim of input "

@@ -99,8 +99,32 @@ std::string compiler_from_env() {
   return env;
 }
 
+std::vector<std::string> sanitizer_flags_from_env() {
+  const char* env = std::getenv("KILN_SANITIZE");
+  if (env == nullptr || *env == '\0') return {};
+  std::string_view rest = env;
+  while (true) {
+    size_t comma = rest.find(',');
+    std::string_view name = rest.substr(0, comma);
+    if (name != "address" && name != "undefined" && name != "thread") {
+      user_error(
+          "KILN_SANITIZE='{}': '{}' is not a sanitizer Kiln knows; expected a comma-separated "
+          "list of address, undefined and thread",
+          env, name);
+    }
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return {fmt::format("-fsanitize={}", env), "-fno-sanitize-recover=all",
+          "-fno-omit-frame-pointer"};
+}
+
 std::vector<std::string> default_jit_flags() {
-  return {"-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17"};
+  std::vector<std::string> flags = {"-O3",     "-march=native", "-fopenmp",
+                                    "-shared", "-fPIC",         "-std=c++17"};
+  std::vector<std::string> sanitize = sanitizer_flags_from_env();
+  flags.insert(flags.end(), sanitize.begin(), sanitize.end());
+  return flags;
 }
 
 std::string CompilerIdentity::key_text() const {

@@ -13,8 +13,16 @@ namespace kiln::codecache {
 /// The compiler named by the CXX environment variable, or "g++" when CXX is unset or empty.
 std::string compiler_from_env();
 
+/// The flags that KILN_SANITIZE (a comma-separated list of address, undefined and thread, e.g.
+/// "address,undefined") adds to generated code: -fsanitize=<list> -fno-sanitize-recover=all
+/// -fno-omit-frame-pointer; none when it is unset or empty. Such code must be loaded by a process
+/// built with the same sanitizers (build-asan's kiln, make test-sanitize). Throws UserError
+/// naming an unknown sanitizer.
+std::vector<std::string> sanitizer_flags_from_env();
+
 /// Flags for code compiled and loaded in this process:
-/// -O3 -march=native -fopenmp -shared -fPIC -std=c++17.
+/// -O3 -march=native -fopenmp -shared -fPIC -std=c++17, then sanitizer_flags_from_env(). Being
+/// flags, the sanitizers enter the code cache key.
 std::vector<std::string> default_jit_flags();
 
 /// How to compile and link one shared library. A default-constructed config is the JIT default;

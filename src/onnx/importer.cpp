@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "onnx/inference_guard.h"
 #include "onnx/tensor_proto.h"
 #include "support/error.h"
 #include "support/files.h"
@@ -134,14 +135,47 @@ void run_onnx_checker(const ::onnx::ModelProto& model, const fs::path& model_dir
   if (model.ir_version() >= 8) checker::check_model_local_functions(model, ctx, lex);
 }
 
+/// The nodes of type `op_type` in the default domain, in `graph` and its subgraphs.
+void find_nodes(const ::onnx::GraphProto& graph, const std::string& op_type,
+                std::vector<const ::onnx::NodeProto*>& out) {
+  for (const auto& node : graph.node()) {
+    if (node.op_type() == op_type && normalize_domain(node.domain()).empty()) out.push_back(&node);
+    for (const auto& attr : node.attribute()) {
+      if (attr.has_g()) find_nodes(attr.g(), op_type, out);
+      for (const auto& g : attr.graphs()) find_nodes(g, op_type, out);
+    }
+  }
+}
+
+/// "node 'n3' (Conv): " when the model has one node of that type, else "a Conv node: ".
+std::string guarded_node_label(const ::onnx::ModelProto& model, const std::string& op_type) {
+  std::vector<const ::onnx::NodeProto*> nodes;
+  find_nodes(model.graph(), op_type, nodes);
+  if (nodes.size() == 1 && !nodes[0]->name().empty()) {
+    return fmt::format("node '{}' ({}): ", nodes[0]->name(), op_type);
+  }
+  return fmt::format("a {} node: ", op_type);
+}
+
+/// ONNX shape inference through the guarded registry (onnx/inference_guard.h): a node that
+/// would crash ONNX 1.12's inference function is refused first and reported here.
 void infer_shapes(::onnx::ModelProto& model, const std::string& source) {
+  take_guard_failure();  // forget a refusal left by an earlier import on this thread
+  std::optional<std::string> error;
   try {
     ::onnx::ShapeInferenceOptions options(/*check_type=*/false, /*strict_mode=*/0,
                                           /*data_prop=*/true);
-    ::onnx::shape_inference::InferShapes(model, ::onnx::OpSchemaRegistry::Instance(), options);
+    ::onnx::shape_inference::InferShapes(model, guarded_schema_registry(), options);
   } catch (const std::exception& e) {
-    user_error("{}: {}shape inference failed: {}", source, node_from_message(e.what()),
-               one_line(e.what()));
+    error = e.what();
+  }
+  if (std::optional<GuardFailure> failure = take_guard_failure()) {
+    user_error("{}: {}invalid model: {}", source, guarded_node_label(model, failure->op_type),
+               failure->problem);
+  }
+  if (error) {
+    user_error("{}: {}shape inference failed: {}", source, node_from_message(*error),
+               one_line(*error));
   }
 }
 

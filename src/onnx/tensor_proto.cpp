@@ -245,8 +245,9 @@ Tensor external_tensor(const ::onnx::TensorProto& proto, DType dtype, std::vecto
   // Without a length the data runs to the end of the file, as onnx's own loader reads it.
   int64_t size = length.value_or(file_size - begin);
   if (size > file_size - begin) {
-    user_error("{}: external data [{}, {}) runs past the end of {} ({} bytes)", context, begin,
-               begin + size, path.string(), file_size);
+    // Not begin + size, which overflows for a length near 2^63.
+    user_error("{}: external data of length {} at offset {} runs past the end of {} ({} bytes)",
+               context, size, begin, path.string(), file_size);
   }
   if (size != expected) {
     user_error("{}: dims {} of {} need {} bytes but external data length is {}", context,

@@ -146,44 +146,15 @@ std::string weights_path(const char* library_path) {
 kiln_status* map_weights(Instance& instance, const char* library_path, const unsigned char** out) {
   const ModelInfo& info = *instance.info;
   const std::string path = weights_path(library_path);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return kiln_status_make(KILN_ERROR_LOAD,
-                            "%s: cannot open the weights file of %s (%s); a library compiled "
-                            "with --weights external needs it beside it",
-                            path.c_str(), library_path, std::strerror(errno));
+  WeightsFile file;
+  char error[1024];
+  if (!map_weights_file(path.c_str(), library_path, info.weights_bytes, info.weights_checksum, file,
+                        error, sizeof(error))) {
+    return kiln_status_make(KILN_ERROR_LOAD, "%s", error);
   }
-  struct stat st {};
-  const uint64_t expected = kWeightsHeaderBytes + info.weights_bytes;
-  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != expected) {
-    ::close(fd);
-    return kiln_status_make(KILN_ERROR_LOAD,
-                            "%s: expected %llu bytes, found %lld: the weights file is truncated "
-                            "or belongs to another build of %s",
-                            path.c_str(), static_cast<unsigned long long>(expected),
-                            static_cast<long long>(st.st_size), library_path);
-  }
-  void* mapping = mmap(nullptr, expected, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (mapping == MAP_FAILED) {
-    return kiln_status_make(KILN_ERROR_LOAD, "%s: cannot map the weights file: %s", path.c_str(),
-                            std::strerror(errno));
-  }
-  instance.mapping = mapping;
-  instance.mapping_bytes = expected;
-  const auto* bytes = static_cast<const unsigned char*>(mapping);
-  uint64_t size = 0, checksum = 0;
-  std::memcpy(&size, bytes + 8, 8);
-  std::memcpy(&checksum, bytes + 16, 8);
-  if (std::memcmp(bytes, kWeightsMagic, 8) != 0 || size != info.weights_bytes ||
-      checksum != info.weights_checksum ||
-      weights_checksum(bytes + kWeightsHeaderBytes, size) != info.weights_checksum) {
-    return kiln_status_make(KILN_ERROR_LOAD,
-                            "%s: checksum mismatch: the weights file was altered or belongs to "
-                            "another build of %s",
-                            path.c_str(), library_path);
-  }
-  *out = bytes + kWeightsHeaderBytes;
+  instance.mapping = file.mapping;
+  instance.mapping_bytes = file.mapping_bytes;
+  *out = file.payload;
   return nullptr;
 }
 

@@ -347,6 +347,29 @@ TEST(CodeCache, CompileThreadsFollowTheEnvironment) {
   EXPECT_GE(default_compile_threads(), 1u);
 }
 
+TEST(CodeCache, SanitizersFromTheEnvironmentAreFlagsAndEnterTheKey) {
+  std::vector<std::string> plain;
+  {
+    ScopedEnv none("KILN_SANITIZE", nullptr);
+    plain = default_jit_flags();
+    EXPECT_TRUE(sanitizer_flags_from_env().empty());
+  }
+  ScopedEnv sanitize("KILN_SANITIZE", "address,undefined");
+  std::vector<std::string> flags = default_jit_flags();
+  EXPECT_NE(std::find(flags.begin(), flags.end(), "-fsanitize=address,undefined"), flags.end());
+  EXPECT_NE(std::find(flags.begin(), flags.end(), "-fno-sanitize-recover=all"), flags.end());
+  CompilerConfig sanitized, unsanitized;
+  unsanitized.flags = plain;
+  CodeCache cache(fresh_dir() / "cache");
+  std::vector<SourceUnit> source = {{"kernel.cpp", kAddSource}};
+  EXPECT_NE(cache.key(source, sanitized), cache.key(source, unsanitized));
+  ScopedEnv bogus("KILN_SANITIZE", "address,memory");
+  std::string message = message_of([] { default_jit_flags(); });
+  EXPECT_NE(message.find("KILN_SANITIZE='address,memory': 'memory' is not a sanitizer"),
+            std::string::npos)
+      << message;
+}
+
 TEST(LoadedLibrary, MissingSymbolAndMissingFileAreClearErrors) {
   CodeCache cache(fresh_dir() / "cache");
   LoadedLibrary loaded(cache.compile_shared_library(kAddSource));

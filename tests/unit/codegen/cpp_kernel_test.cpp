@@ -61,7 +61,7 @@ TEST(CppKernel, PointwiseAddReluMulIsOneVectorizedKernel) {
   EXPECT_TRUE(contains(src, "kiln::vec::VecF32::loadu")) << src;
   EXPECT_TRUE(contains(src, "#pragma omp parallel for")) << src;
   EXPECT_TRUE(contains(src, "ONNX node a_node (Add)")) << src;
-  EXPECT_TRUE(contains(src, "int64_t s0, int64_t s1")) << src;
+  EXPECT_TRUE(contains(src, "int64_t s_s0, int64_t s_s1")) << src;
   for (int64_t cols : kTailSizes) {
     int64_t rows = 3;
     auto x = random_floats(rows * cols, 1), y = random_floats(rows * cols, 2);

@@ -111,6 +111,59 @@ TEST(ImporterTest, UnknownDimsBecomeFreshSymbolsInOrder) {
   EXPECT_EQ(model.graph->inputs()[1]->type().str(), "float32[unk__0]");
 }
 
+// ONNX 1.12's shape inference divides by a zero stride and indexes past the dims of inputs of
+// the wrong rank; the inference guard (onnx/inference_guard.h) refuses such nodes first.
+TEST(ImporterTest, InferenceGuardRefusesAZeroStride) {
+  auto proto = make_model(/*ir_version=*/7, /*opset=*/12);
+  auto* g = proto.mutable_graph();
+  set_value_info(g->add_input(), "x", {1, 1, 4, 4});
+  set_value_info(g->add_output(), "y", {1, 1, 3, 3});
+  auto* pool = add_node(g, "MaxPool", {"x"}, {"y"}, "pool");
+  for (auto [name, values] : {std::pair{"kernel_shape", std::vector<int64_t>{2, 2}},
+                              std::pair{"strides", std::vector<int64_t>{1, 0}}}) {
+    auto* attr = pool->add_attribute();
+    attr->set_name(name);
+    attr->set_type(::onnx::AttributeProto::INTS);
+    for (int64_t v : values) attr->add_ints(v);
+  }
+  EXPECT_EQ(import_error(proto),
+            "test.onnx: node 'pool' (MaxPool): invalid model: attribute 'strides' holds 0 at "
+            "position 1; it must be positive");
+  // The refusal does not stay behind for the next import on this thread.
+  pool->mutable_attribute(1)->set_ints(1, 1);
+  graph::Model model = import(proto);
+  EXPECT_EQ(model.graph->outputs()[0]->type().str(), "float32[1, 1, 3, 3]");
+}
+
+TEST(ImporterTest, InferenceGuardChecksRanksKnownOnlyFromInference) {
+  auto proto = make_model();
+  auto* g = proto.mutable_graph();
+  set_value_info(g->add_input(), "a", {2, 3});
+  set_value_info(g->add_input(), "c", {3});
+  set_value_info(g->add_output(), "y", {2, 3});
+  add_node(g, "Identity", {"c"}, {"b"}, "id");  // b's rank 1 is known from inference only
+  add_node(g, "Gemm", {"a", "b"}, {"y"}, "gemm");
+  EXPECT_EQ(import_error(proto),
+            "test.onnx: node 'gemm' (Gemm): invalid model: input 1 ('B') must have rank 2, "
+            "found rank 1");
+}
+
+TEST(ImporterTest, InferenceGuardLetsValidConvolutionsThrough) {
+  auto proto = make_model();
+  auto* g = proto.mutable_graph();
+  set_value_info(g->add_input(), "x", {1, 2, 5, 5});
+  set_value_info(g->add_input(), "w", {4, 2, 3, 3});
+  set_value_info(g->add_output(), "y", {1, 4, 2, 2});
+  auto* conv = add_node(g, "Conv", {"x", "w"}, {"y"}, "conv");
+  auto* strides = conv->add_attribute();
+  strides->set_name("strides");
+  strides->set_type(::onnx::AttributeProto::INTS);
+  strides->add_ints(2);
+  strides->add_ints(2);
+  graph::Model model = import(proto);
+  EXPECT_EQ(model.graph->outputs()[0]->type().str(), "float32[1, 4, 2, 2]");
+}
+
 TEST(ImporterTest, InitializersListedAsInputsAreConstants) {
   // IR version 3 models list every initializer among the graph inputs.
   auto proto = make_model(/*ir_version=*/3, /*opset=*/7);

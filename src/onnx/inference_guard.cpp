@@ -1,0 +1,149 @@
+#include "onnx/inference_guard.h"
+
+#include <fmt/format.h>
+#include <onnx/defs/shape_inference.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <tuple>
+
+namespace kiln::onnx {
+
+namespace {
+
+using ::onnx::InferenceContext;
+
+thread_local std::optional<GuardFailure> t_failure;
+
+/// Records the first refusal of this thread and stops the node's inference.
+[[noreturn]] void refuse(const std::string& op_type, const std::string& problem) {
+  if (!t_failure) t_failure = GuardFailure{op_type, problem};
+  throw ::onnx::InferenceError(fmt::format("[ShapeInferenceError] {}: {}", op_type, problem));
+}
+
+/// The rank of input `index` as inference knows it so far; nullopt when unknown or absent.
+std::optional<int> known_rank(InferenceContext& ctx, size_t index) {
+  if (index >= ctx.getNumInputs()) return std::nullopt;
+  const ::onnx::TypeProto* type = ctx.getInputType(index);
+  if (type == nullptr || !type->has_tensor_type() || !type->tensor_type().has_shape()) {
+    return std::nullopt;
+  }
+  return type->tensor_type().shape().dim_size();
+}
+
+void require_rank(InferenceContext& ctx, const std::string& op, size_t index, const char* name,
+                  int rank) {
+  std::optional<int> found = known_rank(ctx, index);
+  if (found && *found != rank) {
+    refuse(op, fmt::format("input {} ('{}') must have rank {}, found rank {}", index, name, rank,
+                           *found));
+  }
+}
+
+/// Convolution and pooling: kernel_shape, strides and dilations positive, pads non-negative,
+/// each with one entry per spatial dim (two for pads); data of rank 3 or more and, for a
+/// convolution, weights of the data's rank.
+void check_conv_pool(InferenceContext& ctx, const std::string& op, size_t data_index,
+                     std::optional<size_t> weight_index) {
+  std::optional<int> rank = known_rank(ctx, data_index);
+  if (rank && *rank < 3) {
+    refuse(op, fmt::format("input {} (the data) must have rank 3 or more (N, C, spatial dims), "
+                           "found rank {}",
+                           data_index, *rank));
+  }
+  if (weight_index) {
+    std::optional<int> weight_rank = known_rank(ctx, *weight_index);
+    if (rank && weight_rank && *weight_rank != *rank) {
+      refuse(op, fmt::format("input {} (the weights) must have the data's rank {}, found rank {}",
+                             *weight_index, *rank, *weight_rank));
+    }
+  }
+  for (const char* name : {"kernel_shape", "strides", "dilations", "pads"}) {
+    const ::onnx::AttributeProto* attr = ctx.getAttribute(name);
+    if (attr == nullptr) continue;
+    bool pads = std::string_view(name) == "pads";
+    for (int i = 0; i < attr->ints_size(); ++i) {
+      if (pads ? attr->ints(i) < 0 : attr->ints(i) < 1) {
+        refuse(op, fmt::format("attribute '{}' holds {} at position {}; it must be {}", name,
+                               attr->ints(i), i, pads ? "non-negative" : "positive"));
+      }
+    }
+    if (!rank) continue;
+    int expected = pads ? 2 * (*rank - 2) : *rank - 2;
+    if (attr->ints_size() != expected) {
+      refuse(op, fmt::format("attribute '{}' has {} values; data of rank {} needs {}", name,
+                             attr->ints_size(), *rank, expected));
+    }
+  }
+}
+
+/// The guard of `op` in the default domain; null for ops it does not guard.
+std::function<void(InferenceContext&)> guard_for(const std::string& op) {
+  // The data input and, for convolutions, the weights input.
+  static const std::map<std::string, std::pair<size_t, std::optional<size_t>>> kConvPool = {
+      {"Conv", {0, 1}},        {"ConvInteger", {0, 1}}, {"ConvTranspose", {0, 1}},
+      {"QLinearConv", {0, 3}}, {"MaxPool", {0, {}}},    {"AveragePool", {0, {}}},
+      {"LpPool", {0, {}}},     {"MaxUnpool", {0, {}}},
+  };
+  if (auto it = kConvPool.find(op); it != kConvPool.end()) {
+    size_t data = it->second.first;
+    std::optional<size_t> weights = it->second.second;
+    return [op, data, weights](InferenceContext& ctx) { check_conv_pool(ctx, op, data, weights); };
+  }
+  if (op == "Gemm") {
+    return [op](InferenceContext& ctx) {
+      require_rank(ctx, op, 0, "A", 2);
+      require_rank(ctx, op, 1, "B", 2);
+    };
+  }
+  if (op == "STFT") {
+    return [op](InferenceContext& ctx) { require_rank(ctx, op, 0, "signal", 3); };
+  }
+  return nullptr;
+}
+
+class GuardedRegistry final : public ::onnx::ISchemaRegistry {
+ public:
+  const ::onnx::OpSchema* GetSchema(const std::string& key, const int max_inclusive_version,
+                                    const std::string& domain) const override {
+    const ::onnx::OpSchema* schema =
+        ::onnx::OpSchemaRegistry::Schema(key, max_inclusive_version, domain);
+    if (schema == nullptr || !schema->has_type_and_shape_inference_function()) return schema;
+    if (!domain.empty() && domain != "ai.onnx") return schema;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = guarded_.find(schema);
+    if (it != guarded_.end()) return it->second ? it->second.get() : schema;
+    std::function<void(InferenceContext&)> guard = guard_for(key);
+    std::unique_ptr<::onnx::OpSchema>& copy = guarded_[schema];
+    if (!guard) return schema;
+    copy = std::make_unique<::onnx::OpSchema>(*schema);
+    copy->TypeAndShapeInferenceFunction(
+        [guard, infer = schema->GetTypeAndShapeInferenceFunction()](InferenceContext& ctx) {
+          guard(ctx);
+          infer(ctx);
+        });
+    return copy.get();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  // Each schema's guarded copy; null for schemas without a guard.
+  mutable std::map<const ::onnx::OpSchema*, std::unique_ptr<::onnx::OpSchema>> guarded_;
+};
+
+}  // namespace
+
+const ::onnx::ISchemaRegistry* guarded_schema_registry() {
+  static const GuardedRegistry registry;
+  return &registry;
+}
+
+std::optional<GuardFailure> take_guard_failure() {
+  std::optional<GuardFailure> failure = std::move(t_failure);
+  t_failure.reset();
+  return failure;
+}
+
+}  // namespace kiln::onnx

@@ -51,8 +51,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using kiln::autotune::GemmConfig;
-using kiln::autotune::GemmIsa;
 using kiln::autotune::GemmProblem;
+using kiln::autotune::TemplateIsa;
 using Clock = std::chrono::steady_clock;
 using kiln::bench::cpu_model;
 using kiln::bench::cpuinfo_mhz;
@@ -211,7 +211,7 @@ Summary bench_shape(const Shape& s, bool quick, double peak, kiln::codecache::Co
   const int threads = omp_get_max_threads();
   const GemmProblem problem{.n = s.n, .k = s.k};
   std::vector<GemmConfig> configs =
-      kiln::autotune::gemm_configs(s.m, problem, threads, kiln::autotune::host_gemm_isa());
+      kiln::autotune::gemm_configs(s.m, problem, threads, kiln::autotune::host_template_isa());
   if (quick) configs.resize(1);
 
   Buffer a(s.m * s.k), b(s.k * s.n), c(s.m * s.n), ref(s.m * s.n);
@@ -229,8 +229,8 @@ Summary bench_shape(const Shape& s, bool quick, double peak, kiln::codecache::Co
     specs.push_back({{{"gemm.cpp", kiln::autotune::render_gemm(config, problem, "gemm")}}, {}});
   }
   // The default once more with a fused bias + Relu epilogue: what the epilogue costs.
-  const kiln::autotune::GemmEpilogue bias_relu{.expr = "std::max(v + bias[n], 0.0f)",
-                                               .args = {"bias"}};
+  const kiln::autotune::TemplateEpilogue bias_relu{.expr = "std::max(v + bias[n], 0.0f)",
+                                                   .args = {"bias"}};
   specs.push_back(
       {{{"gemm.cpp", kiln::autotune::render_gemm(configs[0], problem, "gemm", bias_relu)}}, {}});
   const auto compile_start = Clock::now();
@@ -359,7 +359,7 @@ int main(int argc, char** argv) try {
   const std::vector<Shape> shapes = parse_shapes(argc, argv, quick);
   const int threads = omp_get_max_threads();
   const double ghz = measure_clock_ghz();
-  const GemmIsa isa = kiln::autotune::host_gemm_isa();
+  const TemplateIsa isa = kiln::autotune::host_template_isa();
   const int width = kiln::autotune::vector_width(isa);
   const double peak = threads * ghz * 2 * width * 2;
   const double peak_avx2 = threads * ghz * 2 * 8 * 2;
@@ -369,8 +369,8 @@ int main(int argc, char** argv) try {
       "clock {:.2f} GHz measured (dependent imul chain; /proc/cpuinfo says {:.0f} MHz)\n"
       "FMA peak = {} cores x {:.2f} GHz x 2 units x {} floats x 2 = {:.0f} GFLOP/s ({}); "
       "with 256-bit vectors {:.0f} GFLOP/s\n",
-      ghz, cpuinfo_mhz(), threads, ghz, width, peak, isa == GemmIsa::kAvx512 ? "AVX-512" : "AVX2",
-      peak_avx2);
+      ghz, cpuinfo_mhz(), threads, ghz, width, peak,
+      isa == TemplateIsa::kAvx512 ? "AVX-512" : "AVX2", peak_avx2);
   fmt::print(
       "the machine may be shared: timings are medians ({}) and still noisy; load average {}\n",
       g_cpu_time ? "process CPU time" : "wall clock", load_average());

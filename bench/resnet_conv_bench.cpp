@@ -38,7 +38,7 @@
 namespace {
 
 using kiln::autotune::ConvProblem;
-using kiln::autotune::GemmIsa;
+using kiln::autotune::TemplateIsa;
 
 struct Layer {
   std::string name;
@@ -136,7 +136,7 @@ int main(int argc, char** argv) try {
 #endif
   const int threads = omp_get_max_threads();
   const double ghz = kiln::bench::measure_clock_ghz();
-  const GemmIsa isa = kiln::autotune::host_gemm_isa();
+  const TemplateIsa isa = kiln::autotune::host_template_isa();
   const int width = kiln::autotune::vector_width(isa);
   const double peak = threads * ghz * 2 * width * 2;
   fmt::print("kiln_resnet_conv_bench: {}, {} OpenMP threads\n", kiln::bench::cpu_model(), threads);
@@ -144,7 +144,7 @@ int main(int argc, char** argv) try {
       "clock {:.2f} GHz measured (/proc/cpuinfo says {:.0f} MHz); FMA peak = {} x {:.2f} GHz x 2 "
       "x {} x 2 = {:.0f} GFLOP/s ({})\n",
       ghz, kiln::bench::cpuinfo_mhz(), threads, ghz, width, peak,
-      isa == GemmIsa::kAvx512 ? "AVX-512" : "AVX2");
+      isa == TemplateIsa::kAvx512 ? "AVX-512" : "AVX2");
   fmt::print("timings: medians in the autotune helper; the machine may be shared (load {})\n\n",
              kiln::bench::load_average());
 

@@ -24,7 +24,7 @@ void check_problem(const GemmProblem& problem) {
 // The placeholders every library source shares.
 std::vector<std::pair<std::string, std::string>> common_values(const GemmProblem& problem,
                                                                const std::string& function_name,
-                                                               const GemmEpilogue& epilogue) {
+                                                               const TemplateEpilogue& epilogue) {
   return {{"NAME", function_name},
           {"PARAMS", epilogue_params(epilogue)},
           {"N", std::to_string(problem.n)},
@@ -181,11 +181,11 @@ class OpenblasChoice final : public GemmChoice {
     return copy_weight(problem_, b, k, n);
   }
   std::string render(const std::string& function_name,
-                     const GemmEpilogue& epilogue) const override {
+                     const TemplateEpilogue& epilogue) const override {
     return substitute_placeholders(std::string(kOpenblasSource),
                                    common_values(problem_, function_name, epilogue));
   }
-  GemmLinkage linkage() const override { return {{kOpenblasInclude}, {kOpenblasLibrary}}; }
+  ChoiceLinkage linkage() const override { return {{kOpenblasInclude}, {kOpenblasLibrary}}; }
 
  private:
   GemmProblem problem_;
@@ -202,7 +202,7 @@ class OnednnChoice final : public GemmChoice {
     return copy_weight(problem_, b, k, n);
   }
   std::string render(const std::string& function_name,
-                     const GemmEpilogue& epilogue) const override {
+                     const TemplateEpilogue& epilogue) const override {
     std::vector<std::pair<std::string, std::string>> values =
         common_values(problem_, function_name, epilogue);
     values.emplace_back("VARIANT", packed_ ? "B in its blocked layout" : "B plain");
@@ -210,7 +210,7 @@ class OnednnChoice final : public GemmChoice {
     values.emplace_back("CALL", packed_ ? kOnednnPackedCall : kOnednnPlainCall);
     return substitute_placeholders(std::string(kOnednnSource), values);
   }
-  GemmLinkage linkage() const override { return {{}, {"dnnl"}}; }
+  ChoiceLinkage linkage() const override { return {{}, {"dnnl"}}; }
 
  private:
   GemmProblem problem_;
@@ -232,7 +232,7 @@ class TemplateChoice final : public GemmChoice {
     return prepack_b(config_, problem_, b);
   }
   std::string render(const std::string& function_name,
-                     const GemmEpilogue& epilogue) const override {
+                     const TemplateEpilogue& epilogue) const override {
     return render_gemm(config_, problem_, function_name, epilogue);
   }
   const GemmConfig* template_config() const override { return &config_; }
@@ -260,7 +260,7 @@ std::string GemmChoice::hash_key() const {
   Sha256 hash;
   hash.update(name()).update("\n").update(backend()).update("\n");
   hash.update(render("kiln_gemm_choice"));
-  const GemmLinkage link = linkage();
+  const ChoiceLinkage link = linkage();
   for (const std::string& dir : link.include_dirs) hash.update("\n-I").update(dir);
   for (const std::string& library : link.libraries) hash.update("\n-l").update(library);
   return hash.hex_digest();
@@ -279,7 +279,7 @@ GemmChoicePtr make_template_choice(const GemmConfig& config, const GemmProblem& 
 }
 
 std::vector<GemmChoicePtr> gemm_choices(int64_t m_hint, const GemmProblem& problem, int threads,
-                                        GemmIsa isa) {
+                                        TemplateIsa isa) {
   const std::vector<GemmConfig> configs = gemm_configs(m_hint, problem, threads, isa);
   std::vector<GemmChoicePtr> choices;
   choices.push_back(make_template_choice(configs.front(), problem));
@@ -292,7 +292,7 @@ std::vector<GemmChoicePtr> gemm_choices(int64_t m_hint, const GemmProblem& probl
   return choices;
 }
 
-std::string render_epilogue_pass(const GemmProblem& problem, const GemmEpilogue& epilogue) {
+std::string render_epilogue_pass(const GemmProblem& problem, const TemplateEpilogue& epilogue) {
   if (epilogue.empty()) return "";
   return fmt::format(
       "    // The epilogue, in a pass over C.\n"

@@ -30,7 +30,7 @@
 namespace kiln::autotune {
 
 /// What a choice's rendered source needs to compile and link (besides Kiln's JIT flags).
-struct GemmLinkage {
+struct ChoiceLinkage {
   /// -I directories.
   std::vector<std::string> include_dirs;
   /// Libraries: a name ("dnnl" -> -ldnnl) or a path to a library file.
@@ -58,10 +58,10 @@ class GemmChoice {
 
   /// The source of one translation unit defining `function_name` (see the file comment).
   virtual std::string render(const std::string& function_name,
-                             const GemmEpilogue& epilogue = {}) const = 0;
+                             const TemplateEpilogue& epilogue = {}) const = 0;
 
   /// What render()'s source needs to compile and link.
-  virtual GemmLinkage linkage() const { return {}; }
+  virtual ChoiceLinkage linkage() const { return {}; }
 
   /// The template config of a template choice; nullptr for the others.
   virtual const GemmConfig* template_config() const { return nullptr; }
@@ -84,12 +84,12 @@ GemmChoicePtr make_template_choice(const GemmConfig& config, const GemmProblem& 
 /// heuristic one (the template's gemm_default_config), then OpenBLAS, oneDNN and the other
 /// template configs of gemm_configs.
 std::vector<GemmChoicePtr> gemm_choices(int64_t m_hint, const GemmProblem& problem, int threads,
-                                        GemmIsa isa = host_gemm_isa());
+                                        TemplateIsa isa = host_template_isa());
 
 /// The C++ statements of an epilogue applied in place to every element of the row-major
 /// M x N matrix C after a library call (empty when `epilogue` is empty): an OpenMP loop over
 /// rows that reads v = C[m * N + n] and stores the epilogue's value.
-std::string render_epilogue_pass(const GemmProblem& problem, const GemmEpilogue& epilogue);
+std::string render_epilogue_pass(const GemmProblem& problem, const TemplateEpilogue& epilogue);
 
 /// Replaces every "@KEY@" of `text` by its value (the library sources are C++ with many braces,
 /// which fmt would need doubled).

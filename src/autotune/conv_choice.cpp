@@ -170,7 +170,7 @@ extern "C" void @NAME@(const float* X, const float* Wp, float* Y@PARAMS@) {
 
 std::vector<std::pair<std::string, std::string>> values(const ConvProblem& p,
                                                         const std::string& function_name,
-                                                        const GemmEpilogue& epilogue) {
+                                                        const TemplateEpilogue& epilogue) {
   auto s = [](int64_t v) { return std::to_string(v); };
   std::vector<std::pair<std::string, std::string>> constants = {
       {"N", s(p.n)},           {"C", s(p.c)},           {"H", s(p.h)},
@@ -200,7 +200,7 @@ std::vector<float> plain_weight(const ConvProblem& p, const float* w, const floa
 }
 
 // The oneDNN source applies the bias itself; only the epilogue is a pass.
-std::string onednn_epilogue(const GemmEpilogue& epilogue) {
+std::string onednn_epilogue(const TemplateEpilogue& epilogue) {
   if (epilogue.empty()) return "";
   return fmt::format(
       "    // The epilogue, in a pass over Y.\n"
@@ -226,7 +226,7 @@ class LibraryChoice final : public ConvChoice {
     return plain_weight(problem_, w, bias);
   }
   std::string render(const std::string& function_name,
-                     const GemmEpilogue& epilogue) const override {
+                     const TemplateEpilogue& epilogue) const override {
     auto v = values(problem_, function_name, epilogue);
     if (onednn_) {
       v.back().second = onednn_epilogue(epilogue);
@@ -234,7 +234,7 @@ class LibraryChoice final : public ConvChoice {
     }
     return substitute_placeholders(std::string(kIm2colSource), v);
   }
-  GemmLinkage linkage() const override {
+  ChoiceLinkage linkage() const override {
     if (onednn_) return {{}, {"dnnl"}};
     return {{kOpenblasInclude}, {kOpenblasLibrary}};
   }
@@ -258,7 +258,7 @@ class TemplateChoice final : public ConvChoice {
     return prepack_conv_weights(config_, problem_, w, bias);
   }
   std::string render(const std::string& function_name,
-                     const GemmEpilogue& epilogue) const override {
+                     const TemplateEpilogue& epilogue) const override {
     return render_conv(config_, problem_, function_name, epilogue);
   }
   const ConvConfig* template_config() const override { return &config_; }
@@ -275,7 +275,7 @@ std::string ConvChoice::hash_key() const {
   Sha256 hash;
   hash.update(name()).update("\n").update(backend()).update("\n");
   hash.update(render("kiln_conv_choice"));
-  const GemmLinkage link = linkage();
+  const ChoiceLinkage link = linkage();
   for (const std::string& dir : link.include_dirs) hash.update("\n-I").update(dir);
   for (const std::string& library : link.libraries) hash.update("\n-l").update(library);
   return hash.hex_digest();
@@ -293,7 +293,7 @@ ConvChoicePtr make_conv_template_choice(const ConvConfig& config, const ConvProb
   return std::make_shared<TemplateChoice>(config, problem);
 }
 
-std::vector<ConvChoicePtr> conv_choices(const ConvProblem& problem, int threads, GemmIsa isa) {
+std::vector<ConvChoicePtr> conv_choices(const ConvProblem& problem, int threads, TemplateIsa isa) {
   const std::vector<ConvConfig> configs = conv_configs(problem, threads, isa);
   // oneDNN is the heuristic for 1x1 convolutions over images of 28 x 28 or more: its blocked
   // layouts ran 1.2-1.7x faster than every template config at ResNet-50's 1x1 layers of that size

@@ -7,7 +7,7 @@
 ///   extern "C" void <function_name>(const float* X, const float* Wprepared, float* Y
 ///                                   [, const float* <epilogue argument>]...);
 ///
-/// X [N, C, H, W] and Y [N, M, OH, OW] contiguous; the epilogue (GemmEpilogue) sees v (the
+/// X [N, C, H, W] and Y [N, M, OH, OW] contiguous; the epilogue (TemplateEpilogue) sees v (the
 /// biased sum), m = (b * M + oc) * OH + oh and n = ow. The choices:
 ///   onednn    oneDNN convolution_forward (weights reordered into its blocked layout on the
 ///             first call and kept), the epilogue in a pass over Y after the call
@@ -46,9 +46,9 @@ class ConvChoice {
 
   /// The source of one translation unit defining `function_name`.
   virtual std::string render(const std::string& function_name,
-                             const GemmEpilogue& epilogue = {}) const = 0;
+                             const TemplateEpilogue& epilogue = {}) const = 0;
 
-  virtual GemmLinkage linkage() const { return {}; }
+  virtual ChoiceLinkage linkage() const { return {}; }
 
   /// The template config of a template choice; nullptr for the others.
   virtual const ConvConfig* template_config() const { return nullptr; }
@@ -69,7 +69,7 @@ ConvChoicePtr make_conv_template_choice(const ConvConfig& config, const ConvProb
 /// more output pixels, or when no config fits), then the other of the two, im2col + OpenBLAS and
 /// the other template configs.
 std::vector<ConvChoicePtr> conv_choices(const ConvProblem& problem, int threads,
-                                        GemmIsa isa = host_gemm_isa());
+                                        TemplateIsa isa = host_template_isa());
 
 /// Rebuilds the choice named `name` (as lowering recorded it: the name, and the config text of a
 /// template). Throws InternalError for an unknown name.

@@ -16,15 +16,12 @@ namespace {
 // OpenMP threads; see kMaxPackedABytes in gemm_template.cpp for the budget's reasoning.
 constexpr int64_t kMaxRowBytes = int64_t{256} << 10;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-
 int64_t row_bytes(const ConvConfig& config, const ConvProblem& problem) {
   return round_up(problem.ow(), config.owb) * config.ocb * 4;
 }
 
 void render_header(IndentedBuffer& out, const ConvConfig& config, const ConvProblem& p,
-                   const GemmEpilogue& epilogue) {
+                   const TemplateEpilogue& epilogue) {
   out.linef("// Kiln convolution template {}", config.name());
   out.linef("// Y[{}, {}, {}, {}] = epilogue({} + bias), W prepacked into {}-channel panels", p.n,
             p.m, p.oh(), p.ow(), p.text(), config.ocb);
@@ -119,7 +116,7 @@ void render_block(IndentedBuffer& out, const ConvConfig& config, int r, bool saf
               value =
                   fmt::format("({0} >= 0 && {0} < kW) ? {1}_set1_ps(xrow[{0}]) : {1}_setzero_ps()",
                               col, isa.prefix);
-            } else if (config.isa == GemmIsa::kAvx512) {
+            } else if (config.isa == TemplateIsa::kAvx512) {
               value = fmt::format("_mm512_set1_ps(xr[{} * kSW + kw * kDW])", i);
             } else {
               value = fmt::format("_mm256_broadcast_ss(xr + {} * kSW + kw * kDW)", i);
@@ -149,7 +146,7 @@ void render_block(IndentedBuffer& out, const ConvConfig& config, int r, bool saf
 }
 
 void render_row(IndentedBuffer& out, const ConvConfig& config, const ConvProblem& p,
-                const GemmEpilogue& epilogue) {
+                const TemplateEpilogue& epilogue) {
   const int64_t tail = p.ow() % config.owb;
   out.line("// One output row of one image and one channel block: every input channel block in");
   out.line("// turn over the row's column blocks (partial sums in `acc`), then the bias and the");
@@ -228,7 +225,7 @@ void render_row(IndentedBuffer& out, const ConvConfig& config, const ConvProblem
 }
 
 void render_entry(IndentedBuffer& out, const ConvConfig& config, const ConvProblem& p,
-                  const std::string& function_name, const GemmEpilogue& epilogue) {
+                  const std::string& function_name, const TemplateEpilogue& epilogue) {
   out.linef("extern \"C\" void {}(const float* X, const float* Wp, float* Y{}) {{", function_name,
             epilogue_params(epilogue));
   auto _ = out.scope();
@@ -282,14 +279,14 @@ int pick_icb(const ConvProblem& p, int ocb, int64_t bytes) {
 }
 
 struct RegisterBlock {
-  GemmIsa isa;
+  TemplateIsa isa;
   int ocb;
   int max_owb;
 };
 
-std::vector<RegisterBlock> register_blocks(const ConvProblem& p, GemmIsa isa) {
+std::vector<RegisterBlock> register_blocks(const ConvProblem& p, TemplateIsa isa) {
   std::vector<RegisterBlock> blocks;
-  if (isa == GemmIsa::kAvx512) {
+  if (isa == TemplateIsa::kAvx512) {
     // 32 channels x 14 columns: 28 accumulators, and 14 divides every ResNet width (112, 56,
     // 28, 14; 7 fits whole). For kernels larger than 1x1 on rows of 14 or more, 16 x 14 was the
     // fastest template at most of ResNet-50's 3x3 layers in bench/resnet_conv_bench.cpp (one
@@ -297,16 +294,16 @@ std::vector<RegisterBlock> register_blocks(const ConvProblem& p, GemmIsa isa) {
     // With few input channels (a network's first layer) 64 x 6 was faster by far: each broadcast
     // feeds four vectors.
     const bool spatial = p.kh * p.kw > 1 && p.ow() >= 14 && p.c >= 16;
-    if (p.c < 16 && p.m >= 64) blocks.push_back({GemmIsa::kAvx512, 64, 6});
-    if (p.m <= 16 || spatial) blocks.push_back({GemmIsa::kAvx512, 16, 14});
-    blocks.push_back({GemmIsa::kAvx512, 32, 14});
-    blocks.push_back({GemmIsa::kAvx512, 64, 6});
-    if (p.m > 16 && !spatial) blocks.push_back({GemmIsa::kAvx512, 16, 14});
+    if (p.c < 16 && p.m >= 64) blocks.push_back({TemplateIsa::kAvx512, 64, 6});
+    if (p.m <= 16 || spatial) blocks.push_back({TemplateIsa::kAvx512, 16, 14});
+    blocks.push_back({TemplateIsa::kAvx512, 32, 14});
+    blocks.push_back({TemplateIsa::kAvx512, 64, 6});
+    if (p.m > 16 && !spatial) blocks.push_back({TemplateIsa::kAvx512, 16, 14});
   }
-  if (p.m <= 8) blocks.push_back({GemmIsa::kAvx2, 8, 12});
-  blocks.push_back({GemmIsa::kAvx2, 16, 6});
-  blocks.push_back({GemmIsa::kAvx2, 24, 4});
-  if (p.m > 8) blocks.push_back({GemmIsa::kAvx2, 8, 12});
+  if (p.m <= 8) blocks.push_back({TemplateIsa::kAvx2, 8, 12});
+  blocks.push_back({TemplateIsa::kAvx2, 16, 6});
+  blocks.push_back({TemplateIsa::kAvx2, 24, 4});
+  if (p.m > 8) blocks.push_back({TemplateIsa::kAvx2, 8, 12});
   return blocks;
 }
 
@@ -373,7 +370,7 @@ ConvConfig decode_conv_config(const std::string& text) {
       "not a conv config: '{}'", text);
   KILN_CHECK(std::string(isa) == "avx2" || std::string(isa) == "avx512",
              "conv config '{}': unknown ISA", text);
-  c.isa = std::string(isa) == "avx512" ? GemmIsa::kAvx512 : GemmIsa::kAvx2;
+  c.isa = std::string(isa) == "avx512" ? TemplateIsa::kAvx512 : TemplateIsa::kAvx2;
   c.rows_outer = text.size() > 5 && text.compare(text.size() - 5, 5, "_rows") == 0;
   KILN_CHECK(c.name() == text, "conv config '{}' reads back as '{}'", text, c.name());
   check_conv_config(c);
@@ -415,7 +412,7 @@ std::vector<float> unpack_conv_weights(const ConvConfig& config, const ConvProbl
 }
 
 std::string render_conv(const ConvConfig& config, const ConvProblem& problem,
-                        const std::string& function_name, const GemmEpilogue& epilogue) {
+                        const std::string& function_name, const TemplateEpilogue& epilogue) {
   check_conv_config(config);
   check_conv_problem(problem);
   KILN_CHECK(row_bytes(config, problem) <= kMaxRowBytes,
@@ -436,7 +433,7 @@ std::string render_conv(const ConvConfig& config, const ConvProblem& problem,
   return out.str();
 }
 
-std::vector<ConvConfig> conv_configs(const ConvProblem& problem, int threads, GemmIsa isa) {
+std::vector<ConvConfig> conv_configs(const ConvProblem& problem, int threads, TemplateIsa isa) {
   (void)threads;  // the tasks (image, channel block, row) are many at every ResNet shape
   std::vector<ConvConfig> configs;
   auto add = [&](const ConvConfig& config) {
@@ -485,7 +482,7 @@ std::vector<ConvConfig> conv_configs(const ConvProblem& problem, int threads, Ge
 }
 
 std::optional<ConvConfig> conv_default_config(const ConvProblem& problem, int threads,
-                                              GemmIsa isa) {
+                                              TemplateIsa isa) {
   std::vector<ConvConfig> configs = conv_configs(problem, threads, isa);
   if (configs.empty()) return std::nullopt;
   return configs.front();

@@ -21,7 +21,7 @@
 ///   extern "C" void <name>(const float* X, const float* Wp, float* Y
 ///                          [, const float* <epilogue argument>]...);
 ///
-/// where the epilogue (GemmEpilogue) sees v (the biased sum), m = (b * M + oc) * OH + oh and
+/// where the epilogue (TemplateEpilogue) sees v (the biased sum), m = (b * M + oc) * OH + oh and
 /// n = ow, i.e. Y viewed as an [N * M * OH, OW] matrix. The ISA is turned on with
 /// `#pragma GCC target` like the GEMM template's. Tested in
 /// tests/unit/autotune/conv_template_test.cpp; benchmarked by bench/resnet_conv_bench.cpp.
@@ -70,7 +70,7 @@ void check_conv_problem(const ConvProblem& problem);
 
 /// One point of the template's search space.
 struct ConvConfig {
-  GemmIsa isa = GemmIsa::kAvx2;
+  TemplateIsa isa = TemplateIsa::kAvx2;
   /// Output channels per register block (a multiple of the vector width).
   int ocb = 16;
   /// Output columns per register block.
@@ -110,14 +110,15 @@ std::vector<float> unpack_conv_weights(const ConvConfig& config, const ConvProbl
 
 /// Renders the kernel source (one translation unit defining `function_name` as extern "C").
 std::string render_conv(const ConvConfig& config, const ConvProblem& problem,
-                        const std::string& function_name, const GemmEpilogue& epilogue = {});
+                        const std::string& function_name, const TemplateEpilogue& epilogue = {});
 
 /// The candidate configs for `problem` on `threads` threads for `isa` (AVX2 register blocks, and
 /// AVX-512 ones when isa is kAvx512); the first is conv_default_config's. Empty when no config's
 /// row buffer fits the stack budget (an image thousands of columns wide).
-std::vector<ConvConfig> conv_configs(const ConvProblem& problem, int threads, GemmIsa isa);
+std::vector<ConvConfig> conv_configs(const ConvProblem& problem, int threads, TemplateIsa isa);
 
 /// The heuristic choice (nullopt when conv_configs is empty).
-std::optional<ConvConfig> conv_default_config(const ConvProblem& problem, int threads, GemmIsa isa);
+std::optional<ConvConfig> conv_default_config(const ConvProblem& problem, int threads,
+                                              TemplateIsa isa);
 
 }  // namespace kiln::autotune

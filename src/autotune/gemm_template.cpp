@@ -17,20 +17,14 @@ namespace {
 // otherwise; 512 KiB leaves room for the rest under any sensible setting.
 constexpr int64_t kMaxPackedABytes = int64_t{512} << 10;
 
-int64_t round_up(int64_t value, int64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // The broadcast of one float at `ptr` into every lane.
-std::string broadcast(GemmIsa isa, const std::string& ptr) {
-  if (isa == GemmIsa::kAvx512) return fmt::format("_mm512_set1_ps(*({}))", ptr);
+std::string broadcast(TemplateIsa isa, const std::string& ptr) {
+  if (isa == TemplateIsa::kAvx512) return fmt::format("_mm512_set1_ps(*({}))", ptr);
   return fmt::format("_mm256_broadcast_ss({})", ptr);
 }
 
 void render_header(IndentedBuffer& out, const GemmConfig& config, const GemmProblem& problem,
-                   const GemmEpilogue& epilogue) {
+                   const TemplateEpilogue& epilogue) {
   out.linef("// Kiln GEMM template {}", config.name());
   out.linef("// C[M, {}] = epilogue(A[M, {}] @ B[{}, {}]), B prepacked into {}-column panels",
             problem.n, problem.k, problem.k, problem.n, config.nr);
@@ -87,7 +81,7 @@ void render_pack_a(IndentedBuffer& out) {
 }
 
 void render_micro_kernel(IndentedBuffer& out, const GemmConfig& config,
-                         const GemmEpilogue& epilogue) {
+                         const TemplateEpilogue& epilogue) {
   const IsaText isa = isa_text(config.isa);
   const int vectors = config.nr / isa.width;
   auto acc = [](int r, int v) { return fmt::format("c{}_{}", r, v); };
@@ -216,7 +210,7 @@ void render_micro_kernel(IndentedBuffer& out, const GemmConfig& config,
   out.line("");
 }
 
-void render_tile(IndentedBuffer& out, const GemmConfig& config, const GemmEpilogue& epilogue) {
+void render_tile(IndentedBuffer& out, const GemmConfig& config, const TemplateEpilogue& epilogue) {
   if (config.pack_a) {
     out.line(
         "// One (M block, N block) tile of C: every K block in turn, packing A's block first.");
@@ -281,7 +275,7 @@ void render_tile(IndentedBuffer& out, const GemmConfig& config, const GemmEpilog
 }
 
 void render_entry(IndentedBuffer& out, const GemmConfig& config, const GemmProblem& problem,
-                  const std::string& function_name, const GemmEpilogue& epilogue) {
+                  const std::string& function_name, const TemplateEpilogue& epilogue) {
   out.linef("extern \"C\" void {}(int64_t M, const float* A, const float* Bp, float* C{}) {{",
             function_name, epilogue_params(epilogue));
   auto _ = out.scope();
@@ -352,7 +346,7 @@ const char* thread_split_name(GemmThreadSplit split) {
 
 }  // namespace
 
-int vector_width(GemmIsa isa) { return isa == GemmIsa::kAvx512 ? 16 : 8; }
+int vector_width(TemplateIsa isa) { return isa == TemplateIsa::kAvx512 ? 16 : 8; }
 
 std::string GemmConfig::name() const {
   return fmt::format("{}_{}x{}_mc{}_nc{}_kc{}_{}_{}{}", isa_name(isa), mr, nr, mc, nc, kc,
@@ -403,7 +397,7 @@ std::vector<float> prepack_b(const GemmConfig& config, const GemmProblem& proble
 }
 
 std::string render_gemm(const GemmConfig& config, const GemmProblem& problem,
-                        const std::string& function_name, const GemmEpilogue& epilogue) {
+                        const std::string& function_name, const TemplateEpilogue& epilogue) {
   check_gemm_config(config);
   KILN_CHECK(problem.n > 0 && problem.k >= 0,
              "gemm problem: expected N > 0 and K >= 0, found N {}, K {}", problem.n, problem.k);
@@ -421,42 +415,42 @@ std::string render_gemm(const GemmConfig& config, const GemmProblem& problem,
   return out.str();
 }
 
-GemmIsa host_gemm_isa() {
+TemplateIsa host_template_isa() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") ? GemmIsa::kAvx512 : GemmIsa::kAvx2;
+  return __builtin_cpu_supports("avx512f") ? TemplateIsa::kAvx512 : TemplateIsa::kAvx2;
 }
 
 namespace {
 
 // One register block with the KC blocks worth trying for it.
 struct RegisterBlock {
-  GemmIsa isa;
+  TemplateIsa isa;
   int mr;
   int nr;
   int kc;      // the default (for most blocks a KC x NR panel of B fits a 48 KiB L1)
   int alt_kc;  // another to try: deeper (fewer passes over C) or shallower
 };
 
-std::vector<RegisterBlock> register_blocks(GemmIsa isa, int64_t m_hint) {
+std::vector<RegisterBlock> register_blocks(TemplateIsa isa, int64_t m_hint) {
   std::vector<RegisterBlock> blocks;
   if (m_hint < 4) {
     // A single row wastes the rows of a taller block; a wide one-row block keeps 6 chains of FMA
     // in flight and reads B once. Reading B is the cost at one row: the 256-bit block measured
     // as fast as the 512-bit one (bench/gemm_bench.cpp, 1x2048x1000), so it comes first.
-    blocks.push_back({GemmIsa::kAvx2, 1, 48, 512, 1024});
-    if (isa == GemmIsa::kAvx512) blocks.push_back({GemmIsa::kAvx512, 1, 96, 512, 1024});
+    blocks.push_back({TemplateIsa::kAvx2, 1, 48, 512, 1024});
+    if (isa == TemplateIsa::kAvx512) blocks.push_back({TemplateIsa::kAvx512, 1, 96, 512, 1024});
   }
-  if (isa == GemmIsa::kAvx512) {
+  if (isa == TemplateIsa::kAvx512) {
     // 6x64 first: the fastest or within a few percent of it at every shape of the bench on a
     // Sapphire Rapids core (its KC x NR panel of B lives in L2, which feeds it fast enough).
-    blocks.push_back({GemmIsa::kAvx512, 6, 64, 256, 128});
-    blocks.push_back({GemmIsa::kAvx512, 8, 48, 192, 320});
-    blocks.push_back({GemmIsa::kAvx512, 12, 32, 256, 384});
-    blocks.push_back({GemmIsa::kAvx512, 14, 32, 256, 384});
+    blocks.push_back({TemplateIsa::kAvx512, 6, 64, 256, 128});
+    blocks.push_back({TemplateIsa::kAvx512, 8, 48, 192, 320});
+    blocks.push_back({TemplateIsa::kAvx512, 12, 32, 256, 384});
+    blocks.push_back({TemplateIsa::kAvx512, 14, 32, 256, 384});
   }
-  blocks.push_back({GemmIsa::kAvx2, 6, 16, 384, 256});
-  blocks.push_back({GemmIsa::kAvx2, 4, 24, 256, 384});
-  blocks.push_back({GemmIsa::kAvx2, 8, 8, 512, 256});
+  blocks.push_back({TemplateIsa::kAvx2, 6, 16, 384, 256});
+  blocks.push_back({TemplateIsa::kAvx2, 4, 24, 256, 384});
+  blocks.push_back({TemplateIsa::kAvx2, 8, 8, 512, 256});
   return blocks;
 }
 
@@ -497,7 +491,7 @@ GemmConfig blocked_config(const RegisterBlock& block, int kc, int64_t m_hint,
 }  // namespace
 
 std::vector<GemmConfig> gemm_configs(int64_t m_hint, const GemmProblem& problem, int threads,
-                                     GemmIsa isa) {
+                                     TemplateIsa isa) {
   std::vector<GemmConfig> configs;
   auto add = [&](const GemmConfig& config) {
     check_gemm_config(config);
@@ -540,7 +534,7 @@ std::vector<GemmConfig> gemm_configs(int64_t m_hint, const GemmProblem& problem,
 }
 
 GemmConfig gemm_default_config(int64_t m_hint, const GemmProblem& problem, int threads,
-                               GemmIsa isa) {
+                               TemplateIsa isa) {
   return gemm_configs(m_hint, problem, threads, isa).front();
 }
 

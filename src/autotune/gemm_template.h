@@ -21,7 +21,7 @@
 /// is C++17, needs OpenMP (-fopenmp; without it the kernel runs on one thread) and turns on its
 /// ISA with `#pragma GCC target`, so GCC compiles an AVX-512 config under any -march (other
 /// compilers need -mavx512f or -march=native); running one needs a CPU that has the ISA
-/// (host_gemm_isa). A process that loads and unloads kernel libraries should link the OpenMP
+/// (host_template_isa). A process that loads and unloads kernel libraries should link the OpenMP
 /// runtime itself, or unloading the last library that uses it unloads it under its idle threads.
 
 #include <cstdint>
@@ -31,13 +31,13 @@
 namespace kiln::autotune {
 
 /// The vector instruction set a kernel is written for.
-enum class GemmIsa {
+enum class TemplateIsa {
   kAvx2,    ///< 256-bit ymm, 16 registers, FMA3
   kAvx512,  ///< 512-bit zmm, 32 registers (AVX-512F)
 };
 
 /// Floats per vector register of `isa` (8 or 16).
-int vector_width(GemmIsa isa);
+int vector_width(TemplateIsa isa);
 
 /// The order of the two loops inside one (M block, N block, K block) step.
 enum class GemmLoopOrder {
@@ -58,7 +58,7 @@ enum class GemmThreadSplit {
 
 /// One point of the template's search space.
 struct GemmConfig {
-  GemmIsa isa = GemmIsa::kAvx2;
+  TemplateIsa isa = TemplateIsa::kAvx2;
   /// Register block: MR rows of A (broadcast) by NR columns of B (NR a multiple of the vector
   /// width). Needs MR * NR / VW accumulators + NR / VW B registers + 1 broadcast register.
   int mr = 6;
@@ -92,7 +92,7 @@ struct GemmProblem {
 /// which the kernel takes after C as `const float*`. Example, bias then Relu:
 ///   {.expr = "std::max(v + bias[n], 0.0f)", .args = {"bias"}}.
 /// It may call std:: functions from <algorithm> and <cmath>. An empty expr means none.
-struct GemmEpilogue {
+struct TemplateEpilogue {
   std::string expr;
   std::vector<std::string> args;
   bool empty() const { return expr.empty(); }
@@ -113,19 +113,19 @@ std::vector<float> prepack_b(const GemmConfig& config, const GemmProblem& proble
 
 /// Renders the kernel source (one translation unit defining `function_name` as extern "C").
 std::string render_gemm(const GemmConfig& config, const GemmProblem& problem,
-                        const std::string& function_name, const GemmEpilogue& epilogue = {});
+                        const std::string& function_name, const TemplateEpilogue& epilogue = {});
 
 /// The ISA the current CPU runs best: kAvx512 when it has AVX-512F, else kAvx2.
-GemmIsa host_gemm_isa();
+TemplateIsa host_template_isa();
 
 /// The candidate configs for a problem of about `m_hint` rows on `threads` threads, for `isa`
 /// (both AVX2 and, when isa is kAvx512, AVX-512 register blocks). Every one passes
 /// check_gemm_config; the first is gemm_default_config's choice.
 std::vector<GemmConfig> gemm_configs(int64_t m_hint, const GemmProblem& problem, int threads,
-                                     GemmIsa isa);
+                                     TemplateIsa isa);
 
 /// The heuristic choice (no benchmarking) for the same arguments.
 GemmConfig gemm_default_config(int64_t m_hint, const GemmProblem& problem, int threads,
-                               GemmIsa isa);
+                               TemplateIsa isa);
 
 }  // namespace kiln::autotune

@@ -70,7 +70,7 @@ struct Candidate {
   std::string name;
   std::string backend;
   std::function<std::string(const std::string&)> render;
-  GemmLinkage linkage;
+  ChoiceLinkage linkage;
   std::function<std::vector<float>()> prepare;
   std::string hash_key;
   fs::path library;
@@ -90,7 +90,7 @@ void compile_candidates(std::vector<Candidate*>& candidates, const fs::path& cod
     Candidate& candidate = *candidates[i];
     try {
       codecache::CompilerConfig config;
-      const GemmLinkage& link = candidate.linkage;
+      const ChoiceLinkage& link = candidate.linkage;
       config.include_dirs.assign(link.include_dirs.begin(), link.include_dirs.end());
       config.libraries = link.libraries;
       candidate.library = code_cache.compile_shared_library(candidate.render(kSymbol), config);
@@ -431,47 +431,41 @@ std::string gemm_problem_text(int64_t m, int64_t n, int64_t k) {
   return fmt::format("matmul({}x{}, {}x{})", m, k, k, n);
 }
 
-GemmSelection select_gemm(const GemmSelectRequest& request) {
-  const int threads = request.threads > 0 ? request.threads : omp_get_max_threads();
-  check_shape(request);
-  const GemmProblem gemm{.n = request.n, .k = request.k};
-  const std::vector<GemmChoicePtr> choices =
-      request.choices.empty()
-          ? gemm_choices(request.m, gemm, threads, request.isa.value_or(host_gemm_isa()))
-          : request.choices;
-  check_choices(choices);
+namespace {
 
+// The fields of a selection's Problem every op's request has.
+template <typename Request>
+Problem problem_of(const Request& request, std::string text, int threads) {
   Problem problem;
-  problem.text = gemm_problem_text(request.m, request.n, request.k);
+  problem.text = std::move(text);
   problem.mode = request.mode ? *request.mode : autotune_mode_from_env();
   problem.cache_path = request.cache_path;
   problem.code_cache_dir = request.code_cache_dir;
   problem.print_results = request.print_results;
-  problem.helper.m = request.m;
-  problem.helper.n = request.n;
-  problem.helper.k = request.k;
   problem.helper.threads = threads;
   problem.helper.seed = request.seed;
-  std::vector<Candidate> candidates;
-  if (problem.mode != AutotuneMode::kOff) {
-    problem.key = gemm_cache_key(request.m, request.n, request.k, threads);
-    // The random weight, made once when the first candidate is prepared.
-    auto b = std::make_shared<std::vector<float>>();
-    for (const GemmChoicePtr& choice : choices) {
-      Candidate candidate;
-      candidate.name = choice->name();
-      candidate.backend = choice->backend();
-      candidate.render = [choice](const std::string& symbol) { return choice->render(symbol); };
-      candidate.linkage = choice->linkage();
-      candidate.prepare = [choice, b, k = request.k, n = request.n, seed = request.seed] {
-        if (b->empty()) *b = bench_matrix(k, n, seed + 1);
-        return choice->prepare(b->data(), k, n);
-      };
-      candidate.hash_key = choice->hash_key();
-      candidates.push_back(std::move(candidate));
-    }
-  }
-  GemmSelection selection;
+  return problem;
+}
+
+// The candidate of one choice; `prepare` makes its prepared weight.
+template <typename ChoicePtr>
+Candidate candidate_of(const ChoicePtr& choice, std::function<std::vector<float>()> prepare) {
+  Candidate candidate;
+  candidate.name = choice->name();
+  candidate.backend = choice->backend();
+  candidate.render = [choice](const std::string& symbol) { return choice->render(symbol); };
+  candidate.linkage = choice->linkage();
+  candidate.prepare = std::move(prepare);
+  candidate.hash_key = choice->hash_key();
+  return candidate;
+}
+
+// The selection among `choices` (the heuristic one first) whose candidates are `candidates`
+// (none in off mode: the heuristic's).
+template <typename Selection, typename ChoicePtr>
+Selection select_among(const std::vector<ChoicePtr>& choices, std::vector<Candidate>& candidates,
+                       const Problem& problem) {
+  Selection selection;
   size_t index = 0;
   selection.source = "heuristic";
   if (!candidates.empty()) select_candidate(candidates, problem, selection, index);
@@ -479,54 +473,69 @@ GemmSelection select_gemm(const GemmSelectRequest& request) {
   return selection;
 }
 
+}  // namespace
+
+GemmSelection select_gemm(const GemmSelectRequest& request) {
+  const int threads = request.threads > 0 ? request.threads : omp_get_max_threads();
+  check_shape(request);
+  const GemmProblem gemm{.n = request.n, .k = request.k};
+  const std::vector<GemmChoicePtr> choices =
+      request.choices.empty()
+          ? gemm_choices(request.m, gemm, threads, request.isa.value_or(host_template_isa()))
+          : request.choices;
+  check_choices(choices);
+
+  Problem problem =
+      problem_of(request, gemm_problem_text(request.m, request.n, request.k), threads);
+  problem.helper.m = request.m;
+  problem.helper.n = request.n;
+  problem.helper.k = request.k;
+  std::vector<Candidate> candidates;
+  if (problem.mode != AutotuneMode::kOff) {
+    problem.key = gemm_cache_key(request.m, request.n, request.k, threads);
+    // The random weight, made once when the first candidate is prepared.
+    auto b = std::make_shared<std::vector<float>>();
+    for (const GemmChoicePtr& choice : choices) {
+      candidates.push_back(
+          candidate_of(choice, [choice, b, k = request.k, n = request.n, seed = request.seed] {
+            if (b->empty()) *b = bench_matrix(k, n, seed + 1);
+            return choice->prepare(b->data(), k, n);
+          }));
+    }
+  }
+  return select_among<GemmSelection>(choices, candidates, problem);
+}
+
 ConvSelection select_conv(const ConvSelectRequest& request) {
   const int threads = request.threads > 0 ? request.threads : omp_get_max_threads();
   check_conv_problem(request.problem);
   const std::vector<ConvChoicePtr> choices =
       request.choices.empty()
-          ? conv_choices(request.problem, threads, request.isa.value_or(host_gemm_isa()))
+          ? conv_choices(request.problem, threads, request.isa.value_or(host_template_isa()))
           : request.choices;
   check_choices(choices);
 
-  Problem problem;
-  problem.text = request.problem.text();
-  problem.mode = request.mode ? *request.mode : autotune_mode_from_env();
-  problem.cache_path = request.cache_path;
-  problem.code_cache_dir = request.code_cache_dir;
-  problem.print_results = request.print_results;
+  Problem problem = problem_of(request, request.problem.text(), threads);
   problem.helper.op = "conv";
   problem.helper.conv = request.problem;
-  problem.helper.threads = threads;
-  problem.helper.seed = request.seed;
   std::vector<Candidate> candidates;
   if (problem.mode != AutotuneMode::kOff) {
     problem.key = conv_cache_key(request.problem, threads);
     const ConvProblem& p = request.problem;
+    // The random weight and bias, made once when the first candidate is prepared.
     auto w = std::make_shared<std::vector<float>>();
     auto bias = std::make_shared<std::vector<float>>();
     for (const ConvChoicePtr& choice : choices) {
-      Candidate candidate;
-      candidate.name = choice->name();
-      candidate.backend = choice->backend();
-      candidate.render = [choice](const std::string& symbol) { return choice->render(symbol); };
-      candidate.linkage = choice->linkage();
-      candidate.prepare = [choice, p, w, bias, seed = request.seed] {
+      candidates.push_back(candidate_of(choice, [choice, p, w, bias, seed = request.seed] {
         if (w->empty()) {
           *w = bench_matrix(p.m, p.depth(), seed + 1);
           *bias = bench_matrix(1, p.m, seed + 2);
         }
         return choice->prepare(w->data(), bias->data());
-      };
-      candidate.hash_key = choice->hash_key();
-      candidates.push_back(std::move(candidate));
+      }));
     }
   }
-  ConvSelection selection;
-  size_t index = 0;
-  selection.source = "heuristic";
-  if (!candidates.empty()) select_candidate(candidates, problem, selection, index);
-  selection.choice = choices[index];
-  return selection;
+  return select_among<ConvSelection>(choices, candidates, problem);
 }
 
 }  // namespace kiln::autotune

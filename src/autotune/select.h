@@ -63,7 +63,7 @@ struct GemmSelectRequest {
   /// The code cache the choices are compiled in; empty means codecache::default_cache_dir().
   std::filesystem::path code_cache_dir;
   /// The ISA of the template configs (a library built for an older CPU); empty: this host's.
-  std::optional<GemmIsa> isa;
+  std::optional<TemplateIsa> isa;
   /// The candidates, the heuristic choice first; empty means gemm_choices(m, {n, k}, threads,
   /// isa).
   /// Names must be unique.
@@ -116,7 +116,7 @@ struct ConvSelectRequest {
   std::filesystem::path cache_path;
   std::filesystem::path code_cache_dir;
   /// The ISA of the template configs; empty: this host's.
-  std::optional<GemmIsa> isa;
+  std::optional<TemplateIsa> isa;
   /// The candidates, the heuristic choice first; empty means conv_choices(problem, threads,
   /// isa).
   std::vector<ConvChoicePtr> choices;

@@ -1,7 +1,8 @@
 #pragma once
 /// What the GEMM and convolution templates (and the library choices' epilogue passes) spell the
 /// same way in the C++ they render: an ISA's vector type, intrinsic prefix, target and width,
-/// and an epilogue's extra pointer parameters and arguments.
+/// and an epilogue's extra pointer parameters and arguments; and the block arithmetic both
+/// templates size their loops with.
 
 #include <fmt/format.h>
 
@@ -11,9 +12,19 @@
 
 namespace kiln::autotune {
 
-inline int register_count(GemmIsa isa) { return isa == GemmIsa::kAvx512 ? 32 : 16; }
+/// a / b rounded up (a >= 0, b > 0).
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-inline const char* isa_name(GemmIsa isa) { return isa == GemmIsa::kAvx512 ? "avx512" : "avx2"; }
+/// `value` rounded up to a multiple of `multiple` (> 0).
+inline int64_t round_up(int64_t value, int64_t multiple) {
+  return ceil_div(value, multiple) * multiple;
+}
+
+inline int register_count(TemplateIsa isa) { return isa == TemplateIsa::kAvx512 ? 32 : 16; }
+
+inline const char* isa_name(TemplateIsa isa) {
+  return isa == TemplateIsa::kAvx512 ? "avx512" : "avx2";
+}
 
 /// The intrinsics of one ISA, as the renderers spell them.
 struct IsaText {
@@ -23,20 +34,20 @@ struct IsaText {
   int width;
 };
 
-inline IsaText isa_text(GemmIsa isa) {
-  if (isa == GemmIsa::kAvx512) return {"__m512", "_mm512", "avx512f,avx2,fma", 16};
+inline IsaText isa_text(TemplateIsa isa) {
+  if (isa == TemplateIsa::kAvx512) return {"__m512", "_mm512", "avx512f,avx2,fma", 16};
   return {"__m256", "_mm256", "avx2,fma", 8};
 }
 
 /// ", const float* a0, const float* a1": the epilogue's inputs as parameters.
-inline std::string epilogue_params(const GemmEpilogue& epilogue) {
+inline std::string epilogue_params(const TemplateEpilogue& epilogue) {
   std::string text;
   for (const std::string& arg : epilogue.args) text += fmt::format(", const float* {}", arg);
   return text;
 }
 
 /// ", a0, a1": the epilogue's inputs as arguments.
-inline std::string epilogue_call_args(const GemmEpilogue& epilogue) {
+inline std::string epilogue_call_args(const TemplateEpilogue& epilogue) {
   std::string text;
   for (const std::string& arg : epilogue.args) text += ", " + arg;
   return text;

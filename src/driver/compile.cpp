@@ -14,6 +14,7 @@
 #include "codecache/code_cache.h"
 #include "codecache/loaded_library.h"
 #include "codecache/process.h"
+#include "codegen/common/device_codegen.h"
 #include "codegen/cpp/cpp_kernel.h"
 #include "codegen/wrapper/model_api.h"
 #include "codegen/wrapper/wrapper.h"
@@ -45,47 +46,6 @@ class Dumper {
   fs::path dir_;
 };
 
-/// The runtime headers' content goes into the cache key: the code includes them.
-std::string runtime_headers_hash() {
-  static const std::string hash = [] {
-    Sha256 sha;
-    std::vector<fs::path> headers;
-    for (const auto& entry : fs::directory_iterator(codegen::cpp_runtime_include_dir())) {
-      if (entry.path().extension() == ".h") headers.push_back(entry.path());
-    }
-    headers.push_back(codegen::cpp_public_include_dir() / "kiln" / "runtime.h");
-    std::sort(headers.begin(), headers.end());
-    for (const fs::path& h : headers) {
-      sha.update(h.filename().string());
-      sha.update(files::read(h));
-    }
-    return sha.hex_digest();
-  }();
-  return hash;
-}
-
-codecache::CompilerConfig compiler_config(const codegen::WrapperSource& source) {
-  codecache::CompilerConfig config;
-  config.include_dirs.push_back(codegen::cpp_runtime_include_dir());
-  config.libraries.push_back("sleef");
-  if (source.uses_blas) {
-    config.include_dirs.push_back("/usr/include/x86_64-linux-gnu/openblas-openmp");
-    config.libraries.push_back("/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so");
-  }
-  if (source.uses_dnnl) config.libraries.push_back("dnnl");
-  for (const std::string& dir : source.include_dirs) {
-    if (std::find(config.include_dirs.begin(), config.include_dirs.end(), dir) ==
-        config.include_dirs.end())
-      config.include_dirs.push_back(dir);
-  }
-  for (const std::string& lib : source.libraries) {
-    if (std::find(config.libraries.begin(), config.libraries.end(), lib) == config.libraries.end())
-      config.libraries.push_back(lib);
-  }
-  config.extra_key = runtime_headers_hash();
-  return config;
-}
-
 std::string schedule_text(const sched::Schedule& schedule) {
   return "# before fusion\n" + schedule.before_fusion_text + "\n# after fusion\n" +
          schedule.after_fusion_text;
@@ -102,20 +62,20 @@ struct GraphStages {
 /// Schedules `program` and generates its kernels, then its subgraphs' (depth first). Kernels of
 /// a subgraph are prefixed with its name, so names stay unique in the library.
 void schedule_graph(const std::string& function, const std::string& prefix,
-                    const ir::Program& program, codegen::CppBackend& backend,
+                    const ir::Program& program, const codegen::DeviceCodegen& codegen,
                     std::vector<GraphStages>& graphs) {
   GraphStages g;
   g.function = function;
   g.program = &program;
-  g.schedule = sched::schedule(program, backend);
+  g.schedule = sched::schedule(program, codegen.scheduling());
   for (sched::ScheduleItem& item : g.schedule.items) {
     if (item.kind != sched::ItemKind::kKernel) continue;
     if (!prefix.empty()) item.name = prefix + "_" + item.name;
-    g.kernels.push_back(codegen::generate_cpp_kernel(item, program));
+    g.kernels.push_back(codegen.generate_kernel(item, program));
   }
   graphs.push_back(std::move(g));
   for (const auto& sub : program.subgraphs)
-    schedule_graph("subgraph_" + sub->name, sub->name, sub->program, backend, graphs);
+    schedule_graph("subgraph_" + sub->name, sub->name, sub->program, codegen, graphs);
 }
 
 }  // namespace
@@ -131,6 +91,7 @@ namespace {
 /// What every compile produces before the C++ compiler runs: the program, its schedules and
 /// kernels (the model's first, then its subgraphs'), and the wrapper.
 struct Generated {
+  std::unique_ptr<codegen::DeviceCodegen> codegen;  // the backend of options.device
   std::unique_ptr<ir::Program> program;
   std::vector<GraphStages> graphs;
   codegen::WrapperSource source;
@@ -139,8 +100,9 @@ struct Generated {
 
 /// lower -> schedule and fuse -> generate kernels and wrapper, dumping each stage.
 Generated generate(const graph::Model& model, const CompileOptions& options,
-                   std::optional<autotune::GemmIsa> gemm_isa, const Dumper& dump) {
+                   std::optional<autotune::TemplateIsa> template_isa, const Dumper& dump) {
   Generated g;
+  g.codegen = codegen::make_device_codegen(options.device);
   // Absolute from here on: the compiler runs in other directories, and the paths it is given
   // (the embedded weights' folder) must name the same files there.
   g.cache_dir = options.cache_dir.empty() ? codecache::default_cache_dir()
@@ -148,16 +110,15 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   lower::LoweringOptions lowering = options.lowering;
   lowering.threads = omp_get_max_threads();
   lowering.code_cache_dir = g.cache_dir;
-  lowering.gemm_isa = gemm_isa;
+  lowering.template_isa = template_isa;
   if (options.autotune) lowering.autotune = options.autotune;
   g.program = std::make_unique<ir::Program>(lower::lower_graph(*model.graph, lowering));
   lower::select_conv_choices(*g.program, lowering);
   const ir::Program& program = *g.program;
   dump.write("1_ir.txt", program.str());
-  if (options.fuse_epilogues) sched::fuse_template_epilogues(*g.program);
+  if (options.fuse_epilogues) sched::fuse_template_epilogues(*g.program, g.codegen->scheduling());
 
-  codegen::CppBackend backend;
-  schedule_graph("run_impl", "", program, backend, g.graphs);
+  schedule_graph("run_impl", "", program, *g.codegen, g.graphs);
   std::string schedules, decisions;
   for (const GraphStages& stage : g.graphs) {
     std::string title = stage.function == "run_impl" ? "" : "# " + stage.function + "\n";
@@ -170,7 +131,7 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   std::vector<codegen::GraphCode> code;
   for (const GraphStages& stage : g.graphs)
     code.push_back({stage.function, stage.program, &stage.schedule, &stage.kernels});
-  g.source = codegen::generate_wrapper(code, codegen::cpp_kernel_prelude());
+  g.source = codegen::generate_wrapper(code, *g.codegen);
   dump.write("4_memory_plan.txt", g.source.plan.str(program, g.graphs.front().schedule));
   dump.write("4_arena.txt", g.source.arena.str());
   for (const auto& [name, text] : g.source.units) dump.write("5_" + name, text);
@@ -202,7 +163,7 @@ CompiledModel compile(const graph::Model& model, const CompileOptions& options) 
   const codegen::WrapperSource& source = g.source;
   codecache::CodeCache cache(g.cache_dir);
   fs::path library_path =
-      cache.compile_shared_library(source_units(source), compiler_config(source));
+      cache.compile_shared_library(source_units(source), g.codegen->build_config(source.needs));
 
   CompiledModel compiled;
   compiled.library_ = std::make_unique<codecache::LoadedLibrary>(library_path);
@@ -236,15 +197,15 @@ namespace {
 struct Target {
   std::string march;
   std::string features;
-  std::optional<autotune::GemmIsa> gemm_isa;
+  std::optional<autotune::TemplateIsa> template_isa;
 };
 
 Target target_for(const std::string& name) {
   const std::string v3 = "avx,avx2,fma,bmi,bmi2,f16c";
-  if (name == "x86-64-v3") return {"-march=x86-64-v3", v3, autotune::GemmIsa::kAvx2};
+  if (name == "x86-64-v3") return {"-march=x86-64-v3", v3, autotune::TemplateIsa::kAvx2};
   if (name == "native") {
     // Code built with -march=native on an AVX-512 machine may use AVX-512 anywhere.
-    if (autotune::host_gemm_isa() == autotune::GemmIsa::kAvx512)
+    if (autotune::host_template_isa() == autotune::TemplateIsa::kAvx512)
       return {"-march=native", v3 + ",avx512f,avx512bw,avx512vl,avx512dq", std::nullopt};
     return {"-march=native", v3, std::nullopt};
   }
@@ -310,7 +271,8 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
   auto start = std::chrono::steady_clock::now();
   ++g_compiles;
   const Target target = target_for(options.target);
-  Generated g = generate(model, options.compile, target.gemm_isa, Dumper(options.compile.dump_dir));
+  Generated g =
+      generate(model, options.compile, target.template_isa, Dumper(options.compile.dump_dir));
 
   // The weights: one blob; embedded, the assembler includes it from the cache's weights folder.
   codegen::WeightsBlob weights = codegen::layout_weights(g.source.constants);
@@ -325,7 +287,8 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
   g.source.units.emplace_back("model_api.cpp",
                               codegen::generate_model_api(*g.program, weights, api));
   Dumper(options.compile.dump_dir).write("5_model_api.cpp", g.source.units.back().second);
-  codecache::CompilerConfig config = compiler_config(g.source);
+  // The model library is a CPU one (its C API is host code): it includes the public headers.
+  codecache::CompilerConfig config = g.codegen->build_config(g.source.needs);
   config.include_dirs.push_back(codegen::cpp_public_include_dir());
   for (std::string& flag : config.flags) {
     if (flag == "-march=native") flag = target.march;

@@ -10,6 +10,7 @@
 #include "graph/graph.h"
 #include "graph/tensor.h"
 #include "ir/buffer.h"
+#include "ir/device.h"
 #include "lower/lowering.h"
 
 namespace kiln::codecache {
@@ -35,6 +36,9 @@ struct CompileOptions {
   /// Fuse pointwise chains into the GEMM or convolution call before them (on unless a benchmark
   /// compares with the unfused code).
   bool fuse_epilogues = true;
+  /// The device the model's kernels run on; its backend (codegen::make_device_codegen) schedules
+  /// and generates them.
+  ir::Device device = ir::Device::kCpu;
 };
 
 /// Facts about one compile, for the CLI and tests.

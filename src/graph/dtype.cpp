@@ -101,6 +101,10 @@ std::optional<DType> dtype_from_onnx(int32_t onnx_code) {
   }
 }
 
+DType compute_dtype(DType storage) {
+  return storage == DType::kFloat16 || storage == DType::kBFloat16 ? DType::kFloat32 : storage;
+}
+
 std::string_view dtype_cpp_storage(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:

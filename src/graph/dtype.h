@@ -36,7 +36,10 @@ std::optional<DType> dtype_from_onnx(int32_t onnx_code);
 /// float16/bfloat16 bit patterns, "bool"); empty for string.
 std::string_view dtype_cpp_storage(DType dtype);
 bool is_floating(DType dtype);  // float16, bfloat16, float32, float64
-bool is_integer(DType dtype);   // signed and unsigned integers (not bool)
+/// The dtype arithmetic on `storage` values computes in: float16 and bfloat16 compute in
+/// float32, every other dtype in itself.
+DType compute_dtype(DType storage);
+bool is_integer(DType dtype);  // signed and unsigned integers (not bool)
 bool is_signed(DType dtype);
 
 }  // namespace kiln::graph

@@ -49,30 +49,6 @@ bool Layout::is_contiguous() const {
   return true;
 }
 
-int64_t ExternCall::attr_int(const std::string& name, int64_t fallback) const {
-  auto it = attrs.find(name);
-  if (it == attrs.end()) return fallback;
-  return std::get<int64_t>(it->second);
-}
-
-double ExternCall::attr_float(const std::string& name, double fallback) const {
-  auto it = attrs.find(name);
-  if (it == attrs.end()) return fallback;
-  return std::get<double>(it->second);
-}
-
-std::vector<int64_t> ExternCall::attr_ints(const std::string& name) const {
-  auto it = attrs.find(name);
-  if (it == attrs.end()) return {};
-  return std::get<std::vector<int64_t>>(it->second);
-}
-
-std::vector<double> ExternCall::attr_floats(const std::string& name) const {
-  auto it = attrs.find(name);
-  if (it == attrs.end()) return {};
-  return std::get<std::vector<double>>(it->second);
-}
-
 std::vector<std::string> Buffer::reads() const {
   std::vector<std::string> names;
   if (kind == BufferKind::kComputed) {
@@ -123,12 +99,14 @@ std::vector<std::string> dynamic_size_sources(const Program& program, const Buff
 }
 
 bool is_control_flow(const Buffer& buffer) {
-  const std::string& k = buffer.call.kernel;
-  return buffer.kind == BufferKind::kExtern && (k == "if" || k == "loop" || k == "scan");
+  const LibraryCall& op = buffer.call.op;
+  return buffer.kind == BufferKind::kExtern &&
+         (std::holds_alternative<IfCall>(op) || std::holds_alternative<LoopCall>(op) ||
+          std::holds_alternative<ScanCall>(op));
 }
 
 bool is_control_flow_result(const Buffer& buffer) {
-  return buffer.kind == BufferKind::kExtern && buffer.call.kernel == "result";
+  return buffer.kind == BufferKind::kExtern && buffer.call.as<ControlResultCall>() != nullptr;
 }
 
 Buffer* Program::find(const std::string& name) const {

@@ -17,6 +17,8 @@
 #include "graph/dtype.h"
 #include "graph/graph.h"
 #include "graph/tensor.h"
+#include "ir/device.h"
+#include "ir/library_call.h"
 #include "ir/loop_body.h"
 #include "sym/expr.h"
 
@@ -50,25 +52,31 @@ struct View {
   std::string str() const;
 };
 
-using ExternAttr =
-    std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
-
 /// A library call (BLAS GEMM, oneDNN convolution, ...). Inputs are views of materialized
 /// buffers; an absent optional input is nullopt. The output is the buffer that holds the call.
 class Buffer;
 
 struct ExternCall {
-  std::string kernel;  // "gemm", "conv", ...
+  /// What the call computes, with its typed parameters (ir/library_call.h).
+  LibraryCall op;
   std::vector<std::optional<View>> inputs;
-  std::map<std::string, ExternAttr> attrs;
+  /// Set when a pointwise epilogue was fused into a GEMM or convolution call
+  /// (sched/template_epilogue.h): the buffer name the epilogue's body reads the call's value by.
+  std::string product;
   /// A template call's earlier epilogues, applied in order before the call's own buffer's body
   /// (sched/template_epilogue.h); each holds the buffer as it was when the next one fused.
   std::vector<std::shared_ptr<const Buffer>> epilogue_chain;
 
-  int64_t attr_int(const std::string& name, int64_t fallback) const;
-  double attr_float(const std::string& name, double fallback) const;
-  std::vector<int64_t> attr_ints(const std::string& name) const;
-  std::vector<double> attr_floats(const std::string& name) const;
+  /// The parameters when the call is of kind T, else nullptr.
+  template <typename T>
+  const T* as() const {
+    return std::get_if<T>(&op);
+  }
+  template <typename T>
+  T* as() {
+    return std::get_if<T>(&op);
+  }
+  std::string name() const { return library_call_name(op); }
 };
 
 /// The ONNX node a buffer came from, for kernel names and comments.
@@ -88,6 +96,7 @@ class Buffer {
   std::string name;
   BufferKind kind = BufferKind::kComputed;
   graph::DType dtype = graph::DType::kFloat32;
+  Device device = Device::kCpu;  // where its storage lives (ir/device.h)
   Layout layout;
   std::shared_ptr<const graph::Tensor> constant;  // kConstant
   LoopBody body;                                  // kComputed: stores into this buffer
@@ -177,10 +186,10 @@ struct Program;
 /// call inputs): it must run after them, and they live as long as it does.
 std::vector<std::string> dynamic_size_sources(const Program& program, const Buffer& buffer);
 
-/// Control flow (If, Loop, Scan) is an extern call whose kernel names the construct; it runs
-/// subgraphs (Program::subgraphs, named by the call's string attributes) and yields several
-/// tensors whose storage the subgraph allocates. The call's own buffer holds no data; each
-/// result is a buffer of its own, an extern call "result" (attribute "index") reading it.
+/// Control flow (If, Loop, Scan) is an extern call (IfCall, LoopCall, ScanCall) that runs
+/// subgraphs (also listed in Program::subgraphs) and yields several tensors whose storage the
+/// subgraph allocates. The call's own buffer holds no data; each result is a buffer of its own,
+/// a ControlResultCall reading it.
 bool is_control_flow(const Buffer& buffer);
 bool is_control_flow_result(const Buffer& buffer);
 

@@ -89,12 +89,12 @@ struct Operand {
 Operand operand(const ExternCall& call, size_t k, const Storages& storages,
                 const sym::Binding& binding) {
   KILN_CHECK(k < call.inputs.size() && call.inputs[k].has_value(), "{} input {} is missing",
-             call.kernel, k);
+             call.name(), k);
   const View& view = *call.inputs[k];
   auto it = storages.find(view.buffer);
-  KILN_CHECK(it != storages.end(), "{} reads buffer {} before it exists", call.kernel, view.buffer);
+  KILN_CHECK(it != storages.end(), "{} reads buffer {} before it exists", call.name(), view.buffer);
   KILN_CHECK(it->second.dtype == view.dtype, "{} view of {} says {} but the buffer is {}",
-             call.kernel, view.buffer, graph::dtype_name(view.dtype),
+             call.name(), view.buffer, graph::dtype_name(view.dtype),
              graph::dtype_name(it->second.dtype));
   return Operand{&it->second, view.buffer, view.dtype, concretize(view.layout, binding)};
 }
@@ -122,7 +122,8 @@ void write_output(Storage& out, const ConcreteLayout& layout, const std::vector<
 }
 
 /// matmul: out[..., m, n] = alpha * sum_k A[..., m, k] * B[..., k, n] + beta * C[...].
-void run_matmul(const Buffer& buffer, Storages& storages, const sym::Binding& binding) {
+void run_matmul(const Buffer& buffer, const MatMulCall& params, Storages& storages,
+                const sym::Binding& binding) {
   const ExternCall& call = buffer.call;
   Operand a = operand(call, 0, storages, binding);
   Operand b = operand(call, 1, storages, binding);
@@ -133,8 +134,7 @@ void run_matmul(const Buffer& buffer, Storages& storages, const sym::Binding& bi
   int64_t depth = a.layout.sizes[a.rank() - 1];
   KILN_CHECK(b.layout.sizes[b.rank() - 2] == depth, "matmul inner sizes {} vs {}", depth,
              b.layout.sizes[b.rank() - 2]);
-  double alpha = call.attr_float("alpha", 1.0);
-  double beta = call.attr_float("beta", 1.0);
+  const double alpha = params.alpha, beta = params.beta;
   bool has_bias = has_input(call, 2);
   Operand c = has_bias ? operand(call, 2, storages, binding) : Operand{};
   bool integer = !is_float_dtype(a.dtype) && !is_float_dtype(buffer.dtype);
@@ -172,12 +172,12 @@ struct ConvParams {
   int64_t group = 1;
 };
 
-ConvParams conv_params(const ExternCall& call, size_t spatial) {
+ConvParams conv_params(const ConvCall& call, size_t spatial) {
   ConvParams p;
-  p.strides = call.attr_ints("strides");
-  p.pads = call.attr_ints("pads");
-  p.dilations = call.attr_ints("dilations");
-  p.group = call.attr_int("group", 1);
+  p.strides = call.strides;
+  p.pads = call.pads;
+  p.dilations = call.dilations;
+  p.group = call.group;
   if (p.strides.empty()) p.strides.assign(spatial, 1);
   if (p.pads.empty()) p.pads.assign(2 * spatial, 0);
   if (p.dilations.empty()) p.dilations.assign(spatial, 1);
@@ -187,19 +187,19 @@ ConvParams conv_params(const ExternCall& call, size_t spatial) {
   return p;
 }
 
-/// conv with a choice (lower/conv_select.h): inputs X and the weight as the choice prepared it,
-/// attrs "problem" (autotune/conv_template.h conv_problem_ints: N, C, H, W, M, KH, KW, strides,
-/// pads top, left, bottom, right, dilations) and "ocb": the weight is [ceil(M / ocb)][C * KH *
-/// KW][ocb] (channels past M zero), then the bias padded to a multiple of ocb (ocb 1: W as is,
-/// then the bias).
-void run_conv_prepared(const Buffer& buffer, Storages& storages, const sym::Binding& binding) {
+/// conv with a choice (lower/conv_select.h): inputs X and the weight as the choice prepared it
+/// for its problem: with the template's output-channel block ocb, the weight is [ceil(M / ocb)]
+/// [C * KH * KW][ocb] (channels past M zero), then the bias padded to a multiple of ocb (the
+/// other choices: ocb 1, W as is, then the bias).
+void run_conv_prepared(const Buffer& buffer, const autotune::ConvChoice& choice, Storages& storages,
+                       const sym::Binding& binding) {
   const ExternCall& call = buffer.call;
   Operand x = operand(call, 0, storages, binding);
   Operand w = operand(call, 1, storages, binding);
-  const std::vector<int64_t> p = call.attr_ints("problem");
-  KILN_CHECK(p.size() == 15, "conv problem: expected 15 sizes, found {}", p.size());
-  const int64_t channels = p[1], h = p[2], wd = p[3], m_count = p[4], kh = p[5], kw = p[6];
-  const int64_t ocb = call.attr_int("ocb", 1), depth = channels * kh * kw;
+  const autotune::ConvProblem& p = choice.problem();
+  const int64_t channels = p.c, h = p.h, wd = p.w, m_count = p.m, kh = p.kh, kw = p.kw;
+  const autotune::ConvConfig* config = choice.template_config();
+  const int64_t ocb = config ? config->ocb : 1, depth = channels * kh * kw;
   const int64_t blocks = (m_count + ocb - 1) / ocb;
   ConcreteLayout out_layout = concretize(buffer.layout, binding);
   Storage& out = storages.at(buffer.name);
@@ -208,10 +208,10 @@ void run_conv_prepared(const Buffer& buffer, Storages& storages, const sym::Bind
     double sum = w.real_at({blocks * ocb * depth + m});
     for (int64_t c = 0; c < channels; ++c) {
       for (int64_t ki = 0; ki < kh; ++ki) {
-        const int64_t i = o[2] * p[7] - p[9] + ki * p[13];
+        const int64_t i = o[2] * p.stride_h - p.pad_top + ki * p.dilation_h;
         if (i < 0 || i >= h) continue;
         for (int64_t kj = 0; kj < kw; ++kj) {
-          const int64_t jj = o[3] * p[8] - p[10] + kj * p[14];
+          const int64_t jj = o[3] * p.stride_w - p.pad_left + kj * p.dilation_w;
           if (jj < 0 || jj >= wd) continue;
           const int64_t t = (c * kh + ki) * kw + kj;
           sum += x.real_at({o[0], c, i, jj}) * w.real_at({(j * depth + t) * ocb + q});
@@ -223,9 +223,10 @@ void run_conv_prepared(const Buffer& buffer, Storages& storages, const sym::Bind
 }
 
 /// conv: out[n, m, o...] = B[m] + sum_{c, k...} X[n, g*C/group + c, o*s - pad + k*d] * W[m, c, k].
-void run_conv(const Buffer& buffer, Storages& storages, const sym::Binding& binding) {
+void run_conv(const Buffer& buffer, const ConvCall& params, Storages& storages,
+              const sym::Binding& binding) {
   const ExternCall& call = buffer.call;
-  if (call.attrs.count("problem")) return run_conv_prepared(buffer, storages, binding);
+  if (params.choice) return run_conv_prepared(buffer, *params.choice, storages, binding);
   Operand x = operand(call, 0, storages, binding);
   Operand w = operand(call, 1, storages, binding);
   bool has_bias = has_input(call, 2);
@@ -235,7 +236,7 @@ void run_conv(const Buffer& buffer, Storages& storages, const sym::Binding& bind
   KILN_CHECK(rank >= 3 && rank <= 5 && w.rank() == rank && out_layout.sizes.size() == rank,
              "conv ranks X {} W {} out {}", rank, w.rank(), out_layout.sizes.size());
   size_t spatial = rank - 2;
-  ConvParams p = conv_params(call, spatial);
+  ConvParams p = conv_params(params, spatial);
   int64_t out_channels = w.layout.sizes[0];
   int64_t group_channels = w.layout.sizes[1];
   KILN_CHECK(x.layout.sizes[1] == group_channels * p.group && out_channels % p.group == 0,
@@ -275,16 +276,18 @@ void run_conv(const Buffer& buffer, Storages& storages, const sym::Binding& bind
 }
 
 /// gemm: out[..., m, n] = sum_k A[..., m, k] * B[k, n], with B as the choice prepared it: the
-/// template's packed panels when the call has "nr" and "kc" (autotune/gemm_template.h
+/// template's packed panels when the choice is the template (autotune/gemm_template.h
 /// prepack_b: per KC block of depth kc, per NR panel, kc rows of NR floats; panel (p0, j0) at
 /// p0 * roundup(N, NR) + j0 * kc), else row-major [K, N].
-void run_gemm(const Buffer& buffer, Storages& storages, const sym::Binding& binding) {
+void run_gemm(const Buffer& buffer, const GemmCall& params, Storages& storages,
+              const sym::Binding& binding) {
   const ExternCall& call = buffer.call;
   Operand a = operand(call, 0, storages, binding);
   Operand packed = operand(call, 1, storages, binding);
-  const int64_t n = call.attr_int("n", 0), depth = call.attr_int("k", 0);
-  const bool packed_layout = call.attrs.count("nr") > 0;
-  const int64_t nr = call.attr_int("nr", 1), kc = call.attr_int("kc", 1);
+  const int64_t n = params.n, depth = params.k;
+  const autotune::GemmConfig* config = params.choice->template_config();
+  const bool packed_layout = config != nullptr;
+  const int64_t nr = config ? config->nr : 1, kc = config ? config->kc : 1;
   const int64_t n_padded = (n + nr - 1) / nr * nr;
   auto b_at = [&](int64_t p, int64_t j) {
     if (!packed_layout) return packed.real_at({p * n + j});
@@ -309,12 +312,35 @@ void run_gemm(const Buffer& buffer, Storages& storages, const sym::Binding& bind
 }  // namespace
 
 void run_extern(const Buffer& buffer, Storages& storages, const sym::Binding& binding) {
-  const std::string& kernel = buffer.call.kernel;
-  if (kernel == "matmul") return run_matmul(buffer, storages, binding);
-  if (kernel == "gemm") return run_gemm(buffer, storages, binding);
-  if (kernel == "conv") return run_conv(buffer, storages, binding);
-  internal_error("interpreter: no reference implementation of extern kernel '{}' (buffer {})",
-                 kernel, buffer.name);
+  // The reference implementation of each kind of library call (ir/library_call.h); the kinds
+  // the interpreter has none for are named, so that a new kind must be placed here.
+  auto none = [&](const auto& call) {
+    internal_error("interpreter: no reference implementation of library call '{}' (buffer {})",
+                   call.name(), buffer.name);
+  };
+  std::visit(Overloaded{
+                 [&](const MatMulCall& c) { run_matmul(buffer, c, storages, binding); },
+                 [&](const GemmCall& c) { run_gemm(buffer, c, storages, binding); },
+                 [&](const ConvCall& c) { run_conv(buffer, c, storages, binding); },
+                 [&](const TopKCall& c) { none(c); },
+                 [&](const RnnCall& c) { none(c); },
+                 [&](const DetCall& c) { none(c); },
+                 [&](const RoiAlignCall& c) { none(c); },
+                 [&](const TfIdfCall& c) { none(c); },
+                 [&](const UniqueCall& c) { none(c); },
+                 [&](const NmsCall& c) { none(c); },
+                 [&](const ShapeValuesCall& c) { none(c); },
+                 [&](const ReshapeDimsCall& c) { none(c); },
+                 [&](const ExpandDimsCall& c) { none(c); },
+                 [&](const RangeCountCall& c) { none(c); },
+                 [&](const CountNonZeroCall& c) { none(c); },
+                 [&](const NonZeroPositionsCall& c) { none(c); },
+                 [&](const IfCall& c) { none(c); },
+                 [&](const LoopCall& c) { none(c); },
+                 [&](const ScanCall& c) { none(c); },
+                 [&](const ControlResultCall& c) { none(c); },
+             },
+             buffer.call.op);
 }
 
 }  // namespace kiln::ir::interp

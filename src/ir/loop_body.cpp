@@ -94,13 +94,7 @@ ValueId LoopBody::push(Op op) {
   return static_cast<ValueId>(ops_.size() - 1);
 }
 
-namespace {
-
-DType compute_dtype(DType storage) {
-  return storage == DType::kFloat16 || storage == DType::kBFloat16 ? DType::kFloat32 : storage;
-}
-
-}  // namespace
+using graph::compute_dtype;
 
 ValueId LoopBody::load(const std::string& buffer, DType buffer_dtype, const sym::Expr& index) {
   Op op;

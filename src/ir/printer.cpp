@@ -104,7 +104,7 @@ std::string Buffer::str() const {
       pos = nl + 1;
     }
   } else if (kind == BufferKind::kExtern) {
-    out += "  extern " + call.kernel + "(";
+    out += "  extern " + call.name() + "(";
     for (size_t k = 0; k < call.inputs.size(); ++k) {
       if (k) out += ", ";
       out += call.inputs[k] ? call.inputs[k]->str() : "none";

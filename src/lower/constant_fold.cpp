@@ -62,11 +62,12 @@ double body_work(const ir::LoopBody& body) {
 double extern_work(const ir::Buffer& buffer) {
   double out = static_numel(buffer.layout.sizes);
   const ir::ExternCall& call = buffer.call;
-  size_t weight = call.kernel == "matmul" ? 0 : 1;
+  const bool matmul = call.as<ir::MatMulCall>() != nullptr;
+  size_t weight = matmul ? 0 : 1;
   if (call.inputs.size() <= weight || !call.inputs[weight]) return out;
   const std::vector<sym::Expr>& sizes = call.inputs[weight]->layout.sizes;
   if (sizes.empty()) return out;
-  if (call.kernel == "matmul") return out * static_cast<double>(*sizes.back().as_integer());
+  if (matmul) return out * static_cast<double>(*sizes.back().as_integer());
   return out * static_numel(sizes) /
          std::max<double>(1, static_cast<double>(*sizes[0].as_integer()));
 }
@@ -138,7 +139,7 @@ class Folder {
                reads_foldable(buffer.reads());
       case ir::BufferKind::kExtern: {
         const ir::ExternCall& call = buffer.call;
-        if (call.kernel != "matmul" && call.kernel != "conv") return false;  // no reference
+        if (!call.as<ir::MatMulCall>() && !call.as<ir::ConvCall>()) return false;  // no reference
         for (const auto& view : call.inputs) {
           if (view && !is_static_layout(view->layout)) return false;
         }

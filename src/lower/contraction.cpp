@@ -291,9 +291,8 @@ std::vector<TensorValue> lower_topk(LoweringContext& ctx, const graph::Node& nod
   std::vector<Expr> shape = x.shape;
   shape[axis] = k;
   const bool largest = node.opset() < 11 || node.attr_int("largest", 1) != 0;
-  TensorValue indices = ctx.extern_call(
-      "topk", DType::kInt64, shape, {ctx.as_view(x, true)},
-      {{"axis", static_cast<int64_t>(axis)}, {"largest", int64_t{largest ? 1 : 0}}});
+  TensorValue indices = ctx.extern_call(ir::TopKCall{static_cast<int64_t>(axis), largest},
+                                        DType::kInt64, shape, {ctx.as_view(x, true)});
   // The indices come sorted best first, as sorted = 1 asks; sorted = 0 leaves the order free.
   TensorValue values =
       ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& i) {

@@ -1,9 +1,9 @@
-/// Control flow: If, Loop and Scan (seed 000's codegen_conditional / codegen_while_loop). Each
-/// subgraph is lowered once into a Program of its own (ir::Subgraph) that the wrapper turns into
-/// a function with its own memory plan; the node becomes one extern call ("if", "loop", "scan")
-/// that runs them, and one "result" buffer per output, whose storage the subgraph allocated.
-/// Result dims that differ between branches or iterations, or that depend on the subgraph's own
-/// sizes, become size symbols bound from the results' run-time shapes.
+/// Control flow: If, Loop and Scan (Inductor's wrapper codegen_conditional / codegen_while_loop).
+/// Each subgraph is lowered once into a Program of its own (ir::Subgraph) that the wrapper turns
+/// into a function with its own memory plan; the node becomes one extern call ("if", "loop",
+/// "scan") that runs them, and one "result" buffer per output, whose storage the subgraph
+/// allocated. Result dims that differ between branches or iterations, or that depend on the
+/// subgraph's own sizes, become size symbols bound from the results' run-time shapes.
 ///
 /// An If whose condition is known when compiling lowers the chosen branch inline instead.
 ///
@@ -56,19 +56,19 @@ struct ResultType {
   std::vector<std::optional<Expr>> shape;
 };
 
-/// Adds the control-flow call and its result buffers; returns the results.
-std::vector<TensorValue> control_flow_call(LoweringContext& ctx, const std::string& kernel,
+/// Adds the control-flow call (an ir::IfCall, LoopCall or ScanCall) and its result buffers;
+/// returns the results.
+template <typename Call>
+std::vector<TensorValue> control_flow_call(LoweringContext& ctx, Call op,
                                            std::vector<std::optional<ir::View>> inputs,
-                                           std::map<std::string, ir::ExternAttr> attrs,
                                            const std::vector<ResultType>& results,
                                            const std::vector<const LoweredSubgraph*>& subgraphs) {
   for (const LoweredSubgraph* g : subgraphs) {
     for (const TensorValue& c : g->captures) inputs.push_back(ctx.as_view(c, true));
     ctx.program().subgraphs.push_back(g->subgraph);
   }
-  attrs["results"] = static_cast<int64_t>(results.size());
-  TensorValue call =
-      ctx.extern_call(kernel, DType::kUInt8, {Expr(0)}, std::move(inputs), std::move(attrs));
+  op.results = static_cast<int64_t>(results.size());
+  TensorValue call = ctx.extern_call(std::move(op), DType::kUInt8, {Expr(0)}, std::move(inputs));
   ir::View parent = ctx.as_view(call);
   std::vector<TensorValue> values;
   for (size_t k = 0; k < results.size(); ++k) {
@@ -79,8 +79,8 @@ std::vector<TensorValue> control_flow_call(LoweringContext& ctx, const std::stri
           dim ? *dim
               : ctx.dynamic_size({"", parent.buffer, static_cast<int>(k), static_cast<int>(d)}));
     }
-    values.push_back(ctx.extern_call("result", results[k].dtype, std::move(shape), {parent},
-                                     {{"index", static_cast<int64_t>(k)}}));
+    values.push_back(ctx.extern_call(ir::ControlResultCall{static_cast<int64_t>(k)},
+                                     results[k].dtype, std::move(shape), {parent}));
   }
   return values;
 }
@@ -132,10 +132,11 @@ std::vector<TensorValue> lower_if(LoweringContext& ctx, const graph::Node& node,
     }
     results.push_back(std::move(r));
   }
-  return control_flow_call(
-      ctx, "if", {ctx.as_view(cond, true)},
-      {{"then", then_branch.subgraph->name}, {"else", else_branch.subgraph->name}}, results,
-      {&then_branch, &else_branch});
+  ir::IfCall call;
+  call.then_branch = then_branch.subgraph;
+  call.else_branch = else_branch.subgraph;
+  return control_flow_call(ctx, std::move(call), {ctx.as_view(cond, true)}, results,
+                           {&then_branch, &else_branch});
 }
 
 /// Lowers a Loop or Scan body whose inputs [first, first + n) are carried to its outputs
@@ -291,11 +292,11 @@ std::vector<TensorValue> lower_loop(LoweringContext& ctx, const graph::Node& nod
       max_trip ? std::optional<ir::View>(ctx.as_view(*max_trip, true)) : std::nullopt,
       cond ? std::optional<ir::View>(ctx.as_view(*cond, true)) : std::nullopt};
   for (size_t k = 0; k < carried; ++k) views.push_back(ctx.as_view(*inputs[2 + k], true));
-  return control_flow_call(ctx, "loop", std::move(views),
-                           {{"body", lowered.subgraph->name},
-                            {"carried", static_cast<int64_t>(carried)},
-                            {"scan_specs", scan_specs}},
-                           results, {&lowered});
+  ir::LoopCall call;
+  call.body = lowered.subgraph;
+  call.carried = static_cast<int64_t>(carried);
+  call.scan_specs = scan_specs;
+  return control_flow_call(ctx, std::move(call), std::move(views), results, {&lowered});
 }
 
 /// Scan 9 and later; Scan 8 (`batched`) has a leading batch axis on every state and scan
@@ -373,16 +374,16 @@ std::vector<TensorValue> lower_scan(LoweringContext& ctx, const graph::Node& nod
   }
   std::vector<std::optional<ir::View>> views;
   for (const TensorValue& v : values) views.push_back(ctx.as_view(v, true));
-  return control_flow_call(ctx, "scan", std::move(views),
-                           {{"body", lowered.subgraph->name},
-                            {"states", static_cast<int64_t>(states)},
-                            {"batched", static_cast<int64_t>(batched)},
-                            {"scan_input_axes", in_axes},
-                            {"scan_input_directions", in_dirs},
-                            {"scan_output_axes", out_axes},
-                            {"scan_output_directions", out_dirs},
-                            {"scan_specs", scan_specs}},
-                           results, {&lowered});
+  ir::ScanCall call;
+  call.body = lowered.subgraph;
+  call.states = static_cast<int64_t>(states);
+  call.batched = batched;
+  call.scan_input_axes = in_axes;
+  call.scan_input_directions = in_dirs;
+  call.scan_output_axes = out_axes;
+  call.scan_output_directions = out_dirs;
+  call.scan_specs = scan_specs;
+  return control_flow_call(ctx, std::move(call), std::move(views), results, {&lowered});
 }
 
 }  // namespace

@@ -29,10 +29,10 @@ const ir::Buffer* whole_constant(const ir::Program& program, const ir::View& vie
 // The problem of a convolution the choices implement, or nullopt.
 std::optional<autotune::ConvProblem> template_problem(const ir::Program& program,
                                                       const ir::Buffer& conv) {
-  if (conv.kind != ir::BufferKind::kExtern || conv.call.kernel != "conv" ||
-      conv.dtype != DType::kFloat32 || conv.call.attrs.count("post_ops") ||
-      conv.call.attrs.count("choice") || conv.call.attr_int("group", 1) != 1 ||
-      conv.call.inputs.size() < 2 || !conv.call.inputs[0] || !conv.call.inputs[1]) {
+  const ir::ConvCall* call = conv.call.as<ir::ConvCall>();
+  if (conv.kind != ir::BufferKind::kExtern || call == nullptr || conv.dtype != DType::kFloat32 ||
+      call->relu_post_ops > 0 || call->choice || call->group != 1 || conv.call.inputs.size() < 2 ||
+      !conv.call.inputs[0] || !conv.call.inputs[1]) {
     return std::nullopt;
   }
   const ir::View& x = *conv.call.inputs[0];
@@ -53,9 +53,8 @@ std::optional<autotune::ConvProblem> template_problem(const ir::Program& program
     xs.push_back(*a);
     ws.push_back(*b);
   }
-  const std::vector<int64_t> strides = conv.call.attr_ints("strides"),
-                             pads = conv.call.attr_ints("pads"),
-                             dilations = conv.call.attr_ints("dilations");
+  const std::vector<int64_t>&strides = call->strides, &pads = call->pads,
+        &dilations = call->dilations;
   autotune::ConvProblem p;
   p.n = xs[0];
   p.c = xs[1];
@@ -97,7 +96,7 @@ autotune::ConvChoicePtr choose(const autotune::ConvProblem& problem,
                                const LoweringOptions& options) {
   if (options.conv_choice == "template") {
     const std::optional<autotune::ConvConfig> config = autotune::conv_default_config(
-        problem, options.threads, options.gemm_isa.value_or(autotune::host_gemm_isa()));
+        problem, options.threads, options.template_isa.value_or(autotune::host_template_isa()));
     if (config) return autotune::make_conv_template_choice(*config, problem);
     return autotune::make_conv_onednn_choice(problem);
   }
@@ -107,7 +106,7 @@ autotune::ConvChoicePtr choose(const autotune::ConvProblem& problem,
   request.threads = options.threads;
   request.mode = options.autotune;
   request.code_cache_dir = options.code_cache_dir;
-  request.isa = options.gemm_isa;
+  request.isa = options.template_isa;
   return autotune::select_conv(request).choice;
 }
 
@@ -140,11 +139,7 @@ int select_conv_choices(ir::Program& program, const LoweringOptions& options) {
     const std::set<std::string> old = {w->name, b ? b->name : w->name};
     conv.call.inputs = {conv.call.inputs[0],
                         ir::View{weight->name, DType::kFloat32, weight->layout}};
-    conv.call.attrs["choice"] = choice->name();
-    conv.call.attrs["problem"] = autotune::conv_problem_ints(*problem);
-    // The prepared layout, for the interpreter (ir/interpreter_extern.cpp).
-    const autotune::ConvConfig* config = choice->template_config();
-    conv.call.attrs["ocb"] = int64_t{config ? config->ocb : 1};
+    conv.call.as<ir::ConvCall>()->choice = choice;
     program.buffers.insert(program.buffers.begin() + static_cast<std::ptrdiff_t>(i),
                            std::move(weight));
     ++i;

@@ -5,10 +5,10 @@
 /// and bias gets a ConvChoice (autotune/conv_choice.h) through select_conv, in the options'
 /// autotune mode. A oneDNN choice leaves the call as it was (the runtime's ConvSite, with Relu
 /// post-ops). Any other choice's prepared weight (and bias) becomes a new constant, the call's
-/// inputs become [X, prepared], and the attributes "choice" (the choice's name), "problem"
-/// (conv_problem_ints) and "ocb" (the prepared layout's channel block, 1 for the libraries' plain
-/// weight) say what the wrapper renders and the interpreter reads; the template's epilogues then
-/// fuse into it (sched/template_epilogue.h). Grouped, 1-D and 3-D convolutions stay with oneDNN.
+/// inputs become [X, prepared], and the choice itself goes into the call (ir::ConvCall::choice):
+/// its problem and config say what the wrapper renders and how the interpreter reads the
+/// prepared weight; the template's epilogues then fuse into it (sched/template_epilogue.h).
+/// Grouped, 1-D and 3-D convolutions stay with oneDNN.
 ///
 /// Tests: tests/golden (Conv -> BatchNormalization -> Relu -> Add as one call; the template at
 /// awkward sizes against a reference).

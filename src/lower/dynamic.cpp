@@ -1,9 +1,9 @@
-/// Ops whose output size depends on the data (seed 000's dynamic scalars): NonZero, Compress,
-/// NonMaxSuppression and Unique (their kernels run once to count, then to write each output).
-/// The library kernel count_nonzero writes the count into a one-element buffer; the wrapper binds
-/// it to a fresh size symbol (ir::DynamicSize) right after that call; nonzero_positions then
-/// lists the positions, and the loop IR gathers or unravels them, so later kernels, allocations
-/// and output shapes use the symbol like any other size (possibly 0).
+/// Ops whose output size depends on the data (Inductor's dynamic scalars: sizes read from data at
+/// run time): NonZero, Compress, NonMaxSuppression and Unique (their kernels run once to count,
+/// then to write each output). The library kernel count_nonzero writes the count into a one-element
+/// buffer; the wrapper binds it to a fresh size symbol (ir::DynamicSize) right after that call;
+/// nonzero_positions then lists the positions, and the loop IR gathers or unravels them, so later
+/// kernels, allocations and output shapes use the symbol like any other size (possibly 0).
 ///
 /// Tests: the ONNX node suite (tests/onnx).
 
@@ -34,10 +34,11 @@ Expr dynamic_size(LoweringContext& ctx, const TensorValue& count) {
 /// [n] with n a dynamic size.
 TensorValue nonzero_positions(LoweringContext& ctx, const TensorValue& x) {
   ir::View flat = ctx.as_view(x, true);
-  TensorValue count = ctx.extern_call("count_nonzero", DType::kInt64, {Expr(1)}, {flat}, {});
+  TensorValue count = ctx.extern_call(ir::CountNonZeroCall{}, DType::kInt64, {Expr(1)}, {flat});
   Expr n = dynamic_size(ctx, count);
   // The positions read the count too, so they run after it is bound.
-  return ctx.extern_call("nonzero_positions", DType::kInt64, {n}, {flat, ctx.as_view(count)}, {});
+  return ctx.extern_call(ir::NonZeroPositionsCall{}, DType::kInt64, {n},
+                         {flat, ctx.as_view(count)});
 }
 
 std::vector<TensorValue> lower_nonzero(LoweringContext& ctx, const graph::Node&,
@@ -106,20 +107,20 @@ std::vector<TensorValue> lower_nms(LoweringContext& ctx, const graph::Node& node
     if (!value) ctx.fail(fmt::format("input '{}' must be known when compiling", name));
     return *value;
   };
-  std::map<std::string, ir::ExternAttr> attrs = {
-      {"max_per_class", static_cast<int64_t>(scalar(2, "max_output_boxes_per_class"))},
-      {"iou_threshold", scalar(3, "iou_threshold")},
-      {"center_point_box", node.attr_int("center_point_box", 0)}};
+  ir::NmsCall call;
+  call.max_per_class = static_cast<int64_t>(scalar(2, "max_output_boxes_per_class"));
+  call.iou_threshold = scalar(3, "iou_threshold");
+  call.center_point_box = node.attr_int("center_point_box", 0) != 0;
   // Without a score threshold every box is a candidate.
-  if (optional_input(inputs, 4) != nullptr) {
-    attrs["score_threshold"] = scalar(4, "score_threshold");
-  }
+  if (optional_input(inputs, 4) != nullptr) call.score_threshold = scalar(4, "score_threshold");
   std::vector<std::optional<ir::View>> views = {ctx.as_view(boxes, true),
                                                 ctx.as_view(scores, true)};
-  TensorValue count = ctx.extern_call("nms_count", DType::kInt64, {Expr(1)}, views, attrs);
+  ir::NmsCall count_call = call;
+  count_call.count = true;
+  TensorValue count = ctx.extern_call(count_call, DType::kInt64, {Expr(1)}, views);
   Expr n = dynamic_size(ctx, count);
   views.push_back(ctx.as_view(count));
-  return {ctx.extern_call("nms", DType::kInt64, {n, Expr(3)}, views, attrs)};
+  return {ctx.extern_call(call, DType::kInt64, {n, Expr(3)}, views)};
 }
 
 std::vector<TensorValue> lower_unique(LoweringContext& ctx, const graph::Node& node,
@@ -131,11 +132,11 @@ std::vector<TensorValue> lower_unique(LoweringContext& ctx, const graph::Node& n
                                     node.attr_int("axis", 0), static_cast<int64_t>(x.rank())));
   const Expr n = flatten ? sym::product(x.shape) : x.shape[axis];
   // The kernel sees x as [outer, n, inner] around the axis (-1: flattened, [1, numel, 1]).
-  std::map<std::string, ir::ExternAttr> attrs = {
-      {"axis", flatten ? int64_t{-1} : static_cast<int64_t>(axis)},
-      {"sorted", node.attr_int("sorted", 1)}};
+  ir::UniqueCall call;
+  call.axis = flatten ? int64_t{-1} : static_cast<int64_t>(axis);
+  call.sorted = node.attr_int("sorted", 1) != 0;
   std::vector<std::optional<ir::View>> views = {ctx.as_view(x, true)};
-  TensorValue count = ctx.extern_call("unique_count", DType::kInt64, {Expr(1)}, views, attrs);
+  TensorValue count = ctx.extern_call(call, DType::kInt64, {Expr(1)}, views);
   Expr u = dynamic_size(ctx, count);
   views.push_back(ctx.as_view(count));
   std::vector<Expr> y_shape = {u};
@@ -151,10 +152,9 @@ std::vector<TensorValue> lower_unique(LoweringContext& ctx, const graph::Node& n
       outputs.push_back(TensorValue{});  // not asked for
       continue;
     }
-    auto output_attrs = attrs;
-    output_attrs["which"] = static_cast<int64_t>(which);
-    outputs.push_back(
-        ctx.extern_call("unique", specs[which].first, specs[which].second, views, output_attrs));
+    ir::UniqueCall output_call = call;
+    output_call.which = static_cast<int64_t>(which);
+    outputs.push_back(ctx.extern_call(output_call, specs[which].first, specs[which].second, views));
   }
   while (!outputs.empty() && !outputs.back().body) outputs.pop_back();
   return outputs;

@@ -26,9 +26,8 @@ using sym::Expr;
 
 namespace {
 
-/// Known contents are folded up to this many elements (integers) and, for floats, only for
-/// small values whose literals are worth carrying.
-constexpr int64_t kMaxKnownElements = 4096;
+/// Float contents are folded only for this many elements: small values whose literals are worth
+/// carrying (integers up to kMaxKnownElements).
 constexpr int64_t kMaxKnownFloats = 8;
 
 using Scalars = std::vector<ir::interp::Scalar>;
@@ -169,10 +168,6 @@ DType common_dtype(const LoweringContext& ctx, const std::vector<const TensorVal
     }
   }
   return dtype;
-}
-
-DType compute_dtype(DType dtype) {
-  return dtype == DType::kFloat16 || dtype == DType::kBFloat16 ? DType::kFloat32 : dtype;
 }
 
 TensorValue broadcast_map(LoweringContext& ctx, const std::vector<const TensorValue*>& inputs,

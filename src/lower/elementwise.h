@@ -39,8 +39,8 @@ void require_dtype(const LoweringContext& ctx, graph::DType dtype, unsigned allo
 graph::DType common_dtype(const LoweringContext& ctx,
                           const std::vector<const TensorValue*>& inputs);
 
-/// The dtype ops compute in: float32 for float16 and bfloat16, the dtype itself otherwise.
-graph::DType compute_dtype(graph::DType dtype);
+/// The dtype ops compute in (graph/dtype.h).
+using graph::compute_dtype;
 
 /// Builds the output element from the inputs' elements (loaded at the broadcast index).
 using ElementFn =

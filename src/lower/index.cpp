@@ -20,12 +20,6 @@ using ir::OpCode;
 using ir::ValueId;
 using sym::Expr;
 
-namespace {
-
-constexpr int64_t kMaxKnownElements = 4096;
-
-}  // namespace
-
 TensorValue checked_indices(LoweringContext& ctx, const TensorValue& indices, const Expr& size,
                             std::optional<int64_t> ignored) {
   if (!graph::is_integer(indices.dtype)) {
@@ -187,9 +181,8 @@ TensorValue range_at_run_time(LoweringContext& ctx, const TensorValue& start,
       ctx.fail("start, limit and delta must be scalars of one dtype");
   }
   TensorValue count = ctx.extern_call(
-      "range_count", DType::kInt64, {Expr(1)},
-      {ctx.as_view(start, true), ctx.as_view(limit, true), ctx.as_view(delta, true)},
-      {{"what", ctx.node().describe()}});
+      ir::RangeCountCall{ctx.node().describe()}, DType::kInt64, {Expr(1)},
+      {ctx.as_view(start, true), ctx.as_view(limit, true), ctx.as_view(delta, true)});
   const Expr n = bind_sizes(ctx, count).at(0);
   const DType wide = graph::is_floating(dtype) ? DType::kFloat64 : DType::kInt64;
   return ctx.pointwise(dtype, {n}, [&](LoopBody& body, const std::vector<Expr>& i) {

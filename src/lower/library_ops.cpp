@@ -29,7 +29,7 @@ std::vector<TensorValue> lower_det(LoweringContext& ctx, const graph::Node&,
         fmt::format("expected square matrices [..., M, M], found {}", graph::shape_str(x.shape)));
   }
   std::vector<Expr> shape(x.shape.begin(), x.shape.end() - 2);
-  return {ctx.extern_call("det", x.dtype, shape, {ctx.as_view(x, true)}, {})};
+  return {ctx.extern_call(ir::DetCall{}, x.dtype, shape, {ctx.as_view(x, true)})};
 }
 
 std::vector<TensorValue> lower_roi_align(LoweringContext& ctx, const graph::Node& node,
@@ -53,13 +53,14 @@ std::vector<TensorValue> lower_roi_align(LoweringContext& ctx, const graph::Node
                                            node.opset() >= 16 ? "half_pixel" : "output_half_pixel");
   const int64_t oh = node.attr_int("output_height", 1), ow = node.attr_int("output_width", 1);
   std::vector<Expr> shape = {rois.shape[0], x.shape[1], Expr(oh), Expr(ow)};
-  return {ctx.extern_call(
-      "roi_align", x.dtype, shape,
-      {ctx.as_view(x, true), ctx.as_view(rois, true), ctx.as_view(batch, true)},
-      {{"sampling_ratio", node.attr_int("sampling_ratio", 0)},
-       {"spatial_scale", static_cast<double>(node.attr_float("spatial_scale", 1.0f))},
-       {"half_pixel", int64_t{transform == "half_pixel"}},
-       {"max_mode", int64_t{mode == "max"}}})};
+  ir::RoiAlignCall call;
+  call.sampling_ratio = node.attr_int("sampling_ratio", 0);
+  call.spatial_scale = static_cast<double>(node.attr_float("spatial_scale", 1.0f));
+  call.half_pixel = transform == "half_pixel";
+  call.max_mode = mode == "max";
+  return {
+      ctx.extern_call(std::move(call), x.dtype, shape,
+                      {ctx.as_view(x, true), ctx.as_view(rois, true), ctx.as_view(batch, true)})};
 }
 
 std::vector<TensorValue> lower_tfidf(LoweringContext& ctx, const graph::Node& node,
@@ -87,17 +88,16 @@ std::vector<TensorValue> lower_tfidf(LoweringContext& ctx, const graph::Node& no
   for (float w : node.attr_floats("weights", {})) weights.push_back(w);
   std::vector<Expr> shape = {Expr(columns)};
   if (x.rank() == 2) shape.insert(shape.begin(), x.shape[0]);
-  return {ctx.extern_call("tfidf", DType::kFloat32, shape, {ctx.as_view(x, true)},
-                          {{"min_gram", node.attr_int("min_gram_length", 1)},
-                           {"max_gram", node.attr_int("max_gram_length", 1)},
-                           {"max_skip", node.attr_int("max_skip_count", 0)},
-                           {"mode", int64_t{mode == "TF"    ? 0
-                                            : mode == "IDF" ? 1
-                                                            : 2}},
-                           {"pool", pool},
-                           {"ngram_counts", counts},
-                           {"ngram_indexes", indexes},
-                           {"weights", weights}})};
+  ir::TfIdfCall call;
+  call.min_gram = node.attr_int("min_gram_length", 1);
+  call.max_gram = node.attr_int("max_gram_length", 1);
+  call.max_skip = node.attr_int("max_skip_count", 0);
+  call.mode = mode == "TF" ? 0 : mode == "IDF" ? 1 : 2;
+  call.pool = pool;
+  call.ngram_counts = counts;
+  call.ngram_indexes = indexes;
+  call.weights = weights;
+  return {ctx.extern_call(std::move(call), DType::kFloat32, shape, {ctx.as_view(x, true)})};
 }
 
 }  // namespace

@@ -17,8 +17,6 @@ using ir::ValueId;
 
 namespace {
 
-/// Integer tensors up to this many elements carry their values in TensorValue::known.
-constexpr int64_t kMaxKnownElements = 4096;
 /// Known values up to this many elements are inlined into kernels as a select chain instead of a
 /// constant buffer.
 constexpr size_t kMaxInlineKnown = 8;
@@ -210,18 +208,16 @@ TensorValue LoweringContext::reduction(DType dtype, std::vector<sym::Expr> shape
   return from_buffer(add_buffer(std::move(buffer)));
 }
 
-TensorValue LoweringContext::extern_call(const std::string& kernel, DType dtype,
+TensorValue LoweringContext::extern_call(ir::LibraryCall op, DType dtype,
                                          std::vector<sym::Expr> shape,
-                                         std::vector<std::optional<ir::View>> inputs,
-                                         std::map<std::string, ir::ExternAttr> attrs) {
+                                         std::vector<std::optional<ir::View>> inputs) {
   auto buffer = std::make_unique<ir::Buffer>();
   buffer->name = new_buffer_name();
   buffer->kind = ir::BufferKind::kExtern;
   buffer->dtype = dtype;
   buffer->layout = ir::Layout::contiguous(std::move(shape));
-  buffer->call.kernel = kernel;
+  buffer->call.op = std::move(op);
   buffer->call.inputs = std::move(inputs);
-  buffer->call.attrs = std::move(attrs);
   return from_buffer(add_buffer(std::move(buffer)));
 }
 

@@ -34,6 +34,10 @@
 
 namespace kiln::lower {
 
+/// Integer tensors up to this many elements carry their values in TensorValue::known (through
+/// views, folded arithmetic and index ops); lowering folds no larger contents.
+inline constexpr int64_t kMaxKnownElements = 4096;
+
 struct TensorValue {
   graph::DType dtype = graph::DType::kFloat32;
   std::vector<sym::Expr> shape;
@@ -82,7 +86,7 @@ struct LoweringOptions {
   std::filesystem::path code_cache_dir;
   /// The ISA GEMM and convolution templates may use: a library built for x86-64-v3 passes AVX2
   /// even on an AVX-512 host; empty: this host's.
-  std::optional<autotune::GemmIsa> gemm_isa;
+  std::optional<autotune::TemplateIsa> template_isa;
   /// Forces every convolution that lower/conv_select.h gives a choice onto one choice instead of
   /// selecting: "onednn", "im2col-openblas", "template" (its default config) or a template
   /// choice's full name. Empty: algorithm selection. For benches and tests.
@@ -145,9 +149,8 @@ class LoweringContext {
                         const ReductionFn& fn);
 
   /// An extern library call producing one buffer of `dtype`/`shape` (contiguous).
-  TensorValue extern_call(const std::string& kernel, graph::DType dtype,
-                          std::vector<sym::Expr> shape, std::vector<std::optional<ir::View>> inputs,
-                          std::map<std::string, ir::ExternAttr> attrs);
+  TensorValue extern_call(ir::LibraryCall op, graph::DType dtype, std::vector<sym::Expr> shape,
+                          std::vector<std::optional<ir::View>> inputs);
 
   // --- Materializing ---------------------------------------------------------------------------
 

@@ -1,23 +1,14 @@
-/// Neural-network lowerings: MatMul and Gemm as the extern "matmul" (float32/float64; other
-/// dtypes as a loop-IR reduction over K), Conv as the extern "conv". Operands are strided views
-/// of their buffers: transposes and batch broadcasts are strides (0 for broadcast dims), not
-/// copies. The pools live in pool.cpp.
-///
-/// Extern conventions (the interpreter and the backends implement them):
-///   matmul: inputs A [..., M, K], B [..., K, N], optional C broadcast to [..., M, N] by stride-0
-///           dims; attrs alpha, beta (double, default 1); output alpha * A @ B + beta * C,
-///           contiguous [..., M, N].
-///   conv:   inputs X [N, C, D...], W [M, C/group, K...] (contiguous), optional B [M]; attrs
-///           strides, pads (begins then ends), dilations (int64 vectors), group (int64);
-///           output contiguous [N, M, O...]. After conv selection (lower/conv_select.h) a
-///           2-D one may instead have inputs X and the prepared weight (W and bias as a choice
-///           reads them) with attrs choice, problem and ocb.
+/// Neural-network lowerings: MatMul and Gemm as an ir::MatMulCall (float32/float64; other
+/// dtypes as a loop-IR reduction over K) or, against a constant float32 weight, an ir::GemmCall
+/// through an autotune choice; Conv as an ir::ConvCall. Operands are strided views of their
+/// buffers: transposes and batch broadcasts are strides (0 for broadcast dims), not copies. The
+/// pools live in pool.cpp. Each call's inputs and parameters are documented with its struct in
+/// ir/library_call.h.
 ///
 /// Tests: the ONNX node suite (interpreter_cases.txt).
 
 #include <algorithm>
 
-#include "autotune/gemm_config_text.h"
 #include "autotune/select.h"
 #include "lower/lowering.h"
 #include "lower/op_util.h"
@@ -129,24 +120,17 @@ std::optional<TensorValue> template_gemm(LoweringContext& ctx, const TensorValue
   request.threads = ctx.options().threads;
   request.mode = ctx.options().autotune;
   request.code_cache_dir = ctx.options().code_cache_dir;
-  request.isa = ctx.options().gemm_isa;
+  request.isa = ctx.options().template_isa;
   const autotune::GemmChoicePtr choice = autotune::select_gemm(request).choice;
   std::vector<float> prepared = choice->prepare(b_kn.data(), k, n);
   auto prepared_tensor = std::make_shared<graph::Tensor>(
       DType::kFloat32, std::vector<int64_t>{static_cast<int64_t>(prepared.size())});
   std::copy(prepared.begin(), prepared.end(), prepared_tensor->mutable_values<float>().begin());
-  std::map<std::string, ir::ExternAttr> attrs = {{"choice", choice->name()}, {"n", n}, {"k", k}};
-  if (const autotune::GemmConfig* config = choice->template_config()) {
-    attrs["config"] = autotune::encode_gemm_config(*config);
-    attrs["nr"] = int64_t{config->nr};  // the packed layout, for the interpreter
-    attrs["kc"] = int64_t{config->kc};
-  }
   std::vector<Expr> shape = a.shape;
   shape.back() = Expr(n);
   return ctx.extern_call(
-      "gemm", DType::kFloat32, std::move(shape),
-      {ctx.as_view(a, true), ctx.as_view(ctx.from_constant(prepared_tensor), true)},
-      std::move(attrs));
+      ir::GemmCall{choice, n, k}, DType::kFloat32, std::move(shape),
+      {ctx.as_view(a, true), ctx.as_view(ctx.from_constant(prepared_tensor), true)});
 }
 
 /// A @ B (batched) as a loop-IR reduction over K, for dtypes without an extern GEMM.
@@ -211,9 +195,8 @@ std::vector<TensorValue> lower_matmul(LoweringContext& ctx, const graph::Node&,
     std::vector<Expr> shape = batch;
     shape.push_back(a.rows());
     shape.push_back(b.cols());
-    out = ctx.extern_call("matmul", dtype, shape,
-                          {operand_view(ctx, a, batch), operand_view(ctx, b, batch)},
-                          {{"alpha", 1.0}, {"beta", 1.0}});
+    out = ctx.extern_call(ir::MatMulCall{1.0, 1.0}, dtype, shape,
+                          {operand_view(ctx, a, batch), operand_view(ctx, b, batch)});
   } else {
     out = matmul_loop(ctx, dtype, a, b, batch);
   }
@@ -274,8 +257,7 @@ std::vector<TensorValue> lower_gemm(LoweringContext& ctx, const graph::Node& nod
       view.layout = broadcast_layout(view.layout, shape);
       views.push_back(view);
     }
-    return {ctx.extern_call("matmul", dtype, shape, std::move(views),
-                            {{"alpha", alpha}, {"beta", beta}})};
+    return {ctx.extern_call(ir::MatMulCall{alpha, beta}, dtype, shape, std::move(views))};
   }
   TensorValue product = matmul_loop(ctx, dtype, a, b, {});
   return {ctx.pointwise(dtype, shape, [&](LoopBody& body, const std::vector<Expr>& index) {
@@ -329,9 +311,12 @@ std::vector<TensorValue> lower_conv(LoweringContext& ctx, const graph::Node& nod
     if (bias->rank() != 1) ctx.fail("expected a 1-D bias, found " + graph::shape_str(bias->shape));
     views.push_back(ctx.as_view(*bias, true));
   }
-  return {ctx.extern_call(
-      "conv", x.dtype, shape, std::move(views),
-      {{"strides", g.strides}, {"pads", g.pads}, {"dilations", g.dilations}, {"group", group}})};
+  ir::ConvCall call;
+  call.strides = g.strides;
+  call.pads = g.pads;
+  call.dilations = g.dilations;
+  call.group = group;
+  return {ctx.extern_call(std::move(call), x.dtype, shape, std::move(views))};
 }
 
 }  // namespace

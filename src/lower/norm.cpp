@@ -229,7 +229,8 @@ std::optional<TensorValue> fold_into_conv(LoweringContext& ctx, const graph::Nod
   }
   std::optional<std::string> name = ctx.as_buffer(x);
   const ir::Buffer* conv = name ? ctx.program().find(*name) : nullptr;
-  if (conv == nullptr || conv->kind != ir::BufferKind::kExtern || conv->call.kernel != "conv") {
+  if (conv == nullptr || conv->kind != ir::BufferKind::kExtern ||
+      conv->call.as<ir::ConvCall>() == nullptr) {
     return std::nullopt;
   }
   const ir::ExternCall& call = conv->call;
@@ -267,7 +268,7 @@ std::optional<TensorValue> fold_into_conv(LoweringContext& ctx, const graph::Nod
   std::vector<std::optional<ir::View>> views = {call.inputs[0],
                                                 ctx.as_view(ctx.from_constant(new_weight), true),
                                                 ctx.as_view(ctx.from_constant(new_bias), true)};
-  return ctx.extern_call("conv", DType::kFloat32, conv->layout.sizes, std::move(views), call.attrs);
+  return ctx.extern_call(call.op, DType::kFloat32, conv->layout.sizes, std::move(views));
 }
 
 std::vector<TensorValue> lower_batch_norm(LoweringContext& ctx, const graph::Node& node,

@@ -13,9 +13,6 @@ using sym::Expr;
 
 namespace {
 
-/// Known contents are carried through views up to this many elements.
-constexpr size_t kMaxKnownElements = 4096;
-
 /// The integer value of an expression without free symbols; nullopt when it has any.
 std::optional<int64_t> eval_static(const Expr& e) {
   if (auto c = e.as_integer()) return c;
@@ -33,7 +30,7 @@ std::optional<std::vector<size_t>> static_gather_map(const std::vector<Expr>& in
   if (!in_dims || !out_dims) return std::nullopt;
   int64_t count = 1;
   for (int64_t d : *out_dims) count *= d;
-  if (count > static_cast<int64_t>(kMaxKnownElements)) return std::nullopt;
+  if (count > kMaxKnownElements) return std::nullopt;
   std::vector<size_t> map;
   std::vector<Expr> index(out_dims->size());
   for (int64_t flat = 0; flat < count; ++flat) {
@@ -287,8 +284,8 @@ std::vector<Expr> sizes_from_tensor(LoweringContext& ctx, const TensorValue& val
   require_static_dim(ctx, n, what + "'s length");
   std::vector<std::optional<ir::View>> inputs = {ctx.as_view(value, true)};
   if (max) inputs.push_back(ctx.as_view(ctx.from_known(graph::DType::kInt64, {}, {*max}), true));
-  return bind_sizes(ctx, ctx.extern_call("shape_values", graph::DType::kInt64, {n},
-                                         std::move(inputs), {{"what", node_what(ctx, what)}}));
+  return bind_sizes(ctx, ctx.extern_call(ir::ShapeValuesCall{node_what(ctx, what)},
+                                         graph::DType::kInt64, {n}, std::move(inputs)));
 }
 
 std::vector<int64_t> require_static_ints(const LoweringContext& ctx, const TensorValue& value,

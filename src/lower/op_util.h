@@ -49,9 +49,9 @@ ir::ValueId and_mask(ir::LoopBody& body, ir::ValueId a, ir::ValueId b);
 const std::vector<sym::Expr>& require_known(const LoweringContext& ctx, const TensorValue& value,
                                             const std::string& what);
 /// Sizes given by a small integer tensor (a shape, repeats, TopK's k): its values when known at
-/// compile time; else, computed at run time (seed 000's dynamic scalars), one fresh size symbol
-/// per element, bound right after a library call copies them, which checks each is in
-/// [0, `max`] (>= 0 without `max`). The tensor must have a static length.
+/// compile time; else, computed at run time (Inductor's dynamic scalars: sizes read from data at
+/// run time), one fresh size symbol per element, bound right after a library call copies them,
+/// which checks each is in [0, `max`] (>= 0 without `max`). The tensor must have a static length.
 std::vector<sym::Expr> sizes_from_tensor(LoweringContext& ctx, const TensorValue& value,
                                          const std::string& what,
                                          const std::optional<sym::Expr>& max = std::nullopt);

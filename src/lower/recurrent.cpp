@@ -96,19 +96,19 @@ std::vector<TensorValue> lower_recurrent(LoweringContext& ctx, const graph::Node
     const TensorValue* v = optional_input(inputs, k);
     views.push_back(v == nullptr ? std::nullopt : std::optional(ctx.as_view(*v, true)));
   }
-  std::map<std::string, ir::ExternAttr> attrs = {
-      {"kind", kind},
-      {"dirs", dirs},
-      {"reverse", int64_t{direction == "reverse"}},
-      {"batch_major", int64_t{batch_major}},
-      {"clip", static_cast<double>(node.attr_float("clip", 0))},
-      {"linear_before_reset", node.attr_int("linear_before_reset", 0)},
-      {"input_forget", node.attr_int("input_forget", 0)},
-      {"activations", codes},
-      {"alpha", alpha},
-      {"beta", beta}};
-  TensorValue all = ctx.extern_call("rnn", x.dtype, {seq + 2, Expr(dirs), batch, hidden},
-                                    std::move(views), std::move(attrs));
+  ir::RnnCall call;
+  call.kind = kind;
+  call.dirs = dirs;
+  call.reverse = direction == "reverse";
+  call.batch_major = batch_major;
+  call.clip = static_cast<double>(node.attr_float("clip", 0));
+  call.linear_before_reset = node.attr_int("linear_before_reset", 0) != 0;
+  call.input_forget = node.attr_int("input_forget", 0) != 0;
+  call.activations = codes;
+  call.alpha = alpha;
+  call.beta = beta;
+  TensorValue all = ctx.extern_call(std::move(call), x.dtype, {seq + 2, Expr(dirs), batch, hidden},
+                                    std::move(views));
   // Y [seq, dirs, batch, H] (layout 1: [batch, seq, dirs, H]); Y_h and Y_c [dirs, batch, H]
   // (layout 1: [batch, dirs, H]).
   TensorValue y = batch_major ? make_view(ctx, all, {batch, seq, Expr(dirs), hidden},

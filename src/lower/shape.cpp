@@ -149,9 +149,8 @@ std::vector<TensorValue> lower_reshape(LoweringContext& ctx, const graph::Node& 
     TensorValue in_dims =
         ctx.from_known(DType::kInt64, {Expr(static_cast<int64_t>(x.rank()))}, x.shape);
     TensorValue dims = ctx.extern_call(
-        "reshape_dims", DType::kInt64, {shape.shape[0]},
-        {ctx.as_view(shape, true), ctx.as_view(in_dims, true)},
-        {{"what", node_what(ctx, "input 'shape'")}, {"allowzero", int64_t{allowzero}}});
+        ir::ReshapeDimsCall{node_what(ctx, "input 'shape'"), allowzero}, DType::kInt64,
+        {shape.shape[0]}, {ctx.as_view(shape, true), ctx.as_view(in_dims, true)});
     return {reshape_view(ctx, x, bind_sizes(ctx, dims))};
   }
   std::vector<Expr> target = reshape_target(ctx, node, inputs);
@@ -320,9 +319,9 @@ std::vector<TensorValue> lower_expand(LoweringContext& ctx, const graph::Node&,
     const int64_t rank = std::max<int64_t>(n, static_cast<int64_t>(x.rank()));
     TensorValue in_dims =
         ctx.from_known(DType::kInt64, {Expr(static_cast<int64_t>(x.rank()))}, x.shape);
-    TensorValue dims = ctx.extern_call("expand_dims", DType::kInt64, {Expr(rank)},
-                                       {ctx.as_view(shape_value, true), ctx.as_view(in_dims, true)},
-                                       {{"what", node_what(ctx, "input 'shape'")}});
+    TensorValue dims =
+        ctx.extern_call(ir::ExpandDimsCall{node_what(ctx, "input 'shape'")}, DType::kInt64,
+                        {Expr(rank)}, {ctx.as_view(shape_value, true), ctx.as_view(in_dims, true)});
     const std::vector<Expr> in_shape = x.shape;
     return {make_view(ctx, x, bind_sizes(ctx, dims), [in_shape](const std::vector<Expr>& index) {
       std::vector<Expr> in;

@@ -66,7 +66,7 @@ inline constexpr int64_t align_bytes(int64_t bytes) {
   return (bytes + int64_t{kAlignBytes} - 1) / int64_t{kAlignBytes} * int64_t{kAlignBytes};
 }
 
-/// The intermediates of one run, in one block at offsets the compiler planned (seed 000's
+/// The intermediates of one run, in one block at offsets the compiler planned (Inductor's wrapper
 /// memory_plan with a pool): reserve() grows the block when a run needs more (larger dynamic
 /// sizes) and keeps it for the next run.
 class Arena {

@@ -1,10 +1,10 @@
 #pragma once
-// Control flow of the generated wrapper (seed 000's codegen_conditional / codegen_while_loop):
-// the drivers of ONNX Loop and Scan. A subgraph is a function of the wrapper with the calling
-// convention of kiln_run's body: it reads TensorArgs and returns its outputs in TensorArgs whose
-// data it allocated (aligned, released with std::free). The drivers hand each iteration's outputs
-// to the next iteration as its inputs (no copies of loop-carried values), stack scan outputs, and
-// return their results the same way, so the caller adopts their storage.
+// Control flow of the generated wrapper (Inductor's wrapper codegen_conditional /
+// codegen_while_loop): the drivers of ONNX Loop and Scan. A subgraph is a function of the wrapper
+// with the calling convention of kiln_run's body: it reads TensorArgs and returns its outputs in
+// TensorArgs whose data it allocated (aligned, released with std::free). The drivers hand each
+// iteration's outputs to the next iteration as its inputs (no copies of loop-carried values), stack
+// scan outputs, and return their results the same way, so the caller adopts their storage.
 //
 // Tests: the ONNX node suite (test_loop*, test_scan*, test_range_*_expanded), tests/unit/driver.
 

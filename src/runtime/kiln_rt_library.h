@@ -509,7 +509,7 @@ inline int64_t unique(const T* x, int64_t outer, int64_t n, int64_t inner, bool 
   return u;
 }
 
-// --- Shapes computed from data (seed 000's dynamic scalars) -------------------------------------
+// --- Shapes computed from data (Inductor's dynamic scalars) -----------------------------------
 // Each writes int64 sizes that the wrapper binds to size symbols right after the call, checking
 // on the way what the lowering assumed of them.
 

@@ -107,6 +107,8 @@ std::optional<std::string> Scheduler::why_no_fuse(const SchedNode& node1, const 
                                                   KernelGroup* fused) {
   if (&node1 == &node2) return std::string("same node");
   if (node1.is_extern || node2.is_extern) return std::string("extern calls do not fuse");
+  if (node1.buffers.front()->device != node2.buffers.front()->device)
+    return std::string("different devices");
   if (node1.buffers.size() + node2.buffers.size() > static_cast<size_t>(options_.max_fusion_size)) {
     return fmt::format("exceeds max fusion size {}", options_.max_fusion_size);
   }

@@ -65,6 +65,7 @@ std::vector<ScheduleItem> Scheduler::make_items() const {
     ScheduleItem item;
     item.kind = n->is_extern ? ItemKind::kExtern : ItemKind::kKernel;
     item.buffers = n->buffers;
+    item.device = n->buffers.front()->device;
     if (!n->is_extern) {
       item.group = n->group;
       item.members = n->members;
@@ -149,7 +150,7 @@ void Scheduler::name_kernels(std::vector<ScheduleItem>& items) const {
   for (size_t k = 0; k < items.size(); ++k) {
     ScheduleItem& item = items[k];
     if (item.kind == ItemKind::kExtern) {
-      item.name = item.buffers.front()->call.kernel;
+      item.name = item.buffers.front()->call.name();
       continue;
     }
     std::vector<std::string> ops;

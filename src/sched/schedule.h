@@ -26,6 +26,8 @@ enum class ItemKind : uint8_t { kKernel, kExtern };
 /// library call.
 struct ScheduleItem {
   ItemKind kind = ItemKind::kKernel;
+  /// Where it runs: its buffers' device (the scheduler fuses only buffers of one device).
+  ir::Device device = ir::Device::kCpu;
   /// Descriptive kernel name from the ONNX ops it covers, unique in the schedule, e.g.
   /// "cpp_fused_add_relu_3"; the extern kernel name for externs.
   std::string name;

@@ -55,6 +55,14 @@ class Backend {
   virtual std::optional<std::string> can_fuse_horizontal(const NodeInfo& node1,
                                                          const NodeInfo& node2,
                                                          const KernelGroup& fused) const;
+  /// Why `consumer`, the only reader of the GEMM or convolution choice call `product`, cannot
+  /// become the call's epilogue, or "" when it can (sched/template_epilogue.h asks). The backend
+  /// that renders the epilogue into its template owns the rule.
+  virtual std::string template_epilogue_refusal(const ir::Program& /*program*/,
+                                                const ir::Buffer& /*product*/,
+                                                const ir::Buffer& /*consumer*/) const {
+    return "the backend fuses no template epilogues";
+  }
   /// Priority of a candidate pair; only the pairs with the lowest value are tried in a round.
   virtual int fusion_pair_priority(const NodeInfo& /*node1*/, const NodeInfo& /*node2*/) const {
     return 0;

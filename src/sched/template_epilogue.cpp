@@ -9,10 +9,6 @@
 
 namespace kiln::sched {
 
-namespace {
-
-/// The element index of `layout` at `body`'s loop variables, simplified under their ranges as
-/// lowering simplified the body's own indices (a size-1 dim's variable drops out).
 sym::Expr elementwise_index(const ir::Program& program, const ir::Layout& layout,
                             const ir::LoopBody& body) {
   sym::Analyzer analyzer = program.analyzer;
@@ -21,51 +17,14 @@ sym::Expr elementwise_index(const ir::Program& program, const ir::Layout& layout
   return analyzer.simplify(layout.index(body.vars()));
 }
 
-/// Why `consumer` cannot be the epilogue of `product`, or "" when it can.
-std::string refusal(const ir::Program& program, const ir::Buffer& product,
-                    const ir::Buffer& consumer) {
-  if (consumer.kind != ir::BufferKind::kComputed || consumer.is_reduction())
-    return "the reader is not pointwise";
-  if (consumer.dtype != graph::DType::kFloat32) return "the reader is not float32";
-  const std::vector<sym::Expr>& sizes = product.layout.sizes;
-  if (consumer.layout.sizes != sizes || !consumer.layout.is_contiguous())
-    return "the reader's shape or layout differs";
-  for (size_t d = 1; d + 1 < sizes.size(); ++d) {
-    if (!sizes[d].is_integer()) return "a symbolic inner batch dim";
-  }
-  const ir::LoopBody& body = consumer.body;
-  if (body.sizes() != sizes) return "the reader's loops differ";
-  const sym::Expr identity = elementwise_index(program, product.layout, body);
-  const sym::Expr own = elementwise_index(program, consumer.layout, body);
-  int stores = 0;
-  for (const ir::Op& op : body.ops()) {
-    if (op.code == ir::OpCode::kIndirect) return "indirect indexing";
-    if (op.code == ir::OpCode::kIndexExpr && !sym::only_index_symbols(op.index))
-      return "a symbolic index";
-    if (op.code == ir::OpCode::kStore) {
-      ++stores;
-      if (op.index != own) return "a non-contiguous store";
-    }
-    if (op.code != ir::OpCode::kLoad) continue;
-    if (op.mask != ir::kNoValue) return "a masked load";
-    if (!sym::only_index_symbols(op.index)) return "a load with a symbolic index";
-    if (op.buffer == product.name) {
-      if (op.index != identity) return "the product is not read elementwise";
-    } else if (op.buffer_dtype != graph::DType::kFloat32) {
-      return "a load of a buffer other than float32";
-    }
-  }
-  if (stores != 1) return "more than one store";
-  if (!ir::dynamic_size_sources(program, consumer).empty()) return "a run-time size";
-  return "";
-}
+namespace {
 
 /// The pointwise chain `consumer` applies to a float32 convolution's product as oneDNN post-ops
-/// ('r' per Relu), or nullopt when the body is anything else. Only Relu: oneDNN's binary add
+/// (its count of Relus), or nullopt when the body is anything else. Only Relu: oneDNN's binary add
 /// post-op (a residual Add) runs 1.5-4.5x slower than the convolution plus a separate kernel on
 /// its plain-layout path (bench/conv_block_bench.cpp), so an Add stays a kernel of its own.
-std::optional<std::string> conv_post_ops(const ir::Program& program, const ir::Buffer& product,
-                                         const ir::Buffer& consumer) {
+std::optional<int> conv_post_ops(const ir::Program& program, const ir::Buffer& product,
+                                 const ir::Buffer& consumer) {
   if (product.dtype != graph::DType::kFloat32 || consumer.kind != ir::BufferKind::kComputed ||
       consumer.is_reduction() || consumer.dtype != graph::DType::kFloat32 ||
       consumer.layout.sizes != product.layout.sizes || !consumer.layout.is_contiguous() ||
@@ -74,7 +33,7 @@ std::optional<std::string> conv_post_ops(const ir::Program& program, const ir::B
   }
   const ir::LoopBody& body = consumer.body;
   const sym::Expr identity = elementwise_index(program, product.layout, body);
-  std::string ops;
+  int relus = 0;
   std::optional<ir::ValueId> current;
   for (size_t id = 0; id < body.ops().size(); ++id) {
     const auto vid = static_cast<ir::ValueId>(id);
@@ -86,11 +45,11 @@ std::optional<std::string> conv_post_ops(const ir::Program& program, const ir::B
     }
     if (!current) return std::nullopt;
     if (op.code == ir::OpCode::kRelu && op.operands[0] == *current) {
-      ops += 'r';
+      ++relus;
       current = vid;
     } else if (op.code == ir::OpCode::kStore && op.operands[0] == *current &&
                op.index == elementwise_index(program, consumer.layout, body)) {
-      return ops.empty() ? std::nullopt : std::optional<std::string>(ops);
+      return relus == 0 ? std::nullopt : std::optional<int>(relus);
     } else {
       return std::nullopt;
     }
@@ -101,18 +60,18 @@ std::optional<std::string> conv_post_ops(const ir::Program& program, const ir::B
 /// A convolution's only reader that is a chain of Relus becomes the convolution call, with the
 /// chain as oneDNN post-ops.
 bool fuse_conv_post_ops(ir::Program& program, const ir::Buffer& product, ir::Buffer& consumer) {
-  std::optional<std::string> ops = conv_post_ops(program, product, consumer);
-  if (!ops) return false;
+  std::optional<int> relus = conv_post_ops(program, product, consumer);
+  if (!relus) return false;
   consumer.kind = ir::BufferKind::kExtern;
   consumer.call = product.call;
-  consumer.call.attrs["post_ops"] = *ops;
+  consumer.call.as<ir::ConvCall>()->relu_post_ops = *relus;
   for (const ir::Origin& o : product.origins) consumer.add_origin(o);
   return true;
 }
 
 }  // namespace
 
-int fuse_template_epilogues(ir::Program& program) {
+int fuse_template_epilogues(ir::Program& program, const Backend& backend) {
   std::set<std::string> outputs;
   for (const ir::OutputSpec& o : program.outputs) outputs.insert(o.buffer);
   int fused = 0;
@@ -120,14 +79,11 @@ int fuse_template_epilogues(ir::Program& program) {
     const ir::Buffer& product = *program.buffers[i];
     // A convolution with a choice (lower/conv_select.h: the template or im2col + GEMM) takes
     // epilogues as GEMM does; without one it is oneDNN's, which takes Relu post-ops.
-    const bool conv_choice = product.kind == ir::BufferKind::kExtern &&
-                             product.call.kernel == "conv" && product.call.attrs.count("choice");
-    const bool conv = product.kind == ir::BufferKind::kExtern && product.call.kernel == "conv" &&
-                      !product.call.attrs.count("post_ops") && !conv_choice;
-    if (product.kind != ir::BufferKind::kExtern ||
-        (product.call.kernel != "gemm" && !conv && !conv_choice) || outputs.count(product.name)) {
-      continue;
-    }
+    if (product.kind != ir::BufferKind::kExtern || outputs.count(product.name)) continue;
+    const ir::ConvCall* conv_call = product.call.as<ir::ConvCall>();
+    const bool conv_choice = conv_call != nullptr && conv_call->choice != nullptr;
+    const bool conv = conv_call != nullptr && conv_call->relu_post_ops == 0 && !conv_choice;
+    if (product.call.as<ir::GemmCall>() == nullptr && !conv && !conv_choice) continue;
     std::vector<ir::Buffer*> readers;
     for (const auto& b : program.buffers) {
       const std::vector<std::string> reads = b->reads();
@@ -138,14 +94,15 @@ int fuse_template_epilogues(ir::Program& program) {
     ir::Buffer& consumer = *readers[0];
     if (conv) {
       if (!fuse_conv_post_ops(program, product, consumer)) continue;
-      log::write(log::Category::kFusion, "conv {}: {} fused as oneDNN post-ops {}", product.name,
-                 consumer.name, std::get<std::string>(consumer.call.attrs.at("post_ops")));
+      log::write(log::Category::kFusion, "conv {}: {} fused as oneDNN post-ops: {} Relu",
+                 product.name, consumer.name, consumer.call.as<ir::ConvCall>()->relu_post_ops);
       program.buffers.erase(program.buffers.begin() + static_cast<std::ptrdiff_t>(i));
       --i;
       ++fused;
       continue;
     }
-    if (std::string why = refusal(program, product, consumer); !why.empty()) {
+    if (std::string why = backend.template_epilogue_refusal(program, product, consumer);
+        !why.empty()) {
       log::write(log::Category::kFusion, "template {}: epilogue {} refused: {}", product.name,
                  consumer.name, why);
       continue;
@@ -153,10 +110,10 @@ int fuse_template_epilogues(ir::Program& program) {
     std::vector<std::string> loads = consumer.body.loaded_buffers();
     consumer.kind = ir::BufferKind::kExtern;
     consumer.call = product.call;
-    if (product.call.attrs.count("product")) {  // the product has an epilogue already: chain
+    if (!product.call.product.empty()) {  // the product has an epilogue already: chain
       consumer.call.epilogue_chain.push_back(std::make_shared<const ir::Buffer>(product));
     }
-    consumer.call.attrs["product"] = product.name;
+    consumer.call.product = product.name;
     for (const std::string& name : loads) {
       if (name == product.name ||
           std::any_of(consumer.call.inputs.begin(), consumer.call.inputs.end(),

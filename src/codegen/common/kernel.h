@@ -2,6 +2,8 @@
 /// What a backend's kernel code generator produces for one ScheduleItem of kind kKernel, and what
 /// the wrapper needs to call it.
 
+#include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,15 +22,25 @@ struct KernelArg {
   sym::Expr size;                               // kSize: the symbol (or expression) passed
 };
 
-/// A generated kernel: a complete C++ function definition named `name`, with the signature
-/// `extern "C" void name(<args>)` where buffers are `const T*` (inputs) / `T*` (outputs) and
-/// sizes are `int64_t`.
+/// How a GPU kernel is launched: grid and block dims as expressions of the size symbols (the
+/// wrapper evaluates them at run time), and the dynamic shared memory it needs.
+struct LaunchSpec {
+  std::array<sym::Expr, 3> grid{sym::Expr(1), sym::Expr(1), sym::Expr(1)};
+  std::array<sym::Expr, 3> block{sym::Expr(1), sym::Expr(1), sym::Expr(1)};
+  sym::Expr shared_bytes{0};
+};
+
+/// A generated kernel: a function named `name` in its backend's language (for the CPU, a
+/// complete C++ definition with the signature `extern "C" void name(<args>)` where buffers are
+/// `const T*` (inputs) / `T*` (outputs) and sizes are `int64_t`).
 struct GeneratedKernel {
   std::string name;
   std::string comment;     // "// name: group" and the ONNX nodes and buffers it covers
   std::string definition;  // the function definition (no includes)
   std::vector<KernelArg> args;
   std::vector<std::string> onnx_nodes;  // "name (Op)" covered, also in `comment`
+  /// A GPU kernel's launch; none for a CPU function called directly.
+  std::optional<LaunchSpec> launch;
 
   std::string source() const { return comment + definition; }
 };

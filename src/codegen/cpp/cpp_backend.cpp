@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/cpp/cpp_epilogue.h"
 #include "codegen/cpp/cpp_kernel.h"
 
 namespace kiln::codegen {
@@ -40,6 +41,12 @@ std::optional<std::string> CppBackend::can_fuse_horizontal(const sched::NodeInfo
     return std::string("reductions over differently shaped outer dims");
   }
   return std::nullopt;
+}
+
+std::string CppBackend::template_epilogue_refusal(const ir::Program& program,
+                                                  const ir::Buffer& product,
+                                                  const ir::Buffer& consumer) const {
+  return epilogue_refusal(program, product, consumer);
 }
 
 }  // namespace kiln::codegen

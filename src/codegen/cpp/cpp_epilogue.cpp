@@ -5,18 +5,83 @@
 #include <map>
 
 #include "codegen/cpp/cpp_ops.h"
+#include "sched/template_epilogue.h"
+#include "support/error.h"
 
 namespace kiln::codegen {
 
 using ir::OpCode;
 
-std::optional<GemmEpilogueCode> gemm_epilogue(const ir::Buffer& fused) {
+namespace {
+
+/// Whether `op` has a C++ form an epilogue statement can hold.
+bool has_scalar_form(const ir::Op& op) {
+  switch (op.code) {
+    case OpCode::kLoad:
+    case OpCode::kStore:
+    case OpCode::kConstant:
+    case OpCode::kIndexExpr:
+    case OpCode::kCast:
+    case OpCode::kWhere:
+      return true;
+    default:
+      return cpp_op_templates(op.code).scalar != nullptr;  // not reductions, indirect indexing
+  }
+}
+
+}  // namespace
+
+std::string epilogue_refusal(const ir::Program& program, const ir::Buffer& product,
+                             const ir::Buffer& consumer) {
+  if (consumer.kind != ir::BufferKind::kComputed || consumer.is_reduction())
+    return "the reader is not pointwise";
+  if (consumer.dtype != graph::DType::kFloat32) return "the reader is not float32";
+  const std::vector<sym::Expr>& sizes = product.layout.sizes;
+  if (sizes.size() < 2) return "the product has fewer than 2 dims";
+  if (consumer.layout.sizes != sizes || !consumer.layout.is_contiguous())
+    return "the reader's shape or layout differs";
+  for (size_t d = 1; d + 1 < sizes.size(); ++d) {
+    if (!sizes[d].is_integer()) return "a symbolic inner batch dim";
+  }
+  const ir::LoopBody& body = consumer.body;
+  if (body.sizes() != sizes) return "the reader's loops differ";
+  const sym::Expr identity = sched::elementwise_index(program, product.layout, body);
+  const sym::Expr own = sched::elementwise_index(program, consumer.layout, body);
+  int stores = 0;
+  for (const ir::Op& op : body.ops()) {
+    if (op.code == ir::OpCode::kIndirect) return "indirect indexing";
+    if (!has_scalar_form(op)) return "an op without a scalar form";
+    if (op.code == ir::OpCode::kIndexExpr && !sym::only_index_symbols(op.index))
+      return "a symbolic index";
+    if (op.code == ir::OpCode::kStore) {
+      ++stores;
+      if (op.index != own) return "a non-contiguous store";
+    }
+    if (op.code != ir::OpCode::kLoad) continue;
+    if (op.mask != ir::kNoValue) return "a masked load";
+    if (!sym::only_index_symbols(op.index)) return "a load with a symbolic index";
+    if (op.buffer == product.name) {
+      if (op.index != identity) return "the product is not read elementwise";
+    } else if (op.buffer_dtype != graph::DType::kFloat32) {
+      return "a load of a buffer other than float32";
+    }
+  }
+  if (stores != 1) return "more than one store";
+  if (!ir::dynamic_size_sources(program, consumer).empty()) return "a run-time size";
+  return "";
+}
+
+EpilogueCode epilogue_code(const ir::Buffer& fused) {
+  // Each condition below was checked by epilogue_refusal when the body fused.
+  auto fail = [&](const char* what) -> EpilogueCode {
+    internal_error("the epilogue of {} has {}, which epilogue_refusal refuses", fused.name, what);
+  };
   std::vector<const ir::Buffer*> stages;
   for (const auto& b : fused.call.epilogue_chain) stages.push_back(b.get());
   stages.push_back(&fused);
   const std::vector<sym::Expr>& vars = fused.body.vars();
   const std::vector<sym::Expr>& sizes = fused.layout.sizes;
-  if (vars.size() < 2 || vars.size() != sizes.size()) return std::nullopt;
+  if (vars.size() < 2 || vars.size() != sizes.size()) return fail("fewer than 2 dims");
   // The loop variables from (m, n): n is the last; m unravels over the others (static sizes but
   // the first).
   std::string text = "[&]() -> float { ";
@@ -28,18 +93,18 @@ std::optional<GemmEpilogueCode> gemm_epilogue(const ir::Buffer& fused) {
       break;
     }
     std::optional<int64_t> size = sizes[d].as_integer();
-    if (!size) return std::nullopt;
+    if (!size) return fail("a symbolic inner batch dim");
     text += fmt::format("const int64_t {} = rest % {}; rest /= {}; ", vars[d].name(), *size, *size);
   }
   for (const sym::Expr& v : vars) text += fmt::format("(void){}; ", v.name());
-  GemmEpilogueCode code;
+  EpilogueCode code;
   std::map<std::string, std::string> params;  // buffer -> parameter name
   std::string input = "v";                    // the value each stage reads as its product
   for (size_t stage = 0; stage < stages.size(); ++stage) {
     const ir::Buffer& b = *stages[stage];
     const ir::LoopBody& body = b.body;
-    if (body.is_reduction() || body.vars() != vars) return std::nullopt;
-    const std::string product = std::get<std::string>(b.call.attrs.at("product"));
+    if (body.is_reduction() || body.vars() != vars) return fail("a reduction or other loops");
+    const std::string& product = b.call.product;
     auto name = [&](ir::ValueId id) { return fmt::format("s{}_t{}", stage, id); };
     std::string result;
     const auto& ops = body.ops();
@@ -53,12 +118,13 @@ std::optional<GemmEpilogueCode> gemm_epilogue(const ir::Buffer& fused) {
       std::string value;
       switch (op.code) {
         case OpCode::kLoad:
-          if (op.mask != ir::kNoValue || !sym::only_index_symbols(op.index)) return std::nullopt;
+          if (op.mask != ir::kNoValue || !sym::only_index_symbols(op.index))
+            return fail("a masked load or a symbolic index");
           if (op.buffer == product) {
             value = fmt::format("static_cast<{}>({})", type, input);
             break;
           }
-          if (op.buffer_dtype != graph::DType::kFloat32) return std::nullopt;
+          if (op.buffer_dtype != graph::DType::kFloat32) return fail("a load other than float32");
           if (!params.count(op.buffer)) {
             params[op.buffer] = fmt::format("e{}", params.size());
             code.epilogue.args.push_back(params[op.buffer]);
@@ -68,14 +134,14 @@ std::optional<GemmEpilogueCode> gemm_epilogue(const ir::Buffer& fused) {
                               sym::to_cpp(op.index));
           break;
         case OpCode::kStore:
-          if (!result.empty()) return std::nullopt;  // one output only
+          if (!result.empty()) return fail("more than one store");
           result = operands.at(0);
           continue;
         case OpCode::kConstant:
           value = cpp_literal(op);
           break;
         case OpCode::kIndexExpr:
-          if (!sym::only_index_symbols(op.index)) return std::nullopt;
+          if (!sym::only_index_symbols(op.index)) return fail("a symbolic index");
           value = fmt::format("static_cast<{}>({})", type, sym::to_cpp(op.index));
           break;
         case OpCode::kCast:
@@ -86,13 +152,13 @@ std::optional<GemmEpilogueCode> gemm_epilogue(const ir::Buffer& fused) {
           break;
         default: {
           const char* tmpl = cpp_op_templates(op.code).scalar;
-          if (tmpl == nullptr) return std::nullopt;  // reductions, indirect indexing
+          if (tmpl == nullptr) return fail("an op without a scalar form");
           value = format_op(tmpl, operands);
         }
       }
       text += fmt::format("const {} {} = {}; ", type, name(static_cast<ir::ValueId>(id)), value);
     }
-    if (result.empty()) return std::nullopt;
+    if (result.empty()) return fail("no store");
     input = result;
   }
   text += fmt::format("return static_cast<float>({}); }}()", input);

@@ -14,16 +14,22 @@
 
 namespace kiln::codegen {
 
-struct GemmEpilogueCode {
-  autotune::GemmEpilogue epilogue;   // its pointer arguments are named e0, e1, ...
-  std::vector<std::string> buffers;  // the buffer each argument points to
+struct EpilogueCode {
+  autotune::TemplateEpilogue epilogue;  // its pointer arguments are named e0, e1, ...
+  std::vector<std::string> buffers;     // the buffer each argument points to
 };
+
+/// Why `consumer`, the only reader of the GEMM or convolution choice call `product`, cannot be
+/// its epilogue, or "" when it can: the one rule (CppBackend::template_epilogue_refusal gives
+/// it to the scheduler). An epilogue is a float32 pointwise body over the product's shape and
+/// loops, reading the product elementwise, with static inner batch dims, unmasked affine loads
+/// of float32 buffers, one contiguous store and ops with a scalar C++ form.
+std::string epilogue_refusal(const ir::Program& program, const ir::Buffer& product,
+                             const ir::Buffer& consumer);
 
 /// `fused`: the buffer the template computes, with the bodies of its call's epilogue_chain, then
 /// its own body, as its epilogue (each reads the previous one's value by the name in its call's
-/// "product" attribute). nullopt when a body has something an epilogue cannot hold (a
-/// reduction, an indirect or masked load, a symbolic size or index, a load of a buffer other
-/// than float32).
-std::optional<GemmEpilogueCode> gemm_epilogue(const ir::Buffer& fused);
+/// `product`). Each body passed epilogue_refusal when it fused; anything else is a bug.
+EpilogueCode epilogue_code(const ir::Buffer& fused);
 
 }  // namespace kiln::codegen

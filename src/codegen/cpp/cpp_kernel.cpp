@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <set>
 
@@ -41,6 +42,27 @@ bool fills_a_vector(const sym::Expr& size) {
 }
 
 /// Everything one kernel's generation needs.
+/// A loop over [0, size) as a vector loop in steps of the vector width up to `<v>_end`, then a
+/// scalar loop over the tail; `pass(vector)` writes one pass's body. `pragma`, when not empty,
+/// goes before the vector loop.
+void emit_vector_and_tail(IndentedBuffer& out, const std::string& v, const std::string& size,
+                          const std::string& pragma, const std::function<void(bool)>& pass) {
+  out.linef("const int64_t {0}_end = {1} - {1} % kiln::vec::kWidth;", v, size);
+  if (!pragma.empty()) out.line(pragma);
+  out.linef("for (int64_t {0} = 0; {0} < {0}_end; {0} += kiln::vec::kWidth) {{", v);
+  {
+    auto _ = out.scope();
+    pass(true);
+  }
+  out.line("}");
+  out.linef("for (int64_t {0} = {0}_end; {0} < {1}; ++{0}) {{", v, size);
+  {
+    auto _ = out.scope();
+    pass(false);
+  }
+  out.line("}");
+}
+
 class CppKernelBuilder {
  public:
   CppKernelBuilder(const sched::ScheduleItem& item, const ir::Program& program,
@@ -201,19 +223,7 @@ void CppKernelBuilder::emit_pointwise_inner_loop(IndentedBuffer& out, const sym:
     out.line("}");
     return;
   }
-  out.linef("for (int64_t {0} = 0; {0} < {1}; {0} += kiln::vec::kWidth) {{", v,
-            fmt::format("{}_end", v));
-  {
-    auto _ = out.scope();
-    emit_pass(out, true, var);
-  }
-  out.line("}");
-  out.linef("for (int64_t {0} = {0}_end; {0} < {1}; ++{0}) {{", v, n);
-  {
-    auto _ = out.scope();
-    emit_pass(out, false, var);
-  }
-  out.line("}");
+  emit_vector_and_tail(out, v, n, "", [&](bool vector) { emit_pass(out, vector, var); });
 }
 
 void CppKernelBuilder::emit_pointwise(IndentedBuffer& out) {
@@ -242,20 +252,8 @@ void CppKernelBuilder::emit_pointwise(IndentedBuffer& out) {
       out.line("}");
       return;
     }
-    out.linef("const int64_t {0}_end = {1} - {1} % kiln::vec::kWidth;", v, size);
-    out.linef("#pragma omp parallel for {}", parallel_if());
-    out.linef("for (int64_t {0} = 0; {0} < {0}_end; {0} += kiln::vec::kWidth) {{", v);
-    {
-      auto _ = out.scope();
-      emit_pass(out, true, inner);
-    }
-    out.line("}");
-    out.linef("for (int64_t {0} = {0}_end; {0} < {1}; ++{0}) {{", v, size);
-    {
-      auto _ = out.scope();
-      emit_pass(out, false, inner);
-    }
-    out.line("}");
+    emit_vector_and_tail(out, v, size, fmt::format("#pragma omp parallel for {}", parallel_if()),
+                         [&](bool vector) { emit_pass(out, vector, inner); });
     return;
   }
   std::string collapse = n - 1 > 1 ? fmt::format(" collapse({})", n - 1) : "";
@@ -265,7 +263,6 @@ void CppKernelBuilder::emit_pointwise(IndentedBuffer& out) {
               ctx_.cpp(group_.sizes[k]));
     out.indent();
   }
-  if (vectorize) out.linef("const int64_t {0}_end = {1} - {1} % kiln::vec::kWidth;", v, size);
   emit_pointwise_inner_loop(out, inner, group_.sizes.back(), vectorize, simd);
   for (size_t k = 0; k + 1 < n; ++k) {
     out.dedent();
@@ -283,24 +280,21 @@ void CppKernelBuilder::emit_inner_loops(IndentedBuffer& out, MemberEmitter& m, b
   const sym::Expr& var = group_.reduce_vars.back();
   std::string v = ctx_.cpp(var);
   std::string size = ctx_.cpp(group_.reduce_sizes.back());
-  auto pass_loop = [&](bool vector, const std::string& header) {
-    out.line(header);
-    {
-      auto _ = out.scope();
-      LoopPass pass;
-      pass.vector = vector;
-      pass.vector_var = var;
-      m.emit_loop_body(out, pass);
-    }
-    out.line("}");
+  auto pass = [&](bool vector) {
+    LoopPass loop;
+    loop.vector = vector;
+    loop.vector_var = var;
+    m.emit_loop_body(out, loop);
   };
   if (vectorize) {
-    out.linef("const int64_t {0}_end = {1} - {1} % kiln::vec::kWidth;", v, size);
-    pass_loop(true,
-              fmt::format("for (int64_t {0} = 0; {0} < {0}_end; {0} += kiln::vec::kWidth) {{", v));
-    pass_loop(false, fmt::format("for (int64_t {0} = {0}_end; {0} < {1}; ++{0}) {{", v, size));
+    emit_vector_and_tail(out, v, size, "", pass);
   } else {
-    pass_loop(false, fmt::format("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{", v, size));
+    out.linef("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{", v, size);
+    {
+      auto _ = out.scope();
+      pass(false);
+    }
+    out.line("}");
   }
   for (size_t k = 0; k + 1 < n; ++k) {
     out.dedent();

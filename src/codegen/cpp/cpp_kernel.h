@@ -60,6 +60,9 @@ class CppBackend final : public sched::Backend {
   std::optional<std::string> can_fuse_horizontal(const sched::NodeInfo& node1,
                                                  const sched::NodeInfo& node2,
                                                  const sched::KernelGroup& fused) const override;
+  /// cpp_epilogue.h's epilogue_refusal: the GEMM and convolution templates render the epilogue.
+  std::string template_epilogue_refusal(const ir::Program& program, const ir::Buffer& product,
+                                        const ir::Buffer& consumer) const override;
 };
 
 }  // namespace kiln::codegen

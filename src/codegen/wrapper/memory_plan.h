@@ -1,5 +1,5 @@
 #pragma once
-/// Reuse-based memory planning for the wrapper (seed 000's memory_plan_reuse): a list of
+/// Reuse-based memory planning for the wrapper (Inductor's wrapper memory_plan_reuse): a list of
 /// planning lines — allocate, free-if-not-reused, in-place reuse — planned in one pass (a pool
 /// of freed buffers keyed by dtype and 64-byte aligned symbolic size; an allocation takes the
 /// most recently freed buffer with its key) and emitted in a second.
@@ -43,9 +43,9 @@ struct MemoryPlan {
   std::string str(const ir::Program& program, const sched::Schedule& schedule) const;
 };
 
-/// Where the intermediates of one run live (seed 000's alloc_from_pool): one block (the arena),
-/// each storage of the MemoryPlan at a 64-byte aligned offset. Storages of static size are packed
-/// at offsets computed here, two sharing bytes only when their lifetimes do not overlap
+/// Where the intermediates of one run live (Inductor's wrapper alloc_from_pool): one block (the
+/// arena), each storage of the MemoryPlan at a 64-byte aligned offset. Storages of static size are
+/// packed at offsets computed here, two sharing bytes only when their lifetimes do not overlap
 /// (greedy by size: each takes the lowest offset free over its lifetime); storages whose size
 /// depends on size symbols follow them, one after the other, at offsets that are expressions of
 /// those symbols. A storage whose size is known only mid-run (a data-dependent shape), and the

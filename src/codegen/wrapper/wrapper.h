@@ -1,8 +1,8 @@
 #pragma once
-/// The wrapper: host C++ that runs a compiled model (seeds 000 and 001). It binds size symbols
-/// from the inputs' shapes, checks every input's dtype and shape against what the compile
-/// assumed, allocates, frees and reuses intermediates by the memory plan, checks index tensors,
-/// calls the kernels and library functions in schedule order, and returns the outputs.
+/// The wrapper: host C++ that runs a compiled model (Inductor's wrapper codegen, Python and C++).
+/// It binds size symbols from the inputs' shapes, checks every input's dtype and shape against what
+/// the compile assumed, allocates, frees and reuses intermediates by the memory plan, checks index
+/// tensors, calls the kernels and library functions in schedule order, and returns the outputs.
 ///
 /// The generated entry points (C calling convention, no exception crosses them):
 ///   extern "C" void* kiln_create_state();          // per loaded model, nullptr when out of memory
@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/common/device_codegen.h"
 #include "codegen/common/kernel.h"
 #include "codegen/wrapper/memory_plan.h"
 #include "ir/buffer.h"
@@ -36,14 +37,8 @@ struct WrapperSource {
   std::vector<std::pair<std::string, std::string>> units;
   /// The data of the constant buffers passed through `constants`, in order (every graph's).
   std::vector<std::shared_ptr<const graph::Tensor>> constants;
-  /// Does the code call oneDNN (link -ldnnl)?
-  bool uses_dnnl = false;
-  bool uses_library = false;  // kiln_rt_library.h kernels (TopK, RNN, NMS, ...)
-  /// Does it call BLAS?
-  bool uses_blas = false;
-  /// What the GEMM choices' units need besides (autotune::GemmLinkage).
-  std::vector<std::string> include_dirs;
-  std::vector<std::string> libraries;
+  /// What the units need to build (the libraries the calls use, the choices' linkage).
+  BuildNeeds needs;
   MemoryPlan plan;       // the model's function's
   ArenaPlan arena;       // where its intermediates live
   int kernel_count = 0;  // distinct kernel functions after deduplication
@@ -60,8 +55,9 @@ struct GraphCode {
 };
 
 /// Generates the wrapper (one function per graph) and groups the kernels of all graphs into
-/// translation units; identical kernels are emitted once.
-WrapperSource generate_wrapper(const std::vector<GraphCode>& graphs,
-                               const std::string& kernel_prelude);
+/// translation units; identical kernels are emitted once. What differs per device (includes,
+/// run state, kernel and library calls, timing marks) comes from `codegen`'s WrapperOps; the
+/// kernel units start with its prelude.
+WrapperSource generate_wrapper(const std::vector<GraphCode>& graphs, const DeviceCodegen& codegen);
 
 }  // namespace kiln::codegen

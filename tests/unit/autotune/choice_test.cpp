@@ -32,7 +32,7 @@ namespace fs = std::filesystem;
 
 codecache::CompilerConfig config_for(const GemmChoice& choice) {
   codecache::CompilerConfig config;
-  const GemmLinkage link = choice.linkage();
+  const ChoiceLinkage link = choice.linkage();
   config.include_dirs.assign(link.include_dirs.begin(), link.include_dirs.end());
   config.libraries = link.libraries;
   return config;
@@ -69,7 +69,7 @@ TEST(GemmChoices, HeuristicFirstThenLibrariesThenTemplatesWithDistinctNamesAndKe
   const GemmProblem problem{.n = 768, .k = 256};
   const std::vector<GemmChoicePtr> choices = gemm_choices(128, problem, 4);
   ASSERT_GE(choices.size(), 4u);
-  const GemmConfig heuristic = gemm_default_config(128, problem, 4, host_gemm_isa());
+  const GemmConfig heuristic = gemm_default_config(128, problem, 4, host_template_isa());
   EXPECT_EQ(choices[0]->name(), "template " + heuristic.name());
   ASSERT_NE(choices[0]->template_config(), nullptr);
   EXPECT_EQ(*choices[0]->template_config(), heuristic);
@@ -93,7 +93,7 @@ TEST(GemmChoices, LibrariesKeepTheWeightTemplatesPrepackIt) {
   const std::vector<float> b = random_matrix(problem.k, problem.n, 3);
   EXPECT_EQ(make_openblas_choice(problem)->prepare(b.data(), 6, 20), b);
   EXPECT_EQ(make_onednn_choice(problem)->prepare(b.data(), 6, 20), b);
-  const GemmConfig config = gemm_default_config(4, problem, 1, GemmIsa::kAvx2);
+  const GemmConfig config = gemm_default_config(4, problem, 1, TemplateIsa::kAvx2);
   EXPECT_EQ(make_template_choice(config, problem)->prepare(b.data(), 6, 20),
             prepack_b(config, problem, b.data()));
 }
@@ -110,7 +110,7 @@ TEST(GemmChoices, EveryChoiceIsCorrectAtAwkwardSizes) {
       {{.n = 45, .k = 1}, {1, 5}},
       {{.n = 53, .k = 70}, {1, 3, 50}},
   };
-  const GemmEpilogue bias_relu{.expr = "std::max(v + bias[n], 0.0f)", .args = {"bias"}};
+  const TemplateEpilogue bias_relu{.expr = "std::max(v + bias[n], 0.0f)", .args = {"bias"}};
   codecache::CodeCache cache(fresh_dir() / "code");
   const int threads = omp_get_max_threads();
   for (const Case& c : cases) {

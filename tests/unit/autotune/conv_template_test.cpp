@@ -35,7 +35,7 @@ using ConvResidualFn = void(const float*, const float*, float*, const float*);
 
 codecache::CompilerConfig config_for(const ConvChoice& choice) {
   codecache::CompilerConfig config;
-  const GemmLinkage link = choice.linkage();
+  const ChoiceLinkage link = choice.linkage();
   config.include_dirs.assign(link.include_dirs.begin(), link.include_dirs.end());
   config.libraries = link.libraries;
   return config;
@@ -86,18 +86,18 @@ std::vector<ConvProblem> problems() {
 }
 
 bool can_run(const ConvConfig& config) {
-  return config.isa == GemmIsa::kAvx2 || host_gemm_isa() == GemmIsa::kAvx512;
+  return config.isa == TemplateIsa::kAvx2 || host_template_isa() == TemplateIsa::kAvx512;
 }
 
 // Small blocks: several input channel blocks, and column blocks with a tail at every width; both
 // task orders.
 std::vector<ConvConfig> small_block_configs() {
   std::vector<ConvConfig> configs = {
-      {.isa = GemmIsa::kAvx2, .ocb = 8, .owb = 3, .icb = 2},
-      {.isa = GemmIsa::kAvx2, .ocb = 16, .owb = 5, .icb = 3, .rows_outer = true},
-      {.isa = GemmIsa::kAvx2, .ocb = 24, .owb = 4, .icb = 5},
-      {.isa = GemmIsa::kAvx512, .ocb = 32, .owb = 7, .icb = 4},
-      {.isa = GemmIsa::kAvx512, .ocb = 64, .owb = 6, .icb = 64}};
+      {.isa = TemplateIsa::kAvx2, .ocb = 8, .owb = 3, .icb = 2},
+      {.isa = TemplateIsa::kAvx2, .ocb = 16, .owb = 5, .icb = 3, .rows_outer = true},
+      {.isa = TemplateIsa::kAvx2, .ocb = 24, .owb = 4, .icb = 5},
+      {.isa = TemplateIsa::kAvx512, .ocb = 32, .owb = 7, .icb = 4},
+      {.isa = TemplateIsa::kAvx512, .ocb = 64, .owb = 6, .icb = 64}};
   std::vector<ConvConfig> runnable;
   for (const ConvConfig& c : configs) {
     if (can_run(c)) runnable.push_back(c);
@@ -148,7 +148,7 @@ void expect_matches(const ConvProblem& p, const std::vector<float>& x, const std
 
 TEST(ConvTemplate, ConfigsAreValidAndTheDefaultComesFirst) {
   for (const ConvProblem& p : problems()) {
-    for (GemmIsa isa : {GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+    for (TemplateIsa isa : {TemplateIsa::kAvx2, TemplateIsa::kAvx512}) {
       const std::vector<ConvConfig> configs = conv_configs(p, 2, isa);
       ASSERT_FALSE(configs.empty()) << p.text();
       EXPECT_EQ(*conv_default_config(p, 2, isa), configs.front());
@@ -157,22 +157,22 @@ TEST(ConvTemplate, ConfigsAreValidAndTheDefaultComesFirst) {
         EXPECT_NO_THROW(check_conv_config(c));
         EXPECT_TRUE(names.insert(c.name()).second) << c.name();
         EXPECT_EQ(decode_conv_config(c.name()), c);
-        if (isa == GemmIsa::kAvx2) {
-          EXPECT_EQ(c.isa, GemmIsa::kAvx2);
+        if (isa == TemplateIsa::kAvx2) {
+          EXPECT_EQ(c.isa, TemplateIsa::kAvx2);
         }
       }
     }
   }
-  EXPECT_THROW(check_conv_config({.isa = GemmIsa::kAvx2, .ocb = 12, .owb = 4, .icb = 8}),
+  EXPECT_THROW(check_conv_config({.isa = TemplateIsa::kAvx2, .ocb = 12, .owb = 4, .icb = 8}),
                InternalError);  // not a multiple of 8
-  EXPECT_THROW(check_conv_config({.isa = GemmIsa::kAvx2, .ocb = 16, .owb = 7, .icb = 8}),
+  EXPECT_THROW(check_conv_config({.isa = TemplateIsa::kAvx2, .ocb = 16, .owb = 7, .icb = 8}),
                InternalError);  // 17 registers
   EXPECT_THROW(decode_conv_config("avx3_oc16x6_ic8"), InternalError);
 }
 
 TEST(ConvTemplate, PrepackRoundTripsAndPadsChannelsWithZeros) {
   const ConvProblem p = problem(1, 3, 5, 5, 11, 3, 1, 1);
-  const ConvConfig config{.isa = GemmIsa::kAvx2, .ocb = 8, .owb = 4, .icb = 2};
+  const ConvConfig config{.isa = TemplateIsa::kAvx2, .ocb = 8, .owb = 4, .icb = 2};
   const std::vector<float> w = random_matrix(p.m, p.depth(), 1), bias = random_matrix(1, p.m, 2);
   const std::vector<float> packed = prepack_conv_weights(config, p, w.data(), bias.data());
   ASSERT_EQ(static_cast<int64_t>(packed.size()), packed_conv_weight_size(config, p));
@@ -199,7 +199,7 @@ TEST(ConvChoices, EveryChoiceIsCorrectAtAwkwardSizes) {
     for (const ConvConfig& config : small_block_configs()) {
       choices.push_back(make_conv_template_choice(config, p));
     }
-    GemmEpilogue epilogue{.expr = {}, .args = {"e0"}};
+    TemplateEpilogue epilogue{.expr = {}, .args = {"e0"}};
     epilogue.expr = "std::max(v + e0[m * " + std::to_string(p.ow()) + " + n], 0.0f)";
     // Each choice's plain and fused kernels are one library; the fused one for the first four.
     std::vector<codecache::LibrarySpec> specs;

@@ -79,7 +79,7 @@ void expect_matches(const std::vector<float>& a, const std::vector<float>& b,
 int threads() { return omp_get_max_threads(); }
 
 bool can_run(const GemmConfig& config) {
-  return config.isa == GemmIsa::kAvx2 || host_gemm_isa() == GemmIsa::kAvx512;
+  return config.isa == TemplateIsa::kAvx2 || host_template_isa() == TemplateIsa::kAvx512;
 }
 
 // Small blocks so that little problems cross every block edge: more than one K block, M block
@@ -87,32 +87,35 @@ bool can_run(const GemmConfig& config) {
 // ways of reading A.
 std::vector<GemmConfig> small_block_configs() {
   std::vector<GemmConfig> configs;
-  GemmConfig c6x16{.isa = GemmIsa::kAvx2, .mr = 6, .nr = 16, .mc = 12, .nc = 32, .kc = 16};
+  GemmConfig c6x16{.isa = TemplateIsa::kAvx2, .mr = 6, .nr = 16, .mc = 12, .nc = 32, .kc = 16};
   configs.push_back(c6x16);
-  GemmConfig c4x24{.isa = GemmIsa::kAvx2, .mr = 4, .nr = 24, .mc = 8, .nc = 48, .kc = 5};
+  GemmConfig c4x24{.isa = TemplateIsa::kAvx2, .mr = 4, .nr = 24, .mc = 8, .nc = 48, .kc = 5};
   c4x24.loop_order = GemmLoopOrder::kMrOuter;
   c4x24.thread_split = GemmThreadSplit::kM;
   configs.push_back(c4x24);
-  GemmConfig c8x8{.isa = GemmIsa::kAvx2, .mr = 8, .nr = 8, .mc = 16, .nc = 16, .kc = 32};
+  GemmConfig c8x8{.isa = TemplateIsa::kAvx2, .mr = 8, .nr = 8, .mc = 16, .nc = 16, .kc = 32};
   c8x8.thread_split = GemmThreadSplit::kN;
   configs.push_back(c8x8);
-  configs.push_back({.isa = GemmIsa::kAvx2, .mr = 1, .nr = 48, .mc = 3, .nc = 48, .kc = 7});
-  configs.push_back({.isa = GemmIsa::kAvx512, .mr = 12, .nr = 32, .mc = 24, .nc = 64, .kc = 16});
+  configs.push_back({.isa = TemplateIsa::kAvx2, .mr = 1, .nr = 48, .mc = 3, .nc = 48, .kc = 7});
+  configs.push_back(
+      {.isa = TemplateIsa::kAvx512, .mr = 12, .nr = 32, .mc = 24, .nc = 64, .kc = 16});
   GemmConfig direct6x16 = c6x16;
   direct6x16.pack_a = false;
   configs.push_back(direct6x16);
-  GemmConfig direct14x32{.isa = GemmIsa::kAvx512, .mr = 14, .nr = 32, .mc = 28, .nc = 32, .kc = 8};
+  GemmConfig direct14x32{
+      .isa = TemplateIsa::kAvx512, .mr = 14, .nr = 32, .mc = 28, .nc = 32, .kc = 8};
   direct14x32.pack_a = false;
   direct14x32.loop_order = GemmLoopOrder::kMrOuter;
   configs.push_back(direct14x32);
-  GemmConfig c8x48{.isa = GemmIsa::kAvx512, .mr = 8, .nr = 48, .mc = 16, .nc = 96, .kc = 9};
+  GemmConfig c8x48{.isa = TemplateIsa::kAvx512, .mr = 8, .nr = 48, .mc = 16, .nc = 96, .kc = 9};
   c8x48.loop_order = GemmLoopOrder::kMrOuter;
   configs.push_back(c8x48);
   return configs;
 }
 
 TEST(GemmTemplate, PrepackPutsEachPanelWhereTheKernelReadsIt) {
-  const GemmConfig config{.isa = GemmIsa::kAvx2, .mr = 6, .nr = 16, .mc = 12, .nc = 32, .kc = 4};
+  const GemmConfig config{
+      .isa = TemplateIsa::kAvx2, .mr = 6, .nr = 16, .mc = 12, .nc = 32, .kc = 4};
   const GemmProblem problem{.n = 20, .k = 6};
   const std::vector<float> b = random_matrix(problem.k, problem.n, 1);
   const std::vector<float> packed = prepack_b(config, problem, b.data());
@@ -131,7 +134,7 @@ TEST(GemmTemplate, PrepackPutsEachPanelWhereTheKernelReadsIt) {
 }
 
 TEST(GemmTemplate, ConfigsAreValidAndTheDefaultComesFirst) {
-  for (GemmIsa isa : {GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+  for (TemplateIsa isa : {TemplateIsa::kAvx2, TemplateIsa::kAvx512}) {
     for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
              {128, 768, 768}, {1, 1000, 2048}, {3136, 64, 576}, {1, 1, 1}, {2048, 2048, 2048}}) {
       const GemmProblem problem{.n = n, .k = k};
@@ -140,21 +143,23 @@ TEST(GemmTemplate, ConfigsAreValidAndTheDefaultComesFirst) {
       EXPECT_EQ(configs.front(), gemm_default_config(m, problem, 2, isa));
       for (const GemmConfig& config : configs) {
         EXPECT_NO_THROW(check_gemm_config(config)) << config.name();
-        EXPECT_TRUE(isa == GemmIsa::kAvx512 || config.isa == GemmIsa::kAvx2) << config.name();
+        EXPECT_TRUE(isa == TemplateIsa::kAvx512 || config.isa == TemplateIsa::kAvx2)
+            << config.name();
       }
     }
   }
 }
 
 TEST(GemmTemplate, BadConfigsAreRejected) {
-  EXPECT_THROW(check_gemm_config({.isa = GemmIsa::kAvx2, .mr = 6, .nr = 12}), InternalError);
-  EXPECT_THROW(check_gemm_config({.isa = GemmIsa::kAvx2, .mr = 8, .nr = 16}), InternalError);
-  EXPECT_THROW(check_gemm_config({.isa = GemmIsa::kAvx2, .mr = 6, .nr = 16, .mc = 100}),
+  EXPECT_THROW(check_gemm_config({.isa = TemplateIsa::kAvx2, .mr = 6, .nr = 12}), InternalError);
+  EXPECT_THROW(check_gemm_config({.isa = TemplateIsa::kAvx2, .mr = 8, .nr = 16}), InternalError);
+  EXPECT_THROW(check_gemm_config({.isa = TemplateIsa::kAvx2, .mr = 6, .nr = 16, .mc = 100}),
                InternalError);
-  EXPECT_THROW(check_gemm_config({.isa = GemmIsa::kAvx2, .mr = 6, .nr = 16, .nc = 100}),
+  EXPECT_THROW(check_gemm_config({.isa = TemplateIsa::kAvx2, .mr = 6, .nr = 16, .nc = 100}),
                InternalError);
-  EXPECT_THROW(check_gemm_config({.isa = GemmIsa::kAvx2, .mr = 6, .nr = 16, .mc = 960, .kc = 4096}),
-               InternalError);
+  EXPECT_THROW(
+      check_gemm_config({.isa = TemplateIsa::kAvx2, .mr = 6, .nr = 16, .mc = 960, .kc = 4096}),
+      InternalError);
 }
 
 // Every small-block config, compiled once per (N, K), run at several M (M is a run-time argument).
@@ -201,7 +206,7 @@ TEST(GemmTemplate, DefaultConfigsMatchTheReference) {
   std::vector<codecache::LibrarySpec> specs;
   std::vector<GemmConfig> configs;
   for (const auto& [m, n, k] : shapes) {
-    configs.push_back(gemm_default_config(m, {.n = n, .k = k}, threads(), host_gemm_isa()));
+    configs.push_back(gemm_default_config(m, {.n = n, .k = k}, threads(), host_template_isa()));
     specs.push_back({{{"gemm.cpp", render_gemm(configs.back(), {.n = n, .k = k}, "gemm")}},
                      test_compiler_config()});
   }
@@ -223,7 +228,7 @@ TEST(GemmTemplate, DefaultConfigsMatchTheReference) {
 
 TEST(GemmTemplate, BiasReluEpilogueIsAppliedOnceAfterTheLastKBlock) {
   codecache::CodeCache cache(fresh_dir() / "cache");
-  const GemmEpilogue epilogue{.expr = "std::max(v + bias[n], 0.0f)", .args = {"bias"}};
+  const TemplateEpilogue epilogue{.expr = "std::max(v + bias[n], 0.0f)", .args = {"bias"}};
   // K = 40 spans three K blocks of the 6x16 config (KC 16) and one of the 8x8 config.
   const GemmProblem problem{.n = 37, .k = 40};
   std::vector<GemmConfig> configs;
@@ -254,8 +259,8 @@ TEST(GemmTemplate, BiasReluEpilogueIsAppliedOnceAfterTheLastKBlock) {
 
 TEST(GemmTemplate, EmptyKWritesTheEpilogueOfZero) {
   codecache::CodeCache cache(fresh_dir() / "cache");
-  const GemmConfig config = gemm_default_config(5, {.n = 9, .k = 0}, 2, GemmIsa::kAvx2);
-  const GemmEpilogue epilogue{.expr = "v + bias[n]", .args = {"bias"}};
+  const GemmConfig config = gemm_default_config(5, {.n = 9, .k = 0}, 2, TemplateIsa::kAvx2);
+  const TemplateEpilogue epilogue{.expr = "v + bias[n]", .args = {"bias"}};
   codecache::LoadedLibrary library(cache.compile_shared_library(
       render_gemm(config, {.n = 9, .k = 0}, "gemm", epilogue), test_compiler_config()));
   auto* gemm = library.symbol<GemmBiasFn>("gemm");
@@ -266,7 +271,8 @@ TEST(GemmTemplate, EmptyKWritesTheEpilogueOfZero) {
 }
 
 TEST(GemmTemplate, RenderedSourceIsReadable) {
-  const GemmConfig config{.isa = GemmIsa::kAvx2, .mr = 6, .nr = 16, .mc = 96, .nc = 768, .kc = 256};
+  const GemmConfig config{
+      .isa = TemplateIsa::kAvx2, .mr = 6, .nr = 16, .mc = 96, .nc = 768, .kc = 256};
   const std::string source = render_gemm(config, {.n = 768, .k = 768}, "kiln_gemm_0");
   EXPECT_NE(source.find("extern \"C\" void kiln_gemm_0(int64_t M, const float* A, const float* "
                         "Bp, float* C)"),

@@ -68,7 +68,7 @@ class PlantedChoice final : public GemmChoice {
   std::vector<float> prepare(const float* b, int64_t k, int64_t n) const override {
     return std::vector<float>(b, b + k * n);
   }
-  std::string render(const std::string& function_name, const GemmEpilogue&) const override {
+  std::string render(const std::string& function_name, const TemplateEpilogue&) const override {
     const std::string head = "#include <cstdint>\nextern \"C\" void " + function_name +
                              "(int64_t M, const float* A, const float* B, float* C) {\n";
     switch (fault_) {
@@ -100,7 +100,7 @@ class PlantedConvChoice final : public ConvChoice {
   std::vector<float> prepare(const float* w, const float*) const override {
     return std::vector<float>(w, w + problem_.m * problem_.depth());
   }
-  std::string render(const std::string& function_name, const GemmEpilogue&) const override {
+  std::string render(const std::string& function_name, const TemplateEpilogue&) const override {
     const std::string head =
         "extern \"C\" void " + function_name + "(const float* X, const float* W, float* Y) {\n";
     if (!crash_) return head + "  this is not C++;\n}\n";

@@ -67,7 +67,10 @@ class CompiledProgram {
     symbols_.assign(symbols.begin(), symbols.end());
     source = codegen::cpp_kernel_prelude();
     for (const auto& k : kernels) {
-      source += "\n" + k.source();
+      // Appended in two steps: GCC 12 warns (-Wrestrict, a false positive) on the inlined
+      // "literal" + std::string&& here.
+      source += '\n';
+      source += k.source();
       kernel_sources.push_back(k.source());
       calls += "  " + call(k) + ";\n";
     }

@@ -379,12 +379,11 @@ TEST(InterpreterTest, MatmulBroadcastsBatchesThroughStrides) {
   pb.input("b", DType::kFloat32, {3, 2});
   pb.input("bias", DType::kFloat32, {2});
   Buffer& y = pb.external("y", DType::kFloat32, {2, 2, 2});
-  y.call.kernel = "matmul";
+  y.call.op = ir::MatMulCall{1.0, 2.0};
   View a{"a", DType::kFloat32, Layout::contiguous({2, 2, 3})};
   View b{"b", DType::kFloat32, Layout::contiguous({3, 2})};
   View bias{"bias", DType::kFloat32, Layout{{2, 2, 2}, {0, 0, 1}, 0}};
   y.call.inputs = {a, b, bias};
-  y.call.attrs["beta"] = 2.0;
   pb.output(y);
   auto out = interpret(
       pb.program,
@@ -399,10 +398,9 @@ TEST(InterpreterTest, MatmulReadsTransposedViews) {
   ProgramBuilder pb;
   pb.input("a", DType::kFloat64, {2, 2});
   Buffer& y = pb.external("y", DType::kFloat64, {2, 2});
-  y.call.kernel = "matmul";
+  y.call.op = ir::MatMulCall{0.5, 1.0};
   y.call.inputs = {View{"a", DType::kFloat64, Layout{{2, 2}, {1, 2}, 0}},  // a^T
                    View{"a", DType::kFloat64, Layout::contiguous({2, 2})}};
-  y.call.attrs["alpha"] = 0.5;
   pb.output(y);
   auto out =
       interpret(pb.program, {{"a", make_tensor<double>(DType::kFloat64, {2, 2}, {1, 2, 3, 4})}});
@@ -417,13 +415,14 @@ TEST(InterpreterTest, ConvWithPaddingStrideAndGroups) {
   pb.input("w", DType::kFloat32, {2, 1, 2, 2});
   pb.input("bias", DType::kFloat32, {2});
   Buffer& y = pb.external("y", DType::kFloat32, {1, 2, 2, 2});
-  y.call.kernel = "conv";
+  ir::ConvCall conv;
+  conv.strides = {2, 2};
+  conv.pads = {1, 1, 1, 1};
+  conv.group = 2;
+  y.call.op = conv;
   y.call.inputs = {View{"x", DType::kFloat32, Layout::contiguous({1, 2, 3, 3})},
                    View{"w", DType::kFloat32, Layout::contiguous({2, 1, 2, 2})},
                    View{"bias", DType::kFloat32, Layout::contiguous({2})}};
-  y.call.attrs["strides"] = std::vector<int64_t>{2, 2};
-  y.call.attrs["pads"] = std::vector<int64_t>{1, 1, 1, 1};
-  y.call.attrs["group"] = int64_t{2};
   pb.output(y);
   std::vector<float> x(18);
   for (size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>(k);

@@ -111,7 +111,7 @@ TEST(ConstantFold, TransposedScaledWeightOfMatMulBecomesOneConstant) {
   ASSERT_EQ(weight->kind, ir::BufferKind::kConstant) << program.str();
   // The GEMM template reads the folded weight packed into its panels (the values are checked by
   // running the program below).
-  EXPECT_EQ(run[0]->call.kernel, "gemm");
+  EXPECT_NE(run[0]->call.as<ir::GemmCall>(), nullptr);
   EXPECT_GE(weight->constant->numel(), 12);
   // Only x, the folded weight and the output remain.
   EXPECT_EQ(program.buffers.size(), 3u) << program.str();

@@ -1,0 +1,99 @@
+#pragma once
+/// The interface a backend implements for one device (Inductor's per-device BaseScheduling, both
+/// halves, with get_scheduling_for_device's choice): the scheduler's fusion hooks, the kernel of
+/// a scheduled group, the text every unit of kernels starts with, and how its units are built.
+/// The driver picks one per device with make_device_codegen and names no backend itself. The
+/// wrapper's per-device operations are the backend's too (WrapperOps).
+///
+/// Implementations: codegen/cpp/cpp_codegen.h (CppCodegen, the CPU: C++ with OpenMP and SIMD).
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codecache/compiler.h"
+#include "codegen/common/kernel.h"
+#include "ir/buffer.h"
+#include "ir/device.h"
+#include "sched/schedule.h"
+#include "sched/scheduler.h"
+#include "support/indented_buffer.h"
+
+namespace kiln::codegen {
+
+/// What the generated units need to build besides the backend's own headers and libraries.
+struct BuildNeeds {
+  bool uses_blas = false;                 // OpenBLAS
+  bool uses_dnnl = false;                 // oneDNN
+  std::vector<std::string> include_dirs;  // the autotune choices' (autotune::ChoiceLinkage)
+  std::vector<std::string> libraries;
+};
+
+/// What differs per device in the wrapper (codegen/wrapper/wrapper.h), which writes the
+/// device-neutral rest itself (memory-plan lines, control flow, guards and checks, data-dependent
+/// sizes, outputs): the runtime headers, the run state's members (its arena, what library calls
+/// keep between runs), declarations of what it calls, kernel calls, library calls and the timing
+/// marks around them. One object serves one wrapper: it gathers the units and build needs of
+/// what it wrote.
+class WrapperOps {
+ public:
+  virtual ~WrapperOps() = default;
+  /// Notes what `call` needs; called for every call of every graph before anything is written.
+  virtual void note(const ir::ExternCall& call) = 0;
+  /// The includes; `uses_control`: the wrapper runs If, Loop or Scan.
+  virtual void write_includes(IndentedBuffer& out, bool uses_control) = 0;
+  /// Members of the per-run state struct.
+  virtual void write_run_state_members(IndentedBuffer& out) = 0;
+  /// What the timing marks (write_timing_mark) need, before any function.
+  virtual void write_timing_support(IndentedBuffer& out) = 0;
+  /// Declarations of the kernels and of the functions library calls call.
+  virtual void write_declarations(IndentedBuffer& out,
+                                  const std::vector<const GeneratedKernel*>& kernels) = 0;
+  /// Times what follows in its scope in a profiled run: `label` names the event, `kind` is
+  /// "kernel" or "call".
+  virtual void write_timing_mark(IndentedBuffer& out, const std::string& label,
+                                 const std::string& kind) = 0;
+  /// A call of kernel `function` with argument text `args`, timed as `label`.
+  virtual void write_kernel_call(IndentedBuffer& out, const std::string& label,
+                                 const std::string& function, const std::string& args) = 0;
+  /// The library call that computes `buffer` (an extern buffer of `program`, not control flow).
+  virtual void write_library_call(IndentedBuffer& out, const ir::Buffer& buffer,
+                                  const ir::Program& program) = 0;
+  /// Translation units of its own (the functions of GEMM and convolution choices), in order.
+  virtual std::vector<std::pair<std::string, std::string>> take_units() = 0;
+  /// What the units need to build.
+  virtual BuildNeeds needs() const = 0;
+};
+
+class DeviceCodegen {
+ public:
+  virtual ~DeviceCodegen() = default;
+
+  virtual ir::Device device() const = 0;
+
+  /// The scheduler's hooks: kernel names, group keys and fusion vetoes.
+  virtual const sched::Backend& scheduling() const = 0;
+
+  /// Whether this device computes `buffer` (else it runs on the host).
+  virtual bool supports(const ir::Buffer& buffer) const = 0;
+
+  /// The kernel of a kernel item of `program`'s schedule (Inductor's codegen_node). A GPU
+  /// kernel carries its launch (GeneratedKernel::launch).
+  virtual GeneratedKernel generate_kernel(const sched::ScheduleItem& item,
+                                          const ir::Program& program) const = 0;
+
+  /// The includes and helpers every translation unit of kernels starts with, once.
+  virtual std::string prelude() const = 0;
+
+  /// The wrapper's per-device operations, for one wrapper.
+  virtual std::unique_ptr<WrapperOps> wrapper_ops() const = 0;
+
+  /// The compiler, flags, include directories and libraries of the generated units.
+  virtual codecache::CompilerConfig build_config(const BuildNeeds& needs) const = 0;
+};
+
+/// The backend of `device`.
+std::unique_ptr<DeviceCodegen> make_device_codegen(ir::Device device);
+
+}  // namespace kiln::codegen

@@ -89,10 +89,25 @@ std::string grouped(int64_t n) {
 /// does not need it.
 using RunTimeTypes = std::map<std::string, std::vector<ir::OutputAlternative>>;
 
+bool holds_if(const graph::Graph& graph) {
+  for (const auto& node : graph.nodes()) {
+    if (node->op_type() == "If" && node->domain().empty()) return true;
+    for (const auto& subgraph : node->subgraphs()) {
+      if (subgraph != nullptr && holds_if(*subgraph)) return true;
+    }
+  }
+  return false;
+}
+
+/// Lowers only models with an If (the others' output types are the declared ones), without
+/// algorithm selection, so that info stays quick.
 RunTimeTypes run_time_typed_outputs(const graph::Model& model) {
   RunTimeTypes types;
+  if (!holds_if(*model.graph)) return types;
   try {
-    ir::Program program = lower::lower_graph(*model.graph);
+    lower::LoweringOptions options;
+    options.autotune = autotune::AutotuneMode::kOff;
+    ir::Program program = lower::lower_graph(*model.graph, options);
     for (const ir::OutputSpec& out : program.outputs) {
       if (out.type_known_after_run()) types[out.onnx_name] = out.alternatives;
     }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "driver/compile.h"
+#include "kiln/kiln.h"
 #include "kiln/runtime.h"
 #include "onnx/importer.h"
 #include "onnx/tensor_file.h"
@@ -46,9 +47,9 @@ std::string message_of(kiln_status* status) {
 
 /// A model library compiled from `name`/model.onnx and loaded.
 struct Library {
-  explicit Library(const std::string& name) {
+  explicit Library(const std::string& name) : path(models() / (name + ".so")) {
     driver::LibraryOptions options;
-    options.output = models() / (name + ".so");
+    options.output = path;
     options.compile.cache_dir = fs::path(KILN_BUILD_DIR) / "test-tmp" / "if-types-api-cache";
     options.compile.autotune = autotune::AutotuneMode::kOff;
     driver::compile_library(onnx::import_model(models() / name / "model.onnx"), options);
@@ -63,6 +64,7 @@ struct Library {
     return info;
   }
 
+  fs::path path;
   kiln_model* model = nullptr;
 };
 
@@ -123,6 +125,23 @@ TEST(IfTypes, RankKnownAfterARun) {
   expect_run(library, "rank", "hi", {"sr_hi"}, {"y", "s"});
   expect_run(library, "rank", "lo", {"sr_lo"}, {"y", "s"});
   expect_run(library, "rank", "hi", {"sr_hi"}, {"y", "s"});
+
+  // The C++ API (include/kiln/kiln.h) over the same library.
+  kiln::Model model = kiln::load(library.path.string());
+  EXPECT_TRUE(model.outputs()[0].rank_known_after_run);
+  EXPECT_TRUE(model.outputs()[0].dims.empty());
+  EXPECT_FALSE(model.outputs()[1].rank_known_after_run);
+  const graph::Tensor x = npy("rank", "x");
+  const graph::Tensor y_lo = npy("rank", "y_lo");
+  float sr = 8000.0f;
+  std::vector<kiln::Tensor> out =
+      model.run({kiln::Tensor::view(KILN_FLOAT32, {2, 3}, const_cast<void*>(x.data())),
+                 kiln::Tensor::view(KILN_FLOAT32, {}, &sr)});
+  EXPECT_EQ(out[0].shape(), (std::vector<int64_t>{2, 3, 1}));
+  for (int64_t i = 0; i < y_lo.numel(); ++i) {
+    const float w = y_lo.values<float>()[static_cast<size_t>(i)];
+    EXPECT_NEAR(out[0].data<float>()[i], w, 1e-5 + 1e-4 * std::fabs(w)) << i;
+  }
 }
 
 TEST(IfTypes, RankInsideALoopBody) {

@@ -19,6 +19,8 @@ and <model>/<output>_hi.npy, <output>_lo.npy are numpy's outputs for them.
   chain.onnx  x[2] -> If1 (sr > 16000): Unsqueeze(x, 0) or x -> If2 (sr2 > 0): Unsqueeze(., 0)
               or . -> y (rank 1 to 3) and s = ReduceSum(y); inputs sr2_pos.npy / sr2_neg.npy,
               outputs y_<hi|lo>_<pos|neg>.npy
+  loop_bad.onnx  loop.onnx without the Reshape: a body output whose rank the If decides (an
+              error)
   limit.onnx  a chain of 5 such Ifs read by a ReduceSum: more than Kiln specializes
 Nothing here depends on Kiln.
 """
@@ -90,7 +92,7 @@ def rank_model(out, x):
                       "s_" + tag: np.array(r.sum(), np.float32)})
 
 
-def loop_model(out, x):
+def loop_model(out, x, reshape=True):
     then_branch = branch("then", [
         const("two", 2.0), const("axes", [0], np.int64),
         helper.make_node("Mul", ["acc_in", "two"], ["t0"]),
@@ -101,11 +103,14 @@ def loop_model(out, x):
     body_nodes = [
         helper.make_node("If", ["cond"], ["v"], name="body_if", then_branch=then_branch,
                          else_branch=else_branch),
-        helper.make_node("Add", ["v", "x"], ["w"], name="add_x"),
-        const("shape", [3], np.int64),
-        helper.make_node("Reshape", ["w", "shape"], ["acc_out"], name="flatten"),
+        helper.make_node("Add", ["v", "x"], ["w" if reshape else "acc_out"], name="add_x"),
         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
     ]
+    if reshape:
+        body_nodes += [
+            const("shape", [3], np.int64),
+            helper.make_node("Reshape", ["w", "shape"], ["acc_out"], name="flatten"),
+        ]
     body = helper.make_graph(body_nodes, "body", [
         helper.make_tensor_value_info("i", TensorProto.INT64, []),
         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
@@ -123,6 +128,8 @@ def loop_model(out, x):
         helper.make_tensor_value_info("sr", F, [])
     ], [helper.make_tensor_value_info("y", F, [3])])
     save(graph, os.path.join(out, "model.onnx"))
+    if not reshape:
+        return
     for tag, hi in (("hi", True), ("lo", False)):
         acc = x.copy()
         for _ in range(3):
@@ -210,7 +217,7 @@ def limit_model(out):
 def main():
     root = sys.argv[1]
     rng = np.random.default_rng(13)
-    for name in ("rank", "loop", "dtype", "chain", "limit"):
+    for name in ("rank", "loop", "loop_bad", "dtype", "chain", "limit"):
         os.makedirs(os.path.join(root, name), exist_ok=True)
         write(os.path.join(root, name), sr_hi=np.array(22050.0, np.float32),
               sr_lo=np.array(8000.0, np.float32))
@@ -221,6 +228,8 @@ def main():
     rank_model(os.path.join(root, "rank"), x23)
     write(os.path.join(root, "loop"), x=x3)
     loop_model(os.path.join(root, "loop"), x3)
+    write(os.path.join(root, "loop_bad"), x=x3)
+    loop_model(os.path.join(root, "loop_bad"), x3, reshape=False)
     write(os.path.join(root, "dtype"), x=x23)
     dtype_model(os.path.join(root, "dtype"), x23)
     write(os.path.join(root, "chain"), x=x2)

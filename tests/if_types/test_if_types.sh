@@ -4,8 +4,8 @@
 # compiled once into a fresh code cache and run with a sample rate taking either branch
 # (the second run must come from the code cache: both branches were compiled ahead of time);
 # compare.py checks each output's dtype, shape and values (float32: rtol 1e-4, atol 1e-5;
-# integers exactly). A model with more such Ifs than Kiln specializes fails with an error
-# naming them.
+# integers exactly). A Loop body output whose rank the If decides, and a model with more such
+# Ifs than Kiln specializes, fail with errors naming the nodes.
 # Arguments: $1 = kiln binary, $2 = scratch directory.
 set -uo pipefail
 KILN="$1"
@@ -71,6 +71,16 @@ grep -Eq '^  s +float32\[\]$' "$SCRATCH/info_rank.txt" || fail "kiln info: s sho
 cat "$SCRATCH/info_dtype.txt"
 grep -Eq '^  y +int32\[2, 3\] or float32\[2, 3\] \(known after a run\)$' \
   "$SCRATCH/info_dtype.txt" || fail "kiln info: y should be int32[2, 3] or float32[2, 3]"
+
+# A Loop body output whose rank the If decides: a user error (exit 2) naming the Loop.
+"$KILN" run "$M/loop_bad/model.onnx" --input "x=$M/loop_bad/x.npy" \
+  --input "sr=$M/loop_bad/sr_hi.npy" --output-dir "$SCRATCH/out" --cache-dir "$CACHE" \
+  >"$SCRATCH/loop_bad.out" 2>"$SCRATCH/loop_bad.err"
+status=$?
+cat "$SCRATCH/loop_bad.err"
+[ "$status" -eq 2 ] || fail "loop_bad: expected exit 2, got $status"
+grep -q "node 'loop' (Loop): body output 1 ('acc_out') has a rank or dtype known only at run time" \
+  "$SCRATCH/loop_bad.err" || fail "loop_bad: the error should name the Loop and its output"
 
 # Five chained Ifs of this kind: more than Kiln specializes, a user error (exit 2) naming them.
 "$KILN" run "$M/limit/model.onnx" --input "sr=$M/limit/sr_hi.npy" --output-dir "$SCRATCH/out" \

@@ -1,6 +1,8 @@
 // lower_graph: walks the model graph in order and applies each node's lowering, deciding where
 // lazy values must be materialized; then tidies the Program (index simplification, unused
-// constants).
+// constants). An If whose branches give different types to nodes that read them stops the walk;
+// the graph is rewritten with those nodes in its branches and lowered again
+// (branch_specialization.h).
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -10,8 +10,15 @@
 
 namespace kiln::cli {
 
-std::pair<std::string, std::string> split_assignment(const std::string& text, const char* what) {
-  size_t eq = text.find('=');
+std::pair<std::string, std::string> split_assignment(const std::string& text, const char* what,
+                                                     const std::vector<std::string>& names) {
+  size_t eq = names.empty() ? text.rfind('=') : text.find('=');
+  for (size_t p = eq; !names.empty() && p != std::string::npos; p = text.find('=', p + 1)) {
+    if (std::find(names.begin(), names.end(), text.substr(0, p)) != names.end()) {
+      eq = p;
+      break;
+    }
+  }
   if (eq == std::string::npos || eq == 0)
     user_error("{} '{}' is not of the form NAME=VALUE", what, text);
   return {text.substr(0, eq), text.substr(eq + 1)};
@@ -28,13 +35,13 @@ GivenInputs read_given_inputs(const std::vector<std::string>& items,
                               const std::vector<DeclaredInput>& inputs, const char* option) {
   GivenInputs given;
   std::set<std::string> seen;
+  std::vector<std::string> names;
+  for (const DeclaredInput& in : inputs) names.push_back(in.name);
   for (const std::string& item : items) {
-    auto [name, file] = split_assignment(item, option);
+    auto [name, file] = split_assignment(item, option, names);
     auto input = std::find_if(inputs.begin(), inputs.end(),
                               [&](const DeclaredInput& in) { return in.name == name; });
     if (input == inputs.end()) {
-      std::vector<std::string> names;
-      for (const DeclaredInput& in : inputs) names.push_back(in.name);
       user_error("{} {}: the model has no input of that name (its inputs: {})", option, name,
                  fmt::join(names, ", "));
     }

@@ -18,7 +18,11 @@
 namespace kiln::cli {
 
 /// Splits "NAME=VALUE"; a UserError naming the option `what` when there is no '=' or no name.
-std::pair<std::string, std::string> split_assignment(const std::string& text, const char* what);
+/// ONNX names may hold '=': with `names` (the names NAME may take) it splits at the first '='
+/// whose left part is one of them, else at the first '='; without, at the last '=' (for values
+/// that hold none: dims, integers).
+std::pair<std::string, std::string> split_assignment(const std::string& text, const char* what,
+                                                     const std::vector<std::string>& names = {});
 
 /// A model input as `--input` reads it: its name and declared type.
 struct DeclaredInput {

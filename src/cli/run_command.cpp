@@ -18,6 +18,7 @@
 #include "onnx/tensor_file.h"
 #include "support/error.h"
 #include "support/files.h"
+#include "support/identifier.h"
 
 namespace kiln::cli {
 namespace {
@@ -177,7 +178,7 @@ int run_model(const RunArgs& args) {
   }
   for (size_t k = 0; k < outputs.size(); ++k) {
     const std::string& name = compiled.outputs()[k].onnx_name;
-    fs::path path = fs::path(args.output_dir) / (files::safe_file_name(name) + ".npy");
+    fs::path path = fs::path(args.output_dir) / (file_name(name) + ".npy");
     onnx::write_tensor_file(outputs[k], path, name);
     fmt::print("output {}: {} -> {}\n", name, onnx::tensor_summary(outputs[k]), path.string());
   }

@@ -15,6 +15,7 @@
 #include "support/error.h"
 #include "support/files.h"
 #include "support/hash.h"
+#include "support/identifier.h"
 #include "support/log.h"
 
 namespace kiln::codecache {
@@ -57,7 +58,7 @@ bool has_native_flag(const std::vector<std::string>& flags) {
 
 std::string unit_file_name(const std::string& name) {
   static const std::set<std::string> kCppExtensions = {".cpp", ".cc", ".cxx", ".c++"};
-  std::string safe = files::safe_file_name(name);
+  std::string safe = file_name(name);
   if (kCppExtensions.count(fs::path(safe).extension().string()) == 0) safe += ".cpp";
   return safe;
 }

@@ -15,6 +15,7 @@
 #include "lower/constant_fold.h"
 #include "lower/graph_lowering.h"
 #include "support/error.h"
+#include "support/identifier.h"
 #include "support/log.h"
 
 namespace kiln::lower {
@@ -33,16 +34,6 @@ std::vector<sym::Expr> shape_of(const graph::Value& value) {
   }
   if (!type.shape) user_error("input '{}': the model does not give its rank", value.name());
   return *type.shape;
-}
-
-std::string c_identifier(const std::string& name) {
-  std::string out;
-  for (char c : name) {
-    bool ok =
-        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-    out += ok ? c : '_';
-  }
-  return out;
 }
 
 /// How many times a value is consumed: by nodes (once per input slot) and as a graph output.
@@ -172,7 +163,7 @@ void GraphLowering::bind_formals(const std::vector<FormalInput>& formals) {
   for (size_t k = 0; k < formals.size(); ++k) {
     const graph::Value* input = graph_.inputs()[k];
     auto buffer = std::make_unique<ir::Buffer>();
-    buffer->name = fmt::format("arg{}_{}", k, c_identifier(input->name()));
+    buffer->name = identifier(fmt::format("arg{}", k), input->name());
     buffer->kind = ir::BufferKind::kInput;
     buffer->dtype = formals[k].dtype;
     buffer->layout = ir::Layout::contiguous(formals[k].shape);
@@ -210,7 +201,7 @@ const TensorValue& GraphLowering::lookup(const graph::Value& value) {
       return env_[&value] = ctx_.from_constant(buffer->constant);
   }
   auto buffer = std::make_unique<ir::Buffer>();
-  buffer->name = fmt::format("cap{}_{}", captures_.size(), c_identifier(value.name()));
+  buffer->name = identifier(fmt::format("cap{}", captures_.size()), value.name());
   buffer->kind = ir::BufferKind::kInput;
   buffer->dtype = outer.dtype;
   buffer->layout = ir::Layout::contiguous(outer.shape);
@@ -226,7 +217,7 @@ void GraphLowering::bind_inputs() {
     ir::BoundaryValue boundary{input->name(), type.kind, false, true, program_.inputs.size(), 1};
     auto add_input = [&](std::string onnx_name, DType dtype, std::vector<sym::Expr> shape) {
       auto buffer = std::make_unique<ir::Buffer>();
-      buffer->name = fmt::format("arg{}_{}", k++, c_identifier(onnx_name));
+      buffer->name = identifier(fmt::format("arg{}", k++), onnx_name);
       buffer->kind = ir::BufferKind::kInput;
       buffer->dtype = dtype;
       buffer->layout = ir::Layout::contiguous(std::move(shape));
@@ -275,10 +266,9 @@ void GraphLowering::bind_inputs() {
       std::vector<sym::Expr> shape;
       for (int64_t d = 0; d < t.rank(); ++d) {
         const sym::Expr* dim = declared ? &(*element->shape)[static_cast<size_t>(d)] : nullptr;
-        shape.push_back(
-            dim && dim->is_integer()
-                ? *dim
-                : sym::Expr::symbol(fmt::format("{}_{}_d{}", c_identifier(input->name()), e, d)));
+        shape.push_back(dim && dim->is_integer()
+                            ? *dim
+                            : sym::Expr::symbol(fmt::format("{}[{}].d{}", input->name(), e, d)));
       }
       bool sequence = content.kind == graph::ValueKind::kSequence;
       elements.push_back(add_input(

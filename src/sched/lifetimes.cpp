@@ -8,6 +8,7 @@
 
 #include "sched/scheduler_impl.h"
 #include "support/error.h"
+#include "support/identifier.h"
 #include "support/log.h"
 
 namespace kiln::sched {
@@ -70,7 +71,7 @@ std::vector<ScheduleItem> Scheduler::make_items() const {
     }
     for (const ir::Buffer* b : n->buffers) {
       for (const ir::Origin& o : b->origins) {
-        std::string text = fmt::format("{} ({})", o.node, o.op_type);
+        std::string text = fmt::format("{} ({})", comment_text(o.node), o.op_type);
         if (!contains(item.onnx_nodes, text)) item.onnx_nodes.push_back(text);
       }
     }

@@ -45,7 +45,8 @@ struct ScheduleItem {
   /// kKernel: the loop structure and how each buffer of `buffers` (same order) maps onto it.
   KernelGroup group;
   std::vector<KernelMember> members;
-  /// The ONNX nodes covered, "name (OpType)", in kernel order, unique.
+  /// The ONNX nodes covered, "name (OpType)" with the name as comment_text writes it (so it can
+  /// go into generated comments as is), in kernel order, unique.
   std::vector<std::string> onnx_nodes;
 };
 

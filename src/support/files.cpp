@@ -64,7 +64,8 @@ FileLock::FileLock(const fs::path& lock_path) {
   std::error_code ec;
   if (lock_path.has_parent_path()) fs::create_directories(lock_path.parent_path(), ec);
   fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) user_error("{}: cannot open lock file: {}", lock_path.string(), std::strerror(errno));
+  if (fd_ < 0)
+    user_error("{}: cannot open lock file: {}", lock_path.string(), std::strerror(errno));
   while (::flock(fd_, LOCK_EX) != 0) {
     if (errno != EINTR) {
       int err = errno;
@@ -79,18 +80,6 @@ FileLock::~FileLock() {
     ::flock(fd_, LOCK_UN);
     ::close(fd_);
   }
-}
-
-std::string safe_file_name(std::string_view name) {
-  std::string out;
-  out.reserve(name.size());
-  for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-';
-    out += ok ? c : '_';
-  }
-  if (out.empty() || out == "." || out == "..") out = "_" + out;
-  return out;
 }
 
 }  // namespace kiln::files

@@ -28,7 +28,4 @@ class FileLock {
   int fd_ = -1;
 };
 
-/// Turns an arbitrary name into one safe for a file name: [A-Za-z0-9._-], others become '_'.
-std::string safe_file_name(std::string_view name);
-
 }  // namespace kiln::files

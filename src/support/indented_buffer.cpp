@@ -35,6 +35,12 @@ std::string IndentedBuffer::str() const {
 std::string cpp_quote(const std::string& text) {
   std::string out = "\"";
   for (char c : text) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte >= 0x7f) {
+      // Three octal digits always: a shorter escape would take a following digit along.
+      out += fmt::format("\\{:03o}", byte);
+      continue;
+    }
     if (c == '"' || c == '\\') out += '\\';
     out += c;
   }

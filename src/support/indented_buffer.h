@@ -52,7 +52,9 @@ class IndentedBuffer {
   int level_ = 0;
 };
 
-/// `text` as a C++ string literal: in double quotes, with quotes and backslashes escaped.
+/// `text` as a C++ string literal: in double quotes, with quotes and backslashes escaped and
+/// control characters and non-ASCII bytes as three-digit octal escapes (the literal holds exactly
+/// the bytes of `text`).
 std::string cpp_quote(const std::string& text);
 
 }  // namespace kiln

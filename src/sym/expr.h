@@ -111,10 +111,18 @@ using Binding = std::map<std::string, int64_t, std::less<>>;
 /// Evaluates under a binding; throws InternalError when a symbol is unbound or on division by 0.
 int64_t evaluate(const Expr& e, const Binding& binding);
 
+/// The C++ (and CUDA) identifier of a symbol: index symbols (loop variables Kiln names) as they
+/// are; size and unbacked symbols, whose names may come from the model's dim params, through
+/// kiln::identifier under the prefix "s" ("batch" -> "s_batch", "p2o.Dim.0" ->
+/// "sxp2o_2eDim_2e0"), so that they are valid, distinct and never clash with Kiln's own names.
+std::string cpp_identifier(const Expr& symbol);
+/// The C++ identifier of the size symbol named `name` (as cpp_identifier spells it).
+std::string size_identifier(std::string_view name);
+
 /// C++ expression text (int64_t arithmetic). FloorDiv/Mod print as plain `/` and `%` only when
 /// `nonnegative_operands` says both operands are known >= 0 (the common case for indices);
 /// otherwise as calls to kiln_floordiv / kiln_mod / kiln_ceildiv, which the generated code's
-/// prelude defines. Symbols print as their names.
+/// prelude defines. Symbols print as `cpp_identifier` spells them.
 std::string to_cpp(const Expr& e, const std::function<bool(const Expr&)>& nonnegative = {});
 /// CUDA expression text; same rules as to_cpp.
 std::string to_cuda(const Expr& e, const std::function<bool(const Expr&)>& nonnegative = {});

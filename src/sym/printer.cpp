@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "support/error.h"
+#include "support/identifier.h"
 #include "sym/expr_node.h"
 
 namespace kiln::sym {
@@ -29,7 +30,7 @@ class Printer {
       case ExprKind::kInteger:
         return {literal(*e.as_integer()), true};
       case ExprKind::kSymbol:
-        return {e.name(), true};
+        return {dialect_ == Dialect::kStr ? e.name() : cpp_identifier(e), true};
       case ExprKind::kAdd:
         return {print_add(e), false};
       case ExprKind::kMul: {
@@ -173,5 +174,13 @@ std::string to_cpp(const Expr& e, const std::function<bool(const Expr&)>& nonneg
 std::string to_cuda(const Expr& e, const std::function<bool(const Expr&)>& nonnegative) {
   return Printer(Dialect::kCuda, nonnegative).print(e).text;
 }
+
+std::string cpp_identifier(const Expr& symbol) {
+  KILN_CHECK(symbol.is_symbol(), "cpp_identifier of a non-symbol expression {}", symbol.str());
+  if (symbol.symbol_kind() == SymbolKind::kIndex) return symbol.name();
+  return size_identifier(symbol.name());
+}
+
+std::string size_identifier(std::string_view name) { return identifier("s", name); }
 
 }  // namespace kiln::sym

@@ -9,5 +9,5 @@ expect_error 2 '^kiln: error: ' "input 'sequence'" 'seq\(int64' 'give its value'
 "$KILN" run "$CASE/model.onnx" --input "sequence=$CASE/test_data_set_0/input_0.pb" \
   --input "tensor=$CASE/test_data_set_0/input_1.pb" --output-dir "$SCRATCH/out" \
   --cache-dir "$SCRATCH/cache" || fail "kiln run with a sequence input failed"
-[ -f "$SCRATCH/out/output_sequence_3_.npy" ] || fail "expected four output elements"
+[ -f "$SCRATCH/out/output_sequence[3].npy" ] || fail "expected four output elements"
 echo ok

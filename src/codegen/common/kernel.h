@@ -14,7 +14,7 @@ namespace kiln::codegen {
 struct KernelArg {
   enum class Kind : uint8_t { kBuffer, kSize };
   Kind kind = Kind::kBuffer;
-  std::string name;                             // buffer name (kBuffer) or size symbol name (kSize)
+  std::string name;  // buffer name (kBuffer) or the size symbol's identifier (kSize)
   graph::DType dtype = graph::DType::kFloat32;  // kBuffer: element type
   bool is_output = false;                       // kBuffer: written by the kernel
   sym::Expr size;                               // kSize: the symbol (or expression) passed

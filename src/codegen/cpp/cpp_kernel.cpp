@@ -14,6 +14,7 @@
 #include "codegen/cpp/cpp_body.h"
 #include "codegen/cpp/cpp_ops.h"
 #include "support/error.h"
+#include "support/identifier.h"
 #include "support/image_path.h"
 #include "support/log.h"
 #include "sym/prelude.h"
@@ -149,7 +150,8 @@ void CppKernelBuilder::collect_sizes() {
   std::sort(sorted.begin(), sorted.end(),
             [](const sym::Expr& a, const sym::Expr& b) { return a.name() < b.name(); });
   for (const sym::Expr& s : sorted) {
-    args_.push_back(KernelArg{KernelArg::Kind::kSize, s.name(), graph::DType::kInt64, false, s});
+    args_.push_back(
+        KernelArg{KernelArg::Kind::kSize, sym::cpp_identifier(s), graph::DType::kInt64, false, s});
   }
 }
 
@@ -406,7 +408,7 @@ GeneratedKernel CppKernelBuilder::build() {
     emit_pointwise(body);
   }
   IndentedBuffer comment;
-  comment.linef("// {}: {}", item_.name, group_.str());
+  comment.linef("// {}: {}", item_.name, comment_safe(group_.str()));
   for (const std::string& node : item_.onnx_nodes) comment.linef("//   ONNX node {}", node);
   for (const sched::KernelMember& m : item_.members) {
     bool local = contains(item_.kernel_local, m.buffer->name);

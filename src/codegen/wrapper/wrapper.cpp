@@ -11,6 +11,7 @@
 #include "codegen/cpp/cpp_epilogue.h"
 #include "codegen/cpp/cpp_kernel.h"
 #include "support/error.h"
+#include "support/identifier.h"
 #include "support/indented_buffer.h"
 
 namespace kiln::codegen {
@@ -215,7 +216,7 @@ class WrapperWriter {
       for (size_t d = 0; d < in.shape.size(); ++d) {
         const sym::Expr& dim = in.shape[d];
         if (dim.is_symbol() && !bound.count(dim.name())) {
-          out.linef("const int64_t {} = in{}.dims[{}];", dim.name(), k, d);
+          out.linef("const int64_t {} = in{}.dims[{}];", sym::cpp_identifier(dim), k, d);
           bound[dim.name()] = fmt::format("input '{}' dim {}", in.onnx_name, d);
           continue;
         }
@@ -228,7 +229,7 @@ class WrapperWriter {
                 ctype(in.dtype), k);
       for (const ir::DynamicSize& size : program_->dynamic_sizes) {
         if (size.buffer == in.buffer)
-          out.linef("const int64_t {} = {}[0];", size.symbol, in.buffer);
+          out.linef("const int64_t {} = {}[0];", sym::size_identifier(size.symbol), in.buffer);
       }
     }
   }
@@ -292,11 +293,11 @@ class WrapperWriter {
       for (const ir::Buffer* b : item.buffers) {
         if (b->name != size.buffer) continue;
         if (size.result >= 0) {
-          out.linef("const int64_t {} = {}[{}].dims[{}];  // known from here on", size.symbol,
-                    size.buffer, size.result, size.dim);
+          out.linef("const int64_t {} = {}[{}].dims[{}];  // known from here on",
+                    sym::size_identifier(size.symbol), size.buffer, size.result, size.dim);
         } else {
-          out.linef("const int64_t {} = {}[{}];  // known from here on", size.symbol, size.buffer,
-                    size.element);
+          out.linef("const int64_t {} = {}[{}];  // known from here on",
+                    sym::size_identifier(size.symbol), size.buffer, size.element);
         }
       }
     }
@@ -329,7 +330,7 @@ class WrapperWriter {
   void reserve_arena(IndentedBuffer& out) {
     if (arena_->slots.empty()) return;
     out.linef("// The arena: {} slots for intermediates of {} bytes without reuse.",
-              arena_->slots.size(), arena_->intermediates.str());
+              arena_->slots.size(), comment_safe(arena_->intermediates.str()));
     out.linef("char* const arena = state.arena.reserve({});", cexpr(arena_->total));
     sym::Expr at(arena_->static_bytes);
     for (const ArenaPlan::Slot& slot : arena_->slots) {
@@ -893,7 +894,7 @@ class WrapperWriter {
   std::string origins_text(const ir::Buffer& buffer) {
     std::string s;
     for (const ir::Origin& o : buffer.origins)
-      s += (s.empty() ? "" : ", ") + o.node + " (" + o.op_type + ")";
+      s += (s.empty() ? "" : ", ") + comment_text(o.node) + " (" + o.op_type + ")";
     return s;
   }
 

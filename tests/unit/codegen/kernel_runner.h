@@ -61,7 +61,7 @@ class CompiledProgram {
       if (item.kind != sched::ItemKind::kKernel) continue;
       kernels.push_back(codegen::generate_cpp_kernel(item, program, options));
       for (const auto& a : kernels.back().args) {
-        if (a.kind == codegen::KernelArg::Kind::kSize) symbols.insert(a.name);
+        if (a.kind == codegen::KernelArg::Kind::kSize) symbols.insert(a.size.name());
       }
     }
     symbols_.assign(symbols.begin(), symbols.end());
@@ -117,7 +117,7 @@ class CompiledProgram {
       const auto& a = k.args[i];
       if (i) text += ", ";
       if (a.kind == codegen::KernelArg::Kind::kSize) {
-        size_t pos = std::find(symbols_.begin(), symbols_.end(), a.name) - symbols_.begin();
+        size_t pos = std::find(symbols_.begin(), symbols_.end(), a.size.name()) - symbols_.begin();
         text += fmt::format("syms[{}]", pos);
         continue;
       }

@@ -34,12 +34,12 @@ TEST(Printer, Str) {
 
 TEST(Printer, CppPlainOperatorsOnlyWhenNonnegative) {
   // Size symbols are nonnegative by construction; v is an unbound index.
-  EXPECT_EQ(to_cpp(floor_div(x, 4)), "x / 4");
-  EXPECT_EQ(to_cpp(mod(x, y)), "x % y");
+  EXPECT_EQ(to_cpp(floor_div(x, 4)), "s_x / 4");
+  EXPECT_EQ(to_cpp(mod(x, y)), "s_x % s_y");
   EXPECT_EQ(to_cpp(floor_div(v, 4)), "kiln_floordiv(v, 4)");
   EXPECT_EQ(to_cpp(mod(v - 1, 4)), "kiln_mod(v + 3, 4)");
   EXPECT_EQ(to_cpp(ceil_div(v, 4)), "kiln_ceildiv(v, 4)");
-  EXPECT_EQ(to_cpp(ceil_div(x, 4)), "(x + 4 - 1) / 4");
+  EXPECT_EQ(to_cpp(ceil_div(x, 4)), "(s_x + 4 - 1) / 4");
   EXPECT_EQ(to_cpp(modular_indexing(v, 2, 3)), "kiln_mod(kiln_floordiv(v, 2), 3)");
   EXPECT_EQ(to_cpp(floor_div(v, 4) * 4 + 1), "4*kiln_floordiv(v, 4) + 1");
   // The predicate (e.g. an Analyzer's) lifts the restriction.
@@ -48,24 +48,33 @@ TEST(Printer, CppPlainOperatorsOnlyWhenNonnegative) {
   auto nonneg = [&](const Expr& e) { return an.statically_known_nonnegative(e); };
   EXPECT_EQ(to_cpp(floor_div(v, 4), nonneg), "v / 4");
   EXPECT_EQ(to_cpp(modular_indexing(v, 2, 3), nonneg), "(v / 2) % 3");
-  EXPECT_EQ(to_cpp(floor_div(x, 4) * 4, nonneg), "4*(x / 4)");
+  EXPECT_EQ(to_cpp(floor_div(x, 4) * 4, nonneg), "4*(s_x / 4)");
 }
 
 TEST(Printer, CppMinMaxAndLiterals) {
-  EXPECT_EQ(to_cpp(min(x, 3)), "std::min<int64_t>(x, 3)");
-  EXPECT_EQ(to_cpp(max(max(x, y), 0)), "std::max<int64_t>(std::max<int64_t>(x, y), 0)");
-  EXPECT_EQ(to_cpp(x + int64_t{5000000000}), "x + 5000000000LL");
-  EXPECT_EQ(to_cpp(x * int64_t{5000000000}), "5000000000LL*x");
+  EXPECT_EQ(to_cpp(min(x, 3)), "std::min<int64_t>(s_x, 3)");
+  EXPECT_EQ(to_cpp(max(max(x, y), 0)), "std::max<int64_t>(std::max<int64_t>(s_x, s_y), 0)");
+  EXPECT_EQ(to_cpp(x + int64_t{5000000000}), "s_x + 5000000000LL");
+  EXPECT_EQ(to_cpp(x * int64_t{5000000000}), "5000000000LL*s_x");
   EXPECT_EQ(to_cpp(Expr(std::numeric_limits<int64_t>::min())), "(-9223372036854775807LL - 1)");
   EXPECT_EQ(to_cpp(Expr(2147483647)), "2147483647");
   EXPECT_EQ(to_cpp(Expr(int64_t{2147483648})), "2147483648LL");
 }
 
+// Size symbols take their names from the model's dim params: they print through the one
+// sanitizer, so any name gives a valid identifier that no Kiln name (an index "i0") can shadow.
+TEST(Printer, SizeSymbolsPrintAsSanitizedIdentifiers) {
+  EXPECT_EQ(to_cpp(Expr::symbol("p2o.DynamicDimension.0") * 2), "2*sxp2o_2eDynamicDimension_2e0");
+  EXPECT_EQ(to_cpp(Expr::symbol("i0") + Expr::symbol("i0", SymbolKind::kIndex)), "s_i0 + i0");
+  EXPECT_EQ(to_cuda(Expr::symbol("new\nline")), "sxnew_0aline");
+  EXPECT_EQ(Expr::symbol("p2o.DynamicDimension.0").str(), "p2o.DynamicDimension.0");
+}
+
 TEST(Printer, Cuda) {
-  EXPECT_EQ(to_cuda(min(x, 3)), "min(x, static_cast<int64_t>(3))");
-  EXPECT_EQ(to_cuda(max(x, y + 1)), "max(x, y + 1)");
+  EXPECT_EQ(to_cuda(min(x, 3)), "min(s_x, static_cast<int64_t>(3))");
+  EXPECT_EQ(to_cuda(max(x, y + 1)), "max(s_x, s_y + 1)");
   EXPECT_EQ(to_cuda(floor_div(v, 4)), "kiln_floordiv(v, 4)");
-  EXPECT_EQ(to_cuda(mod(x, 4)), "x % 4");
+  EXPECT_EQ(to_cuda(mod(x, 4)), "s_x % 4");
   EXPECT_NE(cuda_prelude().find("__device__"), std::string_view::npos);
 }
 
@@ -95,7 +104,7 @@ TEST(Printer, CppPreludeCompilesAndAgrees) {
   program << cpp_prelude() << "#include <cstdio>\nint main() {\n";
   for (const Binding& bd : bindings) {
     program << "  {\n    int64_t v = " << bd.at("v") << ", w = " << bd.at("w")
-            << ", x = " << bd.at("x") << ";\n    (void)v; (void)w; (void)x;\n";
+            << ", s_x = " << bd.at("x") << ";\n    (void)v; (void)w; (void)s_x;\n";
     for (const Expr& e : exprs) {
       program << "    std::printf(\"%lld\\n\", static_cast<long long>(" << to_cpp(e) << "));\n";
     }

@@ -42,12 +42,17 @@ inline const char* dtype_name(kiln_dtype dtype) {
       return "uint8";
     case KILN_BOOL:
       return "bool";
+    case KILN_UNDEFINED:  // an output whose dtype the run decides
+      return "?";
   }
   return "?";
 }
 
-/// "x: float32[N, 3, 8, 8]": symbolic dims by name.
+/// "x: float32[N, 3, 8, 8]": symbolic dims by name; "y: float32 (rank known after a run)" for
+/// an output of an If whose branches give different ranks.
 inline std::string describe(const kiln::ValueInfo& value) {
+  if (value.rank_known_after_run)
+    return value.name + ": " + dtype_name(value.dtype) + " (rank known after a run)";
   std::string text = value.name + ": " + dtype_name(value.dtype) + "[";
   for (size_t d = 0; d < value.dims.size(); ++d) {
     if (d > 0) text += ", ";

@@ -125,9 +125,12 @@ class Tensor {
 /// An input or output of a model as compiled: dims are -1 where symbolic, named in dim_names.
 struct ValueInfo {
   std::string name;
-  kiln_dtype dtype = KILN_FLOAT32;
+  kiln_dtype dtype = KILN_FLOAT32;  // KILN_UNDEFINED: known only after a run
   std::vector<int64_t> dims;
   std::vector<std::string> dim_names;  // "" for a fixed dim
+  /// An output of an If whose branches give different ranks or dtypes: run() returns the rank,
+  /// dims and dtype of the branch taken; dims and dim_names are empty.
+  bool rank_known_after_run = false;
 };
 
 struct LoadOptions {
@@ -196,6 +199,7 @@ class Model {
     ValueInfo v;
     v.name = info.name;
     v.dtype = static_cast<kiln_dtype>(info.dtype);
+    v.rank_known_after_run = info.rank < 0;
     for (int32_t d = 0; d < info.rank; ++d) {
       v.dims.push_back(info.dims[d]);
       v.dim_names.push_back(info.dim_names[d] != nullptr ? info.dim_names[d] : "");

@@ -66,6 +66,7 @@ typedef struct kiln_status {
 
 /* ONNX TensorProto data type codes. */
 typedef enum kiln_dtype {
+  KILN_UNDEFINED = 0, /* an output's dtype known only after a run (kiln_value_info) */
   KILN_FLOAT32 = 1,
   KILN_UINT8 = 2,
   KILN_INT8 = 3,
@@ -95,7 +96,13 @@ typedef struct kiln_tensor {
 
 /* An input or output as compiled: dims[k] is -1 where the dim is symbolic, and dim_names[k]
  * names that symbol ("batch"); dim_names[k] is NULL for a fixed dim. The pointers stay valid
- * while the model is loaded. */
+ * while the model is loaded.
+ *
+ * rank is -1 for an output whose rank is known only after a run: it comes from an If whose
+ * branches give outputs of different ranks (or dtypes), and each run sets the output tensor's
+ * dtype, rank and dims to those of the branch taken. dtype is then the one dtype both branches
+ * give, or KILN_UNDEFINED when they differ. A caller's buffer for such an output must fit the
+ * largest branch. */
 typedef struct kiln_value_info {
   const char* name;
   int32_t dtype;

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "graph/graph.h"
+#include "lower/lowering.h"
 #include "lower/supported_ops.h"
 #include "onnx/importer.h"
 
@@ -82,13 +83,57 @@ std::string grouped(int64_t n) {
   return out;
 }
 
-void print_values(const char* title, const std::vector<graph::Value*>& values) {
+/// Output name -> the types it may have, for outputs whose rank or dtype is known only after a
+/// run (an If whose branches give different ones): what lowering the model finds. None when the
+/// model cannot be lowered as it stands (inputs whose values it needs); the rest of the report
+/// does not need it.
+using RunTimeTypes = std::map<std::string, std::vector<ir::OutputAlternative>>;
+
+bool holds_if(const graph::Graph& graph) {
+  for (const auto& node : graph.nodes()) {
+    if (node->op_type() == "If" && node->domain().empty()) return true;
+    for (const auto& subgraph : node->subgraphs()) {
+      if (subgraph != nullptr && holds_if(*subgraph)) return true;
+    }
+  }
+  return false;
+}
+
+/// Lowers only models with an If (the others' output types are the declared ones), without
+/// algorithm selection, so that info stays quick.
+RunTimeTypes run_time_typed_outputs(const graph::Model& model) {
+  RunTimeTypes types;
+  if (!holds_if(*model.graph)) return types;
+  try {
+    lower::LoweringOptions options;
+    options.autotune = autotune::AutotuneMode::kOff;
+    ir::Program program = lower::lower_graph(*model.graph, options);
+    for (const ir::OutputSpec& out : program.outputs) {
+      if (out.type_known_after_run()) types[out.onnx_name] = out.alternatives;
+    }
+  } catch (const std::exception&) {
+    types.clear();
+  }
+  return types;
+}
+
+void print_values(const char* title, const std::vector<graph::Value*>& values,
+                  const RunTimeTypes& run_time = {}) {
   fmt::print("{}:\n", title);
   if (values.empty()) fmt::print("  (none)\n");
   size_t width = 0;
   for (const graph::Value* value : values) width = std::max(width, value->name().size());
   for (const graph::Value* value : values) {
-    fmt::print("  {:<{}}  {}\n", value->name(), width, value->type().str());
+    auto found = run_time.find(value->name());
+    if (found == run_time.end()) {
+      fmt::print("  {:<{}}  {}\n", value->name(), width, value->type().str());
+      continue;
+    }
+    std::vector<std::string> types;
+    for (const ir::OutputAlternative& a : found->second)
+      types.push_back(std::string(graph::dtype_name(a.dtype)) + a.shape);
+    fmt::print("  {:<{}}  {} (known after a run)\n", value->name(), width,
+               fmt::join(types, " or "));
   }
 }
 
@@ -102,7 +147,7 @@ void print_info(const graph::Model& model) {
   }
   fmt::print("opsets:      {}\n", fmt::join(opsets, ", "));
   print_values("inputs", model.graph->inputs());
-  print_values("outputs", model.graph->outputs());
+  print_values("outputs", model.graph->outputs(), run_time_typed_outputs(model));
 
   OpCounts ops;
   count_ops(*model.graph, false, ops);

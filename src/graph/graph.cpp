@@ -80,6 +80,11 @@ Value* Graph::find_value(const std::string& name) const {
   return nullptr;
 }
 
+Value* Graph::find_local_value(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
 void Graph::add_input(Value* value) {
   KILN_CHECK(value != nullptr, "null graph input in graph '{}'", name_);
   inputs_.push_back(value);
@@ -204,6 +209,17 @@ std::string Node::describe() const {
   return fmt::format("node '{}' ({}:{})", name_, domain_, op_type_);
 }
 
+void collect_reads(const Node& node, std::vector<const Value*>& reads) {
+  for (const Value* input : node.inputs()) {
+    if (input != nullptr) reads.push_back(input);
+  }
+  for (const auto& subgraph : node.subgraphs()) {
+    if (subgraph == nullptr) continue;
+    for (const auto& inner : subgraph->nodes()) collect_reads(*inner, reads);
+    for (const Value* output : subgraph->outputs()) reads.push_back(output);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // verify()
 
@@ -222,18 +238,6 @@ struct Scope {
     return false;
   }
 };
-
-/// Every value a node reads: its inputs and, through its subgraphs, the values those read.
-void collect_reads(const Node& node, std::vector<const Value*>& reads) {
-  for (const Value* input : node.inputs()) {
-    if (input != nullptr) reads.push_back(input);
-  }
-  for (const auto& subgraph : node.subgraphs()) {
-    if (subgraph == nullptr) continue;
-    for (const auto& inner : subgraph->nodes()) collect_reads(*inner, reads);
-    for (const Value* output : subgraph->outputs()) reads.push_back(output);
-  }
-}
 
 class Verifier {
  public:

@@ -141,6 +141,8 @@ class Graph {
   Value* add_value(const std::string& name, Type type);
   /// Finds a value by name in this graph, then in enclosing graphs.
   Value* find_value(const std::string& name) const;
+  /// Finds a value by name in this graph only (null when it has none).
+  Value* find_local_value(const std::string& name) const;
   /// Marks an existing value as a graph input / output / initializer.
   void add_input(Value* value);
   void add_output(Value* value);
@@ -184,6 +186,10 @@ struct Model {
 /// enclosing one), no value has two producers, the graph is acyclic, outputs are defined. Throws
 /// UserError naming the node, op and problem.
 void verify(const Graph& graph, const std::string& source_name);
+
+/// Appends every value `node` reads: its inputs and, through its subgraphs, the values of
+/// enclosing graphs those read (with the subgraphs' own values, which no outer node produces).
+void collect_reads(const Node& node, std::vector<const Value*>& reads);
 
 /// A readable text dump of the graph (and subgraphs, indented).
 std::string dump(const Graph& graph);

@@ -118,13 +118,29 @@ struct InputSpec {
   std::vector<sym::Expr> shape;
 };
 
+/// One type a graph output may have when its rank or dtype is known only after a run.
+struct OutputAlternative {
+  graph::DType dtype = graph::DType::kUndefined;
+  std::string shape;  // as text: "[N, 128]" (its symbols may belong to a branch)
+
+  bool operator==(const OutputAlternative&) const = default;
+};
+
 /// A model output: the buffer that holds it (outputs are always materialized, contiguous and
 /// never reused for another buffer).
+///
+/// When an If whose branches give different ranks or dtypes returns it (`alternatives` lists
+/// them), its rank and dtype are known only after a run: `buffer` is then the If's result, whose
+/// run-time dtype and dims the output takes over, `shape` is empty and `dtype` is the dtype when
+/// every alternative has the same one, else kUndefined.
 struct OutputSpec {
   std::string onnx_name;
   std::string buffer;
   graph::DType dtype;
   std::vector<sym::Expr> shape;
+  std::vector<OutputAlternative> alternatives = {};
+
+  bool type_known_after_run() const { return !alternatives.empty(); }
 };
 
 /// How a model input or output maps onto the entry point's flat tensors (InputSpecs or

@@ -5,15 +5,20 @@
 /// allocated. Result dims that differ between branches or iterations, or that depend on the
 /// subgraph's own sizes, become size symbols bound from the results' run-time shapes.
 ///
-/// An If whose condition is known when compiling lowers the chosen branch inline instead.
+/// An If whose condition is known when compiling lowers the chosen branch inline instead. An If
+/// whose branches give an output of different ranks or dtypes has the nodes that read it moved
+/// into its branches (branch_specialization.h); one that leaves the graph has its rank and dtype
+/// known after a run, the result's own type handed over by the wrapper.
 ///
 /// Tests: the ONNX node suite (test_if*, test_loop*, test_scan*, test_range_*_expanded) and
 /// tests/unit/driver/control_flow_test.cpp.
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 
+#include "lower/branch_specialization.h"
 #include "lower/graph_lowering.h"
 #include "lower/lowering.h"
 #include "lower/op_util.h"
@@ -99,6 +104,28 @@ std::vector<std::optional<Expr>> outer_shape(LoweringContext& ctx, const std::ve
   return out;
 }
 
+/// The types a branch output may have.
+std::vector<ir::OutputAlternative> alternatives_of(const ir::OutputSpec& out) {
+  if (out.type_known_after_run()) return out.alternatives;
+  return {{out.dtype, graph::shape_str(out.shape)}};
+}
+
+/// If output `k`, whose branches give different ranks or dtypes (`a`, `b`). When nodes read it,
+/// they must be specialized per branch (BranchMismatch); otherwise it leaves the graph with the
+/// type of the branch taken, known after a run: a result of rank 0 stands for it when compiling.
+ResultType run_time_typed_result(LoweringContext& ctx, const graph::Node& node, size_t k,
+                                 const ir::OutputSpec& a, const ir::OutputSpec& b) {
+  const graph::Value* out = node.output(k);
+  if (out != nullptr && !out->users().empty()) throw BranchMismatch(node);
+  std::vector<ir::OutputAlternative> alternatives = alternatives_of(a);
+  for (const ir::OutputAlternative& alt : alternatives_of(b)) {
+    if (std::find(alternatives.begin(), alternatives.end(), alt) == alternatives.end())
+      alternatives.push_back(alt);
+  }
+  if (out != nullptr) ctx.graph_lowering().set_run_time_type(*out, std::move(alternatives));
+  return {a.dtype, {}};
+}
+
 std::vector<TensorValue> lower_if(LoweringContext& ctx, const graph::Node& node,
                                   const LowerInputs& inputs) {
   const TensorValue& cond = required_input(ctx, inputs, 0, "cond");
@@ -121,10 +148,10 @@ std::vector<TensorValue> lower_if(LoweringContext& ctx, const graph::Node& node,
   for (size_t k = 0; k < then_out.size(); ++k) {
     const ir::OutputSpec& a = then_out[k];
     const ir::OutputSpec& b = else_out[k];
-    if (a.dtype != b.dtype || a.shape.size() != b.shape.size()) {
-      ctx.fail(fmt::format("output {}: the then branch gives {}{}, the else branch {}{}", k,
-                           graph::dtype_name(a.dtype), graph::shape_str(a.shape),
-                           graph::dtype_name(b.dtype), graph::shape_str(b.shape)));
+    if (a.dtype != b.dtype || a.shape.size() != b.shape.size() || a.type_known_after_run() ||
+        b.type_known_after_run()) {
+      results.push_back(run_time_typed_result(ctx, node, k, a, b));
+      continue;
     }
     ResultType r{a.dtype, outer_shape(ctx, a.shape)};
     for (size_t d = 0; d < a.shape.size(); ++d) {
@@ -151,6 +178,16 @@ LoweredSubgraph lower_body(LoweringContext& ctx, const graph::Graph& body,
   if (outputs.size() < out_first + n) {
     ctx.fail(fmt::format("the body has {} outputs, expected at least {}", outputs.size(),
                          out_first + n));
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (!outputs[k].type_known_after_run()) continue;
+    std::vector<std::string> types;
+    for (const ir::OutputAlternative& a : outputs[k].alternatives)
+      types.push_back(std::string(graph::dtype_name(a.dtype)) + a.shape);
+    ctx.fail(fmt::format(
+        "body output {} ('{}') has a rank or dtype known only at run time ({}: an If in the "
+        "body gives them in its branches); a body output needs one rank and dtype",
+        k, outputs[k].onnx_name, fmt::join(types, " or ")));
   }
   stable.assign(n, true);
   for (size_t k = 0; k < n; ++k) {

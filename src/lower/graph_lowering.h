@@ -8,7 +8,10 @@
 /// a capture: an input of the subgraph's Program, passed by the control-flow call. Captured
 /// values known when compiling (constants, shapes) are copied into the subgraph instead.
 
+#include <map>
 #include <memory>
+#include <set>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -44,6 +47,10 @@ class GraphLowering {
   /// outputs.
   std::vector<TensorValue> inline_graph(const graph::Graph& graph,
                                         const std::vector<TensorValue>& formals);
+  /// Marks `value` (an If's result that no node reads) as having a rank or dtype known only
+  /// after a run, one of `alternatives`; as a graph output the run's type is handed over.
+  void set_run_time_type(const graph::Value& value,
+                         std::vector<ir::OutputAlternative> alternatives);
 
  private:
   GraphLowering(const graph::Graph& graph, const LoweringOptions& options, GraphLowering* parent,
@@ -58,6 +65,9 @@ class GraphLowering {
   TensorValue settle(TensorValue value, const graph::Value& out);
   void check_type(const TensorValue& value, const graph::Value& out);
   void bind_outputs();
+  ir::OutputSpec run_time_typed_output(const graph::Value& out, const TensorValue& value,
+                                       const std::vector<ir::OutputAlternative>& alternatives,
+                                       std::set<std::string>& taken);
   void finish();
   std::string next_subgraph_name();
 
@@ -68,6 +78,7 @@ class GraphLowering {
   GraphLowering* parent_ = nullptr;  // set for a subgraph
   std::string name_;                 // "" for the main graph, "g<N>" for subgraphs
   std::vector<const graph::Value*> captures_;
+  std::map<const graph::Value*, std::vector<ir::OutputAlternative>> run_time_types_;
   int subgraph_count_ = 0;  // main graph only: names handed out
 };
 

@@ -1,6 +1,8 @@
 // lower_graph: walks the model graph in order and applies each node's lowering, deciding where
 // lazy values must be materialized; then tidies the Program (index simplification, unused
-// constants).
+// constants). An If whose branches give different types to nodes that read them stops the walk;
+// the graph is rewritten with those nodes in its branches and lowered again
+// (branch_specialization.h).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "lower/branch_specialization.h"
 #include "lower/constant_fold.h"
 #include "lower/graph_lowering.h"
 #include "support/error.h"
@@ -394,6 +397,7 @@ TensorValue GraphLowering::settle(TensorValue value, const graph::Value& out) {
 }
 
 void GraphLowering::check_type(const TensorValue& value, const graph::Value& out) {
+  if (run_time_types_.count(&out)) return;  // its lowered type is a placeholder
   const graph::Type& type = out.type();
   if (type.kind != graph::ValueKind::kTensor || type.dtype == DType::kUndefined) return;
   KILN_CHECK(type.dtype == value.dtype, "{}: output '{}' lowered as {}, model says {}",
@@ -404,6 +408,30 @@ void GraphLowering::check_type(const TensorValue& value, const graph::Value& out
                "{}: output '{}' lowered with rank {}, model says {}", ctx_.node().describe(),
                out.name(), value.rank(), type.shape->size());
   }
+}
+
+void GraphLowering::set_run_time_type(const graph::Value& value,
+                                      std::vector<ir::OutputAlternative> alternatives) {
+  run_time_types_[&value] = std::move(alternatives);
+}
+
+/// An output whose rank or dtype only a run tells: the If's result itself, whose run-time type
+/// the wrapper hands over.
+ir::OutputSpec GraphLowering::run_time_typed_output(
+    const graph::Value& out, const TensorValue& value,
+    const std::vector<ir::OutputAlternative>& alternatives, std::set<std::string>& taken) {
+  std::optional<std::string> buffer = ctx_.as_buffer(value);
+  KILN_CHECK(buffer && ir::is_control_flow_result(*program_.find(*buffer)),
+             "output '{}' of a run-time type is not an If's result", out.name());
+  if (!taken.insert(*buffer).second) {
+    user_error("output '{}': the same value of a rank known only after a run is returned twice",
+               out.name());
+  }
+  DType dtype = alternatives.at(0).dtype;
+  for (const ir::OutputAlternative& a : alternatives) {
+    if (a.dtype != dtype) dtype = DType::kUndefined;
+  }
+  return {out.name(), *buffer, dtype, {}, alternatives};
 }
 
 void GraphLowering::bind_outputs() {
@@ -432,7 +460,10 @@ void GraphLowering::bind_outputs() {
     const TensorValue& value = lookup(*out);
     ir::BoundaryValue boundary{out->name(), graph::ValueKind::kTensor, value.optional,
                                !value.none, program_.outputs.size(),   1};
-    if (value.sequence) {
+    auto run_time = run_time_types_.find(out);
+    if (run_time != run_time_types_.end()) {
+      program_.outputs.push_back(run_time_typed_output(*out, value, run_time->second, taken));
+    } else if (value.sequence) {
       boundary.kind = graph::ValueKind::kSequence;
       boundary.count = value.none ? 0 : value.sequence->size();
       for (size_t e = 0; e < boundary.count; ++e) {
@@ -450,7 +481,14 @@ void GraphLowering::bind_outputs() {
 }
 
 ir::Program lower_graph(const graph::Graph& graph, const LoweringOptions& options) {
-  return GraphLowering(graph, options).run();
+  BranchSpecializer specializer(graph);
+  for (;;) {
+    try {
+      return GraphLowering(specializer.graph(), options).run();
+    } catch (const BranchMismatch& mismatch) {
+      specializer.specialize(mismatch);
+    }
+  }
 }
 
 }  // namespace kiln::lower

@@ -25,6 +25,13 @@ void write_value(IndentedBuffer& out, const std::string& id, const std::vector<s
   out.linef("const char* const {}_names[] = {{{}}};", id, fmt::join(names, ", "));
 }
 
+int64_t rank_of(const ir::InputSpec& spec) { return static_cast<int64_t>(spec.shape.size()); }
+
+/// -1 for an output whose rank is known only after a run (its dtype is 0 when that too).
+int64_t rank_of(const ir::OutputSpec& spec) {
+  return spec.type_known_after_run() ? -1 : static_cast<int64_t>(spec.shape.size());
+}
+
 template <typename Spec>
 void write_values(IndentedBuffer& out, const std::string& kind, const std::vector<Spec>& specs) {
   std::vector<std::string> entries;
@@ -33,7 +40,7 @@ void write_values(IndentedBuffer& out, const std::string& kind, const std::vecto
     write_value(out, id, specs[k].shape);
     entries.push_back(fmt::format("{{{}, {}, {}, {}_dims, {}_names}}",
                                   cpp_quote(specs[k].onnx_name), static_cast<int>(specs[k].dtype),
-                                  specs[k].shape.size(), id, id));
+                                  rank_of(specs[k]), id, id));
   }
   if (entries.empty()) entries.push_back("{nullptr, 0, 0, nullptr, nullptr}");
   out.linef("const kiln_value_info k{}s[] = {{", kind == "in" ? "Input" : "Output");

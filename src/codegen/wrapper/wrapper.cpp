@@ -504,6 +504,10 @@ class WrapperWriter {
   void write_outputs(IndentedBuffer& out) {
     for (size_t k = 0; k < program_->outputs.size(); ++k) {
       const ir::OutputSpec& o = program_->outputs[k];
+      if (o.type_known_after_run()) {
+        write_run_time_typed_output(out, k, o);
+        continue;
+      }
       if (arena_ == nullptr) {  // a subgraph's: its caller takes the storage over
         out.linef("outputs[{}].data = {};", k, o.buffer);
         out.linef("outputs[{}].dtype = {};", k, static_cast<int>(o.dtype));
@@ -524,6 +528,22 @@ class WrapperWriter {
       }
       out.line("}");
     }
+  }
+
+  /// An output whose rank and dtype only the run knows: the If's result as its branch left it.
+  void write_run_time_typed_output(IndentedBuffer& out, size_t k, const ir::OutputSpec& o) {
+    const ir::Buffer& result = *program_->find(o.buffer);
+    const std::string arg =
+        fmt::format("{}[{}]", result.call.inputs.at(0)->buffer, result.call.attr_int("index", 0));
+    if (arena_ == nullptr) {  // a subgraph's: its caller takes the storage over
+      out.linef("outputs[{}] = {};", k, arg);
+      out.linef("ws.detach({}.data);", arg);
+      return;
+    }
+    out.linef(
+        "kiln_rt::finish_output(outputs[{}], {}.data, {}.dtype, {}.rank, {}.dims, "
+        "kiln_rt::dtype_size({}.dtype), {}, ws);",
+        k, arg, arg, arg, arg, arg, cpp_quote(o.onnx_name));
   }
 
   void write_entry_points(IndentedBuffer& out) {

@@ -534,7 +534,8 @@ class WrapperWriter {
   void write_run_time_typed_output(IndentedBuffer& out, size_t k, const ir::OutputSpec& o) {
     const ir::Buffer& result = *program_->find(o.buffer);
     const std::string arg =
-        fmt::format("{}[{}]", result.call.inputs.at(0)->buffer, result.call.attr_int("index", 0));
+        fmt::format("{}[{}]", result.call.inputs.at(0)->buffer,
+                    result.call.as<ir::ControlResultCall>()->index);
     if (arena_ == nullptr) {  // a subgraph's: its caller takes the storage over
       out.linef("outputs[{}] = {};", k, arg);
       out.linef("ws.detach({}.data);", arg);

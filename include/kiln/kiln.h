@@ -304,23 +304,33 @@ inline BenchResult bench_figures(std::vector<double> ms, int warmup) {
   return r;
 }
 
+/// Milliseconds of `iters` timed calls of `run` after `warmup` untimed ones; `run` returns the
+/// run's outputs, which are released before the next call starts its clock. The timing loop of
+/// bench() and `kiln bench`.
+template <typename Run>
+std::vector<double> time_runs(int warmup, int iters, Run&& run) {
+  decltype(run()) outputs;
+  auto timed_run = [&] {
+    outputs = {};
+    auto start = std::chrono::steady_clock::now();
+    outputs = run();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  for (int i = 0; i < warmup; ++i) timed_run();
+  std::vector<double> ms(static_cast<size_t>(iters));
+  for (double& t : ms) t = timed_run();
+  return ms;
+}
+
 /// Times `model` on `inputs` (warm-up runs, then timed ones); throws Error for bad inputs or
 /// options.
 inline BenchResult bench(const Model& model, const std::vector<Tensor>& inputs,
                          const BenchOptions& options = {}) {
   if (options.iters < 1 || options.warmup < 0)
     throw Error(KILN_ERROR_INVALID_ARGUMENT, "bench: iters must be at least 1, warmup at least 0");
-  std::vector<Tensor> outputs;
-  auto timed_run = [&] {
-    outputs.clear();
-    auto start = std::chrono::steady_clock::now();
-    outputs = model.run(inputs);
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-        .count();
-  };
-  for (int i = 0; i < options.warmup; ++i) timed_run();
-  std::vector<double> ms(static_cast<size_t>(options.iters));
-  for (double& t : ms) t = timed_run();
+  std::vector<double> ms =
+      time_runs(options.warmup, options.iters, [&] { return model.run(inputs); });
   return bench_figures(std::move(ms), options.warmup);
 }
 

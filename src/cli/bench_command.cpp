@@ -5,7 +5,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -184,17 +183,7 @@ int bench_model(const BenchArgs& args) {
   if (!inputs.empty() && inputs[0].rank() > 0) batch = inputs[0].dims()[0];
 
   // Each run starts with the previous outputs released, so only the run is timed.
-  std::vector<graph::Tensor> outputs;
-  auto timed_run = [&] {
-    outputs.clear();
-    auto start = std::chrono::steady_clock::now();
-    outputs = model.run(inputs);
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-        .count();
-  };
-  for (int i = 0; i < args.warmup; ++i) timed_run();
-  std::vector<double> ms(static_cast<size_t>(args.iters));
-  for (double& t : ms) t = timed_run();
+  std::vector<double> ms = time_runs(args.warmup, args.iters, [&] { return model.run(inputs); });
   // Nearest-rank percentiles, as kiln::bench (include/kiln/kiln.h) computes them for the C++ and
   // Python APIs.
   const kiln::BenchResult latency = kiln::bench_figures(ms, args.warmup);

@@ -20,6 +20,14 @@
 
 namespace {
 
+/// The position of the value named `name` in `values`, or values.size().
+size_t find_by_name(const std::vector<kiln::ValueInfo>& values, const std::string& name) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i].name == name) return i;
+  }
+  return values.size();
+}
+
 int fail(const std::string& why) {
   std::cerr << "FAIL: " << why << "\n";
   return 1;
@@ -49,10 +57,7 @@ int main(int argc, char** argv) {
                                       dir + "/inputs/c_" + cond + ".npy", dir + "/inputs/3.npy"};
     for (size_t k = 0; k < names["inputs"].size(); ++k) {
       const std::string name = names["inputs"][k];
-      size_t found = inputs.size();
-      for (size_t i = 0; i < model.inputs().size(); ++i) {
-        if (model.inputs()[i].name == name) found = i;
-      }
+      size_t found = find_by_name(model.inputs(), name);
       if (found == inputs.size()) return fail("the C API has no input named '" + name + "'");
       inputs[found] = to_kiln(kiln::onnx::read_tensor_file(files[k]));
     }
@@ -69,10 +74,7 @@ int main(int argc, char** argv) {
     std::vector<kiln::Tensor> outputs = model.run(inputs);
     for (size_t k = 0; k < names["outputs"].size(); ++k) {
       const std::string name = names["outputs"][k];
-      size_t found = outputs.size();
-      for (size_t i = 0; i < model.outputs().size(); ++i) {
-        if (model.outputs()[i].name == name) found = i;
-      }
+      size_t found = find_by_name(model.outputs(), name);
       if (found == outputs.size()) return fail("the C API has no output named '" + name + "'");
       kiln::graph::Tensor want = kiln::onnx::read_tensor_file(dir + "/expected/" + cond + "/" +
                                                               std::to_string(k) + ".npy");

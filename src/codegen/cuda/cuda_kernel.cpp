@@ -275,6 +275,8 @@ std::string cuda_kernel_prelude() {
   std::string text =
       R"(// NVRTC has no C library: kiln_half.h's one builtin comes from the CUDA math library.
 #define __builtin_fabsf(x) ::fabsf(x)
+#include <algorithm>
+
 #include "kiln_half.h"
 #include "kiln_scalar.h"
 

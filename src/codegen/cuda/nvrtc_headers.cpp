@@ -4,6 +4,15 @@ namespace kiln::codegen {
 
 const std::vector<std::pair<std::string, std::string>>& nvrtc_std_headers() {
   static const std::vector<std::pair<std::string, std::string>> headers = {
+      {"algorithm", R"(#pragma once
+// std::min and std::max, which printed index expressions call (sym::to_cpp).
+namespace std {
+template <typename T>
+constexpr const T& min(const T& a, const T& b) { return b < a ? b : a; }
+template <typename T>
+constexpr const T& max(const T& a, const T& b) { return a < b ? b : a; }
+}  // namespace std
+)"},
       {"cstdint", R"(#pragma once
 // Fixed-width integers for NVRTC, which has no C library headers (LP64, as the host).
 typedef signed char int8_t;

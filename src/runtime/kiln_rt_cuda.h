@@ -46,8 +46,10 @@ struct Driver {
   CUresult (*cuMemAllocManaged)(CUdeviceptr*, size_t, unsigned);
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUcontext context = nullptr;
-  int arch = 0;  // compute capability as 10 * major + minor
+  int arch = 0;              // compute capability as 10 * major + minor
+  int max_shared_bytes = 0;  // dynamic shared memory a block may opt in to
 };
 
 inline const char* error_text(const Driver& d, CUresult r) {
@@ -84,6 +86,7 @@ inline Driver& driver() {
     find_symbol(lib, "cuMemAllocManaged", r.cuMemAllocManaged);
     find_symbol(lib, "cuMemFree_v2", r.cuMemFree);
     find_symbol(lib, "cuGetErrorString", r.cuGetErrorString);
+    find_symbol(lib, "cuFuncSetAttribute", r.cuFuncSetAttribute);
     CUresult e = r.cuInit(0);
     if (e != 0) kiln_rt::fail("CUDA: cuInit failed: %s (no CUDA device?)", error_text(r, e));
     CUdevice dev = 0;
@@ -93,6 +96,8 @@ inline Driver& driver() {
     r.cuDeviceGetAttribute(&major, 75, dev);  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
     r.cuDeviceGetAttribute(&minor, 76, dev);  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
     r.arch = 10 * major + minor;
+    // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    r.cuDeviceGetAttribute(&r.max_shared_bytes, 97, dev);
     e = r.cuDevicePrimaryCtxRetain(&r.context, dev);
     if (e != 0) kiln_rt::fail("CUDA: no context on device 0: %s", error_text(r, e));
     return r;
@@ -256,6 +261,19 @@ inline void launch(RunState& state, int k, const char* name, int64_t gx, int64_t
     kiln_rt::fail("CUDA: kernel %s: its grid (%lld x %lld x %lld) is too large", name,
                   static_cast<long long>(gx), static_cast<long long>(gy),
                   static_cast<long long>(gz));
+  // Above 48 KiB a kernel's dynamic shared memory (reductions keep a row's values there) must be
+  // asked for, up to what the device allows.
+  if (shared > 48 * 1024) {
+    if (shared > driver().max_shared_bytes) {
+      kiln_rt::fail(
+          "CUDA: kernel %s needs %lld bytes of shared memory for one row, the GPU "
+          "has %d",
+          name, static_cast<long long>(shared), driver().max_shared_bytes);
+    }
+    check(driver().cuFuncSetAttribute(state.function(k), 8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */,
+                                      static_cast<int>(shared)),
+          name);
+  }
   auto values = std::make_tuple(kernel_arg(args)...);
   std::apply(
       [&](auto&... v) {

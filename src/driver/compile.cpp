@@ -152,6 +152,7 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   dump.write("4_memory_plan.txt", g.source.plan.str(program, g.graphs.front().schedule));
   dump.write("4_arena.txt", g.source.arena.str());
   for (const auto& [name, text] : g.source.units) dump.write("5_" + name, text);
+  for (const auto& [name, text] : g.source.device_sources) dump.write("5_" + name, text);
   return g;
 }
 

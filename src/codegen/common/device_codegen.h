@@ -109,6 +109,9 @@ class WrapperOps {
   /// True when the kernels are host functions the wrapper puts into translation units of
   /// kernels after the prelude (the CPU); false when write_declarations builds them itself.
   virtual bool kernels_in_host_units() const { return true; }
+  /// Device code built into the units rather than being one (the CUDA kernels' source, whose
+  /// cubins the wrapper embeds), as (file name, text): written with the dumps, never compiled.
+  virtual std::vector<std::pair<std::string, std::string>> take_device_sources() { return {}; }
   /// Translation units of its own (the functions of GEMM and convolution choices), in order.
   virtual std::vector<std::pair<std::string, std::string>> take_units() = 0;
   /// What the units need to build.

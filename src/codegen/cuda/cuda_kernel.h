@@ -9,7 +9,9 @@
 /// - a reduction kernel runs one block per output row (P): the block's threads take the row's R
 ///   elements in turn, each accumulating its share, then the accumulators are combined in a
 ///   shared-memory tree (sums, extrema, Welford, arg-extrema with their tie rules); members over
-///   P x R keep per-element values in dynamic shared memory (R elements each).
+///   P x R keep per-element values in dynamic shared memory (R elements each). Every thread
+///   computes a row's results and stores them (the same values), so a later member of the row
+///   reads a result its own thread wrote: members need no barrier between them.
 /// Sizes are int64_t kernel arguments; the LaunchSpec gives grid and block as expressions of
 /// them.
 

@@ -105,6 +105,7 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
   }
   std::vector<CudaBinary> binaries;
   if (!kernels.empty()) binaries = nvrtc_compile(source, cuda_target_archs());
+  device_sources_.emplace_back("kernels.cu", source);
   out.line("// The model's CUDA kernels (compiled by NVRTC), one cubin per architecture.");
   for (size_t b = 0; b < binaries.size(); ++b) {
     out.linef("alignas(16) static const unsigned char kCubin{}[] = {{", b);

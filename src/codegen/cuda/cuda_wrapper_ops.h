@@ -53,6 +53,10 @@ class CudaWrapperOps final : public WrapperOps {
   void write_library_call(IndentedBuffer& out, const ir::Buffer& buffer,
                           const ir::Program& program) override;
   bool kernels_in_host_units() const override { return false; }
+  /// The CUDA source NVRTC compiled ("kernels.cu").
+  std::vector<std::pair<std::string, std::string>> take_device_sources() override {
+    return std::move(device_sources_);
+  }
   std::vector<std::pair<std::string, std::string>> take_units() override {
     return host_->take_units();
   }
@@ -61,6 +65,7 @@ class CudaWrapperOps final : public WrapperOps {
  private:
   std::unique_ptr<WrapperOps> host_;
   std::string prelude_;
+  std::vector<std::pair<std::string, std::string>> device_sources_;
 };
 
 }  // namespace kiln::codegen

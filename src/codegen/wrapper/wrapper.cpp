@@ -47,6 +47,7 @@ class WrapperWriter {
     write_entry_points(unit);
     for (auto& own_unit : ops_->take_units()) result_.units.push_back(std::move(own_unit));
     result_.needs = ops_->needs();
+    result_.device_sources = ops_->take_device_sources();
     result_.units.emplace_back("wrapper.cpp", unit.str());
     if (ops_->kernels_in_host_units()) write_kernel_units(kernel_prelude_);
     return std::move(result_);

@@ -78,6 +78,9 @@ TEST_P(CudaCompile, KernelsCompileForSm80AndSm90) {
   EXPECT_NE(wrapper.find("{80, kCubin0}"), std::string::npos) << GetParam();
   EXPECT_NE(wrapper.find("{90, kCubin1}"), std::string::npos) << GetParam();
   EXPECT_NE(wrapper.find("static void launch_cuda_fused_"), std::string::npos) << GetParam();
+  // The CUDA source NVRTC compiled is dumped beside the wrapper.
+  const std::string cuda = files::read(dir.path / "dump" / "5_kernels.cu");
+  EXPECT_NE(cuda.find("extern \"C\" __global__ void __launch_bounds__("), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(

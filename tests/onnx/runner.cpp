@@ -148,6 +148,9 @@ std::vector<std::string> model_ops(const graph::Graph& g) {
   return {ops.begin(), ops.end()};
 }
 
+/// Where the kernels run (--device cpu|cuda).
+ir::Device g_device = ir::Device::kCpu;
+
 CaseResult run_case(const fs::path& data_dir, const std::string& name, const fs::path& cache_dir,
                     bool strict) {
   CaseResult result;
@@ -169,6 +172,7 @@ CaseResult run_case(const fs::path& data_dir, const std::string& name, const fs:
     // their lengths and presence.
     driver::CompileOptions options;
     options.cache_dir = cache_dir;
+    options.device = g_device;
     const auto& graph_inputs = model.graph->inputs();
     const auto& graph_outputs = model.graph->outputs();
     auto read_inputs = [&](const fs::path& set) {
@@ -296,7 +300,7 @@ std::vector<std::string> all_cases(const fs::path& data_dir) {
 int main(int argc, char** argv) {
   const char* usage =
       "usage: kiln_onnx_runner DATA_DIR CACHE_DIR [--cases LIST] [--core LIST] [--jobs N] "
-      "[--exclusions FILE]\n";
+      "[--exclusions FILE] [--device cpu|cuda]\n";
   if (argc < 3 || argc % 2 != 1) {
     fmt::print(stderr, "{}", usage);
     return 2;
@@ -315,6 +319,8 @@ int main(int argc, char** argv) {
         list = value;
       } else if (option == "--core") {
         core_list = value;
+      } else if (option == "--device" && ir::device_from_name(value)) {
+        g_device = *ir::device_from_name(value);
       } else {
         fmt::print(stderr, "{}", usage);
         return 2;

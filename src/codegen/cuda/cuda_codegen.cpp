@@ -7,11 +7,7 @@
 namespace kiln::codegen {
 
 CudaCodegen::CudaCodegen() {
-  if (!nvrtc_available()) {
-    user_error(
-        "--device cuda: this Kiln was built without the CUDA toolkit (CMake found no NVRTC); "
-        "it compiles for the CPU only");
-  }
+  if (std::string why = nvrtc_missing(); !why.empty()) user_error("--device cuda: {}", why);
 }
 
 bool CudaCodegen::supports(const ir::Buffer& buffer) const {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
+#include <type_traits>
 
 #include "codecache/code_cache.h"
 #include "codegen/cpp/cpp_kernel.h"
@@ -46,13 +47,50 @@ int local_gpu_arch() {
 }
 
 #if KILN_WITH_CUDA
+/// NVRTC, loaded at its first use (KILN_NVRTC_LIBRARY, the soname of the toolkit Kiln was built
+/// with), so that the kiln binary starts, and compiles for the CPU, on a machine without the
+/// CUDA toolkit.
+struct Nvrtc {
+  bool loaded = false;
+  decltype(&::nvrtcGetErrorString) GetErrorString = nullptr;
+  decltype(&::nvrtcVersion) Version = nullptr;
+  decltype(&::nvrtcCreateProgram) CreateProgram = nullptr;
+  decltype(&::nvrtcCompileProgram) CompileProgram = nullptr;
+  decltype(&::nvrtcGetProgramLogSize) GetProgramLogSize = nullptr;
+  decltype(&::nvrtcGetProgramLog) GetProgramLog = nullptr;
+  decltype(&::nvrtcGetCUBINSize) GetCUBINSize = nullptr;
+  decltype(&::nvrtcGetCUBIN) GetCUBIN = nullptr;
+  decltype(&::nvrtcDestroyProgram) DestroyProgram = nullptr;
+};
+
+const Nvrtc& nvrtc() {
+  static const Nvrtc api = [] {
+    Nvrtc n;
+    void* lib = dlopen(KILN_NVRTC_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return n;
+    auto get = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      return fn != nullptr;
+    };
+    n.loaded = get(n.GetErrorString, "nvrtcGetErrorString") && get(n.Version, "nvrtcVersion") &&
+               get(n.CreateProgram, "nvrtcCreateProgram") &&
+               get(n.CompileProgram, "nvrtcCompileProgram") &&
+               get(n.GetProgramLogSize, "nvrtcGetProgramLogSize") &&
+               get(n.GetProgramLog, "nvrtcGetProgramLog") &&
+               get(n.GetCUBINSize, "nvrtcGetCUBINSize") && get(n.GetCUBIN, "nvrtcGetCUBIN") &&
+               get(n.DestroyProgram, "nvrtcDestroyProgram");
+    return n;
+  }();
+  return api;
+}
+
 void check_nvrtc(nvrtcResult r, const char* what) {
-  if (r != NVRTC_SUCCESS) internal_error("NVRTC: {}: {}", what, nvrtcGetErrorString(r));
+  if (r != NVRTC_SUCCESS) internal_error("NVRTC: {}: {}", what, nvrtc().GetErrorString(r));
 }
 
 std::string nvrtc_version() {
   int major = 0, minor = 0;
-  check_nvrtc(nvrtcVersion(&major, &minor), "nvrtcVersion");
+  check_nvrtc(nvrtc().Version(&major, &minor), "nvrtcVersion");
   return fmt::format("{}.{}", major, minor);
 }
 
@@ -64,28 +102,29 @@ std::string compile_one(const std::string& source, int arch) {
     contents.push_back(content.c_str());
   }
   nvrtcProgram program = nullptr;
-  check_nvrtc(nvrtcCreateProgram(&program, source.c_str(), "kernels.cu",
-                                 static_cast<int>(headers.size()), contents.data(), names.data()),
-              "nvrtcCreateProgram");
+  check_nvrtc(
+      nvrtc().CreateProgram(&program, source.c_str(), "kernels.cu",
+                            static_cast<int>(headers.size()), contents.data(), names.data()),
+      "nvrtcCreateProgram");
   const std::string gpu = fmt::format("--gpu-architecture=sm_{}", arch);
   const std::string include = "-I" + cpp_runtime_include_dir().string();
   // -default-device: the runtime's scalar helpers (plain inline functions) become device code.
   const char* options[] = {gpu.c_str(), include.c_str(), "-default-device", "-std=c++17",
                            "--fmad=false"};
-  nvrtcResult result = nvrtcCompileProgram(program, 5, options);
+  nvrtcResult result = nvrtc().CompileProgram(program, 5, options);
   size_t log_size = 0;
-  nvrtcGetProgramLogSize(program, &log_size);
+  nvrtc().GetProgramLogSize(program, &log_size);
   std::string log(log_size, '\0');
-  if (log_size > 0) nvrtcGetProgramLog(program, log.data());
+  if (log_size > 0) nvrtc().GetProgramLog(program, log.data());
   if (result != NVRTC_SUCCESS) {
-    nvrtcDestroyProgram(&program);
+    nvrtc().DestroyProgram(&program);
     internal_error("NVRTC could not compile the generated CUDA kernels for sm_{}:\n{}", arch, log);
   }
   size_t size = 0;
-  check_nvrtc(nvrtcGetCUBINSize(program, &size), "nvrtcGetCUBINSize");
+  check_nvrtc(nvrtc().GetCUBINSize(program, &size), "nvrtcGetCUBINSize");
   std::string cubin(size, '\0');
-  check_nvrtc(nvrtcGetCUBIN(program, cubin.data()), "nvrtcGetCUBIN");
-  nvrtcDestroyProgram(&program);
+  check_nvrtc(nvrtc().GetCUBIN(program, cubin.data()), "nvrtcGetCUBIN");
+  nvrtc().DestroyProgram(&program);
   return cubin;
 }
 #endif
@@ -94,9 +133,20 @@ std::string compile_one(const std::string& source, int arch) {
 
 bool nvrtc_available() {
 #if KILN_WITH_CUDA
-  return true;
+  return nvrtc().loaded;
 #else
   return false;
+#endif
+}
+
+std::string nvrtc_missing() {
+#if KILN_WITH_CUDA
+  if (nvrtc().loaded) return "";
+  return fmt::format("NVRTC ({}, from the CUDA toolkit Kiln was built with) cannot be loaded",
+                     KILN_NVRTC_LIBRARY);
+#else
+  return "this Kiln was built without the CUDA toolkit (CMake found no NVRTC); it compiles for "
+         "the CPU only";
 #endif
 }
 
@@ -123,6 +173,7 @@ std::vector<int> cuda_target_archs() {
 
 std::vector<CudaBinary> nvrtc_compile(const std::string& source, const std::vector<int>& archs) {
 #if KILN_WITH_CUDA
+  if (std::string why = nvrtc_missing(); !why.empty()) user_error("--device cuda: {}", why);
   std::vector<CudaBinary> binaries;
   for (int arch : archs) {
     Sha256 sha;

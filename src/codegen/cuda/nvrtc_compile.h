@@ -14,8 +14,12 @@ struct CudaBinary {
   std::string cubin;
 };
 
-/// True when this Kiln can compile CUDA kernels (it was built with the toolkit).
+/// True when this Kiln can compile CUDA kernels: it was built with the toolkit's headers and
+/// NVRTC loads.
 bool nvrtc_available();
+
+/// Why CUDA kernels cannot be compiled here, or "" when they can.
+std::string nvrtc_missing();
 
 /// The architectures to compile for: KILN_CUDA_ARCHS ("80,90"), else the GPU of this machine
 /// when the CUDA driver finds one, else sm_80 and sm_90.

@@ -101,14 +101,17 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(CudaCompile, WithoutTheToolkitCudaIsRefused) {
-  if (codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built with CUDA";
+  if (codegen::nvrtc_available()) GTEST_SKIP() << "skipped: this Kiln compiles CUDA kernels";
   TempDir dir;
   try {
     compile_for_cuda("node/test_add_bcast", dir.path / "dump");
     FAIL() << "compiled for CUDA without the toolkit";
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("without the CUDA toolkit"), std::string::npos)
-        << e.what();
+    // Built without the toolkit, or built with it on a machine where NVRTC does not load.
+    const std::string what = e.what();
+    EXPECT_TRUE(what.find("without the CUDA toolkit") != std::string::npos ||
+                what.find("cannot be loaded") != std::string::npos)
+        << what;
   }
 }
 

@@ -9,6 +9,8 @@
 #include <set>
 #include <tuple>
 
+#include "graph/op_versions.h"
+
 namespace kiln::onnx {
 
 namespace {
@@ -108,6 +110,14 @@ class GuardedRegistry final : public ::onnx::ISchemaRegistry {
  public:
   const ::onnx::OpSchema* GetSchema(const std::string& key, const int max_inclusive_version,
                                     const std::string& domain) const override {
+    // In a model newer than ONNX 1.12, an op changed since opset 17 is left to Kiln's own
+    // inference (graph/op_versions.h): 1.12's function describes an older version.
+    bool default_domain = domain.empty() || domain == "ai.onnx";
+    if (default_domain && max_inclusive_version > graph::kOnnx112Opset &&
+        !graph::onnx112_inference_holds(key, max_inclusive_version)) {
+      return nullptr;
+    }
+    if (domain == "ai.onnx.ml" && max_inclusive_version > 3) return nullptr;
     const ::onnx::OpSchema* schema =
         ::onnx::OpSchemaRegistry::Schema(key, max_inclusive_version, domain);
     if (schema == nullptr || !schema->has_type_and_shape_inference_function()) return schema;

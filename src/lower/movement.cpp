@@ -29,6 +29,25 @@ Expr abs_expr(const Expr& e) { return sym::max(e, Expr(0) - e); }
 
 // --- Pad -----------------------------------------------------------------------------------------
 
+/// Pad-18's pads for the listed axes only (begins then ends), spread over every dim.
+std::vector<Expr> pads_over_axes(const LoweringContext& ctx, const std::vector<Expr>& pads,
+                                 const std::vector<int64_t>& axes, size_t rank) {
+  if (pads.size() != 2 * axes.size()) {
+    ctx.fail(fmt::format("expected {} pads (begins then ends) for {} axes, found {}",
+                         2 * axes.size(), axes.size(), pads.size()));
+  }
+  std::vector<Expr> full(2 * rank, Expr(0));
+  std::vector<bool> seen(rank, false);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    size_t a = static_cast<size_t>(ctx.normalize_axis(axes[k], static_cast<int64_t>(rank)));
+    if (seen[a]) ctx.fail(fmt::format("axis {} is repeated in axes", axes[k]));
+    seen[a] = true;
+    full[a] = pads[k];
+    full[rank + a] = pads[axes.size() + k];
+  }
+  return full;
+}
+
 std::vector<TensorValue> lower_pad(LoweringContext& ctx, const graph::Node& node,
                                    const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "data");
@@ -45,13 +64,19 @@ std::vector<TensorValue> lower_pad(LoweringContext& ctx, const graph::Node& node
       pads.emplace_back(p);
     value = node.attr_float("value", 0.0f);
   }
+  if (const TensorValue* axes_input = node.opset() >= 18 ? optional_input(inputs, 3) : nullptr) {
+    pads = pads_over_axes(ctx, pads, require_static_ints(ctx, *axes_input, "axes"), rank);
+  }
   if (pads.size() != 2 * rank) {
     ctx.fail(fmt::format("expected {} pads (begins then ends) for an input of rank {}, found {}",
                          2 * rank, rank, pads.size()));
   }
   std::string mode = node.attr_string("mode", "constant");
-  if (mode != "constant" && mode != "reflect" && mode != "edge") {
-    ctx.fail(fmt::format("mode must be constant, reflect or edge, found '{}'", mode));
+  bool wrap_allowed = node.opset() >= 19;
+  if (mode != "constant" && mode != "reflect" && mode != "edge" &&
+      !(wrap_allowed && mode == "wrap")) {
+    ctx.fail(fmt::format("mode must be constant, reflect, edge{}, found '{}'",
+                         wrap_allowed ? " or wrap" : "", mode));
   }
   std::vector<Expr> shape(rank);
   for (size_t d = 0; d < rank; ++d) {
@@ -69,6 +94,12 @@ std::vector<TensorValue> lower_pad(LoweringContext& ctx, const graph::Node& node
       for (size_t d = 0; d < rank; ++d) {
         Expr i = o[d] - pads[d];
         Expr last = x.shape[d] - 1;
+        if (mode == "wrap") {
+          // Shifted by a multiple of the size so that the operand of mod is non-negative.
+          Expr shift = sym::ceil_div(sym::max(pads[d], Expr(0)), x.shape[d]) * x.shape[d];
+          in[d] = sym::mod(i + shift, x.shape[d]);
+          continue;
+        }
         in[d] = mode == "edge" ? sym::min(sym::max(i, Expr(0)), last)
                                : last - abs_expr(last - abs_expr(i));
       }
@@ -415,7 +446,7 @@ std::vector<TensorValue> lower_reverse_sequence(LoweringContext& ctx, const grap
 void register_movement_ops(Registry& registry) {
   registry.add("", "ReverseSequence", {lower_reverse_sequence, 10, 17});
   registry.add("", "MaxUnpool", {lower_max_unpool, 9, 17});
-  registry.add("", "Pad", {lower_pad, 1, 17});
+  registry.add("", "Pad", {lower_pad, 1, 19});
   registry.add("", "DepthToSpace", {lower_depth_to_space, 1, 17});
   registry.add("", "SpaceToDepth", {lower_space_to_depth, 1, 17});
   registry.add("", "GatherND", {lower_gather_nd, 11, 17});

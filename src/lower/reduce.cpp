@@ -87,13 +87,19 @@ std::vector<bool> axes_mask(const LoweringContext& ctx, const std::vector<int64_
   return reduced;
 }
 
-/// The axes of a Reduce* node: an attribute, or (ReduceSum from opset 13) an optional input
+/// The axes of a Reduce* node: an attribute, or (ReduceSum from opset 13, every reduction from
+/// opset 18) an optional input
 /// that must be known at compile time. nullopt means "no reduction" (noop_with_empty_axes).
 std::optional<std::vector<bool>> reduce_axes(const LoweringContext& ctx, const graph::Node& node,
                                              const LowerInputs& inputs, size_t rank) {
   std::vector<int64_t> axes;
-  bool from_input = node.op_type() == "ReduceSum" && node.opset() >= 13;
+  // ReduceSum takes axes as an input from opset 13, the other reductions from opset 18.
+  bool from_input = node.opset() >= 18 || (node.op_type() == "ReduceSum" && node.opset() >= 13);
   if (from_input) {
+    if (node.has_attribute("axes")) {
+      ctx.fail(fmt::format("attribute 'axes' is not part of {} at opset {}; axes are input 1",
+                           node.op_type(), node.opset()));
+    }
     const TensorValue* a = optional_input(inputs, 1);
     // An axes input of static size 0 is empty whatever its data: no need to know it.
     bool empty = a != nullptr && a->rank() == 1 && a->shape[0] == Expr(0);
@@ -312,7 +318,7 @@ void register_reduce_ops(Registry& registry) {
   for (const char* op :
        {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare",
         "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"}) {
-    registry.add("", op, {lower_reduce, 1, 17});
+    registry.add("", op, {lower_reduce, 1, 18});
   }
   registry.add("", "ArgMax", {lower_arg, 1, 17});
   registry.add("", "ArgMin", {lower_arg, 1, 17});

@@ -223,14 +223,18 @@ std::vector<TensorValue> lower_gather_nd(LoweringContext& ctx, const graph::Node
   })};
 }
 
-enum class ScatterMode { kNone, kAdd, kMul };
+enum class ScatterMode { kNone, kAdd, kMul, kMax, kMin };
 
 ScatterMode scatter_mode(const LoweringContext& ctx, const graph::Node& node) {
   std::string r = node.attr_string("reduction", "none");
   if (r == "none") return ScatterMode::kNone;
   if (r == "add") return ScatterMode::kAdd;
   if (r == "mul") return ScatterMode::kMul;
-  ctx.fail(fmt::format("reduction '{}' is not supported (none, add, mul)", r));
+  // max and min from opset 18.
+  if (node.opset() >= 18 && r == "max") return ScatterMode::kMax;
+  if (node.opset() >= 18 && r == "min") return ScatterMode::kMin;
+  ctx.fail(fmt::format("reduction '{}' is not supported (none, add, mul{})", r,
+                       node.opset() >= 18 ? ", max, min" : ""));
 }
 
 /// out[i] = data[i] combined with every update u whose target is i: `match(body, i, u)` says
@@ -243,6 +247,19 @@ TensorValue scatter(LoweringContext& ctx, const TensorValue& data, ScatterMode m
                     const std::function<ValueId(LoopBody&, const std::vector<Expr>&,
                                                 const std::vector<Expr>&)>& update) {
   const DType acc = compute_dtype(data.dtype);
+  if (mode == ScatterMode::kMax || mode == ScatterMode::kMin) {
+    // The element itself stands in for updates that miss it, so no identity value is needed.
+    TensorValue extreme = ctx.reduction(
+        acc, data.shape, update_space,
+        mode == ScatterMode::kMax ? ReductionType::kMax : ReductionType::kMin,
+        [&](LoopBody& body, const std::vector<Expr>& i, const std::vector<Expr>& u) {
+          ValueId v = body.cast(update(body, i, u), acc);
+          return body.where(match(body, i, u), v, body.cast(ctx.load_at(body, data, i), acc));
+        });
+    return ctx.pointwise(data.dtype, data.shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+      return body.cast(ctx.load_at(body, extreme, i), data.dtype);
+    });
+  }
   const bool product = mode == ScatterMode::kMul;
   TensorValue combined = ctx.reduction(
       acc, data.shape, update_space, product ? ReductionType::kProd : ReductionType::kSum,
@@ -450,9 +467,9 @@ void register_movement_ops(Registry& registry) {
   registry.add("", "DepthToSpace", {lower_depth_to_space, 1, 17});
   registry.add("", "SpaceToDepth", {lower_space_to_depth, 1, 17});
   registry.add("", "GatherND", {lower_gather_nd, 11, 17});
-  registry.add("", "ScatterElements", {lower_scatter_elements, 11, 17});
+  registry.add("", "ScatterElements", {lower_scatter_elements, 11, 18});
   registry.add("", "Scatter", {lower_scatter_elements, 9, 10});
-  registry.add("", "ScatterND", {lower_scatter_nd, 11, 17});
+  registry.add("", "ScatterND", {lower_scatter_nd, 11, 18});
 }
 
 }  // namespace kiln::lower

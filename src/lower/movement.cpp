@@ -248,7 +248,8 @@ TensorValue scatter(LoweringContext& ctx, const TensorValue& data, ScatterMode m
                                                 const std::vector<Expr>&)>& update) {
   const DType acc = compute_dtype(data.dtype);
   if (mode == ScatterMode::kMax || mode == ScatterMode::kMin) {
-    // The element itself stands in for updates that miss it, so no identity value is needed.
+    // The element itself stands in for updates that miss it, so no identity value is needed;
+    // it is combined once more for elements every update hits.
     TensorValue extreme = ctx.reduction(
         acc, data.shape, update_space,
         mode == ScatterMode::kMax ? ReductionType::kMax : ReductionType::kMin,
@@ -256,8 +257,10 @@ TensorValue scatter(LoweringContext& ctx, const TensorValue& data, ScatterMode m
           ValueId v = body.cast(update(body, i, u), acc);
           return body.where(match(body, i, u), v, body.cast(ctx.load_at(body, data, i), acc));
         });
+    const OpCode combine = mode == ScatterMode::kMax ? OpCode::kMaximum : OpCode::kMinimum;
     return ctx.pointwise(data.dtype, data.shape, [&](LoopBody& body, const std::vector<Expr>& i) {
-      return body.cast(ctx.load_at(body, extreme, i), data.dtype);
+      ValueId d = body.cast(ctx.load_at(body, data, i), acc);
+      return body.cast(body.binary(combine, d, ctx.load_at(body, extreme, i)), data.dtype);
     });
   }
   const bool product = mode == ScatterMode::kMul;

@@ -184,7 +184,13 @@ std::vector<TensorValue> lower_reduce(LoweringContext& ctx, const graph::Node& n
   const TensorValue& x = required_input(ctx, inputs, 0, "data");
   const std::string& op = node.op_type();
   bool float_only = op == "ReduceLogSum" || op == "ReduceLogSumExp";
-  require_dtype(ctx, x.dtype, float_only ? kFloats : kNumbers, "input data");
+  // ReduceMax-20 and ReduceMin-20 take bool: any and all.
+  bool bools = node.opset() >= 20 && (op == "ReduceMax" || op == "ReduceMin");
+  require_dtype(ctx, x.dtype,
+                float_only ? kFloats
+                : bools    ? kNumbers | kBools
+                           : kNumbers,
+                "input data");
   std::optional<std::vector<bool>> mask = reduce_axes(ctx, node, inputs, x.rank());
   if (!mask) return {x};  // ReduceSum with noop_with_empty_axes and no axes
   ReducePlan plan = make_plan(x.shape, *mask, node.attr_int("keepdims", 1) != 0);
@@ -192,6 +198,10 @@ std::vector<TensorValue> lower_reduce(LoweringContext& ctx, const graph::Node& n
   DType acc = accumulate_dtype(x.dtype);
   if (op == "ReduceSum") return {reduce(ctx, x, plan, keep, ReductionType::kSum, x.dtype)};
   if (op == "ReduceProd") return {reduce(ctx, x, plan, keep, ReductionType::kProd, x.dtype)};
+  if (x.dtype == DType::kBool) {
+    ReductionType type = op == "ReduceMax" ? ReductionType::kAny : ReductionType::kAll;
+    return {reduce(ctx, x, plan, keep, type, x.dtype)};
+  }
   if (op == "ReduceMax") return {reduce(ctx, x, plan, keep, ReductionType::kMax, x.dtype)};
   if (op == "ReduceMin") return {reduce(ctx, x, plan, keep, ReductionType::kMin, x.dtype)};
   if (op == "ReduceSumSquare") {

@@ -162,6 +162,7 @@ class PyModel {
   py::list outputs() const { return describe_all(model_.outputs()); }
   const std::string& path() const { return model_.path(); }
   std::string target() const { return model_.target(); }
+  std::string variant() const { return model_.variant(); }
   py::dict report() const {
     py::dict d;
     d["seconds"] = report_.seconds;
@@ -291,6 +292,7 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly("outputs", &PyModel::outputs)
       .def_property_readonly("path", &PyModel::path)
       .def_property_readonly("target", &PyModel::target)
+      .def_property_readonly("variant", &PyModel::variant)
       .def_property_readonly("report", &PyModel::report)
       .def("run", &PyModel::run, py::arg("inputs"))
       .def("bench", &PyModel::bench, py::arg("inputs"), py::arg("iters"), py::arg("warmup"));

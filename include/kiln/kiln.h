@@ -161,7 +161,10 @@ class Model {
 
   const std::vector<ValueInfo>& inputs() const { return inputs_; }
   const std::vector<ValueInfo>& outputs() const { return outputs_; }
+  /// The --target it was compiled with ("auto", "x86-64-v3", ...).
   std::string target() const { return kiln_model_target(model_.get()); }
+  /// The variant of its code this CPU runs ("x86-64-v4").
+  std::string variant() const { return kiln_model_variant(model_.get()); }
   /// The library file the model was loaded from (for a compile without an output: in the code
   /// cache).
   const std::string& path() const { return path_; }
@@ -237,7 +240,7 @@ struct CompileOptions {
   /// The library to write; empty: it stays in the code cache (weights embedded).
   std::string output;
   bool external_weights = false;
-  std::string target = "x86-64-v3";  // or "native"
+  std::string target = "auto";  // or "x86-64-v3", "x86-64-v4", "native" (LibraryOptions)
   std::string cache_dir;             // empty: KILN_CACHE_DIR or ~/.cache/kiln
   std::string autotune;              // "off", "default", "max"; empty: KILN_AUTOTUNE or default
   /// Values fixed when compiling for symbolic input dims, by name ({"batch", 8}): the library

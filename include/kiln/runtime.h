@@ -43,7 +43,7 @@ extern "C" {
 /* The version of this ABI: the layout of the structs below and of kiln_model_api. A library
  * records the version it was built for; loading it with a different one is refused. */
 #ifndef KILN_ABI_VERSION
-#define KILN_ABI_VERSION 1u
+#define KILN_ABI_VERSION 2u
 #endif
 
 #define KILN_MAX_RANK 16
@@ -131,8 +131,9 @@ typedef struct kiln_profile_event {
 typedef struct kiln_model_api {
   uint32_t abi_version;
   const char* kiln_version; /* of the compiler that built the library */
-  const char* target;       /* the instruction set it was built for: "x86-64-v3" */
-  /* Checks this CPU against `target` without running any code built for it; NULL when fine. */
+  const char* target;       /* its --target: "auto" (a variant per ISA level), "x86-64-v3", ... */
+  /* Checks that one of its variants runs on this CPU, without running any code built for one;
+   * NULL when fine. */
   kiln_status* (*check_cpu)(void);
   kiln_status* (*create)(const char* library_path, const kiln_options* options, void** instance);
   void (*destroy)(void* instance);
@@ -147,6 +148,8 @@ typedef struct kiln_model_api {
    * them: set_profiling, clear_profile, a profiled run). */
   size_t (*profile_events)(void* instance, const kiln_profile_event** events);
   void (*clear_profile)(void* instance);
+  /* The variant this process loaded: the ISA level its code was built for ("x86-64-v4"). */
+  const char* (*variant)(void* instance);
 } kiln_model_api;
 
 typedef struct kiln_model {
@@ -346,8 +349,13 @@ static inline void kiln_model_clear_profile(kiln_model* model) {
   model->api->clear_profile(model->instance);
 }
 
-/* The instruction set the library was built for ("x86-64-v3"). */
+/* The --target the library was compiled with ("auto", "x86-64-v3", ...). */
 static inline const char* kiln_model_target(const kiln_model* model) { return model->api->target; }
+
+/* The variant of the model's code this CPU runs ("x86-64-v4"), chosen at the first load. */
+static inline const char* kiln_model_variant(const kiln_model* model) {
+  return model->api->variant(model->instance);
+}
 
 /* Bytes of one element of `dtype`; 0 for an unknown code. */
 static inline size_t kiln_dtype_size(int32_t dtype) {

@@ -118,7 +118,8 @@ BenchModel load_library_model(const std::string& path, const BenchLoadOptions& o
   bench.compile_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   bench.cache_hit = true;
-  bench.summary = fmt::format("the library {} (target {})", path, kiln_model_target(raw));
+  bench.summary = fmt::format("the library {} (target {}, variant {})", path,
+                              kiln_model_target(raw), kiln_model_variant(raw));
   return bench;
 }
 

@@ -15,7 +15,7 @@ struct CompileArgs {
   std::string model;
   std::string output;
   std::string weights = "embed";
-  std::string target = "x86-64-v3";
+  std::string target = "auto";
   std::string dump_dir;
   std::string cache_dir;
   std::string autotune;
@@ -45,12 +45,21 @@ int compile_model(const CompileArgs& args) {
     options.compile.autotune = autotune::parse_autotune_mode(args.autotune, "--autotune");
   const driver::LibraryResult r = driver::compile_library(model, options);
 
-  fmt::print("library: {} (target {}: needs {})\n", r.library.string(), r.target, r.features);
+  fmt::print("library: {} (target {})\n", r.library.string(), r.target);
+  for (const driver::LibraryResult::Variant& v : r.variants) {
+    fmt::print("variant: {} (needs {}; code {})\n", v.name, v.features,
+               bytes_text(std::to_string(v.code_bytes)));
+  }
+  std::string prepacked;
+  if (r.variant_weights_bytes > 0) {
+    prepacked = fmt::format(", of which {} are weights prepacked for the other variants",
+                            bytes_text(std::to_string(r.variant_weights_bytes)));
+  }
   if (r.weights.empty()) {
-    fmt::print("weights: {} embedded\n", bytes_text(std::to_string(r.weights_bytes)));
+    fmt::print("weights: {} embedded{}\n", bytes_text(std::to_string(r.weights_bytes)), prepacked);
   } else {
-    fmt::print("weights: {} in {} (keep it beside the library)\n",
-               bytes_text(std::to_string(r.weights_bytes)), r.weights.string());
+    fmt::print("weights: {} in {} (keep it beside the library){}\n",
+               bytes_text(std::to_string(r.weights_bytes)), r.weights.string(), prepacked);
   }
   fmt::print("kernels: {}, library calls: {}\n", r.stats.kernels, r.stats.extern_calls);
   fmt::print("arena: {} per run, for intermediates of {} allocated one by one\n",
@@ -75,8 +84,9 @@ void add_compile_command(CLI::App& app, CommandAction& chosen) {
                   "embed (in the library's read-only data, the default) or external (in "
                   "<stem>.weights beside it, memory-mapped and checked at load)");
   cmd->add_option("--target", args->target,
-                  "x86-64-v3 (AVX2 and FMA, the default: runs on any such server) or native "
-                  "(this machine's CPU)");
+                  "auto (the default: the model's code for x86-64-v4 and x86-64-v3 in one "
+                  "library, the best one the CPU runs chosen at load), x86-64-v3 (AVX2 and "
+                  "FMA), x86-64-v4 (AVX-512) or native (this machine's CPU)");
   cmd->add_option("--dump", args->dump_dir,
                   "write the IR, schedule, fusion decisions, memory plan and sources here");
   cmd->add_option("--cache-dir", args->cache_dir,

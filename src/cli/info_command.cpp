@@ -12,6 +12,7 @@
 #include "lower/lowering.h"
 #include "lower/supported_ops.h"
 #include "onnx/importer.h"
+#include "support/identifier.h"
 
 namespace kiln::cli {
 namespace {
@@ -122,28 +123,31 @@ void print_values(const char* title, const std::vector<graph::Value*>& values,
   fmt::print("{}:\n", title);
   if (values.empty()) fmt::print("  (none)\n");
   size_t width = 0;
-  for (const graph::Value* value : values) width = std::max(width, value->name().size());
+  for (const graph::Value* value : values)
+    width = std::max(width, terminal_text(value->name()).size());
   for (const graph::Value* value : values) {
+    const std::string name = terminal_text(value->name());
     auto found = run_time.find(value->name());
     if (found == run_time.end()) {
-      fmt::print("  {:<{}}  {}\n", value->name(), width, value->type().str());
+      fmt::print("  {:<{}}  {}\n", name, width, terminal_text(value->type().str()));
       continue;
     }
     std::vector<std::string> types;
     for (const ir::OutputAlternative& a : found->second)
-      types.push_back(std::string(graph::dtype_name(a.dtype)) + a.shape);
-    fmt::print("  {:<{}}  {} (known after a run)\n", value->name(), width,
-               fmt::join(types, " or "));
+      types.push_back(std::string(graph::dtype_name(a.dtype)) + terminal_text(a.shape));
+    fmt::print("  {:<{}}  {} (known after a run)\n", name, width, fmt::join(types, " or "));
   }
 }
 
 void print_info(const graph::Model& model) {
   fmt::print("file:        {}\n", model.path);
   fmt::print("ir version:  {}\n", model.ir_version);
-  fmt::print("producer:    {}\n", model.producer_name.empty() ? "(none)" : model.producer_name);
+  fmt::print("producer:    {}\n",
+             model.producer_name.empty() ? "(none)" : terminal_text(model.producer_name));
   std::vector<std::string> opsets;
   for (const auto& [domain, version] : model.opsets) {
-    opsets.push_back(fmt::format("{} {}", domain.empty() ? "ai.onnx" : domain, version));
+    opsets.push_back(
+        fmt::format("{} {}", domain.empty() ? "ai.onnx" : terminal_text(domain), version));
   }
   fmt::print("opsets:      {}\n", fmt::join(opsets, ", "));
   print_values("inputs", model.graph->inputs());
@@ -155,8 +159,9 @@ void print_info(const graph::Model& model) {
       ops.in_subgraphs == 0 ? "" : fmt::format(" ({} in subgraphs)", ops.in_subgraphs);
   fmt::print("nodes:       {}{}\n", ops.total, nested);
   size_t width = 0;
-  for (const auto& [label, count] : ops.by_op) width = std::max(width, label.size());
-  for (const auto& [label, count] : ops.by_op) fmt::print("  {:<{}}  {}\n", label, width, count);
+  for (const auto& [label, count] : ops.by_op) width = std::max(width, terminal_text(label).size());
+  for (const auto& [label, count] : ops.by_op)
+    fmt::print("  {:<{}}  {}\n", terminal_text(label), width, count);
 
   Parameters params;
   count_parameters(*model.graph, params);
@@ -165,7 +170,8 @@ void print_info(const graph::Model& model) {
 
   std::vector<std::string> unsupported;
   for (const auto& [label, node] : ops.example) {
-    if (!lower::is_supported_op(node->domain(), node->op_type())) unsupported.push_back(label);
+    if (!lower::is_supported_op(node->domain(), node->op_type()))
+      unsupported.push_back(terminal_text(label));
   }
   if (unsupported.empty()) {
     fmt::print("compilable:  every op is supported\n");

@@ -5,9 +5,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -193,40 +196,52 @@ CompiledModel compile(const graph::Model& model, const CompileOptions& options) 
 
 namespace {
 
-/// The CPU features a library built for `target` checks at load, and its -march.
+/// One build of the model's code for an ISA level: its name, -march, the CPU features it checks
+/// at load, and the ISA its GEMM and convolution templates may use (empty: the host's).
 struct Target {
+  std::string name;
   std::string march;
   std::string features;
   std::optional<autotune::TemplateIsa> template_isa;
 };
 
-Target target_for(const std::string& name) {
+/// The variants a library built for `--target name` holds, best first.
+std::vector<Target> targets_for(const std::string& name) {
   const std::string v3 = "avx,avx2,fma,bmi,bmi2,f16c";
-  if (name == "x86-64-v3") return {"-march=x86-64-v3", v3, autotune::TemplateIsa::kAvx2};
+  const std::string v4 = v3 + ",avx512f,avx512bw,avx512cd,avx512dq,avx512vl";
+  const Target x86_64_v3{"x86-64-v3", "-march=x86-64-v3", v3, autotune::TemplateIsa::kAvx2};
+  const Target x86_64_v4{"x86-64-v4", "-march=x86-64-v4", v4, autotune::TemplateIsa::kAvx512};
+  if (name == "auto") return {x86_64_v4, x86_64_v3};
+  if (name == "x86-64-v3") return {x86_64_v3};
+  if (name == "x86-64-v4") return {x86_64_v4};
   if (name == "native") {
     // Code built with -march=native on an AVX-512 machine may use AVX-512 anywhere.
     if (autotune::host_template_isa() == autotune::TemplateIsa::kAvx512)
-      return {"-march=native", v3 + ",avx512f,avx512bw,avx512vl,avx512dq", std::nullopt};
-    return {"-march=native", v3, std::nullopt};
+      return {{"native", "-march=native", v4, std::nullopt}};
+    return {{"native", "-march=native", v3, std::nullopt}};
   }
-  user_error("--target {}: expected x86-64-v3 or native", name);
+  user_error("--target {}: expected auto, x86-64-v3, x86-64-v4 or native", name);
 }
 
-/// The shared libraries `library` needs (ldd) and the Debian packages that hold them (dpkg -S);
-/// empty lists when the tools are missing.
-void find_dependencies(const fs::path& library, LibraryResult& result) {
-  process::Result ldd = process::run({"ldd", {library.string()}, {}, std::chrono::seconds(30)});
-  if (!ldd.ok()) return;
+/// The shared libraries `libraries` need (ldd: the model library and its variants, which it
+/// loads) and the Debian packages that hold them (dpkg -S); empty lists when the tools are
+/// missing.
+void find_dependencies(const std::vector<fs::path>& libraries, LibraryResult& result) {
   std::vector<std::string> paths;
-  std::istringstream lines(ldd.stdout_text);
-  for (std::string line; std::getline(lines, line);) {
-    const size_t arrow = line.find("=> ");
-    if (arrow == std::string::npos) continue;
-    std::string path = line.substr(arrow + 3);
-    path = path.substr(0, path.find(' '));
-    if (path.empty() || path[0] != '/') continue;
-    result.needed.push_back(fs::path(path).filename().string());
-    paths.push_back(path);
+  for (const fs::path& library : libraries) {
+    process::Result ldd = process::run({"ldd", {library.string()}, {}, std::chrono::seconds(30)});
+    if (!ldd.ok()) return;
+    std::istringstream lines(ldd.stdout_text);
+    for (std::string line; std::getline(lines, line);) {
+      const size_t arrow = line.find("=> ");
+      if (arrow == std::string::npos) continue;
+      std::string path = line.substr(arrow + 3);
+      path = path.substr(0, path.find(' '));
+      if (path.empty() || path[0] != '/') continue;
+      if (std::find(paths.begin(), paths.end(), path) != paths.end()) continue;
+      result.needed.push_back(fs::path(path).filename().string());
+      paths.push_back(path);
+    }
   }
   // dpkg knows a file by the path its package installed: with Debian's merged /usr that may be
   // /lib/... for a library ldd finds under /usr/lib/..., or the target of a symlink.
@@ -265,46 +280,136 @@ std::string bytes_expr(const sym::Expr& e) {
   return e.str();
 }
 
+/// The constants of every variant as one list, equal tensors once (variants that prepack a
+/// weight alike share it), and each variant's constants as indices into it.
+struct ConstantUnion {
+  std::vector<std::shared_ptr<const graph::Tensor>> all;
+  std::vector<std::vector<size_t>> per_variant;
+  uint64_t shared_bytes = 0;  // what the first variant's constants take
+};
+
+ConstantUnion unite_constants(const std::vector<const codegen::WrapperSource*>& sources) {
+  ConstantUnion result;
+  // By byte size: tensors of different content differ early, so comparing is cheap.
+  std::map<size_t, std::vector<size_t>> by_size;
+  for (const codegen::WrapperSource* source : sources) {
+    std::vector<size_t>& indices = result.per_variant.emplace_back();
+    for (const auto& tensor : source->constants) {
+      const auto* bytes = static_cast<const unsigned char*>(tensor->data());
+      const size_t n = tensor->nbytes();
+      std::vector<size_t>& same = by_size[n];
+      auto found = std::find_if(same.begin(), same.end(), [&](size_t k) {
+        return result.all[k] == tensor || (result.all[k]->dtype() == tensor->dtype() &&
+                                           std::memcmp(result.all[k]->data(), bytes, n) == 0);
+      });
+      if (found != same.end()) {
+        indices.push_back(*found);
+        continue;
+      }
+      same.push_back(result.all.size());
+      indices.push_back(result.all.size());
+      result.all.push_back(tensor);
+    }
+    if (result.per_variant.size() == 1) {
+      for (const auto& tensor : result.all) result.shared_bytes += tensor->nbytes();
+    }
+  }
+  return result;
+}
+
+/// How one variant of the model's code builds: a complete shared library exporting kiln_run, as
+/// `kiln run` builds one, for the variant's -march.
+codecache::LibrarySpec variant_spec(const Target& target, const Generated& g) {
+  codecache::CompilerConfig config = g.codegen->build_config(g.source.needs);
+  for (std::string& flag : config.flags) {
+    if (flag == "-march=native") flag = target.march;
+  }
+  return {source_units(g.source), config};
+}
+
+/// What the model library itself needs to build: every variant's libraries (so that ldd shows
+/// what the library needs at run time), built for the baseline x86-64 (it must run on any CPU to
+/// say which features one lacks).
+codecache::CompilerConfig outer_config(const std::vector<Generated>& variants) {
+  codegen::BuildNeeds needs;
+  for (const Generated& g : variants) {
+    needs.uses_blas |= g.source.needs.uses_blas;
+    needs.uses_dnnl |= g.source.needs.uses_dnnl;
+    for (const std::string& dir : g.source.needs.include_dirs) {
+      if (std::find(needs.include_dirs.begin(), needs.include_dirs.end(), dir) ==
+          needs.include_dirs.end())
+        needs.include_dirs.push_back(dir);
+    }
+    for (const std::string& library : g.source.needs.libraries) {
+      if (std::find(needs.libraries.begin(), needs.libraries.end(), library) ==
+          needs.libraries.end())
+        needs.libraries.push_back(library);
+    }
+  }
+  codecache::CompilerConfig config = variants.front().codegen->build_config(needs);
+  config.include_dirs.push_back(codegen::cpp_public_include_dir());
+  for (std::string& flag : config.flags) {
+    if (flag == "-march=native") flag = "-march=x86-64";
+  }
+  return config;
+}
+
 }  // namespace
 
 LibraryResult compile_library(const graph::Model& model, const LibraryOptions& options) {
   auto start = std::chrono::steady_clock::now();
   ++g_compiles;
-  const Target target = target_for(options.target);
-  Generated g =
-      generate(model, options.compile, target.template_isa, Dumper(options.compile.dump_dir));
+  const std::vector<Target> targets = targets_for(options.target);
+  const fs::path dump_dir = options.compile.dump_dir;
+  std::vector<Generated> variants;
+  std::vector<codecache::LibrarySpec> specs;
+  for (const Target& target : targets) {
+    // The first variant dumps into the dump directory, the others into a folder of their own.
+    CompileOptions compile = options.compile;
+    if (!dump_dir.empty() && !variants.empty()) compile.dump_dir = dump_dir / target.name;
+    // A template ISA this host lacks cannot be timed here: its choices are the heuristic's.
+    if (target.template_isa == autotune::TemplateIsa::kAvx512 &&
+        autotune::host_template_isa() != autotune::TemplateIsa::kAvx512)
+      compile.autotune = autotune::AutotuneMode::kOff;
+    variants.push_back(generate(model, compile, target.template_isa, Dumper(compile.dump_dir)));
+    specs.push_back(variant_spec(target, variants.back()));
+  }
+  const Generated& g = variants.front();
+  codecache::CodeCache cache(g.cache_dir);
+  const std::vector<fs::path> images = cache.compile_many(specs);  // the variants side by side
 
   // The weights: one blob; embedded, the assembler includes it from the cache's weights folder.
-  codegen::WeightsBlob weights = codegen::layout_weights(g.source.constants);
+  std::vector<const codegen::WrapperSource*> sources;
+  for (const Generated& v : variants) sources.push_back(&v.source);
+  const ConstantUnion constants = unite_constants(sources);
+  codegen::WeightsBlob weights = codegen::layout_weights(constants.all);
   const fs::path blob_dir = g.cache_dir / "weights";
   const std::string blob_name =
       fmt::format("{:016x}-{}.weights", weights.checksum(), weights.payload_bytes());
   codegen::ModelApiOptions api;
   api.target = options.target;
-  api.features = target.features;
   api.embed_weights = !options.external_weights;
   api.weights_file = blob_name;
-  g.source.units.emplace_back("model_api.cpp",
-                              codegen::generate_model_api(*g.program, weights, api));
-  Dumper(options.compile.dump_dir).write("5_model_api.cpp", g.source.units.back().second);
-  // The model library is a CPU one (its C API is host code): it includes the public headers.
-  codecache::CompilerConfig config = g.codegen->build_config(g.source.needs);
-  config.include_dirs.push_back(codegen::cpp_public_include_dir());
-  for (std::string& flag : config.flags) {
-    if (flag == "-march=native") flag = target.march;
+  codecache::CompilerConfig config = outer_config(variants);
+  for (size_t v = 0; v < targets.size(); ++v) {
+    api.variants.push_back({targets[v].name, targets[v].features, images[v].filename().string(),
+                            fs::file_size(images[v]), constants.per_variant[v]});
+    // -Xassembler passes each argument whole (-Wa, would split a path at its commas).
+    config.flags.insert(config.flags.end(),
+                        {"-Xassembler", "-I", "-Xassembler", images[v].parent_path().string()});
   }
+  const std::string model_api = codegen::generate_model_api(*g.program, weights, api);
+  Dumper(dump_dir).write("5_model_api.cpp", model_api);
   if (api.embed_weights) {
     if (!fs::exists(blob_dir / blob_name)) {
       files::write_atomic(blob_dir / blob_name,
                           std::string_view(reinterpret_cast<const char*>(weights.file.data()),
                                            weights.file.size()));
     }
-    // -Xassembler passes each argument whole (-Wa, would split a path at its commas).
     config.flags.insert(config.flags.end(),
                         {"-Xassembler", "-I", "-Xassembler", blob_dir.string()});
   }
-  codecache::CodeCache cache(g.cache_dir);
-  const fs::path built = cache.compile_shared_library(source_units(g.source), config);
+  const fs::path built = cache.compile_shared_library({{"model_api.cpp", model_api}}, config);
 
   LibraryResult result;
   const fs::path& output = options.output;
@@ -325,11 +430,17 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
         std::string_view(reinterpret_cast<const char*>(weights.file.data()), weights.file.size()));
   }
   result.weights_bytes = weights.payload_bytes();
+  result.variant_weights_bytes = weights.payload_bytes() - constants.shared_bytes;
   result.target = options.target;
-  result.features = target.features;
+  for (size_t v = 0; v < targets.size(); ++v)
+    result.variants.push_back({targets[v].name, targets[v].features, fs::file_size(images[v])});
   result.arena_bytes = bytes_expr(g.source.arena.total);
   result.intermediate_bytes = bytes_expr(g.source.arena.intermediates);
-  if (options.find_dependencies) find_dependencies(result.library, result);
+  if (options.find_dependencies) {
+    std::vector<fs::path> libraries = {result.library};
+    libraries.insert(libraries.end(), images.begin(), images.end());
+    find_dependencies(libraries, result);
+  }
   fill_stats(g, result.stats);
   result.stats.cache_hit = cache.stats().compiles == 0;
   result.stats.seconds =

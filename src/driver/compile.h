@@ -110,8 +110,10 @@ struct LibraryOptions {
   /// Weights in `<stem>.weights` beside the library (memory-mapped and checked at load) instead
   /// of in its read-only data.
   bool external_weights = false;
-  /// "x86-64-v3" (AVX2 and FMA: any recent x86-64 server) or "native" (this machine's CPU).
-  std::string target = "x86-64-v3";
+  /// "auto": a variant of the model's code per ISA level (x86-64-v4 and x86-64-v3), the best one
+  /// the CPU runs chosen at load; "x86-64-v3" (AVX2 and FMA: any recent x86-64 server),
+  /// "x86-64-v4" (AVX-512) or "native" (this machine's CPU): that one alone.
+  std::string target = "auto";
   /// Fill LibraryResult::needed and packages (runs ldd and dpkg: for `kiln compile`'s report).
   bool find_dependencies = false;
 };
@@ -120,8 +122,15 @@ struct LibraryResult {
   std::filesystem::path library;
   std::filesystem::path weights;  // empty when embedded
   uint64_t weights_bytes = 0;
+  uint64_t variant_weights_bytes = 0;  // of weights_bytes, what variants other than the first add
   std::string target;
-  std::string features;  // CPU features the library checks at load
+  /// The variants it holds, best first: the ISA level, the CPU features it needs, its code's bytes.
+  struct Variant {
+    std::string name;
+    std::string features;
+    uint64_t code_bytes = 0;
+  };
+  std::vector<Variant> variants;
   /// The arena of one run's intermediates, and what they would take allocated one by one
   /// (both in bytes; expressions of the size symbols for dynamic shapes).
   std::string arena_bytes;

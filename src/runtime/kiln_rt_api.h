@@ -1,10 +1,18 @@
 #pragma once
 // Kiln runtime: the C API (include/kiln/runtime.h) of a model library built by `kiln compile`.
 // Included by the library's generated model_api.cpp, which defines KILN_MODEL_TARGET and
-// KILN_MODEL_VERSION before it, then model_info() (the inputs, outputs, CPU features, constants
-// and weights of the model); the wrapper's kiln_run does the work. No exception leaves these
-// functions: each failure becomes a kiln_status.
+// KILN_MODEL_VERSION before it, then model_info() (the inputs, outputs, weights and variants of
+// the model). No exception leaves these functions: each failure becomes a kiln_status.
+//
+// The work is done by a variant: the model's wrapper and kernels built for one ISA level
+// (x86-64-v4, x86-64-v3, ...), a complete shared library of its own embedded in this one's
+// read-only data. Each load takes the first variant whose CPU features this CPU has (variants
+// are listed best first); at its first use in a process, that variant is written to an
+// anonymous memory file (memfd) and dlopen'ed from it with RTLD_LOCAL, so each variant's code,
+// inline functions included, stays apart from the others'. This library's own code is built for the
+// baseline x86-64, so that it runs on any CPU and can say which features a CPU lacks.
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <omp.h>
 #include <sys/mman.h>
@@ -23,34 +31,42 @@
 
 namespace kiln_rt::api {
 
+/// One build of the model's wrapper and kernels for an ISA level; a library holds at most
+/// kMaxVariants.
+inline constexpr size_t kMaxVariants = 8;
+struct Variant {
+  const char* name;            // "x86-64-v4"
+  const char* features;        // the CPU features it needs, comma-separated ("avx2,fma,bmi2,f16c")
+  const unsigned char* image;  // the shared library's bytes
+  uint64_t image_bytes;
+  const uint64_t* constant_offsets;  // its constants' offsets in the weights payload, in order
+  size_t constant_count;
+};
+
 /// What the generated model_api.cpp says about its model.
 struct ModelInfo {
-  const char* features;  // the CPU features it needs, comma-separated ("avx2,fma,bmi2,f16c")
   const kiln_value_info* inputs;
   size_t input_count;
   const kiln_value_info* outputs;
   size_t output_count;
-  const uint64_t* constant_offsets;  // each constant's offset in the weights payload
-  size_t constant_count;
+  const Variant* variants;  // best first
+  size_t variant_count;
   uint64_t weights_bytes;                 // the payload
   uint64_t weights_checksum;              // weights_checksum() of the payload
   const unsigned char* embedded_weights;  // the payload in read-only data; null: external file
 };
 
-}  // namespace kiln_rt::api
-
-extern "C" {
-// The wrapper's entry points (codegen/wrapper/wrapper.h).
-void* kiln_create_state();
-void kiln_destroy_state(void* state);
-int kiln_run(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,
-             const void* const* constants, void* state, kiln_rt::Profile* profile, char* error,
-             int64_t error_size);
-}
-
-namespace kiln_rt::api {
-
 const ModelInfo& model_info();
+
+/// A loaded variant's entry points (codegen/wrapper/wrapper.h).
+struct Entry {
+  const Variant* variant = nullptr;
+  void* handle = nullptr;
+  void* (*create_state)() = nullptr;
+  void (*destroy_state)(void* state) = nullptr;
+  int (*run)(const TensorArg* inputs, TensorArg* outputs, const void* const* constants, void* state,
+             Profile* profile, char* error, int64_t error_size) = nullptr;
+};
 
 namespace {
 
@@ -80,20 +96,22 @@ __attribute__((target("arch=x86-64"))) bool cpu_has(const char* feature, size_t 
   if (is("f16c")) return __builtin_cpu_supports("f16c");
   if (is("avx512f")) return __builtin_cpu_supports("avx512f");
   if (is("avx512bw")) return __builtin_cpu_supports("avx512bw");
+  if (is("avx512cd")) return __builtin_cpu_supports("avx512cd");
   if (is("avx512vl")) return __builtin_cpu_supports("avx512vl");
   if (is("avx512dq")) return __builtin_cpu_supports("avx512dq");
   return false;
 }
 
-__attribute__((target("arch=x86-64"))) kiln_status* check_cpu() {
-  const ModelInfo& info = model_info();
-  char missing[256] = "";
+/// The features of `variant` this CPU lacks, space-separated, in `missing` ("" when none).
+__attribute__((target("arch=x86-64"))) void missing_features(const Variant& variant, char* missing,
+                                                             size_t size) {
   size_t used = 0;
-  for (const char* p = info.features; *p != '\0';) {
+  missing[0] = '\0';
+  for (const char* p = variant.features; *p != '\0';) {
     const char* end = p;
     while (*end != '\0' && *end != ',') ++end;
     const size_t length = static_cast<size_t>(end - p);
-    if (!cpu_has(p, length) && used + length + 2 < sizeof(missing)) {
+    if (!cpu_has(p, length) && used + length + 2 < size) {
       if (used != 0) missing[used++] = ' ';
       std::memcpy(missing + used, p, length);
       used += length;
@@ -101,12 +119,31 @@ __attribute__((target("arch=x86-64"))) kiln_status* check_cpu() {
     }
     p = *end == ',' ? end + 1 : end;
   }
-  if (used == 0) return nullptr;
+}
+
+/// The best variant this CPU runs, or null.
+__attribute__((target("arch=x86-64"))) const Variant* chosen_variant() {
+  const ModelInfo& info = model_info();
+  char missing[256];
+  for (size_t k = 0; k < info.variant_count; ++k) {
+    missing_features(info.variants[k], missing, sizeof(missing));
+    if (missing[0] == '\0') return &info.variants[k];
+  }
+  return nullptr;
+}
+
+__attribute__((target("arch=x86-64"))) kiln_status* check_cpu() {
+  if (chosen_variant() != nullptr) return nullptr;
+  const ModelInfo& info = model_info();
+  const Variant& least = info.variants[info.variant_count - 1];
+  char missing[256];
+  missing_features(least, missing, sizeof(missing));
   char text[512];
   std::snprintf(text, sizeof(text),
-                "this CPU lacks %s, which the model library needs (it was compiled for %s): "
-                "compile it again with --target x86-64-v3 or --target native on this machine",
-                missing, KILN_MODEL_TARGET);
+                "this CPU lacks %s, which the model library needs (it was compiled for %s; its "
+                "least demanding variant is %s): compile it again with --target native on this "
+                "machine",
+                missing, KILN_MODEL_TARGET, least.name);
   const size_t length = std::strlen(text);
   auto* status = static_cast<kiln_status*>(std::malloc(sizeof(kiln_status) + length));
   if (status == nullptr) return nullptr;
@@ -115,8 +152,96 @@ __attribute__((target("arch=x86-64"))) kiln_status* check_cpu() {
   return status;
 }
 
+/// dlopen's `variant`'s image from an anonymous memory file (a temporary file, removed once
+/// loaded, where memfd is not available). The memory file stays open for the life of the process:
+/// the loader knows a library by its path, and /proc/self/fd/N must never name another image.
+void* open_image(const Variant& variant, std::string& error) {
+  int fd = memfd_create(variant.name, MFD_CLOEXEC);
+  char path[4096];
+  const bool temporary = fd < 0;
+  if (temporary) {
+    const char* dir = std::getenv("TMPDIR");
+    std::snprintf(path, sizeof(path), "%s/kiln-variant-XXXXXX", dir && *dir ? dir : "/tmp");
+    fd = mkstemp(path);
+  } else {
+    std::snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+  }
+  if (fd < 0) {
+    error = std::string("cannot create a file for the variant: ") + std::strerror(errno);
+    return nullptr;
+  }
+  const unsigned char* data = variant.image;
+  for (uint64_t left = variant.image_bytes; left > 0;) {
+    const ssize_t n = ::write(fd, data, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = std::string("cannot write the variant's code: ") + std::strerror(errno);
+      left = 0;
+      data = nullptr;
+    } else {
+      data += n;
+      left -= static_cast<uint64_t>(n);
+    }
+  }
+  void* handle = nullptr;
+  if (data != nullptr) {
+    handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* why = dlerror();
+      error = std::string("cannot load the variant: ") + (why ? why : "unknown error");
+    }
+  }
+  if (temporary) {
+    ::close(fd);
+    ::unlink(path);
+  } else if (handle == nullptr) {
+    ::close(fd);
+  }
+  return handle;
+}
+
+/// The variants this process loaded (each at its first use), kept for the life of the process.
+struct LoadedVariants {
+  std::mutex mutex;
+  Entry entries[kMaxVariants];
+};
+
+LoadedVariants& loaded_variants() {
+  static LoadedVariants* loaded = new LoadedVariants();  // never destroyed: see open_image
+  return *loaded;
+}
+
+/// The entry points of the best variant this CPU runs, loading it first if needed.
+kiln_status* load_variant(const Entry** result) {
+  const Variant* variant = chosen_variant();
+  if (variant == nullptr) return check_cpu();
+  LoadedVariants& loaded = loaded_variants();
+  std::lock_guard<std::mutex> lock(loaded.mutex);
+  Entry& entry = loaded.entries[variant - model_info().variants];
+  if (entry.handle == nullptr) {
+    std::string error;
+    void* handle = open_image(*variant, error);
+    if (handle == nullptr)
+      return kiln_status_make(KILN_ERROR_LOAD, "variant %s: %s", variant->name, error.c_str());
+    Entry e;
+    e.variant = variant;
+    e.handle = handle;
+    e.create_state = reinterpret_cast<void* (*)()>(dlsym(handle, "kiln_create_state"));
+    e.destroy_state = reinterpret_cast<void (*)(void*)>(dlsym(handle, "kiln_destroy_state"));
+    e.run = reinterpret_cast<decltype(e.run)>(dlsym(handle, "kiln_run"));
+    if (e.create_state == nullptr || e.destroy_state == nullptr || e.run == nullptr) {
+      return kiln_status_make(KILN_ERROR_LOAD, "variant %s lacks the wrapper's entry points",
+                              variant->name);
+    }
+    entry = e;
+  }
+  *result = &entry;
+  return nullptr;
+}
+
 struct Instance {
   const ModelInfo* info = nullptr;
+  const Entry* entry = nullptr;
   std::vector<const void*> constants;
   void* state = nullptr;
   void* mapping = nullptr;  // the weights file, memory-mapped
@@ -130,7 +255,7 @@ struct Instance {
   std::map<std::thread::id, uint32_t> thread_numbers;
 
   ~Instance() {
-    if (state != nullptr) kiln_destroy_state(state);
+    if (state != nullptr) entry->destroy_state(state);
     if (mapping != nullptr) munmap(mapping, mapping_bytes);
   }
 };
@@ -174,13 +299,15 @@ kiln_status* create(const char* library_path, const kiln_options* options, void*
       }
       instance->threads = options->threads;
     }
+    if (kiln_status* status = load_variant(&instance->entry)) return status;
+    const Variant& variant = *instance->entry->variant;
     const unsigned char* weights = instance->info->embedded_weights;
-    if (weights == nullptr && instance->info->constant_count > 0) {
+    if (weights == nullptr && instance->info->weights_bytes > 0) {
       if (kiln_status* status = map_weights(*instance, library_path, &weights)) return status;
     }
-    for (size_t k = 0; k < instance->info->constant_count; ++k)
-      instance->constants.push_back(weights + instance->info->constant_offsets[k]);
-    instance->state = kiln_create_state();
+    for (size_t k = 0; k < variant.constant_count; ++k)
+      instance->constants.push_back(weights + variant.constant_offsets[k]);
+    instance->state = instance->entry->create_state();
     if (instance->state == nullptr) {
       return kiln_status_make(KILN_ERROR_OUT_OF_MEMORY, "create: out of memory");
     }
@@ -250,8 +377,9 @@ kiln_status* run(void* handle, const kiln_tensor* inputs, size_t input_count, ki
     profile.origin = instance.origin;
     const bool profiled = instance.profiling.load();
     char error[2048] = "";
-    const int code = kiln_run(in.data(), out.data(), instance.constants.data(), instance.state,
-                              profiled ? &profile : nullptr, error, sizeof(error));
+    const int code =
+        instance.entry->run(in.data(), out.data(), instance.constants.data(), instance.state,
+                            profiled ? &profile : nullptr, error, sizeof(error));
     if (code != 0) {
       return kiln_status_make(code == 2 ? KILN_ERROR_BAD_INPUT : KILN_ERROR_INTERNAL, "%s", error);
     }
@@ -296,6 +424,8 @@ void clear_profile(void* handle) {
   instance.events.clear();
 }
 
+const char* variant(void* handle) { return static_cast<Instance*>(handle)->entry->variant->name; }
+
 }  // namespace
 
 }  // namespace kiln_rt::api
@@ -309,7 +439,7 @@ kiln_model_entry() {
       KILN_ABI_VERSION,    KILN_MODEL_VERSION, KILN_MODEL_TARGET, api::check_cpu,
       api::create,         api::destroy,       api::input_count,  api::output_count,
       api::input_info,     api::output_info,   api::run,          api::set_profiling,
-      api::profile_events, api::clear_profile,
+      api::profile_events, api::clear_profile, api::variant,
   };
   return &table;
 }

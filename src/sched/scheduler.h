@@ -63,6 +63,13 @@ class Backend {
                                                 const ir::Buffer& /*consumer*/) const {
     return "the backend fuses no template epilogues";
   }
+  /// Lets the backend fuse `consumer`, the only reader of `product` (a library call with no
+  /// template, such as a oneDNN convolution), into the call its own way (oneDNN post-ops): it
+  /// rewrites `consumer` into the call and returns true, or leaves both alone and returns false.
+  virtual bool fuse_library_epilogue(const ir::Program& /*program*/, const ir::Buffer& /*product*/,
+                                     ir::Buffer& /*consumer*/) const {
+    return false;
+  }
   /// Priority of a candidate pair; only the pairs with the lowest value are tried in a round.
   virtual int fusion_pair_priority(const NodeInfo& /*node1*/, const NodeInfo& /*node2*/) const {
     return 0;

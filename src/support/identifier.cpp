@@ -57,6 +57,19 @@ std::string comment_safe(std::string_view text) {
   return out;
 }
 
+std::string terminal_text(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    auto byte = static_cast<unsigned char>(c);
+    if (c == '\\' || byte < 0x20 || byte == 0x7f) {
+      out += fmt::format("\\x{:02x}", byte);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string comment_text(std::string_view name) {
   bool verbatim = !name.empty();
   for (char c : name) {

@@ -39,6 +39,10 @@ std::string comment_text(std::string_view name);
 /// "*/" as `\x2f`; everything else unchanged.
 std::string comment_safe(std::string_view text);
 
+/// A model string as a terminal shows it (`kiln info`): control characters (escape sequences
+/// included) and backslashes written `\xNN`, everything else, UTF-8 included, unchanged.
+std::string terminal_text(std::string_view text);
+
 /// A file name for a model string (`kiln run`'s output files): ASCII letters, digits, '_', '-',
 /// '[', ']' and '.' stay, except a leading '.'; every other byte is written `%XX` (uppercase hex),
 /// so the name can hold no '/' or NUL, is never "", "." or "..", and different names give different

@@ -63,6 +63,9 @@ def main():
     for shown in [x_name, y_name, dim]:
         if shown not in info:
             fail(f"kiln info does not show the original name {shown!r}")
+    # Control characters never reach the terminal raw: z's name ends in \x01.
+    if "\x01" in info or "z\\x01" not in info:
+        fail(f"kiln info does not escape the control character of {z_name!r}:\n{info}")
 
     for cond in ("true", "false"):
         out_dir = os.path.join(SCRATCH, "out", cond, "inner")

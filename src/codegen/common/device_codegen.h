@@ -30,12 +30,30 @@ struct BuildNeeds {
   std::vector<std::string> libraries;
 };
 
+/// Where the wrapper's memory plan puts a buffer it allocates (WrapperOps::write_allocation).
+/// Expressions are C++ text of the wrapper's function.
+struct Allocation {
+  enum class Place : uint8_t {
+    kOutput,     // the caller's buffer for model output `output` (or storage handed to it)
+    kArena,      // `offset` bytes into the run's arena
+    kWorkspace,  // the function's workspace: a size known only mid-run, or a subgraph's buffer
+  };
+  Place place = Place::kWorkspace;
+  std::string buffer;       // the pointer to declare
+  std::string ctype;        // its element type
+  std::string elements;     // kOutput, kWorkspace: how many elements
+  std::string offset;       // kArena
+  size_t output = 0;        // kOutput: the output's index
+  std::string output_name;  // kOutput: the output's name as a C++ string literal
+};
+
 /// What differs per device in the wrapper (codegen/wrapper/wrapper.h), which writes the
-/// device-neutral rest itself (memory-plan lines, control flow, guards and checks, data-dependent
-/// sizes, outputs): the runtime headers, the run state's members (its arena, what library calls
-/// keep between runs), declarations of what it calls, kernel calls, library calls and the timing
-/// marks around them. One object serves one wrapper: it gathers the units and build needs of
-/// what it wrote.
+/// device-neutral rest itself (memory-plan decisions, control flow, guards and checks,
+/// data-dependent sizes, output shapes): the runtime headers, the run state's members (its
+/// arena, what library calls keep between runs), storage (the workspace, arena, allocations,
+/// releases, results handed between functions), declarations of what it calls, kernel calls,
+/// library calls and the timing marks around them. One object serves one wrapper: it gathers
+/// the units and build needs of what it wrote.
 class WrapperOps {
  public:
   virtual ~WrapperOps() = default;
@@ -45,6 +63,25 @@ class WrapperOps {
   virtual void write_includes(IndentedBuffer& out, bool uses_control) = 0;
   /// Members of the per-run state struct.
   virtual void write_run_state_members(IndentedBuffer& out) = 0;
+  /// A function's workspace, its first line: the storage write_allocation's kWorkspace takes.
+  virtual void write_workspace(IndentedBuffer& out) = 0;
+  /// `char* const arena`: the run state's arena, grown to `bytes`.
+  virtual void write_arena(IndentedBuffer& out, const std::string& bytes) = 0;
+  /// Declares `allocation.buffer` at its place.
+  virtual void write_allocation(IndentedBuffer& out, const Allocation& allocation) = 0;
+  /// Frees workspace storage at `pointer` (a buffer past its last use).
+  virtual void write_release(IndentedBuffer& out, const std::string& pointer) = 0;
+  /// The workspace takes over the data of every TensorArg of array `results` (a control-flow
+  /// call's, allocated by the subgraph).
+  virtual void write_take_over(IndentedBuffer& out, const std::string& results) = 0;
+  /// The workspace lets go of `pointer`: a subgraph's output, which its caller takes over.
+  virtual void write_hand_over(IndentedBuffer& out, const std::string& pointer) = 0;
+  /// Fills model output `k` (`outputs[k]`) with `data`: C++ expressions of its dtype code, rank,
+  /// dims array, element size, and name (a string literal).
+  virtual void write_finish_output(IndentedBuffer& out, size_t k, const std::string& data,
+                                   const std::string& dtype, const std::string& rank,
+                                   const std::string& dims, const std::string& element_size,
+                                   const std::string& name) = 0;
   /// What the timing marks (write_timing_mark) need, before any function.
   virtual void write_timing_support(IndentedBuffer& out) = 0;
   /// Declarations of the kernels and of the functions library calls call.

@@ -37,12 +37,18 @@ struct GeneratedKernel {
   std::string name;
   std::string comment;     // "// name: group" and the ONNX nodes and buffers it covers
   std::string definition;  // the function definition (no includes)
+  /// Where `name` stands in `definition`'s signature (its only use there): two kernels are the
+  /// same code when their definitions without it are equal (anonymous()).
+  size_t name_offset = 0;
   std::vector<KernelArg> args;
   std::vector<std::string> onnx_nodes;  // "name (Op)" covered, also in `comment`
   /// A GPU kernel's launch; none for a CPU function called directly.
   std::optional<LaunchSpec> launch;
 
   std::string source() const { return comment + definition; }
+  std::string anonymous() const {
+    return definition.substr(0, name_offset) + definition.substr(name_offset + name.size());
+  }
 };
 
 }  // namespace kiln::codegen

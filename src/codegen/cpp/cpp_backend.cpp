@@ -49,4 +49,9 @@ std::string CppBackend::template_epilogue_refusal(const ir::Program& program,
   return epilogue_refusal(program, product, consumer);
 }
 
+bool CppBackend::fuse_library_epilogue(const ir::Program& program, const ir::Buffer& product,
+                                       ir::Buffer& consumer) const {
+  return fuse_onednn_post_ops(program, product, consumer);
+}
+
 }  // namespace kiln::codegen

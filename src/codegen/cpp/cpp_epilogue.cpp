@@ -166,4 +166,57 @@ EpilogueCode epilogue_code(const ir::Buffer& fused) {
   return code;
 }
 
+namespace {
+
+/// The number of Relus `consumer` applies, one after another, to each element of a float32
+/// convolution's product, or nullopt when its body is anything else.
+std::optional<int> conv_post_ops(const ir::Program& program, const ir::Buffer& product,
+                                 const ir::Buffer& consumer) {
+  if (product.dtype != graph::DType::kFloat32 || consumer.kind != ir::BufferKind::kComputed ||
+      consumer.is_reduction() || consumer.dtype != graph::DType::kFloat32 ||
+      consumer.layout.sizes != product.layout.sizes || !consumer.layout.is_contiguous() ||
+      !product.layout.is_contiguous() || consumer.body.sizes() != product.layout.sizes) {
+    return std::nullopt;
+  }
+  const ir::LoopBody& body = consumer.body;
+  const sym::Expr identity = sched::elementwise_index(program, product.layout, body);
+  int relus = 0;
+  std::optional<ir::ValueId> current;
+  for (size_t id = 0; id < body.ops().size(); ++id) {
+    const auto vid = static_cast<ir::ValueId>(id);
+    const ir::Op& op = body.op(vid);
+    if (op.code == ir::OpCode::kLoad && op.buffer == product.name && op.mask == ir::kNoValue &&
+        op.index == identity && !current) {
+      current = vid;
+      continue;
+    }
+    if (!current) return std::nullopt;
+    if (op.code == ir::OpCode::kRelu && op.operands[0] == *current) {
+      ++relus;
+      current = vid;
+    } else if (op.code == ir::OpCode::kStore && op.operands[0] == *current &&
+               op.index == sched::elementwise_index(program, consumer.layout, body)) {
+      return relus == 0 ? std::nullopt : std::optional<int>(relus);
+    } else {
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool fuse_onednn_post_ops(const ir::Program& program, const ir::Buffer& product,
+                          ir::Buffer& consumer) {
+  const ir::ConvCall* conv = product.call.as<ir::ConvCall>();
+  if (conv == nullptr || conv->choice != nullptr || conv->relu_post_ops != 0) return false;
+  std::optional<int> relus = conv_post_ops(program, product, consumer);
+  if (!relus) return false;
+  consumer.kind = ir::BufferKind::kExtern;
+  consumer.call = product.call;
+  consumer.call.as<ir::ConvCall>()->relu_post_ops = *relus;
+  for (const ir::Origin& o : product.origins) consumer.add_origin(o);
+  return true;
+}
+
 }  // namespace kiln::codegen

@@ -27,6 +27,13 @@ struct EpilogueCode {
 std::string epilogue_refusal(const ir::Program& program, const ir::Buffer& product,
                              const ir::Buffer& consumer);
 
+/// Rewrites `consumer`, the only reader of `product`, into `product`'s oneDNN convolution call
+/// when it is a chain of Relus over it (oneDNN post-ops; a Relu-free reader stays a kernel:
+/// oneDNN's binary add post-op, a residual Add, runs 1.5-4.5x slower than the convolution plus a
+/// separate kernel on its plain-layout path, bench/conv_block_bench.cpp). True when it did.
+bool fuse_onednn_post_ops(const ir::Program& program, const ir::Buffer& product,
+                          ir::Buffer& consumer);
+
 /// `fused`: the buffer the template computes, with the bodies of its call's epilogue_chain, then
 /// its own body, as its epilogue (each reads the previous one's value by the name in its call's
 /// `product`). Each body passed epilogue_refusal when it fused; anything else is a bug.

@@ -409,7 +409,8 @@ GeneratedKernel CppKernelBuilder::build() {
     comment.linef("//   buffer {}{}", m.buffer->name, local ? " (kernel-local)" : "");
   }
   IndentedBuffer out;
-  out.line(signature() + " {");
+  const std::string head = signature();
+  out.line(head + " {");
   {
     auto _ = out.scope();
     out.splice(body);
@@ -419,6 +420,7 @@ GeneratedKernel CppKernelBuilder::build() {
   kernel.name = item_.name;
   kernel.comment = comment.str();
   kernel.definition = out.str();
+  kernel.name_offset = head.find(item_.name);
   kernel.args = args_;
   kernel.onnx_nodes = item_.onnx_nodes;
   log::write(log::Category::kOutputCode, "kernel {}:\n{}", kernel.name, kernel.source());

@@ -63,6 +63,8 @@ class CppBackend final : public sched::Backend {
   /// cpp_epilogue.h's epilogue_refusal: the GEMM and convolution templates render the epilogue.
   std::string template_epilogue_refusal(const ir::Program& program, const ir::Buffer& product,
                                         const ir::Buffer& consumer) const override;
+  bool fuse_library_epilogue(const ir::Program& program, const ir::Buffer& product,
+                             ir::Buffer& consumer) const override;
 };
 
 }  // namespace kiln::codegen

@@ -349,6 +349,48 @@ void CppWrapperOps::write_run_state_members(IndentedBuffer& out) {
   if (conv_sites_ > 0) out.linef("    kiln_rt::ConvSite conv[{}];", conv_sites_);
 }
 
+void CppWrapperOps::write_workspace(IndentedBuffer& out) { out.line("kiln_rt::Workspace ws;"); }
+
+void CppWrapperOps::write_arena(IndentedBuffer& out, const std::string& bytes) {
+  out.linef("char* const arena = state.arena.reserve({});", bytes);
+}
+
+void CppWrapperOps::write_allocation(IndentedBuffer& out, const Allocation& a) {
+  const std::string& t = a.ctype;
+  switch (a.place) {
+    case Allocation::Place::kOutput:
+      out.linef("{}* {} = kiln_rt::output_storage<{}>(outputs[{}], {}, {}, ws);", t, a.buffer, t,
+                a.output, a.elements, a.output_name);
+      return;
+    case Allocation::Place::kArena:
+      out.linef("{}* {} = reinterpret_cast<{}*>(arena + {});", t, a.buffer, t, a.offset);
+      return;
+    case Allocation::Place::kWorkspace:
+      out.linef("{}* {} = ws.alloc<{}>({});", t, a.buffer, t, a.elements);
+      return;
+  }
+}
+
+void CppWrapperOps::write_release(IndentedBuffer& out, const std::string& pointer) {
+  out.linef("ws.release({});", pointer);
+}
+
+void CppWrapperOps::write_take_over(IndentedBuffer& out, const std::string& results) {
+  out.linef("for (const kiln_rt::TensorArg& r : {}) ws.adopt(r.data);", results);
+}
+
+void CppWrapperOps::write_hand_over(IndentedBuffer& out, const std::string& pointer) {
+  out.linef("ws.detach({});", pointer);
+}
+
+void CppWrapperOps::write_finish_output(IndentedBuffer& out, size_t k, const std::string& data,
+                                        const std::string& dtype, const std::string& rank,
+                                        const std::string& dims, const std::string& element_size,
+                                        const std::string& name) {
+  out.linef("kiln_rt::finish_output(outputs[{}], {}, {}, {}, {}, {}, {}, ws);", k, data, dtype,
+            rank, dims, element_size, name);
+}
+
 void CppWrapperOps::write_timing_support(IndentedBuffer& out) {
   out.line(
       "// Times the call that follows in a profiled run (one event per kernel or library call).");

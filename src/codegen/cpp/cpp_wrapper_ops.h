@@ -1,6 +1,7 @@
 #pragma once
 /// The wrapper's CPU operations (codegen/common/device_codegen.h WrapperOps): the runtime
-/// headers, a run state holding the arena and the oneDNN convolution sites, direct calls of the
+/// headers, a run state holding the arena and the oneDNN convolution sites, host storage
+/// (kiln_rt::Arena, kiln_rt::Workspace), direct calls of the
 /// kernel functions timed with kiln_rt::ProfileScope, and the C++ of library calls
 /// (ir/library_call.h): one emitter per kind, chosen by std::visit over the LibraryCall variant
 /// (a new kind fails to compile here until it has one). GEMM and convolution choices call
@@ -26,6 +27,16 @@ class CppWrapperOps final : public WrapperOps {
   void note(const ir::ExternCall& call) override;
   void write_includes(IndentedBuffer& out, bool uses_control) override;
   void write_run_state_members(IndentedBuffer& out) override;
+  void write_workspace(IndentedBuffer& out) override;
+  void write_arena(IndentedBuffer& out, const std::string& bytes) override;
+  void write_allocation(IndentedBuffer& out, const Allocation& allocation) override;
+  void write_release(IndentedBuffer& out, const std::string& pointer) override;
+  void write_take_over(IndentedBuffer& out, const std::string& results) override;
+  void write_hand_over(IndentedBuffer& out, const std::string& pointer) override;
+  void write_finish_output(IndentedBuffer& out, size_t k, const std::string& data,
+                           const std::string& dtype, const std::string& rank,
+                           const std::string& dims, const std::string& element_size,
+                           const std::string& name) override;
   void write_timing_support(IndentedBuffer& out) override;
   void write_declarations(IndentedBuffer& out,
                           const std::vector<const GeneratedKernel*>& kernels) override;

@@ -48,6 +48,22 @@ void write_values(IndentedBuffer& out, const std::string& kind, const std::vecto
   out.line("};");
 }
 
+/// Defines `symbol` (hidden, 64-byte aligned, in read-only data) as the bytes of `file` from
+/// offset `skip`.
+void write_incbin(IndentedBuffer& out, const std::string& symbol, const std::string& file,
+                  uint64_t skip) {
+  out.linef("extern \"C\" const unsigned char {}[];", symbol);
+  out.line("asm(R\"(");
+  out.linef("    .section .rodata.{},\"a\"", symbol);
+  out.line("    .balign 64");
+  out.linef("    .hidden {}", symbol);
+  out.linef("    .globl {}", symbol);
+  out.linef("{}:", symbol);
+  out.linef("    .incbin \"{}\", {}", file, skip);
+  out.line("    .previous");
+  out.line(")\");");
+}
+
 }  // namespace
 
 uint64_t WeightsBlob::payload_bytes() const { return file.size() - kiln_rt::kWeightsHeaderBytes; }
@@ -88,35 +104,47 @@ std::string generate_model_api(const ir::Program& program, const WeightsBlob& we
   out.line("");
   write_values(out, "in", program.inputs);
   write_values(out, "out", program.outputs);
-  std::vector<std::string> offsets;
-  for (uint64_t o : weights.offsets) offsets.push_back(std::to_string(o));
-  if (offsets.empty()) offsets.push_back("0");
-  out.linef("const uint64_t kConstantOffsets[] = {{{}}};", fmt::join(offsets, ", "));
+  for (size_t v = 0; v < options.variants.size(); ++v) {
+    std::vector<std::string> offsets;
+    for (size_t c : options.variants[v].constants)
+      offsets.push_back(std::to_string(weights.offsets.at(c)));
+    if (offsets.empty()) offsets.push_back("0");
+    out.linef("const uint64_t kVariant{}Constants[] = {{{}}};", v, fmt::join(offsets, ", "));
+  }
   out.line("");
   out.line("}  // namespace");
   out.line("");
   if (options.embed_weights) {
     out.linef("// The weights ({} bytes), in read-only data.", weights.payload_bytes());
-    out.line("extern \"C\" const unsigned char kiln_weights[];");
-    out.line("asm(R\"(");
-    out.line("    .section .rodata.kiln_weights,\"a\"");
-    out.line("    .balign 64");
-    out.line("    .hidden kiln_weights");
-    out.line("    .globl kiln_weights");
-    out.line("kiln_weights:");
-    out.linef("    .incbin \"{}\", {}", options.weights_file, kiln_rt::kWeightsHeaderBytes);
-    out.line("    .previous");
-    out.line(")\");");
+    write_incbin(out, "kiln_weights", options.weights_file, kiln_rt::kWeightsHeaderBytes);
   } else {
     out.linef("// The weights ({} bytes) are in <stem>.weights beside the library.",
               weights.payload_bytes());
   }
   out.line("");
+  out.line("// The variants, each a shared library built for its ISA level.");
+  for (size_t v = 0; v < options.variants.size(); ++v) {
+    write_incbin(out, fmt::format("kiln_variant{}", v), options.variants[v].image_file, 0);
+  }
+  out.line("");
+  out.line("namespace {");
+  out.line("");
+  out.line("constexpr kiln_rt::api::Variant kVariants[] = {");
+  for (size_t v = 0; v < options.variants.size(); ++v) {
+    const ModelVariant& variant = options.variants[v];
+    out.linef("    {{{}, {}, kiln_variant{}, {}ull,", cpp_quote(variant.name),
+              cpp_quote(variant.features), v, variant.image_bytes);
+    out.linef("     kVariant{}Constants, {}}},", v, variant.constants.size());
+  }
+  out.line("};");
+  out.line("static_assert(std::size(kVariants) <= kiln_rt::api::kMaxVariants);");
+  out.line("");
+  out.line("}  // namespace");
+  out.line("");
   out.line("const kiln_rt::api::ModelInfo& kiln_rt::api::model_info() {");
   out.line("    static constexpr kiln_rt::api::ModelInfo info = {");
-  out.linef("        {},", cpp_quote(options.features));
   out.linef("        kInputs, {}, kOutputs, {},", program.inputs.size(), program.outputs.size());
-  out.linef("        kConstantOffsets, {},", weights.offsets.size());
+  out.linef("        kVariants, {},", options.variants.size());
   out.linef("        {}ull, {}ull, {}}};", weights.payload_bytes(), weights.checksum(),
             options.embed_weights ? "kiln_weights" : "nullptr");
   out.line("    return info;");

@@ -1,10 +1,12 @@
 #pragma once
-/// The C API unit of a model library built by `kiln compile` (AOTInductor's counterpart, seed
-/// 001): the model's inputs, outputs, target and weights as tables for
-/// src/runtime/kiln_rt_api.h, which implements include/kiln/runtime.h over the wrapper's kiln_run.
-/// The weights are the wrapper's constants laid out one after another at 64-byte aligned offsets
-/// (src/runtime/kiln_rt_weights.h); the unit either embeds them (.incbin of the weights file into
-/// read-only data) or expects them in `<stem>.weights` beside the library.
+/// The C API unit of a model library built by `kiln compile` (as AOTInductor packages a model):
+/// the model's inputs, outputs, weights and variants as tables for src/runtime/kiln_rt_api.h,
+/// which implements include/kiln/runtime.h over the chosen variant's kiln_run. A variant is the
+/// model's wrapper and kernels built as a shared library for one ISA level, embedded whole
+/// (.incbin of the built file). The weights are the union of the variants' constants laid out one
+/// after another at 64-byte aligned offsets (src/runtime/kiln_rt_weights.h); the unit either
+/// embeds them (.incbin of the weights file into read-only data) or expects them in
+/// `<stem>.weights` beside the library.
 
 #include <cstdint>
 #include <memory>
@@ -26,9 +28,19 @@ struct WeightsBlob {
 
 WeightsBlob layout_weights(const std::vector<std::shared_ptr<const graph::Tensor>>& constants);
 
+/// One variant of the model's code.
+struct ModelVariant {
+  std::string name;        // "x86-64-v4"
+  std::string features;    // the CPU features it needs, comma-separated
+  std::string image_file;  // the built library, found through the assembler's -I
+  uint64_t image_bytes = 0;
+  /// Its constants (the wrapper's, in order) as indices into the union the weights lay out.
+  std::vector<size_t> constants;
+};
+
 struct ModelApiOptions {
-  std::string target;    // "x86-64-v3" or "native"
-  std::string features;  // CPU features the library needs, comma-separated
+  std::string target;                  // the --target: "auto", "x86-64-v3", ...
+  std::vector<ModelVariant> variants;  // best first
   /// Embed the weights: the unit .incbin's `weights_file` (found through the assembler's -I).
   bool embed_weights = true;
   std::string weights_file;

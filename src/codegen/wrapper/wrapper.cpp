@@ -59,11 +59,7 @@ class WrapperWriter {
     std::map<std::string, std::string> by_definition;
     for (const GraphCode& g : graphs_) {
       for (const GeneratedKernel& k : *g.kernels) {
-        std::string normalized = k.definition;
-        for (size_t pos = 0; (pos = normalized.find(k.name, pos)) != std::string::npos;) {
-          normalized.replace(pos, k.name.size(), "KERNEL");
-        }
-        auto [it, fresh] = by_definition.emplace(normalized, k.name);
+        auto [it, fresh] = by_definition.emplace(k.anonymous(), k.name);
         canonical_[k.name] = it->second;
         if (fresh) {
           unique_.push_back(&k);
@@ -115,7 +111,7 @@ class WrapperWriter {
     out.line("    const void* const* constants, RunState& state, kiln_rt::Profile* profile) {");
     {
       auto _ = out.scope();
-      out.line("kiln_rt::Workspace ws;");
+      ops_->write_workspace(out);
       out.line("(void)state;");
       out.line("(void)constants;");
       out.line("(void)profile;");
@@ -257,7 +253,7 @@ class WrapperWriter {
     }
     for (const PlanLine& line : plan_->after[i]) {
       if (in_arena(line.buffer)) continue;  // its bytes are free for later slots at no cost
-      out.linef("ws.release({});", line.buffer);
+      ops_->write_release(out, line.buffer);
     }
   }
 
@@ -285,7 +281,7 @@ class WrapperWriter {
     if (arena_->slots.empty()) return;
     out.linef("// The arena: {} slots for intermediates of {} bytes without reuse.",
               arena_->slots.size(), comment_safe(arena_->intermediates.str()));
-    out.linef("char* const arena = state.arena.reserve({});", cexpr(arena_->total));
+    ops_->write_arena(out, cexpr(arena_->total));
     sym::Expr at(arena_->static_bytes);
     for (const ArenaPlan::Slot& slot : arena_->slots) {
       if (!slot.dynamic) continue;
@@ -297,21 +293,26 @@ class WrapperWriter {
   /// Fresh storage for `b`: the caller's buffer (or storage handed to it) for a model output, a
   /// slot of the arena, or workspace storage for a size known only mid-run.
   void write_allocation(IndentedBuffer& out, const ir::Buffer& b) {
-    const std::string t = ctype(b.dtype);
+    Allocation a;
+    a.buffer = b.name;
+    a.ctype = ctype(b.dtype);
+    a.elements = cexpr(b.layout.storage_size());
+    a.place = Allocation::Place::kWorkspace;
     if (arena_ != nullptr) {
       for (size_t k = 0; k < program_->outputs.size(); ++k) {
         if (program_->outputs[k].buffer != b.name) continue;
-        out.linef("{}* {} = kiln_rt::output_storage<{}>(outputs[{}], {}, {}, ws);", t, b.name, t, k,
-                  cexpr(b.layout.storage_size()), cpp_quote(program_->outputs[k].onnx_name));
-        return;
+        a.place = Allocation::Place::kOutput;
+        a.output = k;
+        a.output_name = cpp_quote(program_->outputs[k].onnx_name);
+        break;
       }
-      if (const ArenaPlan::Slot* slot = arena_->find(b.name)) {
-        out.linef("{}* {} = reinterpret_cast<{}*>(arena + {});", t, b.name, t,
-                  slot->dynamic ? "at_" + b.name : std::to_string(slot->offset));
-        return;
+      const ArenaPlan::Slot* slot = arena_->find(b.name);
+      if (a.place != Allocation::Place::kOutput && slot != nullptr) {
+        a.place = Allocation::Place::kArena;
+        a.offset = slot->dynamic ? "at_" + b.name : std::to_string(slot->offset);
       }
     }
-    out.linef("{}* {} = ws.alloc<{}>({});", t, b.name, t, cexpr(b.layout.storage_size()));
+    ops_->write_allocation(out, a);
   }
 
   /// Index tensors are checked once, right before the first item that reads them.
@@ -380,7 +381,7 @@ class WrapperWriter {
       }
     }
     out.line("}");
-    out.linef("for (const kiln_rt::TensorArg& r : {}) ws.adopt(r.data);", buffer.name);
+    ops_->write_take_over(out, buffer.name);
   }
 
   static std::string function_name(const std::string& subgraph) { return "subgraph_" + subgraph; }
@@ -515,16 +516,17 @@ class WrapperWriter {
         for (size_t d = 0; d < o.shape.size(); ++d) {
           out.linef("outputs[{}].dims[{}] = {};", k, d, cexpr(o.shape[d]));
         }
-        out.linef("ws.detach({});", o.buffer);
+        ops_->write_hand_over(out, o.buffer);
         continue;
       }
       out.linef("{{");
       {
         auto _ = out.scope();
         out.linef("const int64_t dims[kiln_rt::kMaxRank] = {{{}}};", dims_list(o.shape));
-        out.linef("kiln_rt::finish_output(outputs[{}], {}, {}, {}, dims, sizeof({}), {}, ws);", k,
-                  o.buffer, static_cast<int>(o.dtype), o.shape.size(), ctype(o.dtype),
-                  cpp_quote(o.onnx_name));
+        ops_->write_finish_output(out, k, o.buffer, std::to_string(static_cast<int>(o.dtype)),
+                                  std::to_string(o.shape.size()), "dims",
+                                  fmt::format("sizeof({})", ctype(o.dtype)),
+                                  cpp_quote(o.onnx_name));
       }
       out.line("}");
     }
@@ -533,18 +535,16 @@ class WrapperWriter {
   /// An output whose rank and dtype only the run knows: the If's result as its branch left it.
   void write_run_time_typed_output(IndentedBuffer& out, size_t k, const ir::OutputSpec& o) {
     const ir::Buffer& result = *program_->find(o.buffer);
-    const std::string arg =
-        fmt::format("{}[{}]", result.call.inputs.at(0)->buffer,
-                    result.call.as<ir::ControlResultCall>()->index);
+    const std::string arg = fmt::format("{}[{}]", result.call.inputs.at(0)->buffer,
+                                        result.call.as<ir::ControlResultCall>()->index);
     if (arena_ == nullptr) {  // a subgraph's: its caller takes the storage over
       out.linef("outputs[{}] = {};", k, arg);
-      out.linef("ws.detach({}.data);", arg);
+      ops_->write_hand_over(out, arg + ".data");
       return;
     }
-    out.linef(
-        "kiln_rt::finish_output(outputs[{}], {}.data, {}.dtype, {}.rank, {}.dims, "
-        "kiln_rt::dtype_size({}.dtype), {}, ws);",
-        k, arg, arg, arg, arg, arg, cpp_quote(o.onnx_name));
+    ops_->write_finish_output(out, k, arg + ".data", arg + ".dtype", arg + ".rank", arg + ".dims",
+                              fmt::format("kiln_rt::dtype_size({}.dtype)", arg),
+                              cpp_quote(o.onnx_name));
   }
 
   void write_entry_points(IndentedBuffer& out) {

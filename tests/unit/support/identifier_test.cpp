@@ -137,5 +137,13 @@ TEST(FileName, LongNamesAreCutWithAHash) {
   EXPECT_EQ(fs.substr(0, fs.find('~')).size() % 3, 0u) << fs;
 }
 
+TEST(TerminalText, EscapesControlCharactersAndBackslashesOnly) {
+  EXPECT_EQ(terminal_text("input:0/tokens.ids"), "input:0/tokens.ids");
+  EXPECT_EQ(terminal_text("1st input-\xc3\xa9 \xe6\x97\xa5"), "1st input-\xc3\xa9 \xe6\x97\xa5");
+  EXPECT_EQ(terminal_text("z\x01"), "z\\x01");
+  EXPECT_EQ(terminal_text("\x1b[31mred\x7f"), "\\x1b[31mred\\x7f");
+  EXPECT_EQ(terminal_text("new\nline \"dim\" tail\\"), "new\\x0aline \"dim\" tail\\x5c");
+}
+
 }  // namespace
 }  // namespace kiln

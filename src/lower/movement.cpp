@@ -122,6 +122,46 @@ std::vector<TensorValue> lower_pad(LoweringContext& ctx, const graph::Node& node
   })};
 }
 
+// --- CenterCropPad -------------------------------------------------------------------------------
+
+/// CenterCropPad-18: each listed axis cropped or zero-padded to its target size about the
+/// center (a crop starts at (size - target) / 2, a pad puts (target - size) / 2 before).
+std::vector<TensorValue> lower_center_crop_pad(LoweringContext& ctx, const graph::Node& node,
+                                               const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "input_data");
+  std::vector<int64_t> target =
+      require_static_ints(ctx, required_input(ctx, inputs, 1, "shape"), "shape");
+  const size_t rank = x.rank();
+  std::vector<int64_t> axes = node.attr_ints("axes", {});
+  if (axes.empty()) {
+    for (size_t d = 0; d < rank; ++d) axes.push_back(static_cast<int64_t>(d));
+  }
+  if (target.size() != axes.size()) {
+    ctx.fail(fmt::format("input 'shape' has {} sizes for {} axes", target.size(), axes.size()));
+  }
+  std::vector<Expr> shape = x.shape;
+  std::vector<Expr> shift(rank, Expr(0));  // input index = output index + shift
+  std::vector<bool> padded(rank, false);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    size_t a = static_cast<size_t>(ctx.normalize_axis(axes[k], static_cast<int64_t>(rank)));
+    int64_t size = require_static_dim(ctx, x.shape[a], "a cropped or padded dim");
+    if (target[k] < 0) ctx.fail(fmt::format("input 'shape' holds {}", target[k]));
+    shape[a] = target[k];
+    shift[a] = target[k] <= size ? (size - target[k]) / 2 : -((target[k] - size) / 2);
+    padded[a] = target[k] > size;
+  }
+  return {ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& o) {
+    std::vector<Expr> in(rank);
+    ValueId mask = ir::kNoValue;
+    for (size_t d = 0; d < rank; ++d) {
+      in[d] = o[d] + shift[d];
+      if (padded[d]) mask = and_mask(body, mask, in_range(body, in[d], Expr(0), x.shape[d]));
+    }
+    if (mask == ir::kNoValue) return ctx.load_at(body, x, in);
+    return load_masked(ctx, body, x, in, mask, 0);
+  })};
+}
+
 // --- DepthToSpace / SpaceToDepth ----------------------------------------------------------------
 
 int64_t block_size(const LoweringContext& ctx, const graph::Node& node, const TensorValue& x) {
@@ -467,6 +507,7 @@ void register_movement_ops(Registry& registry) {
   registry.add("", "ReverseSequence", {lower_reverse_sequence, 10, 17});
   registry.add("", "MaxUnpool", {lower_max_unpool, 9, 17});
   registry.add("", "Pad", {lower_pad, 1, 19});
+  registry.add("", "CenterCropPad", {lower_center_crop_pad, 18, 18});
   registry.add("", "DepthToSpace", {lower_depth_to_space, 1, 17});
   registry.add("", "SpaceToDepth", {lower_space_to_depth, 1, 17});
   registry.add("", "GatherND", {lower_gather_nd, 11, 17});

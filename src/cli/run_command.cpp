@@ -36,6 +36,7 @@ struct RunArgs {
   uint64_t seed = 0;
   int repeat = 0;  // timed runs after a warm-up; 0: run once
   bool print_kernels = false;
+  std::string device = "cpu";
 };
 
 /// A temporary directory removed when this goes out of scope (for --print-kernels without
@@ -62,7 +63,9 @@ class TempDir {
 /// Lists the generated kernels from the dumped wrapper (5_wrapper.cpp): it declares each
 /// distinct kernel function once, `extern "C" void NAME(...);`, and opens each library call
 /// with a comment `{  // KIND from NODE`.
-void print_kernels(const fs::path& dump_dir) {
+/// A CUDA wrapper defines a launch function per kernel instead, `static void launch_NAME(...) {`,
+/// and calls it: its kernels run on the GPU, its library calls on the host.
+void print_kernels(const fs::path& dump_dir, ir::Device device) {
   fs::path wrapper = dump_dir / "5_wrapper.cpp";
   std::error_code ec;
   if (!fs::exists(wrapper, ec)) {
@@ -70,12 +73,14 @@ void print_kernels(const fs::path& dump_dir) {
     return;
   }
   std::istringstream text(files::read(wrapper));
-  const std::string declaration = "extern \"C\" void ";
+  const bool cuda = device == ir::Device::kCuda;
+  const std::string declaration = cuda ? "static void launch_" : "extern \"C\" void ";
+  const std::string call_prefix = cuda ? "launch_" : "";
   std::vector<std::string> names;
   std::map<std::string, int> calls;  // call sites per kernel
   std::map<std::string, int> library_calls;
   for (std::string line; std::getline(text, line);) {
-    if (line.rfind(declaration, 0) == 0 && line.ends_with(");")) {
+    if (line.rfind(declaration, 0) == 0 && line.ends_with(cuda ? ") {" : ");")) {
       size_t open = line.find('(', declaration.size());
       names.push_back(line.substr(declaration.size(), open - declaration.size()));
       continue;
@@ -89,19 +94,29 @@ void print_kernels(const fs::path& dump_dir) {
       continue;
     }
     for (const std::string& name : names) {
-      if (rest.starts_with(name) && rest.size() > name.size() && rest[name.size()] == '(') {
+      const std::string called = call_prefix + name;
+      if (rest.starts_with(called) && rest.size() > called.size() && rest[called.size()] == '(') {
         calls[name]++;
       }
     }
   }
-  fmt::print("kernels ({}):\n", names.size());
+  fmt::print("kernels ({}{}):\n", names.size(), cuda ? ", on the GPU" : "");
   for (const std::string& name : names) {
     int n = calls[name];
     fmt::print("  {}{}\n", name, n > 1 ? fmt::format(" (called {} times)", n) : "");
   }
   std::vector<std::string> library;
   for (const auto& [kind, n] : library_calls) library.push_back(fmt::format("{} {}", n, kind));
-  if (!library.empty()) fmt::print("library calls: {}\n", fmt::join(library, ", "));
+  if (!library.empty()) {
+    fmt::print("library calls{}: {}\n", cuda ? " (on the host, with the data shared)" : "",
+               fmt::join(library, ", "));
+  }
+}
+
+ir::Device parse_device(const std::string& name) {
+  std::optional<ir::Device> device = ir::device_from_name(name);
+  if (!device) user_error("--device {}: expected cpu or cuda", name);
+  return *device;
 }
 
 int run_model(const RunArgs& args) {
@@ -114,6 +129,7 @@ int run_model(const RunArgs& args) {
     options.dump_dir = temp_dump->path();
   }
   options.cache_dir = args.cache_dir;
+  options.device = parse_device(args.device);
   if (!args.autotune.empty())
     options.autotune = autotune::parse_autotune_mode(args.autotune, "--autotune");
   // Given inputs are read before compiling: the compile specializes on them (see
@@ -126,7 +142,7 @@ int run_model(const RunArgs& args) {
   fmt::print("compiled {}: {} kernels, {} library calls, {} ({:.2f} s)\n", args.model,
              stats.kernels, stats.extern_calls, stats.cache_hit ? "from the code cache" : "built",
              stats.seconds);
-  if (args.print_kernels) print_kernels(options.dump_dir);
+  if (args.print_kernels) print_kernels(options.dump_dir, options.device);
   temp_dump.reset();
 
   sym::Binding binding;
@@ -207,6 +223,8 @@ void add_run_command(CLI::App& app, CommandAction& chosen) {
   cmd->add_option("--repeat", args->repeat,
                   "after a warm-up run, run N more times and print the min and median latency")
       ->check(CLI::Range(0, 1000000));
+  cmd->add_option("--device", args->device,
+                  "where the kernels run: cpu (default) or cuda (library calls stay on the host)");
   cmd->add_flag("--print-kernels", args->print_kernels,
                 "list the generated kernels (read from the dumped wrapper) and library calls");
   cmd->callback([args, &chosen] { chosen = [args] { return run_model(*args); }; });

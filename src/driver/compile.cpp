@@ -101,6 +101,19 @@ struct Generated {
   fs::path cache_dir;
 };
 
+/// The wrapper runs If, Loop and Scan subgraphs with host storage only (kiln_rt_control.h).
+void refuse_control_flow(const ir::Program& program, ir::Device device) {
+  for (const auto& buffer : program.buffers) {
+    if (!ir::is_control_flow(*buffer)) continue;
+    const std::string node =
+        buffer->origins.empty()
+            ? std::string("a control-flow node")
+            : fmt::format("node '{}' ({})", buffer->origins[0].node, buffer->origins[0].op_type);
+    user_error("--device {}: {} runs a subgraph, which only the CPU device does so far",
+               ir::device_name(device), node);
+  }
+}
+
 /// lower -> schedule and fuse -> generate kernels and wrapper, dumping each stage.
 Generated generate(const graph::Model& model, const CompileOptions& options,
                    std::optional<autotune::TemplateIsa> template_isa, const Dumper& dump) {
@@ -118,6 +131,7 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   g.program = std::make_unique<ir::Program>(lower::lower_graph(*model.graph, lowering));
   lower::select_conv_choices(*g.program, lowering);
   const ir::Program& program = *g.program;
+  if (options.device != ir::Device::kCpu) refuse_control_flow(program, options.device);
   dump.write("1_ir.txt", program.str());
   if (options.fuse_epilogues) sched::fuse_template_epilogues(*g.program, g.codegen->scheduling());
 
@@ -138,6 +152,7 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   dump.write("4_memory_plan.txt", g.source.plan.str(program, g.graphs.front().schedule));
   dump.write("4_arena.txt", g.source.arena.str());
   for (const auto& [name, text] : g.source.units) dump.write("5_" + name, text);
+  for (const auto& [name, text] : g.source.device_sources) dump.write("5_" + name, text);
   return g;
 }
 

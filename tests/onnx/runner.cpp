@@ -166,6 +166,9 @@ int64_t model_opset(const fs::path& path) {
   return 0;
 }
 
+/// Where the kernels run (--device cpu|cuda).
+ir::Device g_device = ir::Device::kCpu;
+
 CaseResult run_case(const fs::path& data_dir, const std::string& name, const fs::path& cache_dir,
                     bool strict) {
   CaseResult result;
@@ -188,6 +191,7 @@ CaseResult run_case(const fs::path& data_dir, const std::string& name, const fs:
     // their lengths and presence.
     driver::CompileOptions options;
     options.cache_dir = cache_dir;
+    options.device = g_device;
     const auto& graph_inputs = model.graph->inputs();
     const auto& graph_outputs = model.graph->outputs();
     auto read_inputs = [&](const fs::path& set) {
@@ -343,7 +347,7 @@ std::vector<std::string> all_cases(const fs::path& data_dir) {
 int main(int argc, char** argv) {
   const char* usage =
       "usage: kiln_onnx_runner DATA_DIR CACHE_DIR [--cases LIST] [--core LIST] [--jobs N] "
-      "[--exclusions FILE] [--by-opset yes]\n";
+      "[--exclusions FILE] [--by-opset yes] [--device cpu|cuda]\n";
   if (argc < 3 || argc % 2 != 1) {
     fmt::print(stderr, "{}", usage);
     return 2;
@@ -365,6 +369,8 @@ int main(int argc, char** argv) {
         core_list = value;
       } else if (option == "--by-opset") {
         by_opset = value == "yes";
+      } else if (option == "--device" && ir::device_from_name(value)) {
+        g_device = *ir::device_from_name(value);
       } else {
         fmt::print(stderr, "{}", usage);
         return 2;

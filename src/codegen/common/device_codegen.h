@@ -5,7 +5,9 @@
 /// The driver picks one per device with make_device_codegen and names no backend itself. The
 /// wrapper's per-device operations are the backend's too (WrapperOps).
 ///
-/// Implementations: codegen/cpp/cpp_codegen.h (CppCodegen, the CPU: C++ with OpenMP and SIMD).
+/// Implementations: codegen/cpp/cpp_codegen.h (CppCodegen, the CPU: C++ with OpenMP and SIMD),
+/// codegen/cuda/cuda_codegen.h (CudaCodegen: CUDA kernels through NVRTC, library calls on the
+/// host).
 
 #include <memory>
 #include <string>
@@ -65,6 +67,13 @@ class WrapperOps {
   virtual void write_run_state_members(IndentedBuffer& out) = 0;
   /// A function's workspace, its first line: the storage write_allocation's kWorkspace takes.
   virtual void write_workspace(IndentedBuffer& out) = 0;
+  /// Declares `const ctype* pointer`: the data of model input `k` (`in<k>`, a TensorArg).
+  virtual void write_input_data(IndentedBuffer& out, size_t k, const std::string& ctype,
+                                const std::string& pointer) = 0;
+  /// Declares `const ctype* pointer`: the data of constant `index` (`constants[index]`, `bytes`
+  /// bytes).
+  virtual void write_constant_data(IndentedBuffer& out, size_t index, const std::string& ctype,
+                                   const std::string& pointer, size_t bytes) = 0;
   /// `char* const arena`: the run state's arena, grown to `bytes`.
   virtual void write_arena(IndentedBuffer& out, const std::string& bytes) = 0;
   /// Declares `allocation.buffer` at its place.
@@ -97,6 +106,12 @@ class WrapperOps {
   /// The library call that computes `buffer` (an extern buffer of `program`, not control flow).
   virtual void write_library_call(IndentedBuffer& out, const ir::Buffer& buffer,
                                   const ir::Program& program) = 0;
+  /// True when the kernels are host functions the wrapper puts into translation units of
+  /// kernels after the prelude (the CPU); false when write_declarations builds them itself.
+  virtual bool kernels_in_host_units() const { return true; }
+  /// Device code built into the units rather than being one (the CUDA kernels' source, whose
+  /// cubins the wrapper embeds), as (file name, text): written with the dumps, never compiled.
+  virtual std::vector<std::pair<std::string, std::string>> take_device_sources() { return {}; }
   /// Translation units of its own (the functions of GEMM and convolution choices), in order.
   virtual std::vector<std::pair<std::string, std::string>> take_units() = 0;
   /// What the units need to build.

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include "codegen/cpp/cpp_ops.h"
+
+#include <algorithm>
+#include <set>
 #include "support/error.h"
 
 namespace kiln::codegen {
@@ -455,6 +458,92 @@ void MemberEmitter::emit_reduction_end(IndentedBuffer& out, bool vectorized) {
       define_indirects(index_[k], out, pass, scope);
       store(op, v, out, pass);
     }
+  }
+}
+
+namespace {
+bool contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+using sched::MemberKind;
+}  // namespace
+
+void assign_kernel_params(KernelContext& ctx, std::vector<KernelArg>& args,
+                          std::vector<std::string>& param_names) {
+  const sched::ScheduleItem& item = *ctx.item;
+  std::set<std::string> written;
+  for (const ir::Buffer* b : item.buffers) written.insert(b->name);
+  std::map<std::string, std::string> inplace_of;  // input -> output
+  for (const auto& [out, in] : item.inplace) inplace_of[in] = out;
+  int n_in = 0;
+  for (const ir::Buffer* b : item.buffers) {
+    for (const ir::Op& op : b->body.ops()) {
+      if (op.code != ir::OpCode::kLoad || written.count(op.buffer) || inplace_of.count(op.buffer) ||
+          ctx.params.count(op.buffer)) {
+        continue;
+      }
+      std::string param = fmt::format("in_ptr{}", n_in++);
+      ctx.params[op.buffer] = param;
+      args.push_back(KernelArg{KernelArg::Kind::kBuffer, op.buffer, op.buffer_dtype, false, {}});
+      param_names.push_back(param);
+    }
+  }
+  int n_out = 0;
+  int n_inout = 0;
+  for (const ir::Buffer* b : item.buffers) {
+    if (contains(item.kernel_local, b->name)) continue;
+    bool inplace = std::any_of(item.inplace.begin(), item.inplace.end(),
+                               [&](const auto& p) { return p.first == b->name; });
+    std::string param =
+        inplace ? fmt::format("in_out_ptr{}", n_inout++) : fmt::format("out_ptr{}", n_out++);
+    ctx.params[b->name] = param;
+    for (const auto& [out, in] : item.inplace) {
+      if (out == b->name) ctx.params[in] = param;
+    }
+    args.push_back(KernelArg{KernelArg::Kind::kBuffer, b->name, b->dtype, true, {}});
+    param_names.push_back(param);
+  }
+}
+
+void assign_kernel_locals(KernelContext& ctx) {
+  const sched::ScheduleItem& item = *ctx.item;
+  const sched::KernelGroup& group = item.group;
+  int n = 0;
+  for (const sched::KernelMember& m : item.members) {
+    const std::string& name = m.buffer->name;
+    if (!contains(item.kernel_local, name)) continue;
+    LocalStorage storage = LocalStorage::kRegister;
+    if (group.is_reduction()) {
+      storage =
+          m.kind == MemberKind::kPointwiseInner ? LocalStorage::kScratch : LocalStorage::kScalar;
+    }
+    ctx.locals[name] = storage;
+    ctx.local_names[name] =
+        fmt::format("{}{}", storage == LocalStorage::kScratch ? "scratch" : "local", n++);
+    ctx.local_dtypes[name] = m.buffer->dtype;
+  }
+}
+
+void add_size_args(const sched::ScheduleItem& item, std::vector<KernelArg>& args) {
+  const sched::KernelGroup& group = item.group;
+  std::set<sym::Expr> symbols;
+  auto add = [&](const sym::Expr& e) {
+    for (const sym::Expr& s : sym::free_symbols(e)) {
+      if (s.symbol_kind() != sym::SymbolKind::kIndex) symbols.insert(s);
+    }
+  };
+  for (const sym::Expr& s : group.sizes) add(s);
+  for (const sym::Expr& s : group.reduce_sizes) add(s);
+  for (const sched::KernelMember& m : item.members) {
+    for (const auto& [from, to] : m.var_map) add(to);
+    for (const ir::Op& op : m.buffer->body.ops()) add(op.index);
+  }
+  std::vector<sym::Expr> sorted(symbols.begin(), symbols.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const sym::Expr& a, const sym::Expr& b) { return a.name() < b.name(); });
+  for (const sym::Expr& s : sorted) {
+    args.push_back(
+        KernelArg{KernelArg::Kind::kSize, sym::cpp_identifier(s), graph::DType::kInt64, false, s});
   }
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/common/kernel.h"
 #include "ir/buffer.h"
 #include "sched/schedule.h"
 #include "support/indented_buffer.h"
@@ -50,6 +51,19 @@ struct LoopPass {
   std::map<std::string, std::string> forwarded;
 };
 
+/// The parameters of `ctx.item`'s kernel, shared by the C++ and CUDA backends: one input per
+/// buffer its members load that none of them writes (in_ptrN), one output per member that is not
+/// kernel-local (out_ptrN, or in_out_ptrN when it takes over an input in place). Fills
+/// ctx.params, `args` and `param_names` (one per buffer argument).
+void assign_kernel_params(KernelContext& ctx, std::vector<KernelArg>& args,
+                          std::vector<std::string>& param_names);
+/// Where `ctx.item`'s kernel-local buffers live: registers in a pointwise kernel; in a
+/// reduction kernel a scalar per outer iteration, or scratch indexed by the reduction position
+/// for a member over P x R.
+void assign_kernel_locals(KernelContext& ctx);
+/// The size arguments of `item`'s kernel: every size symbol its loops and indices use, by name.
+void add_size_args(const sched::ScheduleItem& item, std::vector<KernelArg>& args);
+
 class MemberEmitter {
  public:
   MemberEmitter(KernelContext& ctx, const sched::KernelMember& member);
@@ -66,6 +80,9 @@ class MemberEmitter {
   void emit_loop_body(IndentedBuffer& out, LoopPass& pass);
   /// After a reduction's loops: folds vector accumulators, then computes and stores the results.
   void emit_reduction_end(IndentedBuffer& out, bool vectorized);
+  /// The scalar accumulators emit_accumulators declared, by reduction op.
+  const std::map<ir::ValueId, std::string>& accumulators() const { return acc_; }
+  const ir::LoopBody& body() const { return body_; }
 
  private:
   struct Scope {

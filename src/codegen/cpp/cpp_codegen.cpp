@@ -69,12 +69,4 @@ codecache::CompilerConfig CppCodegen::build_config(const BuildNeeds& needs) cons
   return config;
 }
 
-std::unique_ptr<DeviceCodegen> make_device_codegen(ir::Device device) {
-  switch (device) {
-    case ir::Device::kCpu:
-      return std::make_unique<CppCodegen>();
-  }
-  internal_error("no backend for device {}", ir::device_name(device));
-}
-
 }  // namespace kiln::codegen

@@ -103,79 +103,11 @@ class CppKernelBuilder {
   std::vector<std::string> scratch_decls_;
 };
 
-void CppKernelBuilder::assign_params() {
-  std::set<std::string> written;
-  for (const ir::Buffer* b : item_.buffers) written.insert(b->name);
-  std::map<std::string, std::string> inplace_of;  // input -> output
-  for (const auto& [out, in] : item_.inplace) inplace_of[in] = out;
-  int n_in = 0;
-  for (const ir::Buffer* b : item_.buffers) {
-    for (const ir::Op& op : b->body.ops()) {
-      if (op.code != ir::OpCode::kLoad || written.count(op.buffer) || inplace_of.count(op.buffer) ||
-          ctx_.params.count(op.buffer)) {
-        continue;
-      }
-      std::string param = fmt::format("in_ptr{}", n_in++);
-      ctx_.params[op.buffer] = param;
-      args_.push_back(KernelArg{KernelArg::Kind::kBuffer, op.buffer, op.buffer_dtype, false, {}});
-      param_names_.push_back(param);
-    }
-  }
-  int n_out = 0;
-  int n_inout = 0;
-  for (const ir::Buffer* b : item_.buffers) {
-    if (contains(item_.kernel_local, b->name)) continue;
-    bool inplace = std::any_of(item_.inplace.begin(), item_.inplace.end(),
-                               [&](const auto& p) { return p.first == b->name; });
-    std::string param =
-        inplace ? fmt::format("in_out_ptr{}", n_inout++) : fmt::format("out_ptr{}", n_out++);
-    ctx_.params[b->name] = param;
-    for (const auto& [out, in] : item_.inplace) {
-      if (out == b->name) ctx_.params[in] = param;
-    }
-    args_.push_back(KernelArg{KernelArg::Kind::kBuffer, b->name, b->dtype, true, {}});
-    param_names_.push_back(param);
-  }
-}
+void CppKernelBuilder::assign_params() { assign_kernel_params(ctx_, args_, param_names_); }
 
-void CppKernelBuilder::assign_locals() {
-  int n = 0;
-  for (const sched::KernelMember& m : item_.members) {
-    const std::string& name = m.buffer->name;
-    if (!contains(item_.kernel_local, name)) continue;
-    LocalStorage storage = LocalStorage::kRegister;
-    if (group_.is_reduction()) {
-      storage =
-          m.kind == MemberKind::kPointwiseInner ? LocalStorage::kScratch : LocalStorage::kScalar;
-    }
-    ctx_.locals[name] = storage;
-    ctx_.local_names[name] =
-        fmt::format("{}{}", storage == LocalStorage::kScratch ? "scratch" : "local", n++);
-    ctx_.local_dtypes[name] = m.buffer->dtype;
-  }
-}
+void CppKernelBuilder::assign_locals() { assign_kernel_locals(ctx_); }
 
-void CppKernelBuilder::collect_sizes() {
-  std::set<sym::Expr> symbols;
-  auto add = [&](const sym::Expr& e) {
-    for (const sym::Expr& s : sym::free_symbols(e)) {
-      if (s.symbol_kind() != sym::SymbolKind::kIndex) symbols.insert(s);
-    }
-  };
-  for (const sym::Expr& s : group_.sizes) add(s);
-  for (const sym::Expr& s : group_.reduce_sizes) add(s);
-  for (const sched::KernelMember& m : item_.members) {
-    for (const auto& [from, to] : m.var_map) add(to);
-    for (const ir::Op& op : m.buffer->body.ops()) add(op.index);
-  }
-  std::vector<sym::Expr> sorted(symbols.begin(), symbols.end());
-  std::sort(sorted.begin(), sorted.end(),
-            [](const sym::Expr& a, const sym::Expr& b) { return a.name() < b.name(); });
-  for (const sym::Expr& s : sorted) {
-    args_.push_back(
-        KernelArg{KernelArg::Kind::kSize, sym::cpp_identifier(s), graph::DType::kInt64, false, s});
-  }
-}
+void CppKernelBuilder::collect_sizes() { add_size_args(*ctx_.item, args_); }
 
 std::string CppKernelBuilder::signature() const {
   std::vector<std::string> params;

@@ -351,6 +351,16 @@ void CppWrapperOps::write_run_state_members(IndentedBuffer& out) {
 
 void CppWrapperOps::write_workspace(IndentedBuffer& out) { out.line("kiln_rt::Workspace ws;"); }
 
+void CppWrapperOps::write_input_data(IndentedBuffer& out, size_t k, const std::string& ctype,
+                                     const std::string& pointer) {
+  out.linef("const {}* {} = static_cast<const {}*>(in{}.data);", ctype, pointer, ctype, k);
+}
+
+void CppWrapperOps::write_constant_data(IndentedBuffer& out, size_t index, const std::string& ctype,
+                                        const std::string& pointer, size_t /*bytes*/) {
+  out.linef("const {}* {} = static_cast<const {}*>(constants[{}]);", ctype, pointer, ctype, index);
+}
+
 void CppWrapperOps::write_arena(IndentedBuffer& out, const std::string& bytes) {
   out.linef("char* const arena = state.arena.reserve({});", bytes);
 }

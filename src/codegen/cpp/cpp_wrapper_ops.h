@@ -28,6 +28,10 @@ class CppWrapperOps final : public WrapperOps {
   void write_includes(IndentedBuffer& out, bool uses_control) override;
   void write_run_state_members(IndentedBuffer& out) override;
   void write_workspace(IndentedBuffer& out) override;
+  void write_input_data(IndentedBuffer& out, size_t k, const std::string& ctype,
+                        const std::string& pointer) override;
+  void write_constant_data(IndentedBuffer& out, size_t index, const std::string& ctype,
+                           const std::string& pointer, size_t bytes) override;
   void write_arena(IndentedBuffer& out, const std::string& bytes) override;
   void write_allocation(IndentedBuffer& out, const Allocation& allocation) override;
   void write_release(IndentedBuffer& out, const std::string& pointer) override;

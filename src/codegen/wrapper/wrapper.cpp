@@ -47,8 +47,9 @@ class WrapperWriter {
     write_entry_points(unit);
     for (auto& own_unit : ops_->take_units()) result_.units.push_back(std::move(own_unit));
     result_.needs = ops_->needs();
+    result_.device_sources = ops_->take_device_sources();
     result_.units.emplace_back("wrapper.cpp", unit.str());
-    write_kernel_units(kernel_prelude_);
+    if (ops_->kernels_in_host_units()) write_kernel_units(kernel_prelude_);
     return std::move(result_);
   }
 
@@ -175,8 +176,7 @@ class WrapperWriter {
         out.linef("kiln_rt::check_dim(in{}, {}, {}, {}, {}, {});", k, name, d, cexpr(dim), shape,
                   cpp_quote(why));
       }
-      out.linef("const {}* {} = static_cast<const {}*>(in{}.data);", ctype(in.dtype), in.buffer,
-                ctype(in.dtype), k);
+      ops_->write_input_data(out, k, ctype(in.dtype), in.buffer);
       for (const ir::DynamicSize& size : program_->dynamic_sizes) {
         if (size.buffer == in.buffer)
           out.linef("const int64_t {} = {}[0];", sym::size_identifier(size.symbol), in.buffer);
@@ -209,8 +209,8 @@ class WrapperWriter {
   void bind_constants(IndentedBuffer& out) {
     for (const auto& buffer : program_->buffers) {
       if (buffer->kind != ir::BufferKind::kConstant) continue;
-      out.linef("const {}* {} = static_cast<const {}*>(constants[{}]);", ctype(buffer->dtype),
-                buffer->name, ctype(buffer->dtype), result_.constants.size());
+      ops_->write_constant_data(out, result_.constants.size(), ctype(buffer->dtype), buffer->name,
+                                buffer->constant->nbytes());
       result_.constants.push_back(buffer->constant);
     }
   }

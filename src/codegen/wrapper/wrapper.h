@@ -35,6 +35,8 @@ namespace kiln::codegen {
 struct WrapperSource {
   /// Translation units: the wrapper first, then kernel units (compiled in parallel).
   std::vector<std::pair<std::string, std::string>> units;
+  /// Device code the units embed (file name, text), for the dumps only.
+  std::vector<std::pair<std::string, std::string>> device_sources;
   /// The data of the constant buffers passed through `constants`, in order (every graph's).
   std::vector<std::shared_ptr<const graph::Tensor>> constants;
   /// What the units need to build (the libraries the calls use, the choices' linkage).

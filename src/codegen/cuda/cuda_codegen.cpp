@@ -1,0 +1,38 @@
+#include "codegen/cuda/cuda_codegen.h"
+
+#include "codegen/cuda/cuda_wrapper_ops.h"
+#include "codegen/cuda/nvrtc_compile.h"
+#include "support/error.h"
+
+namespace kiln::codegen {
+
+CudaCodegen::CudaCodegen() {
+  if (!nvrtc_available()) {
+    user_error(
+        "--device cuda: this Kiln was built without the CUDA toolkit (CMake found no NVRTC); "
+        "it compiles for the CPU only");
+  }
+}
+
+bool CudaCodegen::supports(const ir::Buffer& buffer) const {
+  return buffer.kind != ir::BufferKind::kExtern;
+}
+
+GeneratedKernel CudaCodegen::generate_kernel(const sched::ScheduleItem& item,
+                                             const ir::Program& program) const {
+  return generate_cuda_kernel(item, program);
+}
+
+std::string CudaCodegen::prelude() const { return cuda_kernel_prelude(); }
+
+std::unique_ptr<WrapperOps> CudaCodegen::wrapper_ops() const {
+  return std::make_unique<CudaWrapperOps>(host_.wrapper_ops(), prelude());
+}
+
+codecache::CompilerConfig CudaCodegen::build_config(const BuildNeeds& needs) const {
+  codecache::CompilerConfig config = host_.build_config(needs);
+  config.libraries.push_back("dl");
+  return config;
+}
+
+}  // namespace kiln::codegen

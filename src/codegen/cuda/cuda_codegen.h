@@ -1,0 +1,32 @@
+#pragma once
+/// The CUDA backend behind the DeviceCodegen interface: the scheduler hooks of CudaBackend,
+/// CUDA kernels of cuda_kernel.h (compiled by NVRTC when the wrapper is written), and the
+/// wrapper's CUDA operations (cuda_wrapper_ops.h). The generated units are host C++ built with
+/// g++ like the CPU's: the wrapper loads the CUDA driver at run time, so building needs no GPU.
+
+#include "codegen/common/device_codegen.h"
+#include "codegen/cpp/cpp_codegen.h"
+#include "codegen/cuda/cuda_kernel.h"
+
+namespace kiln::codegen {
+
+class CudaCodegen final : public DeviceCodegen {
+ public:
+  /// Fails with a clear error when this Kiln was built without the CUDA toolkit.
+  CudaCodegen();
+  ir::Device device() const override { return ir::Device::kCuda; }
+  const sched::Backend& scheduling() const override { return backend_; }
+  /// Kernel groups; library calls run on the host (cuda_wrapper_ops.h).
+  bool supports(const ir::Buffer& buffer) const override;
+  GeneratedKernel generate_kernel(const sched::ScheduleItem& item,
+                                  const ir::Program& program) const override;
+  std::string prelude() const override;
+  std::unique_ptr<WrapperOps> wrapper_ops() const override;
+  codecache::CompilerConfig build_config(const BuildNeeds& needs) const override;
+
+ private:
+  CudaBackend backend_;
+  CppCodegen host_;  // library calls and the host build
+};
+
+}  // namespace kiln::codegen

@@ -1,0 +1,336 @@
+#include "codegen/cuda/cuda_kernel.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "codegen/cpp/cpp_body.h"
+#include "codegen/cpp/cpp_kernel.h"
+#include "codegen/cpp/cpp_ops.h"
+#include "support/error.h"
+#include "support/identifier.h"
+#include "support/log.h"
+#include "sym/prelude.h"
+
+namespace kiln::codegen {
+namespace {
+
+using ir::ReductionType;
+using sched::MemberKind;
+
+/// Threads per block of a pointwise kernel.
+constexpr int64_t kPointwiseThreads = 256;
+/// Threads per block of a reduction kernel at most (a power of two: the combining tree halves
+/// it); kiln_block_reduce's shared array holds this many values.
+constexpr int64_t kReduceThreads = 256;
+
+bool contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+/// The block size of a reduction over `r` elements: the smallest power of two from 32 that
+/// covers a short static row, else kReduceThreads.
+int64_t reduce_threads(const sym::Expr& r) {
+  std::optional<int64_t> n = r.as_integer();
+  if (!n) return kReduceThreads;
+  int64_t threads = 32;
+  while (threads < *n && threads < kReduceThreads) threads *= 2;
+  return threads;
+}
+
+class CudaKernelBuilder {
+ public:
+  CudaKernelBuilder(const sched::ScheduleItem& item, const ir::Program& program)
+      : item_(item), group_(item.group) {
+    ctx_.program = &program;
+    ctx_.item = &item;
+    ctx_.analyzer = group_.analyzer(program.analyzer);
+    ir::Layout reduce = ir::Layout::contiguous(group_.reduce_sizes);
+    ctx_.scratch_index = ctx_.analyzer.simplify(sym::dot(group_.reduce_vars, reduce.strides));
+  }
+
+  GeneratedKernel build();
+
+ private:
+  std::string signature(int64_t threads) const;
+  /// Declares `vars` from the flat index `flat` over `sizes` (row-major).
+  void split_index(IndentedBuffer& out, const std::string& flat, const std::vector<sym::Expr>& vars,
+                   const std::vector<sym::Expr>& sizes);
+  void emit_pointwise(IndentedBuffer& out);
+  void emit_reduction(IndentedBuffer& out);
+  void emit_row_loop(IndentedBuffer& out, MemberEmitter& m);
+  void emit_block_combine(IndentedBuffer& out, MemberEmitter& m);
+
+  const sched::ScheduleItem& item_;
+  const sched::KernelGroup& group_;
+  KernelContext ctx_;
+  std::vector<std::unique_ptr<MemberEmitter>> members_;
+  std::vector<KernelArg> args_;
+  std::vector<std::string> param_names_;
+  sym::Expr shared_bytes_{0};
+};
+
+std::string CudaKernelBuilder::signature(int64_t threads) const {
+  std::string text =
+      fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(", threads, item_.name);
+  for (size_t k = 0; k < args_.size(); ++k) {
+    const KernelArg& a = args_[k];
+    if (k) text += ", ";
+    if (a.kind == KernelArg::Kind::kSize) {
+      text += fmt::format("int64_t {}", a.name);
+      continue;
+    }
+    text += fmt::format("{}{}* __restrict__ {}", a.is_output ? "" : "const ",
+                        graph::dtype_cpp_storage(a.dtype), param_names_[k]);
+  }
+  return text + ")";
+}
+
+void CudaKernelBuilder::split_index(IndentedBuffer& out, const std::string& flat,
+                                    const std::vector<sym::Expr>& vars,
+                                    const std::vector<sym::Expr>& sizes) {
+  ir::Layout layout = ir::Layout::contiguous(sizes);
+  for (size_t k = 0; k < vars.size(); ++k) {
+    std::string v = fmt::format("{} / ({})", flat, ctx_.cpp(layout.strides[k]));
+    if (k > 0) v = fmt::format("({}) % ({})", v, ctx_.cpp(sizes[k]));
+    out.linef("const int64_t {} = {};", ctx_.cpp(vars[k]), v);
+  }
+}
+
+void CudaKernelBuilder::emit_pointwise(IndentedBuffer& out) {
+  out.line("const int64_t xindex = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;");
+  out.linef("if (xindex >= {}) return;", ctx_.cpp(group_.numel()));
+  split_index(out, "xindex", group_.vars, group_.sizes);
+  LoopPass pass;
+  for (auto& m : members_) m->emit_loop_body(out, pass);
+}
+
+void CudaKernelBuilder::emit_row_loop(IndentedBuffer& out, MemberEmitter& m) {
+  out.linef("for (int64_t rindex = threadIdx.x; rindex < {}; rindex += blockDim.x) {{",
+            ctx_.cpp(group_.reduce_numel()));
+  {
+    auto _ = out.scope();
+    split_index(out, "rindex", group_.reduce_vars, group_.reduce_sizes);
+    LoopPass pass;
+    m.emit_loop_body(out, pass);
+  }
+  out.line("}");
+}
+
+/// Combines each thread's accumulator into the block's, which every thread then holds.
+void CudaKernelBuilder::emit_block_combine(IndentedBuffer& out, MemberEmitter& m) {
+  for (const auto& [id, acc] : m.accumulators()) {
+    const ir::Op& op = m.body().op(id);
+    const std::string t(cpp_compute_type(op.dtype));
+    std::string combine;
+    switch (op.reduction) {
+      case ReductionType::kSum:
+        combine = fmt::format("[]({0} a, {0} b) {{ return a + b; }}", t);
+        break;
+      case ReductionType::kProd:
+        combine = fmt::format("[]({0} a, {0} b) {{ return a * b; }}", t);
+        break;
+      case ReductionType::kMax:
+        combine = fmt::format("[]({0} a, {0} b) {{ return kiln::maximum(a, b); }}", t);
+        break;
+      case ReductionType::kMin:
+        combine = fmt::format("[]({0} a, {0} b) {{ return kiln::minimum(a, b); }}", t);
+        break;
+      case ReductionType::kAny:
+        combine = "[](bool a, bool b) { return a || b; }";
+        break;
+      case ReductionType::kAll:
+        combine = "[](bool a, bool b) { return a && b; }";
+        break;
+      case ReductionType::kWelfordMean:
+      case ReductionType::kWelfordVar:
+        combine = fmt::format(
+            "[](kiln::Welford<{0}> a, kiln::Welford<{0}> b) {{ a.combine(b.mean, b.m2, b.n); "
+            "return a; }}",
+            t);
+        break;
+      case ReductionType::kArgMax:
+      case ReductionType::kArgMin: {
+        const std::string v(cpp_compute_type(m.body().dtype(op.operands[0])));
+        combine = fmt::format(
+            "[](kiln::ArgReduce<{0}> a, kiln::ArgReduce<{0}> b) {{ return kiln_arg_combine(a, b, "
+            "{1}, {2}); }}",
+            v, op.reduction == ReductionType::kArgMax, op.select_last);
+        break;
+      }
+    }
+    out.linef("{0} = kiln_block_reduce({0}, {1});", acc, combine);
+  }
+}
+
+void CudaKernelBuilder::emit_reduction(IndentedBuffer& out) {
+  std::vector<std::string> scratch;
+  for (const auto& [name, storage] : ctx_.locals) {
+    if (storage != LocalStorage::kScratch) continue;
+    const std::string t(cpp_compute_type(ctx_.local_dtypes.at(name)));
+    scratch.push_back(
+        fmt::format("{0}* const {1} = reinterpret_cast<{0}*>(kiln_smem + {2});  // {3}", t,
+                    ctx_.local_names.at(name), ctx_.cpp(shared_bytes_), name));
+    // Each array starts 16-byte aligned.
+    sym::Expr bytes =
+        group_.reduce_numel() *
+        sym::Expr(static_cast<int64_t>(graph::dtype_size(ctx_.local_dtypes.at(name))));
+    shared_bytes_ =
+        ctx_.analyzer.simplify(shared_bytes_ + sym::ceil_div(bytes, sym::Expr(16)) * sym::Expr(16));
+  }
+  if (!scratch.empty()) out.line("extern __shared__ __align__(16) unsigned char kiln_smem[];");
+  for (const std::string& line : scratch) out.line(line);
+  out.line("const int64_t xindex = blockIdx.x;");
+  split_index(out, "xindex", group_.vars, group_.sizes);
+  for (const auto& [name, storage] : ctx_.locals) {
+    if (storage != LocalStorage::kScalar) continue;
+    out.linef("{} {}{{}};  // {}", cpp_compute_type(ctx_.local_dtypes.at(name)),
+              ctx_.local_names.at(name), name);
+  }
+  for (auto& m : members_) {
+    out.linef("{{  // {}", m->member().buffer->name);
+    {
+      auto _ = out.scope();
+      switch (m->member().kind) {
+        case MemberKind::kReduction:
+          m->emit_accumulators(out, false);
+          emit_row_loop(out, *m);
+          emit_block_combine(out, *m);
+          m->emit_reduction_end(out, false);
+          break;
+        case MemberKind::kPointwiseInner:
+          emit_row_loop(out, *m);
+          break;
+        case MemberKind::kPointwiseOuter: {
+          LoopPass pass;
+          m->emit_loop_body(out, pass);
+          break;
+        }
+      }
+    }
+    out.line("}");
+  }
+}
+
+GeneratedKernel CudaKernelBuilder::build() {
+  KILN_CHECK(item_.kind == sched::ItemKind::kKernel, "{} is not a kernel item", item_.name);
+  KILN_CHECK(item_.members.size() == item_.buffers.size(), "{}: members and buffers differ",
+             item_.name);
+  assign_kernel_params(ctx_, args_, param_names_);
+  assign_kernel_locals(ctx_);
+  add_size_args(item_, args_);
+  for (const sched::KernelMember& m : item_.members) {
+    members_.push_back(std::make_unique<MemberEmitter>(ctx_, m));
+  }
+  LaunchSpec launch;
+  int64_t threads = kPointwiseThreads;
+  IndentedBuffer body;
+  if (group_.is_reduction()) {
+    threads = reduce_threads(group_.reduce_numel());
+    emit_reduction(body);
+    launch.grid[0] = group_.numel();
+  } else {
+    emit_pointwise(body);
+    launch.grid[0] = sym::ceil_div(group_.numel(), sym::Expr(kPointwiseThreads));
+  }
+  launch.grid[0] = ctx_.analyzer.simplify(launch.grid[0]);
+  launch.block[0] = sym::Expr(threads);
+  launch.shared_bytes = shared_bytes_;
+  IndentedBuffer comment;
+  comment.linef("// {}: {}", item_.name, comment_safe(group_.str()));
+  for (const std::string& node : item_.onnx_nodes) comment.linef("//   ONNX node {}", node);
+  for (const sched::KernelMember& m : item_.members) {
+    bool local = contains(item_.kernel_local, m.buffer->name);
+    comment.linef("//   buffer {}{}", m.buffer->name, local ? " (kernel-local)" : "");
+  }
+  IndentedBuffer out;
+  const std::string head = signature(threads);
+  out.line(head + " {");
+  {
+    auto _ = out.scope();
+    out.splice(body);
+  }
+  out.line("}");
+  GeneratedKernel kernel;
+  kernel.name = item_.name;
+  kernel.comment = comment.str();
+  kernel.definition = out.str();
+  kernel.name_offset = head.find(item_.name);
+  kernel.args = args_;
+  kernel.onnx_nodes = item_.onnx_nodes;
+  kernel.launch = launch;
+  log::write(log::Category::kOutputCode, "kernel {}:\n{}", kernel.name, kernel.source());
+  return kernel;
+}
+
+}  // namespace
+
+GeneratedKernel generate_cuda_kernel(const sched::ScheduleItem& item, const ir::Program& program) {
+  CudaKernelBuilder builder(item, program);
+  return builder.build();
+}
+
+std::string cuda_kernel_prelude() {
+  std::string text =
+      R"(// NVRTC has no C library: kiln_half.h's one builtin comes from the CUDA math library.
+#define __builtin_fabsf(x) ::fabsf(x)
+#include <algorithm>
+
+#include "kiln_half.h"
+#include "kiln_scalar.h"
+
+)";
+  text += sym::cuda_prelude();
+  text += R"(
+// Combines every thread's `value` with `combine` in a shared-memory tree (blockDim.x a power of
+// two, at most 256); every thread gets the result.
+template <typename T, typename Combine>
+__device__ T kiln_block_reduce(T value, Combine combine) {
+  __shared__ __align__(16) unsigned char raw[256 * sizeof(T)];
+  T* slots = reinterpret_cast<T*>(raw);
+  slots[threadIdx.x] = value;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) slots[threadIdx.x] = combine(slots[threadIdx.x], slots[threadIdx.x + half]);
+    __syncthreads();
+  }
+  T result = slots[0];
+  __syncthreads();
+  return result;
+}
+
+// Two running arg-extrema over disjoint positions, as one over both would end (kiln::ArgReduce):
+// the first NaN wins; else the better value; equal values: the first position, or the last.
+template <typename T>
+__device__ kiln::ArgReduce<T> kiln_arg_combine(kiln::ArgReduce<T> a, kiln::ArgReduce<T> b,
+                                               bool is_max, bool select_last) {
+  if (b.index < 0) return a;
+  if (a.index < 0) return b;
+  const bool a_nan = kiln::isnan(a.best), b_nan = kiln::isnan(b.best);
+  if (a_nan || b_nan) {
+    if (a_nan && b_nan) return a.index < b.index ? a : b;
+    return a_nan ? a : b;
+  }
+  if (is_max ? b.best > a.best : b.best < a.best) return b;
+  if (is_max ? a.best > b.best : a.best < b.best) return a;
+  return (select_last ? b.index > a.index : b.index < a.index) ? b : a;
+}
+
+)";
+  return text;
+}
+
+std::optional<std::string> CudaBackend::can_fuse_vertical(const sched::NodeInfo& node1,
+                                                          const sched::NodeInfo& node2,
+                                                          const sched::KernelGroup& fused) const {
+  return CppBackend().can_fuse_vertical(node1, node2, fused);
+}
+
+std::optional<std::string> CudaBackend::can_fuse_horizontal(const sched::NodeInfo& node1,
+                                                            const sched::NodeInfo& node2,
+                                                            const sched::KernelGroup& fused) const {
+  return CppBackend().can_fuse_horizontal(node1, node2, fused);
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,47 @@
+#pragma once
+/// The CUDA backend's kernels: CUDA C++ for the scheduler's kernel items, compiled by NVRTC
+/// (nvrtc_compile.h) after cuda_kernel_prelude().
+///
+/// The members' bodies are the C++ backend's scalar emission (cpp_body.h: the same op table,
+/// loads, stores and kernel-local storage); what differs is the structure around them:
+/// - a pointwise kernel runs one thread per element of its P space (a flat index split into the
+///   group's variables), in blocks of kPointwiseThreads;
+/// - a reduction kernel runs one block per output row (P): the block's threads take the row's R
+///   elements in turn, each accumulating its share, then the accumulators are combined in a
+///   shared-memory tree (sums, extrema, Welford, arg-extrema with their tie rules); members over
+///   P x R keep per-element values in dynamic shared memory (R elements each). Every thread
+///   computes a row's results and stores them (the same values), so a later member of the row
+///   reads a result its own thread wrote: members need no barrier between them.
+/// Sizes are int64_t kernel arguments; the LaunchSpec gives grid and block as expressions of
+/// them.
+
+#include <string>
+
+#include "codegen/common/kernel.h"
+#include "ir/buffer.h"
+#include "sched/schedule.h"
+#include "sched/scheduler.h"
+
+namespace kiln::codegen {
+
+/// Generates the kernel of `item` (kind kKernel).
+GeneratedKernel generate_cuda_kernel(const sched::ScheduleItem& item, const ir::Program& program);
+
+/// What every unit of CUDA kernels starts with, once: the runtime's scalar helpers and the
+/// block reductions (NVRTC-safe: the standard headers come from nvrtc_headers.h).
+std::string cuda_kernel_prelude();
+
+/// The scheduler hooks of the CUDA backend: kernel names "cuda_fused_...", the default group key,
+/// and the C++ backend's vetoes (strings; reductions over differently shaped outer dims).
+class CudaBackend final : public sched::Backend {
+ public:
+  std::string_view kernel_prefix() const override { return "cuda"; }
+  std::optional<std::string> can_fuse_vertical(const sched::NodeInfo& node1,
+                                               const sched::NodeInfo& node2,
+                                               const sched::KernelGroup& fused) const override;
+  std::optional<std::string> can_fuse_horizontal(const sched::NodeInfo& node1,
+                                                 const sched::NodeInfo& node2,
+                                                 const sched::KernelGroup& fused) const override;
+};
+
+}  // namespace kiln::codegen

@@ -1,0 +1,71 @@
+#pragma once
+/// The wrapper's CUDA operations (codegen/common/device_codegen.h WrapperOps), for the runtime
+/// of kiln_rt_cuda.h: the kernels of all graphs compiled by NVRTC into cubins embedded in the
+/// wrapper (one per target architecture, nvrtc_compile.h), a launch function per kernel that
+/// evaluates its LaunchSpec, storage in managed memory (arena, workspace, inputs copied in,
+/// constants copied once per run state, outputs copied back to the host), and library calls on
+/// the host: the CPU's emission (cpp_wrapper_ops.h), reading and writing the same storage after
+/// the kernels before them have finished.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codegen/common/device_codegen.h"
+
+namespace kiln::codegen {
+
+class CudaWrapperOps final : public WrapperOps {
+ public:
+  /// `host` writes the library calls (the CPU's WrapperOps); `prelude` starts the CUDA unit.
+  CudaWrapperOps(std::unique_ptr<WrapperOps> host, std::string prelude)
+      : host_(std::move(host)), prelude_(std::move(prelude)) {}
+
+  void note(const ir::ExternCall& call) override { host_->note(call); }
+  void write_includes(IndentedBuffer& out, bool uses_control) override;
+  void write_run_state_members(IndentedBuffer& out) override;
+  void write_workspace(IndentedBuffer& out) override;
+  void write_input_data(IndentedBuffer& out, size_t k, const std::string& ctype,
+                        const std::string& pointer) override;
+  void write_constant_data(IndentedBuffer& out, size_t index, const std::string& ctype,
+                           const std::string& pointer, size_t bytes) override;
+  void write_arena(IndentedBuffer& out, const std::string& bytes) override;
+  void write_allocation(IndentedBuffer& out, const Allocation& allocation) override;
+  void write_release(IndentedBuffer& out, const std::string& pointer) override;
+  void write_take_over(IndentedBuffer& out, const std::string& results) override;
+  void write_hand_over(IndentedBuffer& out, const std::string& pointer) override;
+  void write_finish_output(IndentedBuffer& out, size_t k, const std::string& data,
+                           const std::string& dtype, const std::string& rank,
+                           const std::string& dims, const std::string& element_size,
+                           const std::string& name) override;
+  void write_timing_support(IndentedBuffer& out) override { host_->write_timing_support(out); }
+  /// Compiles the kernels with NVRTC and writes the cubins, the kernel names and the launch
+  /// functions.
+  void write_declarations(IndentedBuffer& out,
+                          const std::vector<const GeneratedKernel*>& kernels) override;
+  void write_timing_mark(IndentedBuffer& out, const std::string& label,
+                         const std::string& kind) override {
+    host_->write_timing_mark(out, label, kind);
+  }
+  void write_kernel_call(IndentedBuffer& out, const std::string& label, const std::string& function,
+                         const std::string& args) override;
+  void write_library_call(IndentedBuffer& out, const ir::Buffer& buffer,
+                          const ir::Program& program) override;
+  bool kernels_in_host_units() const override { return false; }
+  /// The CUDA source NVRTC compiled ("kernels.cu").
+  std::vector<std::pair<std::string, std::string>> take_device_sources() override {
+    return std::move(device_sources_);
+  }
+  std::vector<std::pair<std::string, std::string>> take_units() override {
+    return host_->take_units();
+  }
+  BuildNeeds needs() const override { return host_->needs(); }
+
+ private:
+  std::unique_ptr<WrapperOps> host_;
+  std::string prelude_;
+  std::vector<std::pair<std::string, std::string>> device_sources_;
+};
+
+}  // namespace kiln::codegen

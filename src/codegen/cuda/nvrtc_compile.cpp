@@ -1,0 +1,153 @@
+#include "codegen/cuda/nvrtc_compile.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "codecache/code_cache.h"
+#include "codegen/cpp/cpp_kernel.h"
+#include "codegen/cuda/nvrtc_headers.h"
+#include "support/error.h"
+#include "support/files.h"
+#include "support/hash.h"
+#include "support/log.h"
+
+#if KILN_WITH_CUDA
+#include <nvrtc.h>
+#endif
+
+namespace kiln::codegen {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// The compute capability of device 0 through the driver (loaded at run time, as the wrappers
+/// do), or 0 without a driver or a GPU.
+int local_gpu_arch() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return 0;
+  using Init = int (*)(unsigned);
+  using Get = int (*)(int*, int);
+  using Attribute = int (*)(int*, int, int);
+  auto init = reinterpret_cast<Init>(dlsym(lib, "cuInit"));
+  auto get = reinterpret_cast<Get>(dlsym(lib, "cuDeviceGet"));
+  auto attribute = reinterpret_cast<Attribute>(dlsym(lib, "cuDeviceGetAttribute"));
+  int device = 0, major = 0, minor = 0;
+  if (init == nullptr || get == nullptr || attribute == nullptr || init(0) != 0 ||
+      get(&device, 0) != 0 || attribute(&major, 75, device) != 0 ||
+      attribute(&minor, 76, device) != 0) {
+    return 0;
+  }
+  return 10 * major + minor;
+}
+
+#if KILN_WITH_CUDA
+void check_nvrtc(nvrtcResult r, const char* what) {
+  if (r != NVRTC_SUCCESS) internal_error("NVRTC: {}: {}", what, nvrtcGetErrorString(r));
+}
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  check_nvrtc(nvrtcVersion(&major, &minor), "nvrtcVersion");
+  return fmt::format("{}.{}", major, minor);
+}
+
+std::string compile_one(const std::string& source, int arch) {
+  const auto& headers = nvrtc_std_headers();
+  std::vector<const char*> names, contents;
+  for (const auto& [name, content] : headers) {
+    names.push_back(name.c_str());
+    contents.push_back(content.c_str());
+  }
+  nvrtcProgram program = nullptr;
+  check_nvrtc(nvrtcCreateProgram(&program, source.c_str(), "kernels.cu",
+                                 static_cast<int>(headers.size()), contents.data(), names.data()),
+              "nvrtcCreateProgram");
+  const std::string gpu = fmt::format("--gpu-architecture=sm_{}", arch);
+  const std::string include = "-I" + cpp_runtime_include_dir().string();
+  // -default-device: the runtime's scalar helpers (plain inline functions) become device code.
+  const char* options[] = {gpu.c_str(), include.c_str(), "-default-device", "-std=c++17",
+                           "--fmad=false"};
+  nvrtcResult result = nvrtcCompileProgram(program, 5, options);
+  size_t log_size = 0;
+  nvrtcGetProgramLogSize(program, &log_size);
+  std::string log(log_size, '\0');
+  if (log_size > 0) nvrtcGetProgramLog(program, log.data());
+  if (result != NVRTC_SUCCESS) {
+    nvrtcDestroyProgram(&program);
+    internal_error("NVRTC could not compile the generated CUDA kernels for sm_{}:\n{}", arch, log);
+  }
+  size_t size = 0;
+  check_nvrtc(nvrtcGetCUBINSize(program, &size), "nvrtcGetCUBINSize");
+  std::string cubin(size, '\0');
+  check_nvrtc(nvrtcGetCUBIN(program, cubin.data()), "nvrtcGetCUBIN");
+  nvrtcDestroyProgram(&program);
+  return cubin;
+}
+#endif
+
+}  // namespace
+
+bool nvrtc_available() {
+#if KILN_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::vector<int> cuda_target_archs() {
+  if (const char* env = std::getenv("KILN_CUDA_ARCHS"); env != nullptr && *env != '\0') {
+    std::vector<int> archs;
+    std::stringstream list(env);
+    std::string item;
+    while (std::getline(list, item, ',')) {
+      if (item.starts_with("sm_")) item = item.substr(3);
+      char* end = nullptr;
+      long arch = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || arch < 50 || arch > 200) {
+        user_error("KILN_CUDA_ARCHS: '{}' is not an architecture (expected a list like 80,90)",
+                   item);
+      }
+      archs.push_back(static_cast<int>(arch));
+    }
+    return archs;
+  }
+  if (int arch = local_gpu_arch(); arch > 0) return {arch};
+  return {80, 90};
+}
+
+std::vector<CudaBinary> nvrtc_compile(const std::string& source, const std::vector<int>& archs) {
+#if KILN_WITH_CUDA
+  std::vector<CudaBinary> binaries;
+  for (int arch : archs) {
+    Sha256 sha;
+    sha.update(source);
+    sha.update(fmt::format("|sm_{}|nvrtc {}", arch, nvrtc_version()));
+    for (const auto& [name, content] : nvrtc_std_headers()) sha.update(name + content);
+    const fs::path path = codecache::default_cache_dir() / "cuda" / (sha.hex_digest() + ".cubin");
+    CudaBinary binary{arch, {}};
+    if (fs::exists(path)) {
+      binary.cubin = files::read(path);
+      log::write(log::Category::kCompile, "cubin from the code cache: {}", path.string());
+    } else {
+      binary.cubin = compile_one(source, arch);
+      fs::create_directories(path.parent_path());
+      files::write_atomic(path, binary.cubin);
+      log::write(log::Category::kCompile, "NVRTC compiled sm_{}: {}", arch, path.string());
+    }
+    binaries.push_back(std::move(binary));
+  }
+  return binaries;
+#else
+  (void)source;
+  (void)archs;
+  user_error("this Kiln was built without the CUDA toolkit: it cannot compile for --device cuda");
+#endif
+}
+
+}  // namespace kiln::codegen

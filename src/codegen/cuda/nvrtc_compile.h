@@ -1,0 +1,28 @@
+#pragma once
+/// Compilation of the CUDA kernels of a model in process with NVRTC, to one cubin per GPU
+/// architecture, kept in the code cache (default_cache_dir()/cuda, keyed by the source, the
+/// architecture and NVRTC's version). Available when Kiln was built with the CUDA toolkit
+/// (KILN_WITH_CUDA); otherwise every call fails with a clear error.
+
+#include <string>
+#include <vector>
+
+namespace kiln::codegen {
+
+struct CudaBinary {
+  int arch = 0;  // compute capability as 10 * major + minor: 90 for sm_90
+  std::string cubin;
+};
+
+/// True when this Kiln can compile CUDA kernels (it was built with the toolkit).
+bool nvrtc_available();
+
+/// The architectures to compile for: KILN_CUDA_ARCHS ("80,90"), else the GPU of this machine
+/// when the CUDA driver finds one, else sm_80 and sm_90.
+std::vector<int> cuda_target_archs();
+
+/// Compiles `source` (a complete CUDA unit) for each of `archs`; a compile error is an internal
+/// error quoting NVRTC's log (generated code must compile).
+std::vector<CudaBinary> nvrtc_compile(const std::string& source, const std::vector<int>& archs);
+
+}  // namespace kiln::codegen

@@ -1,0 +1,20 @@
+// The one place that maps a device to its backend (codegen/common/device_codegen.h).
+
+#include "codegen/common/device_codegen.h"
+#include "codegen/cpp/cpp_codegen.h"
+#include "codegen/cuda/cuda_codegen.h"
+#include "support/error.h"
+
+namespace kiln::codegen {
+
+std::unique_ptr<DeviceCodegen> make_device_codegen(ir::Device device) {
+  switch (device) {
+    case ir::Device::kCpu:
+      return std::make_unique<CppCodegen>();
+    case ir::Device::kCuda:
+      return std::make_unique<CudaCodegen>();
+  }
+  internal_error("no backend for device {}", ir::device_name(device));
+}
+
+}  // namespace kiln::codegen

@@ -24,7 +24,7 @@
 //   integers and bool          -> exact
 //
 // Usage: kiln_onnx_runner DATA_DIR CACHE_DIR [--cases LIST] [--core LIST] [--jobs N]
-//                         [--exclusions FILE] [--by-opset yes]
+//                         [--exclusions FILE] [--by-opset yes] [--device cpu|cuda]
 //
 // With `--by-opset yes` the table counts each op per opset of the cases using it (the ONNX
 // 1.23 node suite writes each case at its op's newest version), then the cases per opset; a

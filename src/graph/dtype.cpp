@@ -1,5 +1,7 @@
 #include "graph/dtype.h"
 
+#include <iterator>
+
 namespace kiln::graph {
 
 std::string_view dtype_name(DType dtype) {
@@ -62,6 +64,19 @@ int64_t dtype_size(DType dtype) {
       return 0;
   }
   return 0;
+}
+
+std::string_view onnx_type_name(int32_t onnx_code) {
+  // TensorProto.DataType as of ONNX 1.23 (IR version 13).
+  static constexpr std::string_view kNames[] = {
+      "UNDEFINED",      "FLOAT",    "UINT8",        "INT8",           "UINT16",
+      "INT16",          "INT32",    "INT64",        "STRING",         "BOOL",
+      "FLOAT16",        "DOUBLE",   "UINT32",       "UINT64",         "COMPLEX64",
+      "COMPLEX128",     "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+      "FLOAT8E5M2FNUZ", "UINT4",    "INT4",         "FLOAT4E2M1",     "FLOAT8E8M0",
+      "UINT2",          "INT2"};
+  if (onnx_code < 0 || onnx_code >= static_cast<int32_t>(std::size(kNames))) return "unknown";
+  return kNames[onnx_code];
 }
 
 std::optional<DType> dtype_from_onnx(int32_t onnx_code) {

@@ -32,6 +32,9 @@ int64_t dtype_size(DType dtype);
 /// The DType for an ONNX TensorProto data type code, nullopt if Kiln does not represent it
 /// (complex types, float8).
 std::optional<DType> dtype_from_onnx(int32_t onnx_code);
+/// The ONNX spelling of a TensorProto data type code ("FLOAT", "FLOAT8E4M3FN", "INT4", ...),
+/// including the codes of ONNX 1.13 and later that Kiln does not represent; "unknown" otherwise.
+std::string_view onnx_type_name(int32_t onnx_code);
 /// The C++ type used to store it in generated code ("float", "int64_t", "uint16_t" for
 /// float16/bfloat16 bit patterns, "bool"); empty for string.
 std::string_view dtype_cpp_storage(DType dtype);

@@ -147,6 +147,32 @@ ValueId celu(const graph::Node& node, LoopBody& body, ValueId x) {
 }
 
 /// Shrink on any numeric type: integers are compared and shifted in float64 and cast back.
+/// Gelu-20: x * Phi(x) with the normal CDF exactly (erf), or its tanh approximation.
+ValueId gelu(const graph::Node& node, LoopBody& body, ValueId x) {
+  std::string approximate = node.attr_string("approximate", "none");
+  ValueId half_x = mul_const(body, x, 0.5);
+  ValueId one = constant_like(body, 1, x);
+  if (approximate == "tanh") {
+    ValueId cube = body.binary(OpCode::kMul, body.binary(OpCode::kMul, x, x), x);
+    ValueId inner = body.binary(OpCode::kAdd, x, mul_const(body, cube, 0.044715));
+    ValueId t = body.unary(OpCode::kTanh, mul_const(body, inner, std::sqrt(2.0 / M_PI)));
+    return body.binary(OpCode::kMul, half_x, body.binary(OpCode::kAdd, one, t));
+  }
+  ValueId e = body.unary(OpCode::kErf, mul_const(body, x, M_SQRT1_2));
+  return body.binary(OpCode::kMul, half_x, body.binary(OpCode::kAdd, one, e));
+}
+
+/// Mish-18: x * tanh(softplus(x)).
+ValueId mish(const graph::Node&, LoopBody& body, ValueId x) {
+  return body.binary(OpCode::kMul, x, body.unary(OpCode::kTanh, body.unary(OpCode::kSoftplus, x)));
+}
+
+/// Swish-24: x * sigmoid(alpha * x).
+ValueId swish(const graph::Node& node, LoopBody& body, ValueId x) {
+  ValueId scaled = mul_const(body, x, attr(node, "alpha", 1.0));
+  return body.binary(OpCode::kMul, x, body.unary(OpCode::kSigmoid, scaled));
+}
+
 ValueId shrink(const graph::Node& node, LoopBody& body, ValueId x) {
   DType dtype = body.dtype(x);
   ValueId v = graph::is_floating(dtype) ? x : body.cast(x, DType::kFloat64);
@@ -279,6 +305,18 @@ void register_activation_ops(Registry& r) {
   r.add("", "ThresholdedRelu", {activation(kFloats, thresholded_relu), 10, 17});
   r.add("", "Celu", {activation(kFloats, celu), 12, 17});
   r.add("", "Shrink", {activation(kNumbers, shrink), 9, 17});
+  r.add("", "Mish", {activation(kFloats, mish), 18, 18});
+  r.add("", "Gelu",
+        {[](LoweringContext& ctx, const graph::Node& node, const LowerInputs& inputs) {
+           std::string approximate = node.attr_string("approximate", "none");
+           if (approximate != "none" && approximate != "tanh") {
+             ctx.fail(fmt::format("attribute 'approximate' must be none or tanh, found '{}'",
+                                  approximate));
+           }
+           return activation(kFloats, gelu)(ctx, node, inputs);
+         },
+         20, 20});
+  r.add("", "Swish", {activation(kFloats, swish), 24, 24});
   r.add("", "PRelu", {lower_prelu, 1, 17});
   r.add("", "Clip", {lower_clip, 1, 17});
 }

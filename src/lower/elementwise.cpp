@@ -403,6 +403,15 @@ std::vector<TensorValue> lower_mean(LoweringContext& ctx, const graph::Node&,
 
 // --- Logic, Where, Cast, Identity ----------------------------------------------------------------
 
+std::vector<TensorValue> lower_bitwise_not(LoweringContext& ctx, const graph::Node&,
+                                           const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  require_dtype(ctx, x.dtype, kInts, "input X");
+  return {broadcast_map(ctx, {&x}, x.dtype, [](LoopBody& body, const std::vector<ValueId>& e) {
+    return body.unary(OpCode::kBitNot, e[0]);
+  })};
+}
+
 std::vector<TensorValue> lower_not(LoweringContext& ctx, const graph::Node&,
                                    const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "X");
@@ -492,6 +501,9 @@ void register_binary_ops(Registry& r) {
   r.add("", "And", {binary_op(OpCode::kAnd, kBools), 1, 17});
   r.add("", "Or", {binary_op(OpCode::kOr, kBools), 1, 17});
   r.add("", "Xor", {binary_op(OpCode::kXor, kBools), 1, 17});
+  r.add("", "BitwiseAnd", {binary_op(OpCode::kBitAnd, kInts), 18, 18});
+  r.add("", "BitwiseOr", {binary_op(OpCode::kBitOr, kInts), 18, 18});
+  r.add("", "BitwiseXor", {binary_op(OpCode::kBitXor, kInts), 18, 18});
 }
 
 }  // namespace
@@ -503,6 +515,7 @@ void register_elementwise_ops(Registry& registry) {
   registry.add("", "Min", {variadic_op(OpCode::kMinimum, kNumbers), 1, 17});
   registry.add("", "Mean", {lower_mean, 1, 17});
   registry.add("", "Not", {lower_not, 1, 17});
+  registry.add("", "BitwiseNot", {lower_bitwise_not, 18, 18});
   registry.add("", "Where", {lower_where, 9, 17});
   registry.add("", "Cast", {lower_cast, 1, 17});
   registry.add("", "Identity", {lower_identity, 1, 17});

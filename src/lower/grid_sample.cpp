@@ -112,13 +112,22 @@ std::vector<TensorValue> lower_grid_sample(LoweringContext& ctx, const graph::No
   const TensorValue& grid = required_input(ctx, inputs, 1, "grid");
   require_dtype(ctx, x.dtype, kFloats, "input 'X'");
   if (x.rank() != 4 || grid.rank() != 4 || grid.shape[3] != Expr(2)) {
-    ctx.fail(fmt::format("expected X [N, C, H, W] and grid [N, H_out, W_out, 2], found {} and {}",
-                         graph::shape_str(x.shape), graph::shape_str(grid.shape)));
+    ctx.fail(fmt::format("expected X [N, C, H, W] and grid [N, H_out, W_out, 2], found {} and {}{}",
+                         graph::shape_str(x.shape), graph::shape_str(grid.shape),
+                         node.opset() >= 20 ? " (Kiln samples 2-D images only)" : ""));
   }
-  const std::string mode = node.attr_string("mode", "bilinear");
+  // GridSample-20 names the modes after any number of dims: linear and cubic.
+  const bool renamed = node.opset() >= 20;
+  std::string mode = node.attr_string("mode", renamed ? "linear" : "bilinear");
   const std::string padding_name = node.attr_string("padding_mode", "zeros");
-  if (mode != "bilinear" && mode != "nearest" && mode != "bicubic") {
-    ctx.fail(fmt::format("mode must be bilinear, nearest or bicubic, found '{}'", mode));
+  if (renamed && (mode == "linear" || mode == "cubic")) {
+    mode = mode == "linear" ? "bilinear" : "bicubic";
+  } else if (renamed || (mode != "bilinear" && mode != "nearest" && mode != "bicubic")) {
+    if (mode != "nearest") {
+      ctx.fail(fmt::format("mode must be {}, found '{}'",
+                           renamed ? "linear, nearest or cubic" : "bilinear, nearest or bicubic",
+                           mode));
+    }
   }
   Padding padding = padding_name == "border"       ? Padding::kBorder
                     : padding_name == "reflection" ? Padding::kReflection
@@ -177,7 +186,7 @@ std::vector<TensorValue> lower_grid_sample(LoweringContext& ctx, const graph::No
 }  // namespace
 
 void register_grid_sample_ops(Registry& registry) {
-  registry.add("", "GridSample", {lower_grid_sample, 16, 17});
+  registry.add("", "GridSample", {lower_grid_sample, 16, 20});
 }
 
 }  // namespace kiln::lower

@@ -203,8 +203,11 @@ using LowerFn =
 
 struct OpLowering {
   LowerFn fn;
-  int64_t min_opset = 1;   // lowest ai.onnx opset version of the op this handles
-  int64_t max_opset = 17;  // highest
+  int64_t min_opset = 1;  // lowest ai.onnx opset version of the op this handles
+  /// Highest. Given as the op's newest version the lowering implements; when that is 17 or
+  /// later, Registry::add widens it to the opset before the op's next change of meaning
+  /// (graph::last_opset_with_meaning_of), so versions that only add element types keep it.
+  int64_t max_opset = 17;
 };
 
 /// The table of op lowerings, keyed by (domain, op type). Built once; read-only afterwards.

@@ -29,6 +29,25 @@ Expr abs_expr(const Expr& e) { return sym::max(e, Expr(0) - e); }
 
 // --- Pad -----------------------------------------------------------------------------------------
 
+/// Pad-18's pads for the listed axes only (begins then ends), spread over every dim.
+std::vector<Expr> pads_over_axes(const LoweringContext& ctx, const std::vector<Expr>& pads,
+                                 const std::vector<int64_t>& axes, size_t rank) {
+  if (pads.size() != 2 * axes.size()) {
+    ctx.fail(fmt::format("expected {} pads (begins then ends) for {} axes, found {}",
+                         2 * axes.size(), axes.size(), pads.size()));
+  }
+  std::vector<Expr> full(2 * rank, Expr(0));
+  std::vector<bool> seen(rank, false);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    size_t a = static_cast<size_t>(ctx.normalize_axis(axes[k], static_cast<int64_t>(rank)));
+    if (seen[a]) ctx.fail(fmt::format("axis {} is repeated in axes", axes[k]));
+    seen[a] = true;
+    full[a] = pads[k];
+    full[rank + a] = pads[axes.size() + k];
+  }
+  return full;
+}
+
 std::vector<TensorValue> lower_pad(LoweringContext& ctx, const graph::Node& node,
                                    const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "data");
@@ -45,13 +64,19 @@ std::vector<TensorValue> lower_pad(LoweringContext& ctx, const graph::Node& node
       pads.emplace_back(p);
     value = node.attr_float("value", 0.0f);
   }
+  if (const TensorValue* axes_input = node.opset() >= 18 ? optional_input(inputs, 3) : nullptr) {
+    pads = pads_over_axes(ctx, pads, require_static_ints(ctx, *axes_input, "axes"), rank);
+  }
   if (pads.size() != 2 * rank) {
     ctx.fail(fmt::format("expected {} pads (begins then ends) for an input of rank {}, found {}",
                          2 * rank, rank, pads.size()));
   }
   std::string mode = node.attr_string("mode", "constant");
-  if (mode != "constant" && mode != "reflect" && mode != "edge") {
-    ctx.fail(fmt::format("mode must be constant, reflect or edge, found '{}'", mode));
+  bool wrap_allowed = node.opset() >= 19;
+  if (mode != "constant" && mode != "reflect" && mode != "edge" &&
+      !(wrap_allowed && mode == "wrap")) {
+    ctx.fail(fmt::format("mode must be constant, reflect, edge{}, found '{}'",
+                         wrap_allowed ? " or wrap" : "", mode));
   }
   std::vector<Expr> shape(rank);
   for (size_t d = 0; d < rank; ++d) {
@@ -69,6 +94,12 @@ std::vector<TensorValue> lower_pad(LoweringContext& ctx, const graph::Node& node
       for (size_t d = 0; d < rank; ++d) {
         Expr i = o[d] - pads[d];
         Expr last = x.shape[d] - 1;
+        if (mode == "wrap") {
+          // Shifted by a multiple of the size so that the operand of mod is non-negative.
+          Expr shift = sym::ceil_div(sym::max(pads[d], Expr(0)), x.shape[d]) * x.shape[d];
+          in[d] = sym::mod(i + shift, x.shape[d]);
+          continue;
+        }
         in[d] = mode == "edge" ? sym::min(sym::max(i, Expr(0)), last)
                                : last - abs_expr(last - abs_expr(i));
       }
@@ -88,6 +119,46 @@ std::vector<TensorValue> lower_pad(LoweringContext& ctx, const graph::Node& node
     if (value) return load_masked(ctx, body, x, in, mask, *value);
     ValueId fill = ctx.load_at(body, *value_input, std::vector<Expr>(value_input->rank(), Expr(0)));
     return body.where(mask, load_masked(ctx, body, x, in, mask, 0), body.cast(fill, x.dtype));
+  })};
+}
+
+// --- CenterCropPad -------------------------------------------------------------------------------
+
+/// CenterCropPad-18: each listed axis cropped or zero-padded to its target size about the
+/// center (a crop starts at (size - target) / 2, a pad puts (target - size) / 2 before).
+std::vector<TensorValue> lower_center_crop_pad(LoweringContext& ctx, const graph::Node& node,
+                                               const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "input_data");
+  std::vector<int64_t> target =
+      require_static_ints(ctx, required_input(ctx, inputs, 1, "shape"), "shape");
+  const size_t rank = x.rank();
+  std::vector<int64_t> axes = node.attr_ints("axes", {});
+  if (axes.empty()) {
+    for (size_t d = 0; d < rank; ++d) axes.push_back(static_cast<int64_t>(d));
+  }
+  if (target.size() != axes.size()) {
+    ctx.fail(fmt::format("input 'shape' has {} sizes for {} axes", target.size(), axes.size()));
+  }
+  std::vector<Expr> shape = x.shape;
+  std::vector<Expr> shift(rank, Expr(0));  // input index = output index + shift
+  std::vector<bool> padded(rank, false);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    size_t a = static_cast<size_t>(ctx.normalize_axis(axes[k], static_cast<int64_t>(rank)));
+    int64_t size = require_static_dim(ctx, x.shape[a], "a cropped or padded dim");
+    if (target[k] < 0) ctx.fail(fmt::format("input 'shape' holds {}", target[k]));
+    shape[a] = target[k];
+    shift[a] = target[k] <= size ? (size - target[k]) / 2 : -((target[k] - size) / 2);
+    padded[a] = target[k] > size;
+  }
+  return {ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& o) {
+    std::vector<Expr> in(rank);
+    ValueId mask = ir::kNoValue;
+    for (size_t d = 0; d < rank; ++d) {
+      in[d] = o[d] + shift[d];
+      if (padded[d]) mask = and_mask(body, mask, in_range(body, in[d], Expr(0), x.shape[d]));
+    }
+    if (mask == ir::kNoValue) return ctx.load_at(body, x, in);
+    return load_masked(ctx, body, x, in, mask, 0);
   })};
 }
 
@@ -192,14 +263,18 @@ std::vector<TensorValue> lower_gather_nd(LoweringContext& ctx, const graph::Node
   })};
 }
 
-enum class ScatterMode { kNone, kAdd, kMul };
+enum class ScatterMode { kNone, kAdd, kMul, kMax, kMin };
 
 ScatterMode scatter_mode(const LoweringContext& ctx, const graph::Node& node) {
   std::string r = node.attr_string("reduction", "none");
   if (r == "none") return ScatterMode::kNone;
   if (r == "add") return ScatterMode::kAdd;
   if (r == "mul") return ScatterMode::kMul;
-  ctx.fail(fmt::format("reduction '{}' is not supported (none, add, mul)", r));
+  // max and min from opset 18.
+  if (node.opset() >= 18 && r == "max") return ScatterMode::kMax;
+  if (node.opset() >= 18 && r == "min") return ScatterMode::kMin;
+  ctx.fail(fmt::format("reduction '{}' is not supported (none, add, mul{})", r,
+                       node.opset() >= 18 ? ", max, min" : ""));
 }
 
 /// out[i] = data[i] combined with every update u whose target is i: `match(body, i, u)` says
@@ -212,6 +287,22 @@ TensorValue scatter(LoweringContext& ctx, const TensorValue& data, ScatterMode m
                     const std::function<ValueId(LoopBody&, const std::vector<Expr>&,
                                                 const std::vector<Expr>&)>& update) {
   const DType acc = compute_dtype(data.dtype);
+  if (mode == ScatterMode::kMax || mode == ScatterMode::kMin) {
+    // The element itself stands in for updates that miss it, so no identity value is needed;
+    // it is combined once more for elements every update hits.
+    TensorValue extreme = ctx.reduction(
+        acc, data.shape, update_space,
+        mode == ScatterMode::kMax ? ReductionType::kMax : ReductionType::kMin,
+        [&](LoopBody& body, const std::vector<Expr>& i, const std::vector<Expr>& u) {
+          ValueId v = body.cast(update(body, i, u), acc);
+          return body.where(match(body, i, u), v, body.cast(ctx.load_at(body, data, i), acc));
+        });
+    const OpCode combine = mode == ScatterMode::kMax ? OpCode::kMaximum : OpCode::kMinimum;
+    return ctx.pointwise(data.dtype, data.shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+      ValueId d = body.cast(ctx.load_at(body, data, i), acc);
+      return body.cast(body.binary(combine, d, ctx.load_at(body, extreme, i)), data.dtype);
+    });
+  }
   const bool product = mode == ScatterMode::kMul;
   TensorValue combined = ctx.reduction(
       acc, data.shape, update_space, product ? ReductionType::kProd : ReductionType::kSum,
@@ -415,13 +506,14 @@ std::vector<TensorValue> lower_reverse_sequence(LoweringContext& ctx, const grap
 void register_movement_ops(Registry& registry) {
   registry.add("", "ReverseSequence", {lower_reverse_sequence, 10, 17});
   registry.add("", "MaxUnpool", {lower_max_unpool, 9, 17});
-  registry.add("", "Pad", {lower_pad, 1, 17});
+  registry.add("", "Pad", {lower_pad, 1, 19});
+  registry.add("", "CenterCropPad", {lower_center_crop_pad, 18, 18});
   registry.add("", "DepthToSpace", {lower_depth_to_space, 1, 17});
   registry.add("", "SpaceToDepth", {lower_space_to_depth, 1, 17});
   registry.add("", "GatherND", {lower_gather_nd, 11, 17});
-  registry.add("", "ScatterElements", {lower_scatter_elements, 11, 17});
+  registry.add("", "ScatterElements", {lower_scatter_elements, 11, 18});
   registry.add("", "Scatter", {lower_scatter_elements, 9, 10});
-  registry.add("", "ScatterND", {lower_scatter_nd, 11, 17});
+  registry.add("", "ScatterND", {lower_scatter_nd, 11, 18});
 }
 
 }  // namespace kiln::lower

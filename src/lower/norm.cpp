@@ -120,6 +120,47 @@ std::vector<TensorValue> lower_layer_norm(LoweringContext& ctx, const graph::Nod
   return {y, mean, inv};
 }
 
+/// RMSNormalization-23: x / sqrt(mean(x^2 over dims axis..) + epsilon) * scale, computed in
+/// float32 (float64 for float64 inputs), as its stash_type 1 says.
+std::vector<TensorValue> lower_rms_norm(LoweringContext& ctx, const graph::Node& node,
+                                        const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  const TensorValue& scale = required_input(ctx, inputs, 1, "scale");
+  require_dtype(ctx, x.dtype, kFloats, "input X");
+  if (node.attr_int("stash_type", 1) != 1) {
+    ctx.fail("attribute 'stash_type' must be 1 (float32 statistics)");
+  }
+  const size_t rank = x.rank();
+  const size_t axis = static_cast<size_t>(
+      ctx.normalize_axis(node.attr_int("axis", -1), static_cast<int64_t>(rank)));
+  const double epsilon = node.attr_float("epsilon", 1e-5f);
+  const DType acc = stash_dtype(x.dtype);
+  std::vector<Expr> keep_shape(x.shape.begin(), x.shape.begin() + axis);
+  std::vector<Expr> reduce_shape(x.shape.begin() + axis, x.shape.end());
+  Expr count = sym::product(reduce_shape);
+  keep_shape.resize(rank, Expr(1));
+  if (reduce_shape.empty()) reduce_shape.push_back(1);
+  TensorValue squares = ctx.reduction(
+      acc, keep_shape, reduce_shape, ReductionType::kSum,
+      [&](LoopBody& body, const std::vector<Expr>& index, const std::vector<Expr>& r) {
+        std::vector<Expr> in(index.begin(), index.begin() + axis);
+        in.insert(in.end(), r.begin(), r.begin() + (rank - axis));
+        ValueId v = body.cast(ctx.load_at(body, x, in), acc);
+        return body.binary(OpCode::kMul, v, v);
+      });
+  return {ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+    std::vector<Expr> at = index;
+    for (size_t d = axis; d < rank; ++d) at[d] = 0;
+    ValueId mean = body.binary(OpCode::kDiv, ctx.load_at(body, squares, at),
+                               body.cast(body.index_expr(count), acc));
+    ValueId v = body.binary(OpCode::kMul, body.cast(ctx.load_at(body, x, index), acc),
+                            inv_std(body, mean, epsilon));
+    ValueId normalized = body.cast(v, compute_dtype(x.dtype));
+    ValueId w = ctx.load_at(body, scale, LoweringContext::broadcast_index(index, scale.shape));
+    return body.binary(OpCode::kMul, normalized, body.cast(w, compute_dtype(x.dtype)));
+  })};
+}
+
 /// The element of a per-channel parameter for an element of x: p[c] for 1-D parameters, or
 /// p[index[1:]] for the spatial=0 form of BatchNormalization before opset 9.
 ValueId channel_param(LoweringContext& ctx, LoopBody& body, const TensorValue& p,
@@ -340,6 +381,7 @@ std::vector<TensorValue> lower_mvn(LoweringContext& ctx, const graph::Node& node
 
 void register_norm_ops(Registry& registry) {
   registry.add("", "LayerNormalization", {lower_layer_norm, 17, 17});
+  registry.add("", "RMSNormalization", {lower_rms_norm, 23, 23});
   registry.add("", "BatchNormalization", {lower_batch_norm, 1, 17});
   registry.add("", "InstanceNormalization", {lower_instance_norm, 1, 17});
   registry.add("", "MeanVarianceNormalization", {lower_mvn, 9, 17});

@@ -159,11 +159,16 @@ std::vector<TensorValue> lower_max_pool(LoweringContext& ctx, const graph::Node&
   return {y, max_pool_indices(ctx, node, x, w)};
 }
 
-/// The number of window positions along dim j inside [lo, hi) (dilation 1).
+/// The number of window positions along dim j inside [lo, hi).
 Expr window_count(const Window& w, size_t j, const Expr& o, const Expr& lo, const Expr& hi) {
   Expr start = w.coordinate(j, o, 0);
-  Expr end = start + w.g.kernel[j];
-  return sym::min(end, hi) - sym::max(start, lo);
+  int64_t d = w.g.dilations[j];
+  if (d == 1) return sym::min(start + w.g.kernel[j], hi) - sym::max(start, lo);
+  // Offsets r with lo <= start + r * d < hi; a non-positive first bound clamps to 0 whichever
+  // way ceil_div rounds it.
+  Expr first = sym::max(Expr(0), sym::ceil_div(lo - start, d));
+  Expr last = sym::min(Expr(w.g.kernel[j]), sym::ceil_div(hi - start, d));
+  return last - first;
 }
 
 std::vector<TensorValue> lower_average_pool(LoweringContext& ctx, const graph::Node& node,
@@ -175,7 +180,9 @@ std::vector<TensorValue> lower_average_pool(LoweringContext& ctx, const graph::N
   }
   Window w = pool_window(ctx, node, x);
   for (int64_t d : w.g.dilations) {
-    if (d != 1) ctx.fail("dilations are not supported by AveragePool before opset 19");
+    if (d != 1 && node.opset() < 19) {
+      ctx.fail("attribute 'dilations' is part of AveragePool from opset 19");
+    }
   }
   std::vector<Expr> kernel(w.g.kernel.begin(), w.g.kernel.end());
   std::vector<Expr> shape = pool_shape(x, w.g.out);
@@ -228,7 +235,7 @@ std::vector<TensorValue> lower_global_pool(LoweringContext& ctx, const LowerInpu
 
 void register_pool_ops(Registry& registry) {
   registry.add("", "MaxPool", {lower_max_pool, 1, 17});
-  registry.add("", "AveragePool", {lower_average_pool, 1, 17});
+  registry.add("", "AveragePool", {lower_average_pool, 1, 19});
   registry.add("", "GlobalMaxPool",
                {[](LoweringContext& ctx, const graph::Node&, const LowerInputs& inputs) {
                   return lower_global_pool(ctx, inputs, ReductionType::kMax);

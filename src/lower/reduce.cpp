@@ -87,13 +87,19 @@ std::vector<bool> axes_mask(const LoweringContext& ctx, const std::vector<int64_
   return reduced;
 }
 
-/// The axes of a Reduce* node: an attribute, or (ReduceSum from opset 13) an optional input
+/// The axes of a Reduce* node: an attribute, or (ReduceSum from opset 13, every reduction from
+/// opset 18) an optional input
 /// that must be known at compile time. nullopt means "no reduction" (noop_with_empty_axes).
 std::optional<std::vector<bool>> reduce_axes(const LoweringContext& ctx, const graph::Node& node,
                                              const LowerInputs& inputs, size_t rank) {
   std::vector<int64_t> axes;
-  bool from_input = node.op_type() == "ReduceSum" && node.opset() >= 13;
+  // ReduceSum takes axes as an input from opset 13, the other reductions from opset 18.
+  bool from_input = node.opset() >= 18 || (node.op_type() == "ReduceSum" && node.opset() >= 13);
   if (from_input) {
+    if (node.has_attribute("axes")) {
+      ctx.fail(fmt::format("attribute 'axes' is not part of {} at opset {}; axes are input 1",
+                           node.op_type(), node.opset()));
+    }
     const TensorValue* a = optional_input(inputs, 1);
     // An axes input of static size 0 is empty whatever its data: no need to know it.
     bool empty = a != nullptr && a->rank() == 1 && a->shape[0] == Expr(0);
@@ -178,7 +184,13 @@ std::vector<TensorValue> lower_reduce(LoweringContext& ctx, const graph::Node& n
   const TensorValue& x = required_input(ctx, inputs, 0, "data");
   const std::string& op = node.op_type();
   bool float_only = op == "ReduceLogSum" || op == "ReduceLogSumExp";
-  require_dtype(ctx, x.dtype, float_only ? kFloats : kNumbers, "input data");
+  // ReduceMax-20 and ReduceMin-20 take bool: any and all.
+  bool bools = node.opset() >= 20 && (op == "ReduceMax" || op == "ReduceMin");
+  require_dtype(ctx, x.dtype,
+                float_only ? kFloats
+                : bools    ? kNumbers | kBools
+                           : kNumbers,
+                "input data");
   std::optional<std::vector<bool>> mask = reduce_axes(ctx, node, inputs, x.rank());
   if (!mask) return {x};  // ReduceSum with noop_with_empty_axes and no axes
   ReducePlan plan = make_plan(x.shape, *mask, node.attr_int("keepdims", 1) != 0);
@@ -186,6 +198,10 @@ std::vector<TensorValue> lower_reduce(LoweringContext& ctx, const graph::Node& n
   DType acc = accumulate_dtype(x.dtype);
   if (op == "ReduceSum") return {reduce(ctx, x, plan, keep, ReductionType::kSum, x.dtype)};
   if (op == "ReduceProd") return {reduce(ctx, x, plan, keep, ReductionType::kProd, x.dtype)};
+  if (x.dtype == DType::kBool) {
+    ReductionType type = op == "ReduceMax" ? ReductionType::kAny : ReductionType::kAll;
+    return {reduce(ctx, x, plan, keep, type, x.dtype)};
+  }
   if (op == "ReduceMax") return {reduce(ctx, x, plan, keep, ReductionType::kMax, x.dtype)};
   if (op == "ReduceMin") return {reduce(ctx, x, plan, keep, ReductionType::kMin, x.dtype)};
   if (op == "ReduceSumSquare") {
@@ -312,7 +328,7 @@ void register_reduce_ops(Registry& registry) {
   for (const char* op :
        {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare",
         "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"}) {
-    registry.add("", op, {lower_reduce, 1, 17});
+    registry.add("", op, {lower_reduce, 1, 18});
   }
   registry.add("", "ArgMax", {lower_arg, 1, 17});
   registry.add("", "ArgMin", {lower_arg, 1, 17});

@@ -1,10 +1,16 @@
 #include <fmt/format.h>
 
+#include "graph/op_versions.h"
 #include "lower/lowering.h"
 
 namespace kiln::lower {
 
 void Registry::add(std::string domain, std::string op_type, OpLowering lowering) {
+  // A lowering of the version current at opset 17 or later holds until the op next changes
+  // meaning; versions that only add element types do not end it (graph/op_versions.h).
+  if ((domain.empty() || domain == "ai.onnx") && lowering.max_opset >= graph::kOnnx112Opset) {
+    lowering.max_opset = graph::last_opset_with_meaning_of(op_type, lowering.max_opset);
+  }
   table_[{std::move(domain), std::move(op_type)}] = std::move(lowering);
 }
 

@@ -253,8 +253,8 @@ std::vector<TensorValue> lower_sequence_map(LoweringContext& ctx, const graph::N
 
 void register_sequence_ops(Registry& registry) {
   registry.add("", "Optional", {lower_optional, 15, 17});
-  registry.add("", "OptionalHasElement", {lower_optional_has_element, 15, 17});
-  registry.add("", "OptionalGetElement", {lower_optional_get_element, 15, 17});
+  registry.add("", "OptionalHasElement", {lower_optional_has_element, 15, 18});
+  registry.add("", "OptionalGetElement", {lower_optional_get_element, 15, 18});
   registry.add("", "SequenceMap", {lower_sequence_map, 17, 17});
   registry.add("", "SequenceEmpty", {lower_sequence_empty, 11, 17});
   registry.add("", "SequenceConstruct", {lower_sequence_construct, 11, 17});

@@ -4,6 +4,8 @@
 ///
 /// Tests: tests/unit/lower/shape_test.cpp and the ONNX node suite (interpreter_cases.txt).
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <set>
 
@@ -254,6 +256,21 @@ std::vector<Expr> split_sizes(LoweringContext& ctx, const graph::Node& node,
     for (int64_t v : node.attr_ints("split", {})) sizes.emplace_back(v);
   }
   size_t n = node.outputs().size();
+  if (sizes.empty() && node.opset() >= 18 && node.has_attribute("num_outputs")) {
+    // Split-18's num_outputs: parts of ceil(dim / n), the last one smaller when n does not
+    // divide the dim.
+    int64_t num = node.attr_int("num_outputs", 0);
+    if (num < 1 || static_cast<size_t>(num) != n) {
+      ctx.fail(fmt::format("attribute 'num_outputs' is {} but the node has {} outputs", num, n));
+    }
+    Expr part = ctx.analyzer().simplify(sym::ceil_div(dim, num));
+    std::vector<Expr> parts(n, part);
+    parts.back() = ctx.analyzer().simplify(dim - part * Expr(num - 1));
+    if (auto last = parts.back().as_integer(); last && *last < 0) {
+      ctx.fail(fmt::format("cannot split a dimension of size {} into {} parts", dim.str(), num));
+    }
+    return parts;
+  }
   if (sizes.empty()) {
     if (auto d = dim.as_integer(); d && *d % static_cast<int64_t>(n) != 0) {
       ctx.fail("cannot split dimension of size " + std::to_string(*d) + " into " +
@@ -296,7 +313,7 @@ std::vector<TensorValue> lower_split(LoweringContext& ctx, const graph::Node& no
 void register_slice_concat_ops(Registry& registry) {
   registry.add("", "Slice", {lower_slice, 1, 17});
   registry.add("", "Concat", {lower_concat, 1, 17});
-  registry.add("", "Split", {lower_split, 1, 17});
+  registry.add("", "Split", {lower_split, 1, 18});
 }
 
 }  // namespace kiln::lower

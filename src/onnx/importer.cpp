@@ -14,7 +14,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "graph/op_versions.h"
+#include "onnx/function_inliner.h"
 #include "onnx/inference_guard.h"
+#include "onnx/newer_model_check.h"
 #include "onnx/tensor_proto.h"
 #include "support/error.h"
 #include "support/files.h"
@@ -26,6 +29,10 @@ using graph::DType;
 using graph::Type;
 
 namespace {
+
+/// The newest ai.onnx.ml opset of ONNX 1.23, and of ONNX 1.12.
+constexpr int64_t kMaxMlOpset = 5;
+constexpr int64_t kOnnx112MlOpset = 3;
 
 /// Everything the graph builder needs besides the proto itself.
 struct ImportContext {
@@ -84,26 +91,50 @@ std::string node_from_message(const std::string& message) {
   return model;
 }
 
-/// The model's opsets by domain; refuses versions newer than the ONNX library knows.
+/// The newest opset Kiln imports per domain: ai.onnx and ai.onnx.ml as of ONNX 1.23, the others
+/// as the ONNX library knows them (a domain it does not know is a custom one).
+std::optional<int64_t> newest_opset(const std::string& domain) {
+  if (domain.empty()) return graph::kMaxOpset;
+  if (domain == "ai.onnx.ml") return kMaxMlOpset;
+  const auto& known = ::onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  auto it = known.find(domain);
+  if (it == known.end()) return std::nullopt;
+  return it->second.second;
+}
+
+/// The model's opsets by domain; refuses versions newer than Kiln knows.
 graph::OpsetImports read_opsets(const ::onnx::ModelProto& model, const std::string& source) {
+  if (model.ir_version() > graph::kMaxIrVersion) {
+    user_error("{}: model has IR version {}; Kiln supports up to {}", source, model.ir_version(),
+               graph::kMaxIrVersion);
+  }
   graph::OpsetImports opsets;
   for (const auto& import : model.opset_import()) {
     opsets[normalize_domain(import.domain())] = import.version();
   }
   // IR versions before 3 have no opset imports and mean ai.onnx opset 1.
   if (model.ir_version() < 3 && opsets.empty()) opsets[""] = 1;
-  const auto& known = ::onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
   for (const auto& [domain, version] : opsets) {
-    auto it = known.find(domain);
-    if (it == known.end() || version <= it->second.second) continue;
+    std::optional<int64_t> newest = newest_opset(domain);
+    if (!newest || version <= *newest) continue;
     if (domain.empty()) {
-      user_error("{}: model uses opset {}; Kiln supports up to {}", source, version,
-                 it->second.second);
+      user_error("{}: model uses opset {}; Kiln supports up to {}", source, version, *newest);
     }
     user_error("{}: model uses opset {} of domain '{}'; Kiln supports up to {}", source, version,
-               domain, it->second.second);
+               domain, *newest);
   }
   return opsets;
+}
+
+/// Whether ONNX 1.12 knows everything the model's header declares (then its checker runs on the
+/// whole model as it is).
+bool onnx112_knows(const ::onnx::ModelProto& model, const graph::OpsetImports& opsets) {
+  auto version = [&](const std::string& domain) {
+    auto it = opsets.find(domain);
+    return it == opsets.end() ? 0 : it->second;
+  };
+  return model.ir_version() <= ::onnx::IR_VERSION && version("") <= graph::kOnnx112Opset &&
+         version("ai.onnx.ml") <= kOnnx112MlOpset;
 }
 
 /// onnx::checker::check_model with the model's directory set, so that external data is found
@@ -223,7 +254,7 @@ Type import_type(const ::onnx::TypeProto& proto, const std::string& value_name,
       std::optional<DType> dtype = graph::dtype_from_onnx(tensor.elem_type());
       if (!dtype && tensor.elem_type() != 0) {
         user_error("{}: value '{}' has element type {} ({}), which Kiln does not support",
-                   ctx.source, value_name, ::onnx::TensorProto_DataType_Name(tensor.elem_type()),
+                   ctx.source, value_name, graph::onnx_type_name(tensor.elem_type()),
                    tensor.elem_type());
       }
       std::optional<graph::Shape> shape;
@@ -477,9 +508,7 @@ void check_model(const ::onnx::ModelProto& proto, ImportContext& ctx) {
 
 }  // namespace
 
-int64_t max_supported_opset() {
-  return ::onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map().at("").second;
-}
+int64_t max_supported_opset() { return graph::kMaxOpset; }
 
 graph::Model import_model_from_bytes(std::string_view bytes, const std::string& source_name,
                                      const fs::path& model_dir) {
@@ -487,8 +516,16 @@ graph::Model import_model_from_bytes(std::string_view bytes, const std::string& 
   ImportContext ctx;
   ctx.source = source_name;
   ctx.model_dir = model_dir;
+  read_opsets(proto, source_name);
+  check_newer_fields(proto, source_name);
+  inline_model_functions(proto, source_name);
+  // Inlining may add the opset imports of the functions.
   ctx.opsets = read_opsets(proto, source_name);
-  check_model(proto, ctx);
+  if (onnx112_knows(proto, ctx.opsets)) {
+    check_model(proto, ctx);
+  } else {
+    check_newer_model(proto, ctx.opsets, source_name);
+  }
   infer_shapes(proto, source_name);
   graph::Model model = build_model(proto, ctx);
   graph::verify(*model.graph, source_name);

@@ -4,7 +4,17 @@
 /// name; unknown dims become fresh symbols "unk__0", "unk__1", ... in order of appearance),
 /// initializers loaded as constants (external data relative to the model's directory), opsets
 /// per domain recorded on every node, and If/Loop/Scan bodies imported as nested graphs. The
-/// result has passed graph::verify(). Every problem with the file or the model is a UserError
+/// result has passed graph::verify(). Model-local functions are inlined first
+/// (onnx/function_inliner.h).
+///
+/// Opsets up to graph::kMaxOpset (28) and IR versions up to graph::kMaxIrVersion (13) import;
+/// ONNX 1.12's checker and shape inference know opset 17 and IR version 8, so for a newer model
+/// each node is checked by ONNX 1.12 only where its schema still describes the node's version
+/// (graph/op_versions.h), and inferred only where its inference still holds; other nodes have
+/// their attributes checked against the versions Kiln knows, and lowering infers their shapes.
+/// Fields of newer IR versions that only annotate (metadata_props, doc strings) are ignored; one
+/// that changes meaning (a node's function overload, multi-device configurations) is refused
+/// naming it. Every problem with the file or the model is a UserError
 /// naming the file (and the node where one is to blame).
 ///
 /// Tests: tests/unit/onnx/importer_test.cpp, tests/unit/onnx/suite_import_test.cpp,
@@ -19,7 +29,7 @@
 
 namespace kiln::onnx {
 
-/// The newest ai.onnx opset Kiln accepts (what the ONNX library it is built with knows).
+/// The newest ai.onnx opset Kiln accepts (graph::kMaxOpset).
 int64_t max_supported_opset();
 
 /// Imports the model at `path`.

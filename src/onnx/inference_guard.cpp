@@ -9,6 +9,8 @@
 #include <set>
 #include <tuple>
 
+#include "graph/op_versions.h"
+
 namespace kiln::onnx {
 
 namespace {
@@ -108,8 +110,15 @@ class GuardedRegistry final : public ::onnx::ISchemaRegistry {
  public:
   const ::onnx::OpSchema* GetSchema(const std::string& key, const int max_inclusive_version,
                                     const std::string& domain) const override {
+    // In a model newer than ONNX 1.12, an op changed since opset 17 is left to Kiln's own
+    // inference (graph/op_versions.h): 1.12's function describes an older version.
+    bool default_domain = domain.empty() || domain == "ai.onnx";
+    bool newer = (default_domain && max_inclusive_version > graph::kOnnx112Opset &&
+                  !graph::onnx112_inference_holds(key, max_inclusive_version)) ||
+                 (domain == "ai.onnx.ml" && max_inclusive_version > 3);
     const ::onnx::OpSchema* schema =
         ::onnx::OpSchemaRegistry::Schema(key, max_inclusive_version, domain);
+    if (newer) return nullptr;
     if (schema == nullptr || !schema->has_type_and_shape_inference_function()) return schema;
     if (!domain.empty() && domain != "ai.onnx") return schema;
     std::lock_guard<std::mutex> lock(mutex_);
@@ -117,13 +126,29 @@ class GuardedRegistry final : public ::onnx::ISchemaRegistry {
     if (it != guarded_.end()) return it->second ? it->second.get() : schema;
     std::function<void(InferenceContext&)> guard = guard_for(key);
     std::unique_ptr<::onnx::OpSchema>& copy = guarded_[schema];
-    if (!guard) return schema;
+    bool shape_data = key == "Shape" || key == "Size";
+    if (!guard && !shape_data) return schema;
     copy = std::make_unique<::onnx::OpSchema>(*schema);
-    copy->TypeAndShapeInferenceFunction(
-        [guard, infer = schema->GetTypeAndShapeInferenceFunction()](InferenceContext& ctx) {
-          guard(ctx);
-          infer(ctx);
-        });
+    if (guard) {
+      copy->TypeAndShapeInferenceFunction(
+          [guard, infer = schema->GetTypeAndShapeInferenceFunction()](InferenceContext& ctx) {
+            guard(ctx);
+            infer(ctx);
+          });
+    }
+    if (shape_data && schema->has_data_propagation_function()) {
+      // ONNX 1.12's data propagation of Shape and Size reads the input's shape without checking
+      // there is one: an input whose type nothing inferred (the output of an op left to Kiln)
+      // crashes it.
+      copy->PartialDataPropagationFunction(
+          [propagate = schema->GetDataPropagationFunction()](::onnx::DataPropagationContext& ctx) {
+            const ::onnx::TypeProto* type = ctx.getInputType(0);
+            if (type == nullptr || !type->has_tensor_type() || !type->tensor_type().has_shape()) {
+              return;
+            }
+            propagate(ctx);
+          });
+    }
     return copy.get();
   }
 

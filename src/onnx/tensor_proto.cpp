@@ -27,36 +27,6 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-/// The ONNX spelling of a data type code, including ones Kiln (and ONNX 1.12) do not know.
-std::string onnx_type_name(int32_t code) {
-  switch (code) {
-    case 14:
-      return "COMPLEX64";
-    case 15:
-      return "COMPLEX128";
-    case 17:
-      return "FLOAT8E4M3FN";
-    case 18:
-      return "FLOAT8E4M3FNUZ";
-    case 19:
-      return "FLOAT8E5M2";
-    case 20:
-      return "FLOAT8E5M2FNUZ";
-    case 21:
-      return "UINT4";
-    case 22:
-      return "INT4";
-    case 23:
-      return "FLOAT4E2M1";
-    default:
-      break;
-  }
-  if (::onnx::TensorProto_DataType_IsValid(code)) {
-    return ::onnx::TensorProto_DataType_Name(static_cast<::onnx::TensorProto_DataType>(code));
-  }
-  return "unknown";
-}
-
 std::string dims_string(const std::vector<int64_t>& dims) {
   return fmt::format("[{}]", fmt::join(dims, ", "));
 }
@@ -283,8 +253,8 @@ Tensor tensor_from_proto(const ::onnx::TensorProto& proto, const fs::path& model
   int32_t code = proto.data_type();
   std::optional<DType> maybe_dtype = graph::dtype_from_onnx(code);
   if (!maybe_dtype) {
-    user_error("{}: unsupported tensor data type {} (code {})", context, onnx_type_name(code),
-               code);
+    user_error("{}: unsupported tensor data type {} (code {})", context,
+               graph::onnx_type_name(code), code);
   }
   DType dtype = *maybe_dtype;
   if (dtype == DType::kUndefined) user_error("{}: tensor data type is UNDEFINED (0)", context);

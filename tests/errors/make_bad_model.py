@@ -2,7 +2,7 @@
 """Writes one deliberately broken ONNX model for the command-line error tests.
 
 Usage: /usr/bin/python3 make_bad_model.py CASE OUT.onnx
-Cases: checker, undefined, cycle, opset18, valid. Models are written without onnx.checker so that
+Cases: checker, undefined, cycle, opset29, valid. Models are written without onnx.checker so that
 Kiln (not this script) is the one to refuse them.
 """
 import sys
@@ -42,8 +42,8 @@ def build(case):
         m = model([node], ["x"], ["y"])
         m.opset_import.append(helper.make_opsetid("com.example", 1))
         return m
-    if case == "opset18":
-        return model([helper.make_node("Relu", ["x"], ["y"], name="relu")], ["x"], ["y"], opset=18)
+    if case == "opset29":
+        return model([helper.make_node("Relu", ["x"], ["y"], name="relu")], ["x"], ["y"], opset=29)
     raise SystemExit(f"unknown case {case}")
 
 

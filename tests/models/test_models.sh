@@ -4,7 +4,8 @@
 # bias, pads and stride, BatchNormalization, Relu, MaxPool, Conv, GlobalAveragePool, Flatten,
 # Gemm), a model with data-dependent If and Loop (nested), and one whose shapes are computed from
 # data (Reshape, Expand, Tile, ConstantOfShape, TopK, Range; with a bad shape: a clear error),
-# with seeded weights, inputs and expected outputs computed in numpy. Each is compiled and run
+# with seeded weights, inputs and expected outputs computed in numpy; and a transformer block
+# at opset 20 with a model-local function (make_transformer.py). Each is compiled and run
 # with `kiln run` into a fresh code cache, and compare.py checks the output's dtype, shape and
 # values (float32 tolerance rtol 1e-4, atol 1e-5: |actual - expected| <= 1e-5 + 1e-4 * |expected|).
 # Arguments: $1 = kiln binary, $2 = scratch directory.
@@ -86,6 +87,14 @@ cat "$SCRATCH/bad.stderr"
 [ "$status" -eq 2 ] || fail "a bad computed shape: expected exit status 2, got $status"
 grep -q "(Reshape).*cannot infer the -1" "$SCRATCH/bad.stderr" ||
   fail "a bad computed shape: expected an error naming the Reshape"
+
+# A transformer block written at opset 20 (make_transformer.py): LayerNormalization, Split-18
+# with num_outputs, Gelu-20, ReduceMean-18 and ReduceMax-18 with axes inputs, and a model-local
+# function with an attribute reference and a default, inlined at import.
+"$PYTHON" "$HERE/make_transformer.py" "$M/transformer" || fail "make_transformer.py failed"
+run_case transformer "$M/transformer/model.onnx" "$M/transformer/x.npy" "$M/transformer/y.npy"
+"$PYTHON" "$HERE/compare.py" "$M/transformer/m.npy" "$SCRATCH/out/transformer/m.npy" ||
+  fail "transformer: output m differs from numpy"
 
 # The dynamic-batch model is one compile: batches 3, 8 and 0 reuse the library built for batch 1.
 for b in 3 8 0; do

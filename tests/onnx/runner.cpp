@@ -24,11 +24,16 @@
 //   integers and bool          -> exact
 //
 // Usage: kiln_onnx_runner DATA_DIR CACHE_DIR [--cases LIST] [--core LIST] [--jobs N]
-//                         [--exclusions FILE]
+//                         [--exclusions FILE] [--by-opset yes] [--device cpu|cuda]
+//
+// With `--by-opset yes` the table counts each op per opset of the cases using it (the ONNX
+// 1.23 node suite writes each case at its op's newest version), then the cases per opset; a
+// case whose model does not import counts under the op "(not imported)".
 //
 // ONNX 1.12's suite stores bfloat16 tensors with data type uint16 (same bits); the runner reads
 // such a file as bfloat16 where the model declares bfloat16.
 #include <fmt/format.h>
+#include <onnx/onnx_pb.h>
 
 #include <algorithm>
 #include <atomic>
@@ -105,7 +110,7 @@ std::string compare(const graph::Tensor& actual, const graph::Tensor& expected, 
 /// Reads a suite value (a tensor, or a SequenceProto / OptionalProto) of the model's type;
 /// uint16 data stands for bfloat16 where the model expects bfloat16.
 graph::IoValue read_suite_value(const fs::path& path, const graph::Type& type) {
-  graph::IoValue v = onnx::read_value_file(path, type);
+  graph::IoValue v = kiln::onnx::read_value_file(path, type);
   for (graph::Tensor& t : v.tensors) {
     if (t.dtype() != graph::DType::kUInt16) continue;
     const graph::Type* element = &type;
@@ -137,6 +142,7 @@ std::string compare_values(const graph::IoValue& actual, const graph::IoValue& e
 struct CaseResult {
   std::string name;
   std::vector<std::string> ops;
+  int64_t opset = 0;  // the model's ai.onnx opset
   bool passed = false;
   bool excluded = false;
   std::string message;
@@ -148,6 +154,18 @@ std::vector<std::string> model_ops(const graph::Graph& g) {
   return {ops.begin(), ops.end()};
 }
 
+/// The ai.onnx opset a model file imports (0 when it cannot be read), also for models Kiln
+/// refuses.
+int64_t model_opset(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  ::onnx::ModelProto proto;
+  if (!in || !proto.ParseFromIstream(&in)) return 0;
+  for (const auto& import : proto.opset_import()) {
+    if (import.domain().empty() || import.domain() == "ai.onnx") return import.version();
+  }
+  return 0;
+}
+
 /// Where the kernels run (--device cpu|cuda).
 ir::Device g_device = ir::Device::kCpu;
 
@@ -155,9 +173,10 @@ CaseResult run_case(const fs::path& data_dir, const std::string& name, const fs:
                     bool strict) {
   CaseResult result;
   result.name = name;
+  result.opset = model_opset(data_dir / name / "model.onnx");
   try {
     fs::path dir = data_dir / name;
-    graph::Model model = onnx::import_model(dir / "model.onnx");
+    graph::Model model = kiln::onnx::import_model(dir / "model.onnx");
     result.ops = model_ops(*model.graph);
     std::vector<fs::path> sets;
     for (const auto& entry : fs::directory_iterator(dir)) {
@@ -249,14 +268,42 @@ void check_exclusion_class(const std::string& name, const std::string& comment) 
   }
 }
 
-void print_report(const std::vector<CaseResult>& results, double seconds) {
-  std::map<std::string, std::pair<int, int>> per_op;  // op -> (passed, failed)
+/// The opset a case is written at ("?" when its file cannot be read).
+std::string opset_label(const CaseResult& r) {
+  return r.opset == 0 ? std::string("?") : std::to_string(r.opset);
+}
+
+void print_report(const std::vector<CaseResult>& results, double seconds, bool by_opset) {
+  // op (and opset) -> (passed, failed)
+  std::map<std::pair<std::string, std::string>, std::pair<int, int>> per_op;
+  std::map<std::string, std::pair<int, int>> per_opset;
   for (const CaseResult& r : results) {
-    for (const std::string& op : r.ops) (r.passed ? per_op[op].first : per_op[op].second)++;
+    std::string opset = by_opset ? opset_label(r) : "";
+    for (const std::string& op : r.ops) {
+      (r.passed ? per_op[{op, opset}].first : per_op[{op, opset}].second)++;
+    }
+    if (r.ops.empty())
+      (r.passed ? per_op[{"(not imported)", opset}].first
+                : per_op[{"(not imported)", opset}].second)++;
+    (r.passed ? per_opset[opset_label(r)].first : per_opset[opset_label(r)].second)++;
   }
-  fmt::print("{:<28} {:>7} {:>7}\n", "op", "passed", "failed");
-  for (const auto& [op, counts] : per_op) {
-    fmt::print("{:<28} {:>7} {:>7}\n", op, counts.first, counts.second);
+  if (by_opset) {
+    fmt::print("{:<28} {:>6} {:>7} {:>7}\n", "op", "opset", "passed", "failed");
+  } else {
+    fmt::print("{:<28} {:>7} {:>7}\n", "op", "passed", "failed");
+  }
+  for (const auto& [key, counts] : per_op) {
+    if (by_opset) {
+      fmt::print("{:<28} {:>6} {:>7} {:>7}\n", key.first, key.second, counts.first, counts.second);
+    } else {
+      fmt::print("{:<28} {:>7} {:>7}\n", key.first, counts.first, counts.second);
+    }
+  }
+  if (by_opset) {
+    fmt::print("{:<28} {:>6} {:>7} {:>7}\n", "cases by opset", "opset", "passed", "failed");
+    for (const auto& [opset, counts] : per_opset) {
+      fmt::print("{:<28} {:>6} {:>7} {:>7}\n", "", opset, counts.first, counts.second);
+    }
   }
   int passed = 0, failed = 0, skipped = 0;
   for (const CaseResult& r : results) {
@@ -300,7 +347,7 @@ std::vector<std::string> all_cases(const fs::path& data_dir) {
 int main(int argc, char** argv) {
   const char* usage =
       "usage: kiln_onnx_runner DATA_DIR CACHE_DIR [--cases LIST] [--core LIST] [--jobs N] "
-      "[--exclusions FILE] [--device cpu|cuda]\n";
+      "[--exclusions FILE] [--by-opset yes] [--device cpu|cuda]\n";
   if (argc < 3 || argc % 2 != 1) {
     fmt::print(stderr, "{}", usage);
     return 2;
@@ -309,6 +356,7 @@ int main(int argc, char** argv) {
     fs::path data_dir = argv[1], cache_dir = argv[2];
     unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
     std::string exclusions, list, core_list;
+    bool by_opset = false;
     for (int k = 3; k + 1 < argc; k += 2) {
       std::string option = argv[k], value = argv[k + 1];
       if (option == "--jobs") {
@@ -319,6 +367,8 @@ int main(int argc, char** argv) {
         list = value;
       } else if (option == "--core") {
         core_list = value;
+      } else if (option == "--by-opset") {
+        by_opset = value == "yes";
       } else if (option == "--device" && ir::device_from_name(value)) {
         g_device = *ir::device_from_name(value);
       } else {
@@ -358,7 +408,7 @@ int main(int argc, char** argv) {
     for (auto& t : workers) t.join();
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    print_report(results, seconds);
+    print_report(results, seconds, by_opset);
     return all_good(results) ? 0 : 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "kiln_onnx_runner: {}\n", e.what());

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <set>
 #include "support/error.h"
+#include "support/identifier.h"
+#include "support/log.h"
 
 namespace kiln::codegen {
 namespace {
@@ -545,6 +547,33 @@ void add_size_args(const sched::ScheduleItem& item, std::vector<KernelArg>& args
     args.push_back(
         KernelArg{KernelArg::Kind::kSize, sym::cpp_identifier(s), graph::DType::kInt64, false, s});
   }
+}
+
+GeneratedKernel assemble_kernel(const sched::ScheduleItem& item, const std::string& head,
+                                const IndentedBuffer& body, std::vector<KernelArg> args) {
+  IndentedBuffer comment;
+  comment.linef("// {}: {}", item.name, comment_safe(item.group.str()));
+  for (const std::string& node : item.onnx_nodes) comment.linef("//   ONNX node {}", node);
+  for (const sched::KernelMember& m : item.members) {
+    bool local = contains(item.kernel_local, m.buffer->name);
+    comment.linef("//   buffer {}{}", m.buffer->name, local ? " (kernel-local)" : "");
+  }
+  IndentedBuffer out;
+  out.line(head + " {");
+  {
+    auto _ = out.scope();
+    out.splice(body);
+  }
+  out.line("}");
+  GeneratedKernel kernel;
+  kernel.name = item.name;
+  kernel.comment = comment.str();
+  kernel.definition = out.str();
+  kernel.name_offset = head.find(item.name);
+  kernel.args = std::move(args);
+  kernel.onnx_nodes = item.onnx_nodes;
+  log::write(log::Category::kOutputCode, "kernel {}:\n{}", kernel.name, kernel.source());
+  return kernel;
 }
 
 }  // namespace kiln::codegen

@@ -63,6 +63,11 @@ void assign_kernel_params(KernelContext& ctx, std::vector<KernelArg>& args,
 void assign_kernel_locals(KernelContext& ctx);
 /// The size arguments of `item`'s kernel: every size symbol its loops and indices use, by name.
 void add_size_args(const sched::ScheduleItem& item, std::vector<KernelArg>& args);
+/// `item`'s kernel as both backends finish it: `head` (the signature, which names the kernel)
+/// with `body` in braces, `args`, and the comment naming the group, the ONNX nodes and the
+/// buffers it covers; logged as output code.
+GeneratedKernel assemble_kernel(const sched::ScheduleItem& item, const std::string& head,
+                                const IndentedBuffer& body, std::vector<KernelArg> args);
 
 class MemberEmitter {
  public:

@@ -26,10 +26,6 @@ namespace {
 using sched::KernelGroup;
 using sched::MemberKind;
 
-bool contains(const std::vector<std::string>& v, const std::string& x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
-
 /// Lanes of kiln::vec::VecF32 (kWidth in src/runtime/kiln_vec.h).
 constexpr int64_t kVectorWidth = 8;
 
@@ -333,30 +329,7 @@ GeneratedKernel CppKernelBuilder::build() {
   } else {
     emit_pointwise(body);
   }
-  IndentedBuffer comment;
-  comment.linef("// {}: {}", item_.name, comment_safe(group_.str()));
-  for (const std::string& node : item_.onnx_nodes) comment.linef("//   ONNX node {}", node);
-  for (const sched::KernelMember& m : item_.members) {
-    bool local = contains(item_.kernel_local, m.buffer->name);
-    comment.linef("//   buffer {}{}", m.buffer->name, local ? " (kernel-local)" : "");
-  }
-  IndentedBuffer out;
-  const std::string head = signature();
-  out.line(head + " {");
-  {
-    auto _ = out.scope();
-    out.splice(body);
-  }
-  out.line("}");
-  GeneratedKernel kernel;
-  kernel.name = item_.name;
-  kernel.comment = comment.str();
-  kernel.definition = out.str();
-  kernel.name_offset = head.find(item_.name);
-  kernel.args = args_;
-  kernel.onnx_nodes = item_.onnx_nodes;
-  log::write(log::Category::kOutputCode, "kernel {}:\n{}", kernel.name, kernel.source());
-  return kernel;
+  return assemble_kernel(item_, signature(), body, args_);
 }
 
 }  // namespace

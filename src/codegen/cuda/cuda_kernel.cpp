@@ -25,10 +25,6 @@ constexpr int64_t kPointwiseThreads = 256;
 /// it); kiln_block_reduce's shared array holds this many values.
 constexpr int64_t kReduceThreads = 256;
 
-bool contains(const std::vector<std::string>& v, const std::string& x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
-
 /// The block size of a reduction over `r` elements: the smallest power of two from 32 that
 /// covers a short static row, else kReduceThreads.
 int64_t reduce_threads(const sym::Expr& r) {
@@ -237,30 +233,8 @@ GeneratedKernel CudaKernelBuilder::build() {
   launch.grid[0] = ctx_.analyzer.simplify(launch.grid[0]);
   launch.block[0] = sym::Expr(threads);
   launch.shared_bytes = shared_bytes_;
-  IndentedBuffer comment;
-  comment.linef("// {}: {}", item_.name, comment_safe(group_.str()));
-  for (const std::string& node : item_.onnx_nodes) comment.linef("//   ONNX node {}", node);
-  for (const sched::KernelMember& m : item_.members) {
-    bool local = contains(item_.kernel_local, m.buffer->name);
-    comment.linef("//   buffer {}{}", m.buffer->name, local ? " (kernel-local)" : "");
-  }
-  IndentedBuffer out;
-  const std::string head = signature(threads);
-  out.line(head + " {");
-  {
-    auto _ = out.scope();
-    out.splice(body);
-  }
-  out.line("}");
-  GeneratedKernel kernel;
-  kernel.name = item_.name;
-  kernel.comment = comment.str();
-  kernel.definition = out.str();
-  kernel.name_offset = head.find(item_.name);
-  kernel.args = args_;
-  kernel.onnx_nodes = item_.onnx_nodes;
+  GeneratedKernel kernel = assemble_kernel(item_, signature(threads), body, args_);
   kernel.launch = launch;
-  log::write(log::Category::kOutputCode, "kernel {}:\n{}", kernel.name, kernel.source());
   return kernel;
 }
 

@@ -346,20 +346,17 @@ codecache::LibrarySpec variant_spec(const Target& target, const Generated& g) {
 /// what the library needs at run time), built for the baseline x86-64 (it must run on any CPU to
 /// say which features one lacks).
 codecache::CompilerConfig outer_config(const std::vector<Generated>& variants) {
+  auto add_new = [](std::vector<std::string>& to, const std::vector<std::string>& from) {
+    for (const std::string& item : from) {
+      if (std::find(to.begin(), to.end(), item) == to.end()) to.push_back(item);
+    }
+  };
   codegen::BuildNeeds needs;
   for (const Generated& g : variants) {
     needs.uses_blas |= g.source.needs.uses_blas;
     needs.uses_dnnl |= g.source.needs.uses_dnnl;
-    for (const std::string& dir : g.source.needs.include_dirs) {
-      if (std::find(needs.include_dirs.begin(), needs.include_dirs.end(), dir) ==
-          needs.include_dirs.end())
-        needs.include_dirs.push_back(dir);
-    }
-    for (const std::string& library : g.source.needs.libraries) {
-      if (std::find(needs.libraries.begin(), needs.libraries.end(), library) ==
-          needs.libraries.end())
-        needs.libraries.push_back(library);
-    }
+    add_new(needs.include_dirs, g.source.needs.include_dirs);
+    add_new(needs.libraries, g.source.needs.libraries);
   }
   codecache::CompilerConfig config = variants.front().codegen->build_config(needs);
   config.include_dirs.push_back(codegen::cpp_public_include_dir());

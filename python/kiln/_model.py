@@ -114,6 +114,16 @@ class Model:
         return self._native.path
 
     @property
+    def target(self):
+        """The --target its library was compiled with ("auto", "x86-64-v3", ...)."""
+        return self._native.target
+
+    @property
+    def variant(self):
+        """The variant of its code this CPU runs: the ISA level it was built for ("x86-64-v4")."""
+        return self._native.variant
+
+    @property
     def compile_info(self):
         """How the model was made: seconds (compiling or loading it), cache_hit (the library came
         from the code cache), kernels and library_calls (0 for a loaded library)."""

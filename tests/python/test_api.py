@@ -46,6 +46,14 @@ def test_compile_from_path_bytes_and_model_proto(classifier_path, classifier):
     check_classifier(kiln.compile(pathlib.Path(classifier_path), autotune="off").run({"x": x}), x)
 
 
+def test_the_library_says_its_target_and_the_variant_this_cpu_runs(classifier):
+    assert classifier.target == "auto"
+    with open("/proc/cpuinfo") as f:
+        flags = set(next(line for line in f if line.startswith("flags")).split())
+    v4 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= flags
+    assert classifier.variant == ("x86-64-v4" if v4 else "x86-64-v3")
+
+
 def test_inputs_and_outputs_describe_the_model(classifier):
     (x,) = classifier.inputs
     assert (x.name, x.dtype, x.shape, x.type) == ("x", np.dtype(np.float32), ("batch", 16),

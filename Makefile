@@ -50,7 +50,8 @@ bench-conv: deps configure
 	$(BUILD_DIR)/bin/kiln_conv_block_bench
 
 # Kiln against ONNX Runtime 1.30 (npm's onnxruntime-node, installed under $(BUILD_DIR)/bench-ort)
-# on a ResNet-50-shaped CNN and a BERT-base-shaped encoder stack, alternating, 2 threads each
+# on a ResNet-50-shaped CNN, a MobileNetV2 and a BERT-base-shaped encoder stack, alternating, 2
+# threads each
 # (bench/ort/run.sh).
 bench-ort: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln

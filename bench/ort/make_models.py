@@ -13,6 +13,13 @@ Writes into OUT_DIR:
                     BatchNormalization (as an export without folding writes it); Relu after it
                     and after each residual Add.
   resnet50.input.npy  the input: uniform [-1, 1)
+  mobilenet_v2.onnx MobileNetV2 (width 1.0): input float32[1, 3, 224, 224] -> logits [1, 1000]. A
+                    3x3/2 stem, 17 inverted residual blocks (1x1 expansion by 6 but in the first,
+                    3x3 depthwise convolution, 1x1 projection, residual Add where the shapes
+                    match), a 1x1 convolution to 1280, GlobalAveragePool, Flatten, Gemm. Every
+                    Conv is followed by a BatchNormalization; ReLU6 is Clip(0, 6), as torchvision
+                    exports it.
+  mobilenet_v2.input.npy  the input: uniform [-1, 1)
   bert.onnx         a BERT-base encoder layer stack: hidden float32[1, 128, 768] -> float32[1, 128,
                     768]. Per layer: Q, K and V projections (MatMul + Add), 12 heads of 64
                     (Reshape, Transpose), scores Q K^T / 8, Softmax, context, output projection,
@@ -66,10 +73,10 @@ class Builder:
 
 # --- ResNet-50 -----------------------------------------------------------------------------------
 
-def conv_bn(b, x, cin, cout, k, stride, relu=True):
-    w = b.normal("w", (cout, cin, k, k), np.sqrt(2.0 / (cin * k * k)))
+def conv_bn(b, x, cin, cout, k, stride, relu=True, group=1):
+    w = b.normal("w", (cout, cin // group, k, k), np.sqrt(2.0 / (cin // group * k * k)))
     y = b.node("Conv", [x, w], "conv", kernel_shape=[k, k], strides=[stride, stride],
-               pads=[k // 2] * 4)
+               pads=[k // 2] * 4, group=group)
     scale = b.normal("gamma", (cout,), 0.1, mean=1.0)
     bias = b.normal("beta", (cout,), 0.1)
     mean = b.normal("mean", (cout,), 0.1)
@@ -104,6 +111,46 @@ def resnet50(classes=1000, image=224):
     b.nodes.append(helper.make_node("Gemm", [x, w, fc_b], ["logits"], name="fc", transB=1))
     return b.model(
         "resnet50",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, image, image])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])])
+
+
+# --- MobileNetV2 ---------------------------------------------------------------------------------
+
+def relu6(b, x):
+    # As torchvision's export writes ReLU6: Clip with min and max inputs.
+    return b.node("Clip", [x, b.const("zero", np.float32(0)), b.const("six", np.float32(6))], "clip")
+
+
+def inverted_residual(b, x, cin, cout, stride, expand):
+    hidden = cin * expand
+    y = x
+    if expand != 1:
+        y = relu6(b, conv_bn(b, y, cin, hidden, 1, 1, relu=False))
+    y = relu6(b, conv_bn(b, y, hidden, hidden, 3, stride, relu=False, group=hidden))
+    y = conv_bn(b, y, hidden, cout, 1, 1, relu=False)
+    return b.node("Add", [y, x], "add") if stride == 1 and cin == cout else y
+
+
+def mobilenet_v2(classes=1000, image=224):
+    b = Builder(seed=2)
+    x = relu6(b, conv_bn(b, "input", 3, 32, 3, 2, relu=False))
+    cin = 32
+    # (expansion, output channels, blocks, first stride), as in the MobileNetV2 paper.
+    for expand, cout, blocks, stride in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2),
+                                         (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                                         (6, 320, 1, 1)]:
+        for i in range(blocks):
+            x = inverted_residual(b, x, cin, cout, stride if i == 0 else 1, expand)
+            cin = cout
+    x = relu6(b, conv_bn(b, x, cin, 1280, 1, 1, relu=False))
+    x = b.node("GlobalAveragePool", [x], "gap")
+    x = b.node("Flatten", [x], "flatten", axis=1)
+    w = b.normal("fc_w", (classes, 1280), 1.0 / np.sqrt(1280))
+    fc_b = b.normal("fc_b", (classes,), 0.01)
+    b.nodes.append(helper.make_node("Gemm", [x, w, fc_b], ["logits"], name="fc", transB=1))
+    return b.model(
+        "mobilenet_v2",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, image, image])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])])
 
@@ -181,6 +228,9 @@ if __name__ == "__main__":
     rng = np.random.default_rng(2026)
     save(resnet50(), os.path.join(args.out_dir, "resnet50.onnx"))
     np.save(os.path.join(args.out_dir, "resnet50.input.npy"),
+            rng.uniform(-1, 1, (1, 3, 224, 224)).astype(np.float32))
+    save(mobilenet_v2(), os.path.join(args.out_dir, "mobilenet_v2.onnx"))
+    np.save(os.path.join(args.out_dir, "mobilenet_v2.input.npy"),
             rng.uniform(-1, 1, (1, 3, 224, 224)).astype(np.float32))
     save(bert(args.bert_layers), os.path.join(args.out_dir, "bert.onnx"))
     np.save(os.path.join(args.out_dir, "bert.input.npy"),

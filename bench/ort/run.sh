@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Kiln against ONNX Runtime 1.30 (onnxruntime-node, CPU execution provider) on a ResNet-50-shaped
-# CNN and a BERT-base-shaped encoder stack (make_models.py, random weights, batch 1): checks once
+# CNN, a MobileNetV2-shaped CNN and a BERT-base-shaped encoder stack (make_models.py, random weights, batch 1): checks once
 # that both give the same outputs on the same input, then times them in alternating rounds (Kiln
 # with `kiln bench --json`, ONNX Runtime with ort_bench.js; the same thread count, warm-up and
 # timed runs), and prints per model both p50s, their ratio ORT / Kiln (above 1: Kiln is faster)
@@ -9,7 +9,8 @@
 #
 # Usage: bench/ort/run.sh [BUILD_DIR]   (`make bench-ort` builds kiln and runs it)
 # Environment: BENCH_ORT_THREADS (2), BENCH_ORT_ROUNDS (3), BENCH_ORT_ITERS (timed runs per round,
-# 20), BENCH_ORT_WARMUP (5), BENCH_ORT_BERT_LAYERS (12), BENCH_ORT_MODELS ("resnet50 bert").
+# 20), BENCH_ORT_WARMUP (5), BENCH_ORT_BERT_LAYERS (12), BENCH_ORT_MODELS ("resnet50 mobilenet_v2
+# bert").
 # Everything it writes is under BUILD_DIR/bench-ort/ (onnxruntime-node, models, code cache,
 # outputs, results.jsonl).
 set -euo pipefail
@@ -26,7 +27,7 @@ ROUNDS="${BENCH_ORT_ROUNDS:-3}"
 ITERS="${BENCH_ORT_ITERS:-20}"
 WARMUP="${BENCH_ORT_WARMUP:-5}"
 BERT_LAYERS="${BENCH_ORT_BERT_LAYERS:-12}"
-MODELS="${BENCH_ORT_MODELS:-resnet50 bert}"
+MODELS="${BENCH_ORT_MODELS:-resnet50 mobilenet_v2 bert}"
 CACHE="$WORK/cache"  # the code cache of every Kiln run after the cold compile
 mkdir -p "$WORK"
 [ -x "$KILN" ] || { echo "bench-ort: no $KILN; build it first (make build)" >&2; exit 1; }
@@ -58,7 +59,7 @@ if [ "$(cat "$MODEL_DIR/stamp" 2>/dev/null)" != "$stamp" ]; then
   "$PYTHON" "$HERE/make_models.py" "$MODEL_DIR" --bert-layers "$BERT_LAYERS"
   echo "$stamp" >"$MODEL_DIR/stamp"
 fi
-input_name() { case "$1" in resnet50) echo input ;; bert) echo hidden ;; esac; }
+input_name() { case "$1" in resnet50 | mobilenet_v2) echo input ;; bert) echo hidden ;; esac; }
 
 kiln_bench() {  # kiln_bench MODEL CACHE_DIR ITERS WARMUP: one JSON line
   "$KILN" bench "$MODEL_DIR/$1.onnx" --json --threads "$THREADS" --iters "$3" --warmup "$4" \

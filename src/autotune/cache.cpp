@@ -99,18 +99,21 @@ json gemm_cache_key(int64_t m, int64_t n, int64_t k, int threads) {
 }
 
 json conv_cache_key(const ConvProblem& p, int threads) {
-  return json{{"op", "conv2d"},
-              {"x", {p.n, p.c, p.h, p.w}},
-              {"w", {p.m, p.c, p.kh, p.kw}},
-              {"strides", {p.stride_h, p.stride_w}},
-              {"pads", {p.pad_top, p.pad_left, p.pad_bottom, p.pad_right}},
-              {"dilations", {p.dilation_h, p.dilation_w}},
-              {"layout", "nchw"},
-              {"dtype", "float32"},
-              {"cpu", host_cpu().model},
-              {"isa", host_cpu().isa_flags},
-              {"threads", threads},
-              {"kiln", KILN_VERSION}};
+  json key{{"op", "conv2d"},
+           {"x", {p.n, p.c, p.h, p.w}},
+           {"w", {p.m, p.c / p.group, p.kh, p.kw}},
+           {"strides", {p.stride_h, p.stride_w}},
+           {"pads", {p.pad_top, p.pad_left, p.pad_bottom, p.pad_right}},
+           {"dilations", {p.dilation_h, p.dilation_w}},
+           {"layout", "nchw"},
+           {"dtype", "float32"},
+           {"cpu", host_cpu().model},
+           {"isa", host_cpu().isa_flags},
+           {"threads", threads},
+           {"kiln", KILN_VERSION}};
+  // Keys of ungrouped convolutions stay what they were before groups existed.
+  if (p.group != 1) key["group"] = p.group;
+  return key;
 }
 
 std::string cache_key_id(const json& key) { return sha256_hex(key.dump()); }

@@ -1,5 +1,6 @@
 #include "autotune/conv_choice.h"
 
+#include "autotune/depthwise_template.h"
 #include "autotune/template_text.h"
 
 #include <fmt/format.h>
@@ -21,7 +22,7 @@ constexpr std::string_view kConstants =
     R"(constexpr int64_t kN = @N@, kC = @C@, kH = @H@, kW = @W@, kM = @M@;
 constexpr int64_t kKH = @KH@, kKW = @KW@, kSH = @SH@, kSW = @SW@, kDH = @DH@, kDW = @DW@;
 constexpr int64_t kPT = @PT@, kPL = @PL@, kPB = @PB@, kPR = @PR@, kOH = @OH@, kOW = @OW@;
-constexpr int64_t kDepth = kC * kKH * kKW;
+@GROUP@constexpr int64_t kDepth = @DEPTH@;
 )";
 
 // Bias and epilogue in one pass over Y (library choices: the call wrote the plain convolution).
@@ -75,8 +76,8 @@ extern "C" void @NAME@(const float* X, const float* Wp, float* Y@PARAMS@) {
             s.src_md = dnnl::memory::desc({kN, kC, kH, kW}, dt::f32, tag::nchw);
             s.dst_md = dnnl::memory::desc({kN, kM, kOH, kOW}, dt::f32, tag::nchw);
             s.bias_md = dnnl::memory::desc({kM}, dt::f32, tag::x);
-            const dnnl::memory::desc user_w_md({kM, kC, kKH, kKW}, dt::f32, tag::oihw);
-            const dnnl::memory::desc any_w_md({kM, kC, kKH, kKW}, dt::f32, tag::any);
+            const dnnl::memory::desc user_w_md(@WDIMS@, dt::f32, tag::@WTAG@);
+            const dnnl::memory::desc any_w_md(@WDIMS@, dt::f32, tag::any);
             const dnnl::convolution_forward::desc desc(
                 dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, s.src_md,
                 any_w_md, s.bias_md, s.dst_md, {kSH, kSW}, {kDH - 1, kDW - 1}, {kPT, kPL},
@@ -179,9 +180,19 @@ std::vector<std::pair<std::string, std::string>> values(const ConvProblem& p,
       {"DH", s(p.dilation_h)}, {"DW", s(p.dilation_w)}, {"PT", s(p.pad_top)},
       {"PL", s(p.pad_left)},   {"PB", s(p.pad_bottom)}, {"PR", s(p.pad_right)},
       {"OH", s(p.oh())},       {"OW", s(p.ow())}};
+  // A grouped convolution's weight rows are C / G long.
+  if (p.group == 1) {
+    constants.insert(constants.end(), {{"GROUP", ""}, {"DEPTH", "kC * kKH * kKW"}});
+  } else {
+    constants.insert(constants.end(),
+                     {{"GROUP", fmt::format("constexpr int64_t kG = {};\n", p.group)},
+                      {"DEPTH", "kC / kG * kKH * kKW"}});
+  }
   const std::string pass = substitute_placeholders(
       std::string(kBiasPass), {{"EXPR", epilogue.empty() ? "v" : "(" + epilogue.expr + ")"}});
   return {{"CONSTANTS", substitute_placeholders(std::string(kConstants), constants)},
+          {"WDIMS", p.group == 1 ? "{kM, kC, kKH, kKW}" : "{kG, kM / kG, kC / kG, kKH, kKW}"},
+          {"WTAG", p.group == 1 ? "oihw" : "goihw"},
           {"PROBLEM", p.text()},
           {"NAME", function_name},
           {"PARAMS", epilogue_params(epilogue)},
@@ -219,6 +230,7 @@ class LibraryChoice final : public ConvChoice {
  public:
   LibraryChoice(const ConvProblem& problem, bool onednn) : problem_(problem), onednn_(onednn) {
     check_conv_problem(problem);
+    KILN_CHECK(onednn || problem.group == 1, "im2col choice: {} is grouped", problem.text());
   }
   std::string name() const override { return onednn_ ? "onednn" : "im2col-openblas"; }
   std::string backend() const override { return "extern"; }
@@ -269,6 +281,41 @@ class TemplateChoice final : public ConvChoice {
   ConvProblem problem_;
 };
 
+// The depthwise template (autotune/depthwise_template.h): W as it is, then the bias.
+class DepthwiseChoice final : public ConvChoice {
+ public:
+  DepthwiseChoice(TemplateIsa isa, const ConvProblem& problem) : isa_(isa), problem_(problem) {
+    check_conv_problem(problem);
+    KILN_CHECK(problem.depthwise(), "depthwise choice: {} is not depthwise", problem.text());
+  }
+  std::string name() const override { return std::string(kDepthwisePrefix) + isa_name(isa_); }
+  std::string backend() const override { return "template"; }
+  std::vector<float> prepare(const float* w, const float* bias) const override {
+    return plain_weight(problem_, w, bias);
+  }
+  std::string render(const std::string& function_name,
+                     const TemplateEpilogue& epilogue) const override {
+    return render_depthwise(isa_, problem_, function_name, epilogue);
+  }
+  const ConvProblem& problem() const override { return problem_; }
+
+  static constexpr std::string_view kDepthwisePrefix = "depthwise ";
+
+ private:
+  TemplateIsa isa_;
+  ConvProblem problem_;
+};
+
+// Grouped convolutions: the depthwise template first (it needs no reorder of the activations,
+// where oneDNN's depthwise kernels reorder NCHW to channels-last and back around every call),
+// then oneDNN. Other grouped convolutions have oneDNN only.
+std::vector<ConvChoicePtr> grouped_choices(const ConvProblem& problem, TemplateIsa isa) {
+  std::vector<ConvChoicePtr> choices;
+  if (problem.depthwise()) choices.push_back(std::make_shared<DepthwiseChoice>(isa, problem));
+  choices.push_back(make_conv_onednn_choice(problem));
+  return choices;
+}
+
 }  // namespace
 
 std::string ConvChoice::hash_key() const {
@@ -294,6 +341,7 @@ ConvChoicePtr make_conv_template_choice(const ConvConfig& config, const ConvProb
 }
 
 std::vector<ConvChoicePtr> conv_choices(const ConvProblem& problem, int threads, TemplateIsa isa) {
+  if (problem.group != 1) return grouped_choices(problem, isa);
   const std::vector<ConvConfig> configs = conv_configs(problem, threads, isa);
   // oneDNN is the heuristic for 1x1 convolutions over images of 28 x 28 or more: its blocked
   // layouts ran 1.2-1.7x faster than every template config at ResNet-50's 1x1 layers of that size
@@ -316,6 +364,12 @@ ConvChoicePtr make_conv_choice(const std::string& name, const ConvProblem& probl
   constexpr std::string_view kTemplate = "template ";
   if (name == "onednn") return make_conv_onednn_choice(problem);
   if (name == "im2col-openblas") return make_conv_im2col_choice(problem);
+  if (name.rfind(DepthwiseChoice::kDepthwisePrefix, 0) == 0) {
+    const std::string isa = name.substr(DepthwiseChoice::kDepthwisePrefix.size());
+    KILN_CHECK(isa == "avx2" || isa == "avx512", "unknown convolution choice '{}'", name);
+    return std::make_shared<DepthwiseChoice>(
+        isa == "avx512" ? TemplateIsa::kAvx512 : TemplateIsa::kAvx2, problem);
+  }
   KILN_CHECK(name.rfind(kTemplate, 0) == 0, "unknown convolution choice '{}'", name);
   return make_conv_template_choice(decode_conv_config(name.substr(kTemplate.size())), problem);
 }

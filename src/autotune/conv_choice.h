@@ -15,6 +15,8 @@
 ///             are a GEMM on X as is) + OpenBLAS sgemm per image, bias and epilogue in a pass
 ///   template  the direct convolution template at each config of conv_configs, the bias and the
 ///             epilogue fused
+///   depthwise the depthwise template (autotune/depthwise_template.h) for group == C, the bias
+///             and the epilogue fused; W as it is
 /// Tested in tests/unit/autotune/conv_template_test.cpp.
 
 #include <memory>
@@ -67,7 +69,8 @@ ConvChoicePtr make_conv_template_choice(const ConvConfig& config, const ConvProb
 /// built for an older CPU than this host's passes its ISA): first the heuristic one (the
 /// template at conv_default_config; oneDNN for 1x1 convolutions with 784 or
 /// more output pixels, or when no config fits), then the other of the two, im2col + OpenBLAS and
-/// the other template configs.
+/// the other template configs. A grouped problem has the depthwise template first (when it is
+/// depthwise) and oneDNN.
 std::vector<ConvChoicePtr> conv_choices(const ConvProblem& problem, int threads,
                                         TemplateIsa isa = host_template_isa());
 

@@ -322,26 +322,28 @@ std::string ConvProblem::text() const {
                  : fmt::format(", p{}.{}.{}.{}", pad_top, pad_left, pad_bottom, pad_right);
   }
   if (dilation_h != 1 || dilation_w != 1) extra += fmt::format(", d{}x{}", dilation_h, dilation_w);
-  return fmt::format("conv({}x{}x{}x{}, {}x{}x{}x{}, {})", n, c, h, w, m, c, kh, kw, extra);
+  if (group != 1) extra += fmt::format(", g{}", group);
+  return fmt::format("conv({}x{}x{}x{}, {}x{}x{}x{}, {})", n, c, h, w, m, c / group, kh, kw, extra);
 }
 
 std::vector<int64_t> conv_problem_ints(const ConvProblem& p) {
-  return {p.n,        p.c,          p.h,         p.w,          p.m,
-          p.kh,       p.kw,         p.stride_h,  p.stride_w,   p.pad_top,
-          p.pad_left, p.pad_bottom, p.pad_right, p.dilation_h, p.dilation_w};
+  return {p.n,         p.c,          p.h,          p.w,       p.m,        p.kh,
+          p.kw,        p.stride_h,   p.stride_w,   p.pad_top, p.pad_left, p.pad_bottom,
+          p.pad_right, p.dilation_h, p.dilation_w, p.group};
 }
 
 ConvProblem conv_problem_from_ints(const std::vector<int64_t>& v) {
-  KILN_CHECK(v.size() == 15, "a convolution problem has 15 sizes, found {}", v.size());
-  return {v[0], v[1], v[2],  v[3],  v[4],  v[5],  v[6], v[7],
-          v[8], v[9], v[10], v[11], v[12], v[13], v[14]};
+  KILN_CHECK(v.size() == 16, "a convolution problem has 16 sizes, found {}", v.size());
+  return {v[0], v[1], v[2],  v[3],  v[4],  v[5],  v[6],  v[7],
+          v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15]};
 }
 
 void check_conv_problem(const ConvProblem& p) {
   KILN_CHECK(p.n > 0 && p.c > 0 && p.h > 0 && p.w > 0 && p.m > 0 && p.kh > 0 && p.kw > 0 &&
                  p.stride_h > 0 && p.stride_w > 0 && p.dilation_h > 0 && p.dilation_w > 0 &&
-                 p.pad_top >= 0 && p.pad_left >= 0 && p.pad_bottom >= 0 && p.pad_right >= 0,
-             "conv problem {}: expected positive sizes", p.text());
+                 p.pad_top >= 0 && p.pad_left >= 0 && p.pad_bottom >= 0 && p.pad_right >= 0 &&
+                 p.group > 0 && p.c % p.group == 0 && p.m % p.group == 0,
+             "conv problem {}: expected positive sizes and a group dividing C and M", p.text());
   KILN_CHECK(p.oh() > 0 && p.ow() > 0, "conv problem {}: empty output", p.text());
 }
 

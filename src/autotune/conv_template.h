@@ -35,7 +35,9 @@
 
 namespace kiln::autotune {
 
-/// A 2-D float32 convolution with every size known, NCHW input and output, group 1.
+/// A 2-D float32 convolution with every size known, NCHW input and output. The direct template
+/// takes group 1; a depthwise convolution (group == C, every output channel reading one input
+/// channel) has templates of its own (autotune/depthwise_template.h).
 struct ConvProblem {
   int64_t n = 1, c = 0, h = 0, w = 0;  ///< input
   int64_t m = 0;                       ///< output channels
@@ -43,6 +45,7 @@ struct ConvProblem {
   int64_t stride_h = 1, stride_w = 1;
   int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
   int64_t dilation_h = 1, dilation_w = 1;
+  int64_t group = 1;
 
   int64_t oh() const {
     return (h + pad_top + pad_bottom - dilation_h * (kh - 1) - 1) / stride_h + 1;
@@ -50,22 +53,26 @@ struct ConvProblem {
   int64_t ow() const {
     return (w + pad_left + pad_right - dilation_w * (kw - 1) - 1) / stride_w + 1;
   }
-  /// Multiply-adds per output element (C * KH * KW).
-  int64_t depth() const { return c * kh * kw; }
-  /// 2 * N * M * OH * OW * C * KH * KW.
+  /// Multiply-adds per output element (C / group * KH * KW), the length of a weight row.
+  int64_t depth() const { return c / group * kh * kw; }
+  /// Whether each output channel reads exactly one input channel (group == C).
+  bool depthwise() const { return group > 1 && group == c; }
+  /// 2 * N * M * OH * OW * depth().
   double flops() const;
-  /// "conv(1x64x56x56, 64x64x3x3, s1, p1)": the problem as the AUTOTUNE log names it.
+  /// "conv(1x64x56x56, 64x64x3x3, s1, p1)", with ", g96" when grouped: the problem as the
+  /// AUTOTUNE log names it.
   std::string text() const;
   bool operator==(const ConvProblem&) const = default;
 };
 
-/// The 15 sizes of a problem in declaration order (N, C, H, W, M, KH, KW, strides, pads top,
-/// left, bottom, right, dilations), as IR attributes and benchmark requests carry it; and back
-/// (throws InternalError on a wrong count).
+/// The 16 sizes of a problem in declaration order (N, C, H, W, M, KH, KW, strides, pads top,
+/// left, bottom, right, dilations, group), as IR attributes and benchmark requests carry it; and
+/// back (throws InternalError on a wrong count).
 std::vector<int64_t> conv_problem_ints(const ConvProblem& problem);
 ConvProblem conv_problem_from_ints(const std::vector<int64_t>& values);
 
-/// Throws InternalError when `problem` has a non-positive size or an empty output.
+/// Throws InternalError when `problem` has a non-positive size, an empty output, or a group that
+/// does not divide C and M.
 void check_conv_problem(const ConvProblem& problem);
 
 /// One point of the template's search space.

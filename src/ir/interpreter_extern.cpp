@@ -190,21 +190,22 @@ ConvParams conv_params(const ConvCall& call, size_t spatial) {
 /// conv with a choice (lower/conv_select.h): inputs X and the weight as the choice prepared it
 /// for its problem: with the template's output-channel block ocb, the weight is [ceil(M / ocb)]
 /// [C * KH * KW][ocb] (channels past M zero), then the bias padded to a multiple of ocb (the
-/// other choices: ocb 1, W as is, then the bias).
+/// other choices: ocb 1, W as is, then the bias). A grouped problem's output channel m reads the
+/// C / G input channels of its group.
 void run_conv_prepared(const Buffer& buffer, const autotune::ConvChoice& choice, Storages& storages,
                        const sym::Binding& binding) {
   const ExternCall& call = buffer.call;
   Operand x = operand(call, 0, storages, binding);
   Operand w = operand(call, 1, storages, binding);
   const autotune::ConvProblem& p = choice.problem();
-  const int64_t channels = p.c, h = p.h, wd = p.w, m_count = p.m, kh = p.kh, kw = p.kw;
+  const int64_t channels = p.c / p.group, h = p.h, wd = p.w, m_count = p.m, kh = p.kh, kw = p.kw;
   const autotune::ConvConfig* config = choice.template_config();
-  const int64_t ocb = config ? config->ocb : 1, depth = channels * kh * kw;
+  const int64_t ocb = config ? config->ocb : 1, depth = p.depth();
   const int64_t blocks = (m_count + ocb - 1) / ocb;
   ConcreteLayout out_layout = concretize(buffer.layout, binding);
   Storage& out = storages.at(buffer.name);
   for_each_index(out_layout.sizes, [&](const std::vector<int64_t>& o) {
-    const int64_t m = o[1], j = m / ocb, q = m % ocb;
+    const int64_t m = o[1], j = m / ocb, q = m % ocb, first = m / (m_count / p.group) * channels;
     double sum = w.real_at({blocks * ocb * depth + m});
     for (int64_t c = 0; c < channels; ++c) {
       for (int64_t ki = 0; ki < kh; ++ki) {
@@ -214,7 +215,7 @@ void run_conv_prepared(const Buffer& buffer, const autotune::ConvChoice& choice,
           const int64_t jj = o[3] * p.stride_w - p.pad_left + kj * p.dilation_w;
           if (jj < 0 || jj >= wd) continue;
           const int64_t t = (c * kh + ki) * kw + kj;
-          sum += x.real_at({o[0], c, i, jj}) * w.real_at({(j * depth + t) * ocb + q});
+          sum += x.real_at({o[0], first + c, i, jj}) * w.real_at({(j * depth + t) * ocb + q});
         }
       }
     }

@@ -31,7 +31,7 @@ std::optional<autotune::ConvProblem> template_problem(const ir::Program& program
                                                       const ir::Buffer& conv) {
   const ir::ConvCall* call = conv.call.as<ir::ConvCall>();
   if (conv.kind != ir::BufferKind::kExtern || call == nullptr || conv.dtype != DType::kFloat32 ||
-      call->relu_post_ops > 0 || call->choice || call->group != 1 || conv.call.inputs.size() < 2 ||
+      call->relu_post_ops > 0 || call->choice || conv.call.inputs.size() < 2 ||
       !conv.call.inputs[0] || !conv.call.inputs[1]) {
     return std::nullopt;
   }
@@ -63,7 +63,10 @@ std::optional<autotune::ConvProblem> template_problem(const ir::Program& program
   p.m = ws[0];
   p.kh = ws[2];
   p.kw = ws[3];
-  if (ws[1] != p.c) return std::nullopt;
+  p.group = call->group;
+  // Group 1, or depthwise (one input channel per group); other groups stay with oneDNN.
+  if (p.group != 1 && p.group != p.c) return std::nullopt;
+  if (ws[1] * p.group != p.c || p.m % p.group != 0) return std::nullopt;
   if (strides.size() == 2) std::tie(p.stride_h, p.stride_w) = std::tie(strides[0], strides[1]);
   if (dilations.size() == 2) {
     std::tie(p.dilation_h, p.dilation_w) = std::tie(dilations[0], dilations[1]);

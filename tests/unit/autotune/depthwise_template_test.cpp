@@ -1,0 +1,206 @@
+// The depthwise convolution template (src/autotune/depthwise_template.h) and the grouped
+// choices of conv_choices: each rendered, compiled through the code cache, called on its prepared
+// weight and compared with a double-precision grouped convolution written here, at awkward sizes
+// (depth multiplier 1 and 3, odd widths, stride 2, asymmetric padding, dilation, a kernel larger
+// than the image, width 1, batch > 1), plain and with a residual Add + Clip(0, 6) epilogue.
+//
+// Tolerance: 8 * eps(float32) * sqrt(K) * (sum_k |x * w| + |bias| + 1), K = KH * KW.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "autotune/conv_choice.h"
+#include "autotune/depthwise_template.h"
+#include "codecache/code_cache.h"
+#include "codecache/loaded_library.h"
+#include "support/error.h"
+
+#include "test_util.h"
+
+namespace kiln::autotune {
+namespace {
+
+using namespace test;  // NOLINT: the shared fixtures
+
+namespace fs = std::filesystem;
+using ConvFn = void(const float*, const float*, float*);
+using ConvResidualFn = void(const float*, const float*, float*, const float*);
+
+ConvProblem depthwise(int64_t n, int64_t c, int64_t h, int64_t w, int64_t multiplier, int64_t k,
+                      int64_t stride, int64_t pad, int64_t dilation = 1) {
+  return {.n = n,
+          .c = c,
+          .h = h,
+          .w = w,
+          .m = c * multiplier,
+          .kh = k,
+          .kw = k,
+          .stride_h = stride,
+          .stride_w = stride,
+          .pad_top = pad,
+          .pad_left = pad,
+          .pad_bottom = pad,
+          .pad_right = pad,
+          .dilation_h = dilation,
+          .dilation_w = dilation,
+          .group = c};
+}
+
+std::vector<ConvProblem> problems() {
+  std::vector<ConvProblem> all = {
+      depthwise(1, 5, 9, 37, 1, 3, 1, 1),      // MobileNet's 3x3, an odd width over 2 vectors
+      depthwise(2, 7, 10, 13, 1, 3, 2, 1),     // stride 2, batch 2
+      depthwise(1, 4, 11, 14, 3, 3, 1, 2, 2),  // multiplier 3, dilation 2
+      depthwise(1, 3, 12, 19, 1, 5, 2, 2),     // 5x5 stride 2
+      depthwise(1, 2, 3, 2, 1, 5, 1, 2),       // kernel larger than the image: no interior
+  };
+  ConvProblem asymmetric = depthwise(1, 3, 12, 15, 2, 3, 1, 0);
+  asymmetric.stride_w = 2;
+  asymmetric.pad_top = 2;
+  asymmetric.pad_left = 1;
+  asymmetric.pad_right = 3;
+  asymmetric.kw = 2;
+  all.push_back(asymmetric);
+  ConvProblem column = depthwise(1, 3, 6, 1, 1, 1, 1, 0);  // width 1
+  column.kh = 3;
+  column.pad_top = column.pad_bottom = 1;
+  all.push_back(column);
+  return all;
+}
+
+// Y = grouped_conv(X, W) + bias in double, then (with `residual`) min(max(y + residual, 0), 6).
+void expect_matches(const ConvProblem& p, const std::vector<float>& x, const std::vector<float>& w,
+                    const std::vector<float>& bias, const float* residual,
+                    const std::vector<float>& y, const std::string& what) {
+  const double eps = std::numeric_limits<float>::epsilon();
+  const int64_t oh = p.oh(), ow = p.ow(), cg = p.c / p.group, mg = p.m / p.group;
+  int failures = 0;
+  for (int64_t b = 0; b < p.n; ++b) {
+    for (int64_t m = 0; m < p.m; ++m) {
+      for (int64_t i = 0; i < oh; ++i) {
+        for (int64_t j = 0; j < ow; ++j) {
+          double sum = bias[m], magnitude = std::abs(bias[m]);
+          for (int64_t c = 0; c < cg; ++c) {
+            const int64_t ic = m / mg * cg + c;
+            for (int64_t ki = 0; ki < p.kh; ++ki) {
+              const int64_t ii = i * p.stride_h - p.pad_top + ki * p.dilation_h;
+              if (ii < 0 || ii >= p.h) continue;
+              for (int64_t kj = 0; kj < p.kw; ++kj) {
+                const int64_t jj = j * p.stride_w - p.pad_left + kj * p.dilation_w;
+                if (jj < 0 || jj >= p.w) continue;
+                const double term = double{x[((b * p.c + ic) * p.h + ii) * p.w + jj]} *
+                                    w[((m * cg + c) * p.kh + ki) * p.kw + kj];
+                sum += term;
+                magnitude += std::abs(term);
+              }
+            }
+          }
+          const int64_t at = ((b * p.m + m) * oh + i) * ow + j;
+          if (residual != nullptr) sum = std::min(std::max(sum + residual[at], 0.0), 6.0);
+          const double tolerance = 8 * eps * std::sqrt(double(p.depth())) * (magnitude + 1) + 1e-30;
+          if (!(std::abs(y[at] - sum) <= tolerance) && ++failures <= 3) {
+            ADD_FAILURE() << what << ": Y[" << b << ", " << m << ", " << i << ", " << j
+                          << "] = " << y[at] << ", expected " << sum;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0) << what;
+}
+
+TEST(DepthwiseTemplate, InteriorColumnsReadInsideTheImage) {
+  for (const ConvProblem& p : problems()) {
+    const InteriorColumns inside = depthwise_interior(p);
+    ASSERT_LE(inside.begin, inside.end) << p.text();
+    ASSERT_LE(inside.end, p.ow()) << p.text();
+    for (int64_t ow = 0; ow < p.ow(); ++ow) {
+      const int64_t first = ow * p.stride_w - p.pad_left;
+      const int64_t last = first + (p.kw - 1) * p.dilation_w;
+      // The interior is exactly the columns whose taps all read inside the image.
+      EXPECT_EQ(first >= 0 && last < p.w, ow >= inside.begin && ow < inside.end)
+          << p.text() << " column " << ow;
+    }
+  }
+  // MobileNet's 3x3 stride-1 layer at 112 columns: only the first and the last are edges.
+  const InteriorColumns mobilenet = depthwise_interior(depthwise(1, 32, 112, 112, 1, 3, 1, 1));
+  EXPECT_EQ(mobilenet.begin, 1);
+  EXPECT_EQ(mobilenet.end, 111);
+}
+
+TEST(DepthwiseTemplate, GroupedChoicesNamedAndRebuiltFromTheirNames) {
+  const ConvProblem p = depthwise(1, 96, 112, 112, 1, 3, 2, 1);
+  EXPECT_EQ(p.text(), "conv(1x96x112x112, 96x1x3x3, s2, p1, g96)");
+  EXPECT_EQ(p.depth(), 9);
+  EXPECT_EQ(conv_problem_from_ints(conv_problem_ints(p)), p);
+  const std::vector<ConvChoicePtr> choices = conv_choices(p, 2, TemplateIsa::kAvx512);
+  ASSERT_EQ(choices.size(), 2u);
+  EXPECT_EQ(choices[0]->name(), "depthwise avx512");
+  EXPECT_EQ(choices[1]->name(), "onednn");
+  for (const ConvChoicePtr& c : choices) {
+    EXPECT_EQ(make_conv_choice(c->name(), p)->hash_key(), c->hash_key()) << c->name();
+  }
+  // A grouped convolution that is not depthwise has oneDNN only; im2col refuses groups.
+  ConvProblem grouped = depthwise(1, 8, 9, 9, 1, 3, 1, 1);
+  grouped.group = 4;
+  ASSERT_EQ(conv_choices(grouped, 2).size(), 1u);
+  EXPECT_EQ(conv_choices(grouped, 2)[0]->name(), "onednn");
+  EXPECT_THROW(make_conv_im2col_choice(grouped), InternalError);
+  EXPECT_THROW(make_conv_choice("depthwise avx3", p), InternalError);
+  ConvProblem bad = p;
+  bad.group = 5;  // does not divide 96
+  EXPECT_THROW(check_conv_problem(bad), InternalError);
+}
+
+// The depthwise template at both ISAs (where this CPU runs them) and oneDNN, plain and with a
+// residual Add + Clip(0, 6) epilogue (the template fuses it, oneDNN applies it in a pass).
+TEST(DepthwiseTemplate, EveryChoiceIsCorrectAtAwkwardSizes) {
+  codecache::CodeCache cache(fresh_dir() / "code");
+  for (const ConvProblem& p : problems()) {
+    std::vector<ConvChoicePtr> choices = conv_choices(p, omp_get_max_threads(), TemplateIsa::kAvx2);
+    if (host_template_isa() == TemplateIsa::kAvx512) {
+      choices.push_back(make_conv_choice("depthwise avx512", p));
+    }
+    TemplateEpilogue epilogue{.expr = {}, .args = {"e0"}};
+    epilogue.expr =
+        "std::min(std::max(v + e0[m * " + std::to_string(p.ow()) + " + n], 0.0f), 6.0f)";
+    std::vector<codecache::LibrarySpec> specs;
+    for (const ConvChoicePtr& choice : choices) {
+      codecache::CompilerConfig config;
+      const ChoiceLinkage link = choice->linkage();
+      config.include_dirs.assign(link.include_dirs.begin(), link.include_dirs.end());
+      config.libraries = link.libraries;
+      specs.push_back({{{"conv.cpp", choice->render("conv")},
+                        {"fused.cpp", choice->render("conv_fused", epilogue)}},
+                       config});
+    }
+    const std::vector<fs::path> paths = cache.compile_many(specs);
+    const std::vector<float> x = random_matrix(p.n, p.c * p.h * p.w, 3);
+    const std::vector<float> w = random_matrix(p.m, p.depth(), 4);
+    const std::vector<float> bias = random_matrix(1, p.m, 5);
+    const size_t out_size = static_cast<size_t>(p.n * p.m * p.oh() * p.ow());
+    std::vector<float> residual = random_matrix(1, static_cast<int64_t>(out_size), 6);
+    for (float& r : residual) r *= 8;  // reach both ends of the Clip
+    for (size_t i = 0; i < choices.size(); ++i) {
+      const std::string what = choices[i]->name() + " at " + p.text();
+      const std::vector<float> prepared = choices[i]->prepare(w.data(), bias.data());
+      codecache::LoadedLibrary library(paths[i]);
+      std::vector<float> y(out_size, std::numeric_limits<float>::quiet_NaN());
+      library.symbol<ConvFn>("conv")(x.data(), prepared.data(), y.data());
+      expect_matches(p, x, w, bias, nullptr, y, what);
+      std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
+      library.symbol<ConvResidualFn>("conv_fused")(x.data(), prepared.data(), y.data(),
+                                                   residual.data());
+      expect_matches(p, x, w, bias, residual.data(), y, what + " + residual Clip");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::autotune

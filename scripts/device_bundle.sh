@@ -1,0 +1,138 @@
+#!/bin/bash
+# Packs a built Kiln for a GPU machine that has the NVIDIA driver and CUDA libraries but none of
+# Kiln's build dependencies and no network, so that the CUDA checks run there as they would here:
+#   scripts/device_bundle.sh [BUILD_DIR] [OUT_DIR]
+# BUILD_DIR defaults to build, OUT_DIR to build-bundle. OUT_DIR receives:
+#   kiln.tar.xz     Kiln installed under a prefix (bin/kiln, bin/kiln_onnx_runner, libkiln,
+#                   the runtime headers generated code includes) with this checkout's check
+#                   scripts and case lists under share/kiln/check
+#   syslibs.tar.xz  with their absolute paths: the shared libraries the binaries need (ldd) that
+#                   are not part of the C/C++ base system, the libraries generated code links
+#                   (OpenBLAS, oneDNN, with their link-time symlinks) and the headers it includes
+#                   beyond the compiler's and the C library's (g++ -M on every runtime header)
+#   onnx-data.tar.xz  the ONNX 1.12 backend suite's data
+#   run.sh          unpacks all that (syslibs into /, so: a scratch machine only) and runs
+#                   scripts/device_cuda_check.sh, then compute-sanitizer on a few cases
+# The total stays far below 60 MiB (about 40). NVRTC and the CUDA driver are not packed: the
+# machine has them (run.sh finds a libnvrtc.so.<major> there, PyTorch's wheels included).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$here/build}" && pwd)
+out=${2:-$here/build-bundle}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# 1. Kiln, installed under a prefix, plus the runner and the check scripts.
+prefix=$work/kiln
+cmake --install "$build" --prefix "$prefix" >/dev/null
+cp "$build/bin/kiln_onnx_runner" "$prefix/bin/"
+mkdir -p "$prefix/share/kiln/check"
+cp "$here/scripts/device_cuda_check.sh" "$here/tests/onnx/core_cases.txt" \
+  "$here/tests/onnx/exclusions.txt" "$prefix/share/kiln/check/"
+strip --strip-unneeded "$prefix/bin/kiln" "$prefix/bin/kiln_onnx_runner" 2>/dev/null || true
+
+# 2. System files, listed with absolute paths.
+list=$work/syslibs.txt
+: >"$list"
+# Adds a file and, for a symbolic link, every link of its chain (Debian's alternatives).
+add_path() {
+  local p=$1
+  while [ -L "$p" ]; do
+    echo "$p" >>"$list"
+    local target
+    target=$(readlink "$p")
+    case $target in /*) p=$target ;; *) p=$(dirname "$p")/$target ;; esac
+  done
+  [ -e "$p" ] && echo "$p" >>"$list"
+  return 0
+}
+# The C and C++ base system every Linux machine has, at versions at least these.
+is_base() {
+  case $(basename "$1") in
+    libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | librt.so.* | ld-linux* | \
+      libstdc++.so.* | libgcc_s.so.* | libgomp.so.* | libz.so.*) return 0 ;;
+  esac
+  return 1
+}
+for binary in "$prefix/bin/kiln" "$prefix/bin/kiln_onnx_runner" "$prefix"/lib/libkiln*.so*; do
+  [ -f "$binary" ] || continue
+  ldd "$binary" | awk '/=> \// {print $3}' | while read -r lib; do
+    is_base "$lib" || add_path "$lib"
+  done
+done
+# What generated code links and includes.
+for name in openblas dnnl blas; do
+  lib=$(g++ -print-file-name="lib$name.so")
+  [ "$lib" != "lib$name.so" ] && add_path "$lib"
+done
+probe=$work/probe.cpp
+{
+  echo '#define KILN_RT_WITH_DNNL 1'
+  for h in "$here"/src/runtime/kiln_rt*.h; do
+    case $(basename "$h") in kiln_rt_cuda.h) ;; *) echo "#include \"$(basename "$h")\"" ;; esac
+  done
+} >"$probe"
+g++ -std=c++20 -fopenmp -M -I "$here/src/runtime" "$probe" | tr ' \\' '\n\n' | grep '^/' |
+  grep -v -e "^$here/" -e '^/usr/include/c++/' -e '^/usr/lib/gcc/' | while read -r header; do
+  owner=$(dpkg -S "$(readlink -f "$header")" 2>/dev/null | cut -d: -f1 || true)
+  case $owner in libc6-dev | linux-libc-dev | "") ;; *) add_path "$header" ;; esac
+done
+# The headers' siblings a library's main header may include conditionally (oneDNN's).
+for dir in /usr/include/oneapi/dnnl; do [ -d "$dir" ] && find "$dir" -name '*.h*' >>"$list"; done
+sort -u "$list" -o "$list"
+tar -C / -cf - --no-recursion -T <(sed 's|^/||' "$list") | xz -T2 -6 >"$out/syslibs.tar.xz"
+tar -C "$work" -cf - kiln | xz -T2 -6 >"$out/kiln.tar.xz"
+tar -C /usr/share/libonnx-testdata -cf - data | xz -T2 -6 >"$out/onnx-data.tar.xz"
+
+# 3. The script that runs there.
+cat >"$out/run.sh" <<'EOF'
+#!/bin/bash
+# Unpacks the bundle of scripts/device_bundle.sh (system files into /: a scratch machine only)
+# and runs the CUDA checks: the ONNX suite with --device cuda (CASES: a case list, default the
+# whole suite), then compute-sanitizer memcheck on the cases of SANITIZE (default a few).
+#   run.sh [CASES_FILE] [SANITIZE_FILE]
+set -uo pipefail
+bundle=$(cd "$(dirname "$0")" && pwd)
+tar -C / -xJf "$bundle/syslibs.tar.xz" && ldconfig
+mkdir -p /opt/kiln-bundle && tar -C /opt/kiln-bundle -xJf "$bundle/kiln.tar.xz"
+tar -C /opt/kiln-bundle -xJf "$bundle/onnx-data.tar.xz"
+prefix=/opt/kiln-bundle/kiln
+data=/opt/kiln-bundle/data
+# NVRTC: the toolkit's, else a Python wheel's (nvidia-cuda-nvrtc).
+if ! ldconfig -p | grep -q 'libnvrtc\.so\.'; then
+  nvrtc=$(find / -xdev -name 'libnvrtc.so.[0-9]*' -not -name '*alt*' 2>/dev/null | head -1)
+  [ -n "$nvrtc" ] && export LD_LIBRARY_PATH=$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "NVRTC: ${nvrtc:-not found}"
+fi
+export KILN_CACHE_DIR=/tmp/kiln-cache
+cases=${1:-}
+if [ -z "$cases" ]; then
+  cases=/tmp/all_cases.txt
+  (cd "$data" && ls -d node/* pytorch-converted/* pytorch-operator/* simple/* >"$cases")
+fi
+check=$prefix/share/kiln/check
+echo "== suite with --device cuda ($(wc -l <"$cases") cases)"
+"$check/device_cuda_check.sh" "$prefix" "$cases" "$data" 2>&1 | tail -40
+sanitize=${2:-}
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+if [ -z "$sanitizer" ]; then
+  echo "== compute-sanitizer: not found on this machine"
+  exit 0
+fi
+if [ -z "$sanitize" ]; then
+  sanitize=/tmp/sanitize_cases.txt
+  printf '%s\n' node/test_gather_0 node/test_softmax_axis_1 node/test_layer_normalization_3d_axis1_epsilon \
+    node/test_matmul_2d node/test_topk node/test_argmax_default_axis_random \
+    node/test_scatter_elements_with_axis node/test_nonzero_example >"$sanitize"
+fi
+echo "== compute-sanitizer memcheck ($(wc -l <"$sanitize") cases)"
+"$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 \
+  "$prefix/bin/kiln_onnx_runner" "$data" /tmp/kiln-sanitize-cache --cases "$sanitize" \
+  --device cuda --jobs 1 2>&1 | tail -15
+echo "compute-sanitizer exit status: ${PIPESTATUS[0]}"
+EOF
+chmod +x "$out/run.sh"
+du -ch "$out"/*.tar.xz | tail -1
+ls -la "$out"

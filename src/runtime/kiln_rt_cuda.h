@@ -57,7 +57,6 @@ struct Driver {
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuMemAllocAsync)(CUdeviceptr*, size_t, CUstream);
   CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
-  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
   CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
   CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
@@ -100,7 +99,6 @@ inline void find_symbols(void* lib, Driver& r) {
   find_symbol(lib, "cuMemFree_v2", r.cuMemFree);
   find_symbol(lib, "cuMemAllocAsync", r.cuMemAllocAsync);
   find_symbol(lib, "cuMemFreeAsync", r.cuMemFreeAsync);
-  find_symbol(lib, "cuMemcpyHtoD_v2", r.cuMemcpyHtoD);
   find_symbol(lib, "cuMemcpyHtoDAsync_v2", r.cuMemcpyHtoDAsync);
   find_symbol(lib, "cuMemcpyDtoHAsync_v2", r.cuMemcpyDtoHAsync);
   find_symbol(lib, "cuMemsetD8Async", r.cuMemsetD8Async);
@@ -299,14 +297,14 @@ class RunState {
     return arena_;
   }
 
-  /// Constant `k` (host data of `bytes`) in device memory, uploaded on first use.
+  /// Constant `k` (host data of `bytes`, alive as long as the model) in device memory, uploaded
+  /// on first use, in the order of the run's stream.
   const void* constant(size_t k, const void* host, size_t bytes) {
     if (constants_.size() <= k) constants_.resize(k + 1, nullptr);
     if (constants_[k] == nullptr) {
       void* p = alloc_device(bytes);
-      if (bytes > 0)
-        check(driver().cuMemcpyHtoD(device_ptr(p), host, bytes), "uploading a constant");
       constants_[k] = p;
+      upload(static_cast<char*>(p), static_cast<const char*>(host), static_cast<int64_t>(bytes));
     }
     return constants_[k];
   }

@@ -63,6 +63,7 @@ std::string CudaWrapperOps::host_input_data(const std::string& pointer) const {
 void CudaWrapperOps::write_constant_data(IndentedBuffer& out, size_t index,
                                          const std::string& ctype, const std::string& pointer,
                                          size_t bytes) {
+  constants_[pointer] = index;
   out.linef("const {}* {} = static_cast<const {}*>(state.cuda.constant({}, constants[{}], {}));",
             ctype, pointer, ctype, index, index, bytes);
 }
@@ -203,12 +204,17 @@ void CudaWrapperOps::write_library_call(IndentedBuffer& out, const ir::Buffer& b
   out.line("{");
   {
     auto _ = out.scope();
-    out.line("// Host copies of what it reads, from the GPU, and host storage for what it writes:");
+    out.line(
+        "// What it reads: the host's constants, copies of the rest from the GPU; host storage");
+    out.line("// for what it writes:");
     for (size_t k = 0; k < buffers.size(); ++k) {
       const ir::Buffer& b = *buffers[k];
       const std::string t = ctype(b.dtype);
       const std::string n = cexpr(b.layout.storage_size());
-      if (k + 1 < buffers.size()) {
+      if (auto c = constants_.find(b.name); c != constants_.end()) {
+        out.linef("const {}* const {} = static_cast<const {}*>(constants[{}]);  // the host's", t,
+                  b.name, t, c->second);
+      } else if (k + 1 < buffers.size()) {
         out.linef("const {}* const {} = host.in<{}>({}, {});", t, b.name, t, k, n);
       } else {
         out.linef("{}* const {} = host.out<{}>({}, {});", t, b.name, t, k, n);

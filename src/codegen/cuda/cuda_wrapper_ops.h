@@ -7,9 +7,9 @@
 /// when a run starts, constants uploaded once per run state, outputs copied back to the host
 /// when it ends. Ops on the host-fallback list (host_fallback.h) run on the host with the CPU's
 /// emission (cpp_wrapper_ops.h), inside a scope that declares host copies of exactly the
-/// buffers the op reads (copied from the GPU) and writes (copied back after it): each copy is
-/// explicit in the wrapper. Index checks run on the GPU and sizes read from data wait for it;
-/// nothing else does until the outputs.
+/// buffers the op reads (copied from the GPU; constants are read from the host's copy) and
+/// writes (copied back after it): each copy is explicit in the wrapper. Index checks run on the GPU
+/// and sizes read from data wait for it; nothing else does until the outputs.
 
 #include <filesystem>
 #include <map>
@@ -83,6 +83,8 @@ class CudaWrapperOps final : public WrapperOps {
   std::vector<std::pair<std::string, std::string>> device_sources_;
   /// Model input buffers: (index, element type).
   std::map<std::string, std::pair<size_t, std::string>> inputs_;
+  /// Constant buffers: their index in the wrapper's `constants` (host data).
+  std::map<std::string, size_t> constants_;
 };
 
 }  // namespace kiln::codegen

@@ -9,7 +9,7 @@
 #                   scripts and case lists under share/kiln/check
 #   syslibs.tar.xz  with their absolute paths: the shared libraries the binaries need (ldd) that
 #                   are not part of the C/C++ base system, the libraries generated code links
-#                   (OpenBLAS, oneDNN, with their link-time symlinks) and the headers it includes
+#                   (OpenBLAS, oneDNN, SLEEF, with their link-time symlinks) and the headers it includes
 #                   beyond the compiler's and the C library's (g++ -M on every runtime header)
 #   onnx-data.tar.xz  the ONNX 1.12 backend suite's data (unpacked where the tests look for it)
 #   run.sh          unpacks all that (syslibs into /, so: a scratch machine only) and runs
@@ -67,7 +67,7 @@ for binary in "$prefix"/bin/* "$prefix"/lib/libkiln*.so*; do
 done
 # What generated code links (the link-time name, the run-time soname beside it, and what they
 # need in turn) and includes.
-for name in openblas dnnl; do
+for name in openblas dnnl sleef; do
   lib=$(g++ -print-file-name="lib$name.so")
   [ "$lib" = "lib$name.so" ] && continue
   add_path "$lib"
@@ -80,11 +80,11 @@ done
 probe=$work/probe.cpp
 {
   echo '#define KILN_RT_WITH_DNNL 1'
-  for h in "$here"/src/runtime/kiln_rt*.h; do
+  for h in "$here"/src/runtime/kiln_*.h; do
     case $(basename "$h") in kiln_rt_cuda.h) ;; *) echo "#include \"$(basename "$h")\"" ;; esac
   done
 } >"$probe"
-g++ -std=c++20 -fopenmp -M -I "$here/src/runtime" -I "$here/include" "$probe" | tr ' \\' '\n\n' | grep '^/' |
+g++ -std=c++20 -fopenmp -mavx2 -mfma -M -I "$here/src/runtime" -I "$here/include" "$probe" | tr ' \\' '\n\n' | grep '^/' |
   grep -v -e "^$here/" -e '/c++/' -e '^/usr/lib/gcc/' | while read -r header; do
   owner=$(dpkg -S "$(readlink -f "$header")" 2>/dev/null | cut -d: -f1 || true)
   case $owner in libc6-dev | linux-libc-dev | "") ;; *) add_path "$header" ;; esac
@@ -108,8 +108,9 @@ fi
 cat >"$out/run.sh" <<'EOF'
 #!/bin/bash
 # Unpacks the bundle of scripts/device_bundle.sh (system files into /: a scratch machine only)
-# and runs the CUDA checks: the ONNX suite with --device cuda (CASES: a case list, default the
-# whole suite), then compute-sanitizer memcheck on the cases of SANITIZE (default a few).
+# and runs the CUDA checks: the driver tests' CUDA tests, compute-sanitizer memcheck on the
+# cases of SANITIZE (default a few), then the ONNX suite with --device cuda on the cases of
+# CASES (default the whole suite), stopped after SUITE_SECONDS (default 420).
 #   run.sh [CASES_FILE] [SANITIZE_FILE]
 set -uo pipefail
 bundle=$(cd "$(dirname "$0")" && pwd)
@@ -130,33 +131,38 @@ if ! ldconfig -p | grep -q 'libnvrtc\.so\.'; then
   echo "NVRTC: ${nvrtc:-not found}"
 fi
 export KILN_CACHE_DIR=/tmp/kiln-cache
+check=$prefix/share/kiln/check
+echo "== the CUDA driver tests (tests/unit/driver/cuda_compile_test.cpp)"
+(cd /tmp && "$prefix/bin/kiln_driver_tests" --gtest_filter='*Cuda*' 2>&1 |
+  grep -E '^\[  (FAILED|PASSED|  OK|SKIPPED) |Failure|rror' | tail -30)
+sanitize=${2:-}
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+if [ -z "$sanitizer" ]; then
+  echo "== compute-sanitizer: not found on this machine"
+else
+  if [ -z "$sanitize" ]; then
+    sanitize=/tmp/sanitize_cases.txt
+    printf 'node/%s\n' test_gather_0 test_softmax_axis_1 test_layer_normalization_3d_axis1_epsilon \
+      test_matmul_2d test_top_k test_argmax_default_axis_random test_scatter_elements_with_axis \
+      test_nonzero_example test_reduce_log_sum_exp_default_axes_keepdims_random \
+      test_gathernd_example_int32 >"$sanitize"
+  fi
+  echo "== compute-sanitizer memcheck ($(wc -l <"$sanitize") cases)"
+  "$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 \
+    "$prefix/bin/kiln_onnx_runner" "$data" /tmp/kiln-sanitize-cache --cases "$sanitize" \
+    --device cuda --jobs 4 2>&1 | grep -E "ERROR SUMMARY|========= (Invalid|Program hit)|passed|FAIL" | tail -15
+  echo "compute-sanitizer exit status: ${PIPESTATUS[0]}"
+fi
 cases=${1:-}
 if [ -z "$cases" ]; then
   cases=/tmp/all_cases.txt
   (cd "$data" && ls -d node/* pytorch-converted/* pytorch-operator/* simple/* >"$cases")
 fi
-check=$prefix/share/kiln/check
-echo "== the CUDA driver tests (tests/unit/driver/cuda_compile_test.cpp)"
-(cd /tmp && "$prefix/bin/kiln_driver_tests" --gtest_filter='*Cuda*' 2>&1 | grep -E '^\[  (FAILED|PASSED|  OK|SKIPPED) |Failure|error' | tail -30)
 echo "== suite with --device cuda ($(wc -l <"$cases") cases)"
-"$check/device_cuda_check.sh" "$prefix" "$cases" "$data" 2>&1 | tail -40
-sanitize=${2:-}
-sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
-if [ -z "$sanitizer" ]; then
-  echo "== compute-sanitizer: not found on this machine"
-  exit 0
-fi
-if [ -z "$sanitize" ]; then
-  sanitize=/tmp/sanitize_cases.txt
-  printf '%s\n' node/test_gather_0 node/test_softmax_axis_1 node/test_layer_normalization_3d_axis1_epsilon \
-    node/test_matmul_2d node/test_topk node/test_argmax_default_axis_random \
-    node/test_scatter_elements_with_axis node/test_nonzero_example >"$sanitize"
-fi
-echo "== compute-sanitizer memcheck ($(wc -l <"$sanitize") cases)"
-"$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 \
-  "$prefix/bin/kiln_onnx_runner" "$data" /tmp/kiln-sanitize-cache --cases "$sanitize" \
-  --device cuda --jobs 1 2>&1 | tail -15
-echo "compute-sanitizer exit status: ${PIPESTATUS[0]}"
+timeout "${SUITE_SECONDS:-420}" "$check/device_cuda_check.sh" "$prefix" "$cases" "$data" >/tmp/suite.log 2>&1
+echo "suite exit status: $?"
+grep -v -E '^ +[A-Za-z0-9_]+ +[0-9]+ +[0-9]+ +0 *$' /tmp/suite.log | tail -60
+[ -n "${OUT:-}" ] && cp /tmp/suite.log "$OUT/" || true
 EOF
 chmod +x "$out/run.sh"
 du -ch "$out"/*.tar.xz | tail -1

@@ -116,7 +116,8 @@ inline Driver& driver() {
     Driver r{};
     void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr)
-      kiln_rt::fail("this model runs on CUDA, but the CUDA driver (libcuda.so.1) is not found");
+      kiln_rt::fail("%s",
+                    "this model runs on CUDA, but the CUDA driver (libcuda.so.1) is not found");
     find_symbols(lib, r);
     CUresult e = r.cuInit(0);
     if (e != 0) kiln_rt::fail("CUDA: cuInit failed: %s (no CUDA device?)", error_text(r, e));

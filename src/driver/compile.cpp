@@ -165,6 +165,15 @@ void fill_stats(const Generated& g, CompileStats& stats) {
   stats.buffers = static_cast<int>(g.program->buffers.size());
   stats.intermediate_allocations = g.source.plan.intermediate_allocations(*g.program);
   stats.threads = omp_get_max_threads();
+  std::map<std::string, std::set<std::string>> nodes;
+  for (const auto& item : g.graphs.front().schedule.items) {
+    for (const ir::Buffer* b : item.buffers) {
+      for (const auto& origin : b->origins)
+        nodes[std::string(ir::device_name(item.device))].insert(origin.node);
+    }
+  }
+  for (const auto& [device, names] : nodes)
+    stats.nodes_per_device[device] = static_cast<int>(names.size());
 }
 
 std::vector<codecache::SourceUnit> source_units(const codegen::WrapperSource& source) {

@@ -1,13 +1,16 @@
 #!/bin/bash
-# Runs a sample of the ONNX node suite with --device cuda on a machine with an NVIDIA GPU and
-# compares every output with the suite's expected one (the runner's tolerances), printing per
-# case and in total how many passed. Run from a Kiln build tree:
+# Runs ONNX suite cases with --device cuda on a machine with an NVIDIA GPU and compares every
+# output with the suite's expected one (the runner's tolerances: the core cases' stricter ones),
+# printing per op and in total how many passed. Run from a Kiln build tree or from the bundle
+# of scripts/device_bundle.sh (which puts this script beside the case lists):
 #   scripts/device_cuda_check.sh [BUILD_DIR] [CASES_FILE] [DATA_DIR]
 # BUILD_DIR defaults to build, CASES_FILE to the core cases, DATA_DIR to the suite's.
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$here/build}
-cases=${2:-$here/tests/onnx/core_cases.txt}
+here=$(cd "$(dirname "$0")" && pwd)
+lists=$here
+[ -f "$lists/exclusions.txt" ] || lists=$here/../tests/onnx
+build=${1:-$here/../build}
+cases=${2:-$lists/core_cases.txt}
 data=${3:-/usr/share/libonnx-testdata/data}
 cache=$(mktemp -d)
 trap 'rm -rf "$cache"' EXIT
@@ -16,5 +19,5 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   exit 0
 fi
 nvidia-smi -L
-exec "$build/bin/kiln_onnx_runner" "$data" "$cache" --cases "$cases" --core "$cases" \
-  --exclusions "$here/tests/onnx/exclusions.txt" --device cuda --jobs "$(nproc)"
+"$build/bin/kiln_onnx_runner" "$data" "$cache" --cases "$cases" --core "$lists/core_cases.txt" \
+  --exclusions "$lists/exclusions.txt" --device cuda --jobs "$(nproc)"

@@ -64,7 +64,8 @@ class TempDir {
 /// distinct kernel function once, `extern "C" void NAME(...);`, and opens each library call
 /// with a comment `{  // KIND from NODE`.
 /// A CUDA wrapper defines a launch function per kernel instead, `static void launch_NAME(...) {`,
-/// and calls it: its kernels run on the GPU, its library calls on the host.
+/// and calls it: its kernels run on the GPU, its library calls on the host (the host-fallback
+/// list), each with a line `// on the host: REASON` that is printed with it.
 void print_kernels(const fs::path& dump_dir, ir::Device device) {
   fs::path wrapper = dump_dir / "5_wrapper.cpp";
   std::error_code ec;
@@ -79,6 +80,8 @@ void print_kernels(const fs::path& dump_dir, ir::Device device) {
   std::vector<std::string> names;
   std::map<std::string, int> calls;  // call sites per kernel
   std::map<std::string, int> library_calls;
+  std::map<std::string, std::string> host_reasons;  // kind -> why it runs on the host
+  std::string last_kind;
   for (std::string line; std::getline(text, line);) {
     if (line.rfind(declaration, 0) == 0 && line.ends_with(cuda ? ") {" : ");")) {
       size_t open = line.find('(', declaration.size());
@@ -90,7 +93,12 @@ void print_kernels(const fs::path& dump_dir, ir::Device device) {
     std::string_view rest = std::string_view(line).substr(first);
     if (rest.starts_with("{  // ")) {
       rest.remove_prefix(6);
-      library_calls[std::string(rest.substr(0, rest.find(' ')))]++;
+      last_kind = std::string(rest.substr(0, rest.find(' ')));
+      library_calls[last_kind]++;
+      continue;
+    }
+    if (cuda && rest.starts_with("// on the host: ")) {
+      host_reasons[last_kind] = std::string(rest.substr(16));
       continue;
     }
     for (const std::string& name : names) {
@@ -107,9 +115,16 @@ void print_kernels(const fs::path& dump_dir, ir::Device device) {
   }
   std::vector<std::string> library;
   for (const auto& [kind, n] : library_calls) library.push_back(fmt::format("{} {}", n, kind));
-  if (!library.empty()) {
-    fmt::print("library calls{}: {}\n", cuda ? " (on the host, with the data shared)" : "",
-               fmt::join(library, ", "));
+  if (library.empty()) return;
+  if (!cuda) {
+    fmt::print("library calls: {}\n", fmt::join(library, ", "));
+    return;
+  }
+  fmt::print("library calls (on the host, with copies from and to the GPU):\n");
+  for (const auto& [kind, n] : library_calls) {
+    auto reason = host_reasons.find(kind);
+    fmt::print("  {} {}{}\n", n, kind,
+               reason == host_reasons.end() ? "" : fmt::format(" ({})", reason->second));
   }
 }
 

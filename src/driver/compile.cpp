@@ -21,6 +21,7 @@
 #include "codegen/cpp/cpp_kernel.h"
 #include "codegen/wrapper/model_api.h"
 #include "codegen/wrapper/wrapper.h"
+#include "driver/placement.h"
 #include "lower/conv_select.h"
 #include "sched/scheduler.h"
 #include "sched/template_epilogue.h"
@@ -118,11 +119,11 @@ void refuse_control_flow(const ir::Program& program, ir::Device device) {
 Generated generate(const graph::Model& model, const CompileOptions& options,
                    std::optional<autotune::TemplateIsa> template_isa, const Dumper& dump) {
   Generated g;
-  g.codegen = codegen::make_device_codegen(options.device);
   // Absolute from here on: the compiler runs in other directories, and the paths it is given
   // (the embedded weights' folder) must name the same files there.
   g.cache_dir = options.cache_dir.empty() ? codecache::default_cache_dir()
                                           : fs::absolute(options.cache_dir).lexically_normal();
+  g.codegen = codegen::make_device_codegen(options.device, g.cache_dir);
   lower::LoweringOptions lowering = options.lowering;
   lowering.threads = omp_get_max_threads();
   lowering.code_cache_dir = g.cache_dir;
@@ -134,6 +135,7 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   if (options.device != ir::Device::kCpu) refuse_control_flow(program, options.device);
   dump.write("1_ir.txt", program.str());
   if (options.fuse_epilogues) sched::fuse_template_epilogues(*g.program, g.codegen->scheduling());
+  if (options.device != ir::Device::kCpu) place_buffers(*g.program, *g.codegen);
 
   schedule_graph("run_impl", "", program, *g.codegen, g.graphs);
   std::string schedules, decisions;
@@ -163,6 +165,15 @@ void fill_stats(const Generated& g, CompileStats& stats) {
   stats.buffers = static_cast<int>(g.program->buffers.size());
   stats.intermediate_allocations = g.source.plan.intermediate_allocations(*g.program);
   stats.threads = omp_get_max_threads();
+  std::map<std::string, std::set<std::string>> nodes;
+  for (const auto& item : g.graphs.front().schedule.items) {
+    for (const ir::Buffer* b : item.buffers) {
+      for (const auto& origin : b->origins)
+        nodes[std::string(ir::device_name(item.device))].insert(origin.node);
+    }
+  }
+  for (const auto& [device, names] : nodes)
+    stats.nodes_per_device[device] = static_cast<int>(names.size());
 }
 
 std::vector<codecache::SourceUnit> source_units(const codegen::WrapperSource& source) {

@@ -3,6 +3,7 @@
 /// and CompiledModel, a model loaded in this process and ready to run.
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,10 @@ struct CompileStats {
   bool cache_hit = false;  // the shared library came from the code cache
   double seconds = 0;      // wall time of compile()
   int threads = 0;         // OpenMP threads the kernels and libraries use
+  /// Device name ("cpu", "cuda") -> how many ONNX nodes of the model have work scheduled there
+  /// (a node split between devices, such as NonZero's count on the host and its kernel on the
+  /// GPU, counts on both).
+  std::map<std::string, int> nodes_per_device;
 };
 
 class CompiledModel {

@@ -7,12 +7,13 @@
 
 namespace kiln::codegen {
 
-std::unique_ptr<DeviceCodegen> make_device_codegen(ir::Device device) {
+std::unique_ptr<DeviceCodegen> make_device_codegen(ir::Device device,
+                                                   const std::filesystem::path& cache_dir) {
   switch (device) {
     case ir::Device::kCpu:
       return std::make_unique<CppCodegen>();
     case ir::Device::kCuda:
-      return std::make_unique<CudaCodegen>();
+      return std::make_unique<CudaCodegen>(cache_dir);
   }
   internal_error("no backend for device {}", ir::device_name(device));
 }

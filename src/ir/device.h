@@ -1,7 +1,8 @@
 #pragma once
-/// The device a buffer's storage lives on and a scheduled item runs on. Lowering places every
-/// buffer on the CPU; the CUDA backend (codegen/cuda) runs every kernel group on the GPU and
-/// library calls on the host, with their data in memory both can reach.
+/// The device a buffer is computed on and a scheduled item runs on. Lowering places every
+/// buffer on the CPU; for another device, placement (driver/placement.h) puts each buffer on it
+/// unless the backend leaves it to the host (the CUDA backend's host-fallback list), and the
+/// wrapper copies data between the two around such ops.
 
 #include <cstdint>
 #include <optional>

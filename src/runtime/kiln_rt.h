@@ -171,25 +171,34 @@ class Pool {
   std::vector<T*> free_;
 };
 
+/// Host memory for a Workspace: 64-byte aligned, released with free().
+struct HostMemory {
+  void* alloc(size_t bytes) const { return aligned_alloc_bytes(bytes); }
+  void free(void* p) const { std::free(p); }
+};
+
 /// Owns the intermediates of one run: freed when the run ends, also when it fails midway.
-class Workspace {
+/// `Memory` says where they live (alloc(bytes), free(pointer)): the host's (Workspace), or a
+/// device's (kiln_rt_cuda.h's DeviceWorkspace).
+template <typename Memory>
+class BasicWorkspace {
  public:
-  Workspace() = default;
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-  ~Workspace() {
-    for (void* p : live_) std::free(p);
+  explicit BasicWorkspace(Memory memory = Memory()) : memory_(memory) {}
+  BasicWorkspace(const BasicWorkspace&) = delete;
+  BasicWorkspace& operator=(const BasicWorkspace&) = delete;
+  ~BasicWorkspace() {
+    for (void* p : live_) memory_.free(p);
   }
   template <typename T>
   T* alloc(int64_t numel) {
-    void* p = aligned_alloc_bytes(static_cast<size_t>(std::max<int64_t>(numel, 0)) * sizeof(T));
+    void* p = memory_.alloc(static_cast<size_t>(std::max<int64_t>(numel, 0)) * sizeof(T));
     live_.push_back(p);
     return static_cast<T*>(p);
   }
   void release(const void* p) {
     auto it = std::find(live_.begin(), live_.end(), p);
     if (it == live_.end()) return;
-    std::free(*it);
+    memory_.free(*it);
     live_.erase(it);
   }
   /// Takes ownership of storage allocated elsewhere (a control-flow result).
@@ -203,8 +212,11 @@ class Workspace {
   }
 
  private:
+  Memory memory_;
   std::vector<void*> live_;
 };
+
+using Workspace = BasicWorkspace<HostMemory>;
 
 /// Storage for a model output: the caller's buffer when it gave one (which must hold the
 /// output), else storage of the run that finish_output hands to the caller.

@@ -146,6 +146,7 @@ struct CaseResult {
   bool passed = false;
   bool excluded = false;
   std::string message;
+  std::map<std::string, int> nodes_per_device;  // CompileStats::nodes_per_device
 };
 
 std::vector<std::string> model_ops(const graph::Graph& g) {
@@ -215,6 +216,7 @@ CaseResult run_case(const fs::path& data_dir, const std::string& name, const fs:
       }
     }
     driver::CompiledModel compiled = driver::compile(model, options);
+    result.nodes_per_device = compiled.stats().nodes_per_device;
     for (const fs::path& set : sets) {
       std::vector<graph::IoValue> outputs = compiled.run_values(read_inputs(set));
       for (size_t k = 0; k < outputs.size(); ++k) {
@@ -305,6 +307,17 @@ void print_report(const std::vector<CaseResult>& results, double seconds, bool b
       fmt::print("{:<28} {:>6} {:>7} {:>7}\n", "", opset, counts.first, counts.second);
     }
   }
+  // Off the CPU, where each case's ONNX nodes ran, and the totals over the passing cases.
+  std::map<std::string, int> nodes_total;
+  for (const CaseResult& r : results) {
+    if (g_device == ir::Device::kCpu || r.nodes_per_device.empty()) continue;
+    std::vector<std::string> parts;
+    for (const auto& [device, n] : r.nodes_per_device) {
+      parts.push_back(fmt::format("{} on {}", n, device));
+      if (r.passed && !r.excluded) nodes_total[device] += n;
+    }
+    fmt::print("nodes {}: {}\n", r.name, fmt::join(parts, ", "));
+  }
   int passed = 0, failed = 0, skipped = 0;
   for (const CaseResult& r : results) {
     if (r.excluded && !r.passed) {
@@ -318,6 +331,13 @@ void print_report(const std::vector<CaseResult>& results, double seconds, bool b
       ++failed;
       fmt::print("FAIL {}: {}\n", r.name, r.message);
     }
+  }
+  if (!nodes_total.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [device, n] : nodes_total) parts.push_back(fmt::format("{} on {}", n, device));
+    fmt::print(
+        "ONNX nodes of the passing cases: {} (a node split between devices counts on each)\n",
+        fmt::join(parts, ", "));
   }
   fmt::print("wall time {:.1f} s\n", seconds);
   fmt::print("{} passed, {} failed, {} skipped\n", passed, failed, skipped);

@@ -9,6 +9,7 @@
 /// codegen/cuda/cuda_codegen.h (CudaCodegen: CUDA kernels through NVRTC, library calls on the
 /// host).
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -70,6 +71,9 @@ class WrapperOps {
   /// Declares `const ctype* pointer`: the data of model input `k` (`in<k>`, a TensorArg).
   virtual void write_input_data(IndentedBuffer& out, size_t k, const std::string& ctype,
                                 const std::string& pointer) = 0;
+  /// The data of model input buffer `pointer` (declared by write_input_data) where the host
+  /// reads it: value guards and sizes read from an input's values.
+  virtual std::string host_input_data(const std::string& pointer) const { return pointer; }
   /// Declares `const ctype* pointer`: the data of constant `index` (`constants[index]`, `bytes`
   /// bytes).
   virtual void write_constant_data(IndentedBuffer& out, size_t index, const std::string& ctype,
@@ -78,6 +82,17 @@ class WrapperOps {
   virtual void write_arena(IndentedBuffer& out, const std::string& bytes) = 0;
   /// Declares `allocation.buffer` at its place.
   virtual void write_allocation(IndentedBuffer& out, const Allocation& allocation) = 0;
+  /// Checks that the `count` indices at `pointer` lie in [-size, size) (`has_ignored`:
+  /// `ignored` is allowed too), failing with a message naming `node` (a string literal) and the
+  /// first index out of range; written before the first item that reads them. Arguments are
+  /// C++ expressions.
+  virtual void write_index_check(IndentedBuffer& out, const std::string& pointer,
+                                 const std::string& count, const std::string& size,
+                                 bool has_ignored, int64_t ignored, const std::string& node) = 0;
+  /// Declares `const int64_t identifier`: element `element` of computed buffer `pointer`, a size
+  /// the host needs from here on.
+  virtual void write_size_read(IndentedBuffer& out, const std::string& identifier,
+                               const std::string& pointer, const std::string& element) = 0;
   /// Frees workspace storage at `pointer` (a buffer past its last use).
   virtual void write_release(IndentedBuffer& out, const std::string& pointer) = 0;
   /// The workspace takes over the data of every TensorArg of array `results` (a control-flow
@@ -145,7 +160,8 @@ class DeviceCodegen {
   virtual codecache::CompilerConfig build_config(const BuildNeeds& needs) const = 0;
 };
 
-/// The backend of `device`.
-std::unique_ptr<DeviceCodegen> make_device_codegen(ir::Device device);
+/// The backend of `device`; what it caches (the CUDA backend's cubins) goes under `cache_dir`.
+std::unique_ptr<DeviceCodegen> make_device_codegen(ir::Device device,
+                                                   const std::filesystem::path& cache_dir);
 
 }  // namespace kiln::codegen

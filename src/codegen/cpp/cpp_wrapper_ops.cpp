@@ -381,6 +381,18 @@ void CppWrapperOps::write_allocation(IndentedBuffer& out, const Allocation& a) {
   }
 }
 
+void CppWrapperOps::write_index_check(IndentedBuffer& out, const std::string& pointer,
+                                      const std::string& count, const std::string& size,
+                                      bool has_ignored, int64_t ignored, const std::string& node) {
+  out.linef("kiln_rt::check_indices({}, {}, {}, {}, {}LL, {});", pointer, count, size,
+            has_ignored ? "true" : "false", ignored, node);
+}
+
+void CppWrapperOps::write_size_read(IndentedBuffer& out, const std::string& identifier,
+                                    const std::string& pointer, const std::string& element) {
+  out.linef("const int64_t {} = {}[{}];  // known from here on", identifier, pointer, element);
+}
+
 void CppWrapperOps::write_release(IndentedBuffer& out, const std::string& pointer) {
   out.linef("ws.release({});", pointer);
 }

@@ -34,6 +34,11 @@ class CppWrapperOps final : public WrapperOps {
                            const std::string& pointer, size_t bytes) override;
   void write_arena(IndentedBuffer& out, const std::string& bytes) override;
   void write_allocation(IndentedBuffer& out, const Allocation& allocation) override;
+  void write_index_check(IndentedBuffer& out, const std::string& pointer, const std::string& count,
+                         const std::string& size, bool has_ignored, int64_t ignored,
+                         const std::string& node) override;
+  void write_size_read(IndentedBuffer& out, const std::string& identifier,
+                       const std::string& pointer, const std::string& element) override;
   void write_release(IndentedBuffer& out, const std::string& pointer) override;
   void write_take_over(IndentedBuffer& out, const std::string& results) override;
   void write_hand_over(IndentedBuffer& out, const std::string& pointer) override;

@@ -1,17 +1,18 @@
 #include "codegen/cuda/cuda_codegen.h"
 
 #include "codegen/cuda/cuda_wrapper_ops.h"
+#include "codegen/cuda/host_fallback.h"
 #include "codegen/cuda/nvrtc_compile.h"
 #include "support/error.h"
 
 namespace kiln::codegen {
 
-CudaCodegen::CudaCodegen() {
+CudaCodegen::CudaCodegen(std::filesystem::path cache_dir) : cache_dir_(std::move(cache_dir)) {
   if (std::string why = nvrtc_missing(); !why.empty()) user_error("--device cuda: {}", why);
 }
 
 bool CudaCodegen::supports(const ir::Buffer& buffer) const {
-  return buffer.kind != ir::BufferKind::kExtern;
+  return buffer.kind != ir::BufferKind::kExtern || !cuda_host_fallback(buffer.call.op);
 }
 
 GeneratedKernel CudaCodegen::generate_kernel(const sched::ScheduleItem& item,
@@ -22,7 +23,7 @@ GeneratedKernel CudaCodegen::generate_kernel(const sched::ScheduleItem& item,
 std::string CudaCodegen::prelude() const { return cuda_kernel_prelude(); }
 
 std::unique_ptr<WrapperOps> CudaCodegen::wrapper_ops() const {
-  return std::make_unique<CudaWrapperOps>(host_.wrapper_ops(), prelude());
+  return std::make_unique<CudaWrapperOps>(host_.wrapper_ops(), prelude(), cache_dir_);
 }
 
 codecache::CompilerConfig CudaCodegen::build_config(const BuildNeeds& needs) const {

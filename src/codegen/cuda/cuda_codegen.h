@@ -4,6 +4,8 @@
 /// wrapper's CUDA operations (cuda_wrapper_ops.h). The generated units are host C++ built with
 /// g++ like the CPU's: the wrapper loads the CUDA driver at run time, so building needs no GPU.
 
+#include <filesystem>
+
 #include "codegen/common/device_codegen.h"
 #include "codegen/cpp/cpp_codegen.h"
 #include "codegen/cuda/cuda_kernel.h"
@@ -12,11 +14,13 @@ namespace kiln::codegen {
 
 class CudaCodegen final : public DeviceCodegen {
  public:
-  /// Fails with a clear error when this Kiln was built without the CUDA toolkit.
-  CudaCodegen();
+  /// Fails with a clear error when this Kiln was built without the CUDA toolkit. Cubins are
+  /// cached under `cache_dir` (the compile's code cache).
+  explicit CudaCodegen(std::filesystem::path cache_dir);
   ir::Device device() const override { return ir::Device::kCuda; }
   const sched::Backend& scheduling() const override { return backend_; }
-  /// Kernel groups; library calls run on the host (cuda_wrapper_ops.h).
+  /// Kernel groups, inputs and constants; library calls on the host-fallback list
+  /// (host_fallback.h) run on the host.
   bool supports(const ir::Buffer& buffer) const override;
   GeneratedKernel generate_kernel(const sched::ScheduleItem& item,
                                   const ir::Program& program) const override;
@@ -27,6 +31,7 @@ class CudaCodegen final : public DeviceCodegen {
  private:
   CudaBackend backend_;
   CppCodegen host_;  // library calls and the host build
+  std::filesystem::path cache_dir_;
 };
 
 }  // namespace kiln::codegen

@@ -50,6 +50,8 @@ class CudaKernelBuilder {
 
  private:
   std::string signature(int64_t threads) const;
+  /// True when a member reads a buffer whose values are checked indices (Program::index_checks).
+  bool reads_checked_indices() const;
   /// Declares `vars` from the flat index `flat` over `sizes` (row-major).
   void split_index(IndentedBuffer& out, const std::string& flat, const std::vector<sym::Expr>& vars,
                    const std::vector<sym::Expr>& sizes);
@@ -81,6 +83,17 @@ std::string CudaKernelBuilder::signature(int64_t threads) const {
                         graph::dtype_cpp_storage(a.dtype), param_names_[k]);
   }
   return text + ")";
+}
+
+bool CudaKernelBuilder::reads_checked_indices() const {
+  for (const ir::IndexCheck& check : ctx_.program->index_checks) {
+    for (const ir::Buffer* b : item_.buffers) {
+      for (const std::string& r : b->reads()) {
+        if (r == check.buffer) return true;
+      }
+    }
+  }
+  return false;
 }
 
 void CudaKernelBuilder::split_index(IndentedBuffer& out, const std::string& flat,
@@ -222,6 +235,9 @@ GeneratedKernel CudaKernelBuilder::build() {
   LaunchSpec launch;
   int64_t threads = kPointwiseThreads;
   IndentedBuffer body;
+  if (reads_checked_indices()) {
+    body.line("if (kiln_error.code != 0) return;  // an index check failed: read no index");
+  }
   if (group_.is_reduction()) {
     threads = reduce_threads(group_.reduce_numel());
     emit_reduction(body);
@@ -257,6 +273,57 @@ std::string cuda_kernel_prelude() {
 )";
   text += sym::cuda_prelude();
   text += R"(
+// The run's error word (kiln_rt_cuda.h DeviceError): the first index check that failed, the
+// position of its first index out of range and that index. The host clears it when a run
+// starts and reads it whenever it waits for the GPU; kernels that read checked indices stop
+// once it is set, so they never index out of bounds.
+struct KilnDeviceError {
+  int32_t code;
+  int32_t check;
+  long long position;
+  long long value;
+};
+__device__ KilnDeviceError kiln_error;
+
+// Index check `check` (one block): the first of `count` indices outside [-size, size), other
+// than `ignored` when `has_ignored`, sets the error word, unless an earlier check already did.
+template <typename T>
+__device__ void kiln_check_indices(const T* indices, int64_t count, int64_t size,
+                                   int64_t has_ignored, int64_t ignored, int64_t check) {
+  if (kiln_error.code != 0) return;
+  __shared__ long long first;
+  if (threadIdx.x == 0) first = count;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    const long long v = static_cast<long long>(indices[i]);
+    if (has_ignored && v == ignored) continue;
+    if (v < -size || v >= size) {
+      atomicMin(&first, static_cast<long long>(i));
+      break;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && first < count) {
+    kiln_error.check = static_cast<int32_t>(check);
+    kiln_error.position = first;
+    kiln_error.value = static_cast<long long>(indices[first]);
+    __threadfence();
+    kiln_error.code = 1;
+  }
+}
+
+extern "C" __global__ void kiln_check_indices_i32(const int32_t* indices, int64_t count,
+                                                  int64_t size, int64_t has_ignored,
+                                                  int64_t ignored, int64_t check) {
+  kiln_check_indices(indices, count, size, has_ignored, ignored, check);
+}
+
+extern "C" __global__ void kiln_check_indices_i64(const int64_t* indices, int64_t count,
+                                                  int64_t size, int64_t has_ignored,
+                                                  int64_t ignored, int64_t check) {
+  kiln_check_indices(indices, count, size, has_ignored, ignored, check);
+}
+
 // Combines every thread's `value` with `combine` in a shared-memory tree (blockDim.x a power of
 // two, at most 256); every thread gets the result.
 template <typename T, typename Combine>

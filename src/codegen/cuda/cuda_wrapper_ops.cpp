@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include "codegen/cpp/cpp_host_text.h"
+#include "codegen/cuda/host_fallback.h"
 #include "codegen/cuda/nvrtc_compile.h"
 #include "support/error.h"
+#include "support/identifier.h"
 
 namespace kiln::codegen {
 
@@ -40,20 +42,28 @@ void CudaWrapperOps::write_run_state_members(IndentedBuffer& out) {
 }
 
 void CudaWrapperOps::write_workspace(IndentedBuffer& out) {
-  out.line("kiln_cuda::Workspace ws;");
-  out.line("state.cuda.load(kCubins, sizeof kCubins / sizeof kCubins[0], kKernelNames,");
-  out.line("                sizeof kKernelNames / sizeof kKernelNames[0]);");
+  out.line("state.cuda.begin_run(kCubins, sizeof kCubins / sizeof kCubins[0], kKernelNames,");
+  out.line("                     sizeof kKernelNames / sizeof kKernelNames[0]);");
+  out.line("kiln_cuda::DeviceWorkspace ws(state.cuda.memory());");
 }
 
 void CudaWrapperOps::write_input_data(IndentedBuffer& out, size_t k, const std::string& ctype,
                                       const std::string& pointer) {
-  out.linef("const {}* {} = ws.upload<{}>(in{});  // copied where the GPU reads it", ctype, pointer,
-            ctype, k);
+  inputs_[pointer] = {k, ctype};
+  out.linef("const {}* {} = state.cuda.upload_input<{}>(ws, in{});  // copied to the GPU", ctype,
+            pointer, ctype, k);
+}
+
+std::string CudaWrapperOps::host_input_data(const std::string& pointer) const {
+  auto it = inputs_.find(pointer);
+  KILN_CHECK(it != inputs_.end(), "{} is not a model input", pointer);
+  return fmt::format("static_cast<const {}*>(in{}.data)", it->second.second, it->second.first);
 }
 
 void CudaWrapperOps::write_constant_data(IndentedBuffer& out, size_t index,
                                          const std::string& ctype, const std::string& pointer,
                                          size_t bytes) {
+  constants_[pointer] = index;
   out.linef("const {}* {} = static_cast<const {}*>(state.cuda.constant({}, constants[{}], {}));",
             ctype, pointer, ctype, index, index, bytes);
 }
@@ -75,6 +85,19 @@ void CudaWrapperOps::write_allocation(IndentedBuffer& out, const Allocation& a) 
   }
 }
 
+void CudaWrapperOps::write_index_check(IndentedBuffer& out, const std::string& pointer,
+                                       const std::string& count, const std::string& size,
+                                       bool has_ignored, int64_t ignored, const std::string& node) {
+  out.linef("state.cuda.check_indices({}, {}, {}, {}, {}LL, {});  // on the GPU", pointer, count,
+            size, has_ignored ? "true" : "false", ignored, node);
+}
+
+void CudaWrapperOps::write_size_read(IndentedBuffer& out, const std::string& identifier,
+                                     const std::string& pointer, const std::string& element) {
+  out.linef("const int64_t {} = state.cuda.read({}, {}, \"a size read from data\");", identifier,
+            pointer, element);
+}
+
 void CudaWrapperOps::write_release(IndentedBuffer& out, const std::string& pointer) {
   out.linef("ws.release({});", pointer);
 }
@@ -91,8 +114,8 @@ void CudaWrapperOps::write_finish_output(IndentedBuffer& out, size_t k, const st
                                          const std::string& dtype, const std::string& rank,
                                          const std::string& dims, const std::string& element_size,
                                          const std::string& name) {
-  out.linef("kiln_cuda::finish_output(outputs[{}], {}, {}, {}, {}, {}, {});", k, data, dtype, rank,
-            dims, element_size, name);
+  out.linef("kiln_cuda::finish_output(state.cuda, outputs[{}], {}, {}, {}, {}, {}, {});", k, data,
+            dtype, rank, dims, element_size, name);
 }
 
 void CudaWrapperOps::write_declarations(IndentedBuffer& out,
@@ -104,7 +127,7 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
     source += k->source();
   }
   std::vector<CudaBinary> binaries;
-  if (!kernels.empty()) binaries = nvrtc_compile(source, cuda_target_archs());
+  if (!kernels.empty()) binaries = nvrtc_compile(source, cuda_target_archs(), cache_dir_);
   device_sources_.emplace_back("kernels.cu", source);
   out.line("// The model's CUDA kernels (compiled by NVRTC), one cubin per architecture.");
   for (size_t b = 0; b < binaries.size(); ++b) {
@@ -141,9 +164,8 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
       args += ", " + p;
     }
     out.linef("static void launch_{}({}) {{", k.name, params);
-    out.linef("    kiln_cuda::launch(cuda, {}, \"{}\", {}, {}, {}{});", i, k.name,
-              launch_dims(k.launch->grid), launch_dims(k.launch->block),
-              cexpr(k.launch->shared_bytes), args);
+    out.linef("    cuda.launch({}, \"{}\", {}, {}, {}{});", i, k.name, launch_dims(k.launch->grid),
+              launch_dims(k.launch->block), cexpr(k.launch->shared_bytes), args);
     out.line("}");
   }
 }
@@ -154,14 +176,55 @@ void CudaWrapperOps::write_kernel_call(IndentedBuffer& out, const std::string& l
   out.indent();
   write_timing_mark(out, label, "kernel");
   out.linef("launch_{}(state.cuda, {});", function, args);
+  // A profiled run waits for each kernel, so that its event times the kernel, not its launch.
+  out.linef("if (profile != nullptr) state.cuda.synchronize({});", cpp_quote(label));
   out.dedent();
   out.line("}");
 }
 
 void CudaWrapperOps::write_library_call(IndentedBuffer& out, const ir::Buffer& buffer,
                                         const ir::Program& program) {
-  out.line("// on the host: the kernels before it have finished (kiln_cuda::launch waits)");
-  host_->write_library_call(out, buffer, program);
+  const std::optional<std::string_view> reason = cuda_host_fallback(buffer.call.op);
+  if (buffer.device != ir::Device::kCpu || !reason) {
+    internal_error("{} of buffer {} has no GPU emission and is not on the host-fallback list",
+                   buffer.call.name(), buffer.name);
+  }
+  // The buffers it reads, then the one it writes, numbered in the HostCall.
+  std::vector<const ir::Buffer*> buffers;
+  for (const std::string& name : buffer.reads()) {
+    const ir::Buffer* b = program.find(name);
+    KILN_CHECK(b != nullptr, "{} reads {}, which the program lacks", buffer.name, name);
+    buffers.push_back(b);
+  }
+  buffers.push_back(&buffer);
+  out.linef("// on the host: {}", comment_safe(std::string(*reason)));
+  std::vector<std::string> names;
+  for (const ir::Buffer* b : buffers) names.push_back(b->name);
+  out.linef("kiln_cuda::HostCall host(state.cuda, {{{}}});", fmt::join(names, ", "));
+  out.line("{");
+  {
+    auto _ = out.scope();
+    out.line(
+        "// What it reads: the host's constants, copies of the rest from the GPU; host storage");
+    out.line("// for what it writes:");
+    for (size_t k = 0; k < buffers.size(); ++k) {
+      const ir::Buffer& b = *buffers[k];
+      const std::string t = ctype(b.dtype);
+      const std::string n = cexpr(b.layout.storage_size());
+      if (auto c = constants_.find(b.name); c != constants_.end()) {
+        out.linef("const {}* const {} = static_cast<const {}*>(constants[{}]);  // the host's", t,
+                  b.name, t, c->second);
+      } else if (k + 1 < buffers.size()) {
+        out.linef("const {}* const {} = host.in<{}>({}, {});", t, b.name, t, k, n);
+      } else {
+        out.linef("{}* const {} = host.out<{}>({}, {});", t, b.name, t, k, n);
+      }
+    }
+    out.linef("host.ready({});", cpp_quote(buffer.call.name()));
+    host_->write_library_call(out, buffer, program);
+  }
+  out.line("}");
+  out.line("host.finish();  // what it wrote, to the GPU");
 }
 
 }  // namespace kiln::codegen

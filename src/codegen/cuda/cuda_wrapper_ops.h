@@ -2,11 +2,17 @@
 /// The wrapper's CUDA operations (codegen/common/device_codegen.h WrapperOps), for the runtime
 /// of kiln_rt_cuda.h: the kernels of all graphs compiled by NVRTC into cubins embedded in the
 /// wrapper (one per target architecture, nvrtc_compile.h), a launch function per kernel that
-/// evaluates its LaunchSpec, storage in managed memory (arena, workspace, inputs copied in,
-/// constants copied once per run state, outputs copied back to the host), and library calls on
-/// the host: the CPU's emission (cpp_wrapper_ops.h), reading and writing the same storage after
-/// the kernels before them have finished.
+/// evaluates its LaunchSpec and queues the kernel on the run state's stream, and storage in
+/// device memory: the planned arena, a workspace (stream-ordered allocations), inputs copied in
+/// when a run starts, constants uploaded once per run state, outputs copied back to the host
+/// when it ends. Ops on the host-fallback list (host_fallback.h) run on the host with the CPU's
+/// emission (cpp_wrapper_ops.h), inside a scope that declares host copies of exactly the
+/// buffers the op reads (copied from the GPU; constants are read from the host's copy) and
+/// writes (copied back after it): each copy is explicit in the wrapper. Index checks run on the GPU
+/// and sizes read from data wait for it; nothing else does until the outputs.
 
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -18,9 +24,11 @@ namespace kiln::codegen {
 
 class CudaWrapperOps final : public WrapperOps {
  public:
-  /// `host` writes the library calls (the CPU's WrapperOps); `prelude` starts the CUDA unit.
-  CudaWrapperOps(std::unique_ptr<WrapperOps> host, std::string prelude)
-      : host_(std::move(host)), prelude_(std::move(prelude)) {}
+  /// `host` writes the library calls (the CPU's WrapperOps); `prelude` starts the CUDA unit;
+  /// cubins are cached under `cache_dir`/cuda.
+  CudaWrapperOps(std::unique_ptr<WrapperOps> host, std::string prelude,
+                 std::filesystem::path cache_dir)
+      : host_(std::move(host)), prelude_(std::move(prelude)), cache_dir_(std::move(cache_dir)) {}
 
   void note(const ir::ExternCall& call) override { host_->note(call); }
   void write_includes(IndentedBuffer& out, bool uses_control) override;
@@ -28,8 +36,14 @@ class CudaWrapperOps final : public WrapperOps {
   void write_workspace(IndentedBuffer& out) override;
   void write_input_data(IndentedBuffer& out, size_t k, const std::string& ctype,
                         const std::string& pointer) override;
+  std::string host_input_data(const std::string& pointer) const override;
   void write_constant_data(IndentedBuffer& out, size_t index, const std::string& ctype,
                            const std::string& pointer, size_t bytes) override;
+  void write_index_check(IndentedBuffer& out, const std::string& pointer, const std::string& count,
+                         const std::string& size, bool has_ignored, int64_t ignored,
+                         const std::string& node) override;
+  void write_size_read(IndentedBuffer& out, const std::string& identifier,
+                       const std::string& pointer, const std::string& element) override;
   void write_arena(IndentedBuffer& out, const std::string& bytes) override;
   void write_allocation(IndentedBuffer& out, const Allocation& allocation) override;
   void write_release(IndentedBuffer& out, const std::string& pointer) override;
@@ -65,7 +79,12 @@ class CudaWrapperOps final : public WrapperOps {
  private:
   std::unique_ptr<WrapperOps> host_;
   std::string prelude_;
+  std::filesystem::path cache_dir_;
   std::vector<std::pair<std::string, std::string>> device_sources_;
+  /// Model input buffers: (index, element type).
+  std::map<std::string, std::pair<size_t, std::string>> inputs_;
+  /// Constant buffers: their index in the wrapper's `constants` (host data).
+  std::map<std::string, size_t> constants_;
 };
 
 }  // namespace kiln::codegen

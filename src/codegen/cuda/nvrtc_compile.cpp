@@ -171,7 +171,8 @@ std::vector<int> cuda_target_archs() {
   return {80, 90};
 }
 
-std::vector<CudaBinary> nvrtc_compile(const std::string& source, const std::vector<int>& archs) {
+std::vector<CudaBinary> nvrtc_compile(const std::string& source, const std::vector<int>& archs,
+                                      const fs::path& cache_dir) {
 #if KILN_WITH_CUDA
   if (std::string why = nvrtc_missing(); !why.empty()) user_error("--device cuda: {}", why);
   std::vector<CudaBinary> binaries;
@@ -180,7 +181,7 @@ std::vector<CudaBinary> nvrtc_compile(const std::string& source, const std::vect
     sha.update(source);
     sha.update(fmt::format("|sm_{}|nvrtc {}", arch, nvrtc_version()));
     for (const auto& [name, content] : nvrtc_std_headers()) sha.update(name + content);
-    const fs::path path = codecache::default_cache_dir() / "cuda" / (sha.hex_digest() + ".cubin");
+    const fs::path path = cache_dir / "cuda" / (sha.hex_digest() + ".cubin");
     CudaBinary binary{arch, {}};
     if (fs::exists(path)) {
       binary.cubin = files::read(path);
@@ -197,6 +198,7 @@ std::vector<CudaBinary> nvrtc_compile(const std::string& source, const std::vect
 #else
   (void)source;
   (void)archs;
+  (void)cache_dir;
   user_error("this Kiln was built without the CUDA toolkit: it cannot compile for --device cuda");
 #endif
 }

@@ -1,9 +1,10 @@
 #pragma once
 /// Compilation of the CUDA kernels of a model in process with NVRTC, to one cubin per GPU
-/// architecture, kept in the code cache (default_cache_dir()/cuda, keyed by the source, the
+/// architecture, kept in the code cache (its folder's cuda/, keyed by the source, the
 /// architecture and NVRTC's version). Available when Kiln was built with the CUDA toolkit
 /// (KILN_WITH_CUDA); otherwise every call fails with a clear error.
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,10 @@ std::string nvrtc_missing();
 /// when the CUDA driver finds one, else sm_80 and sm_90.
 std::vector<int> cuda_target_archs();
 
-/// Compiles `source` (a complete CUDA unit) for each of `archs`; a compile error is an internal
-/// error quoting NVRTC's log (generated code must compile).
-std::vector<CudaBinary> nvrtc_compile(const std::string& source, const std::vector<int>& archs);
+/// Compiles `source` (a complete CUDA unit) for each of `archs`, or takes the cubins from the
+/// code cache in `cache_dir` (under cuda/); a compile error is an internal error quoting NVRTC's
+/// log (generated code must compile).
+std::vector<CudaBinary> nvrtc_compile(const std::string& source, const std::vector<int>& archs,
+                                      const std::filesystem::path& cache_dir);
 
 }  // namespace kiln::codegen

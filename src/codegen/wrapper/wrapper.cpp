@@ -179,7 +179,8 @@ class WrapperWriter {
       ops_->write_input_data(out, k, ctype(in.dtype), in.buffer);
       for (const ir::DynamicSize& size : program_->dynamic_sizes) {
         if (size.buffer == in.buffer)
-          out.linef("const int64_t {} = {}[0];", sym::size_identifier(size.symbol), in.buffer);
+          out.linef("const int64_t {} = {}[0];", sym::size_identifier(size.symbol),
+                    ops_->host_input_data(in.buffer));
       }
     }
   }
@@ -191,7 +192,8 @@ class WrapperWriter {
       {
         auto _ = out.scope();
         out.linef("static const double expected[] = {{{}}};", fmt::join(guard.values, ", "));
-        out.linef("kiln_rt::check_values({}, expected, {}, {});", guard.buffer, guard.values.size(),
+        out.linef("kiln_rt::check_values({}, expected, {}, {});",
+                  ops_->host_input_data(guard.buffer), guard.values.size(),
                   cpp_quote(guard.onnx_name));
       }
       out.line("}");
@@ -246,8 +248,8 @@ class WrapperWriter {
           out.linef("const int64_t {} = {}[{}].dims[{}];  // known from here on",
                     sym::size_identifier(size.symbol), size.buffer, size.result, size.dim);
         } else {
-          out.linef("const int64_t {} = {}[{}];  // known from here on",
-                    sym::size_identifier(size.symbol), size.buffer, size.element);
+          ops_->write_size_read(out, sym::size_identifier(size.symbol), size.buffer,
+                                std::to_string(size.element));
         }
       }
     }
@@ -325,9 +327,9 @@ class WrapperWriter {
       }
       if (!reads) continue;
       const ir::Buffer* idx = program_->find(check.buffer);
-      out.linef("kiln_rt::check_indices({}, {}, {}, {}, {}LL, {});", check.buffer,
-                cexpr(idx->layout.storage_size()), cexpr(check.size),
-                check.ignored ? "true" : "false", check.ignored.value_or(0), cpp_quote(check.node));
+      ops_->write_index_check(out, check.buffer, cexpr(idx->layout.storage_size()),
+                              cexpr(check.size), check.ignored.has_value(),
+                              check.ignored.value_or(0), cpp_quote(check.node));
       checked_.insert(check.buffer);
     }
   }

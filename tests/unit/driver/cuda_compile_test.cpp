@@ -50,6 +50,13 @@ bool has_cuda_device() {
   return init != nullptr && count != nullptr && init(0) == 0 && count(&n) == 0 && n > 0;
 }
 
+/// How often `needle` occurs in `text`.
+size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 CompiledModel compile_for_cuda(const std::string& suite_case, const fs::path& dump) {
   graph::Model model = onnx::import_model(fs::path(KILN_TEST_DATA_DIR) / suite_case / "model.onnx");
   CompileOptions options;
@@ -64,17 +71,28 @@ class CudaCompile : public ::testing::TestWithParam<const char*> {};
 TEST_P(CudaCompile, KernelsCompileForSm80AndSm90) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
   TempDir dir;
-  // The cubins are cached under KILN_CACHE_DIR: a fresh one makes NVRTC run.
-  setenv("KILN_CACHE_DIR", (dir.path / "cache").c_str(), 1);
+  // The cubins are cached in the compile's code cache (options.cache_dir, a fresh one here, so
+  // NVRTC runs), not in KILN_CACHE_DIR's.
+  setenv("KILN_CACHE_DIR", (dir.path / "other-cache").c_str(), 1);
   setenv("KILN_CUDA_ARCHS", "80,90", 1);
   CompiledModel compiled = compile_for_cuda(GetParam(), dir.path / "dump");
   unsetenv("KILN_CUDA_ARCHS");
   unsetenv("KILN_CACHE_DIR");
+  EXPECT_FALSE(fs::exists(dir.path / "other-cache" / "cuda"));
   const std::string wrapper = files::read(dir.path / "dump" / "5_wrapper.cpp");
   if (compiled.stats().kernels == 0) {
     EXPECT_EQ(wrapper.find("kCubin0"), std::string::npos);
     return;
   }
+  int cubins = 0;
+  for (const auto& entry : fs::directory_iterator(dir.path / "dump" / "cache" / "cuda")) {
+    cubins += entry.path().extension() == ".cubin";
+  }
+  EXPECT_EQ(cubins, 2) << "one cubin per architecture in the compile's cache";
+  // No synchronization inside the run: the host waits only for data it needs (library calls,
+  // sizes read from data, outputs), or for each kernel in a profiled run.
+  EXPECT_EQ(count(wrapper, "synchronize("),
+            count(wrapper, "if (profile != nullptr) state.cuda.synchronize("));
   EXPECT_NE(wrapper.find("{80, kCubin0}"), std::string::npos) << GetParam();
   EXPECT_NE(wrapper.find("{90, kCubin1}"), std::string::npos) << GetParam();
   EXPECT_NE(wrapper.find("static void launch_cuda_fused_"), std::string::npos) << GetParam();
@@ -99,6 +117,48 @@ INSTANTIATE_TEST_SUITE_P(
       }
       return name;
     });
+
+/// The wrapper of `suite_case` compiled for CUDA (its kernels for sm_90 only).
+std::string cuda_wrapper(const std::string& suite_case, const fs::path& dump) {
+  setenv("KILN_CUDA_ARCHS", "90", 1);
+  compile_for_cuda(suite_case, dump);
+  unsetenv("KILN_CUDA_ARCHS");
+  return files::read(dump / "5_wrapper.cpp");
+}
+
+TEST(CudaCompile, HostFallbacksCopyExactlyWhatTheyReadAndWrite) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  // TopK runs on the host (the host-fallback list) between kernels on the GPU: its one input
+  // comes from the GPU, its one output goes back, and the host waits once, for the input.
+  const std::string wrapper = cuda_wrapper("node/test_top_k", dir.path / "dump");
+  EXPECT_NE(wrapper.find("// on the host: TopK: "), std::string::npos) << wrapper;
+  const size_t topk = wrapper.find("{  // topk from");
+  ASSERT_NE(topk, std::string::npos) << wrapper;
+  const std::string call = wrapper.substr(topk, wrapper.find("host.finish();", topk) - topk);
+  EXPECT_EQ(count(call, "host.in<"), 1u) << call;
+  EXPECT_EQ(count(call, "host.out<"), 1u) << call;
+  EXPECT_EQ(count(call, "host.ready("), 1u) << call;
+  // Inputs are uploaded into device memory, intermediates live in the device arena.
+  EXPECT_NE(wrapper.find("state.cuda.upload_input<float>(ws, in0)"), std::string::npos);
+  EXPECT_EQ(wrapper.find("managed"), std::string::npos);
+}
+
+TEST(CudaCompile, IndexChecksRunOnTheGpu) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const std::string wrapper = cuda_wrapper("node/test_gather_0", dir.path / "dump");
+  EXPECT_NE(wrapper.find("state.cuda.check_indices(arg1_indices, 3, 5, false, 0LL, \"node "
+                         "'Gather_0' (Gather)\");"),
+            std::string::npos)
+      << wrapper;
+  EXPECT_EQ(wrapper.find("kiln_rt::check_indices"), std::string::npos);
+  // The kernel that gathers stops once a check failed.
+  const std::string cuda = files::read(dir.path / "dump" / "5_kernels.cu");
+  EXPECT_NE(cuda.find("if (kiln_error.code != 0) return;  // an index check failed"),
+            std::string::npos)
+      << cuda;
+}
 
 TEST(CudaCompile, WithoutTheToolkitCudaIsRefused) {
   if (codegen::nvrtc_available()) GTEST_SKIP() << "skipped: this Kiln compiles CUDA kernels";
@@ -142,6 +202,56 @@ TEST(CudaRun, SoftmaxOnTheGpuMatchesAReference) {
       }
     }
   }
+}
+
+TEST(CudaRun, TopKOnTheHostBetweenKernelsMatchesAReference) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device";
+  TempDir dir;
+  CompiledModel compiled = compile_for_cuda("node/test_top_k", dir.path / "dump");
+  graph::Tensor x(graph::DType::kFloat32, {3, 4});
+  const std::vector<float> values = {5, 1, 7, 3, 2, 8, 6, 4, 9, 0, 11, 10};
+  std::copy(values.begin(), values.end(), x.mutable_values<float>().begin());
+  graph::Tensor k(graph::DType::kInt64, {1});
+  k.mutable_values<int64_t>()[0] = 3;
+  std::vector<graph::Tensor> y = compiled.run({x, k});
+  ASSERT_EQ(y.size(), 2u);
+  // The 3 largest of each row, largest first, and their positions.
+  const std::vector<float> want = {7, 5, 3, 8, 6, 4, 11, 10, 9};
+  const std::vector<int64_t> want_at = {2, 0, 3, 1, 2, 3, 2, 3, 0};
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(y[0].values<float>()[i], want[i]) << "at " << i;
+    EXPECT_EQ(y[1].values<int64_t>()[i], want_at[i]) << "at " << i;
+  }
+}
+
+TEST(CudaRun, AnIndexOutOfRangeFailsWithTheCpuMessage) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device";
+  TempDir dir;
+  CompiledModel compiled = compile_for_cuda("node/test_gather_0", dir.path / "dump");
+  graph::Tensor data(graph::DType::kFloat32, {5, 4, 3, 2});
+  for (float& v : data.mutable_values<float>()) v = 1.0f;
+  graph::Tensor indices(graph::DType::kInt64, {3});
+  auto idx = indices.mutable_values<int64_t>();
+  idx[0] = 0;
+  idx[1] = 7;  // the first out of range: axis 0 has 5
+  idx[2] = -9;
+  try {
+    compiled.run({data, indices});
+    FAIL() << "an index out of range was not reported";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("node 'Gather_0' (Gather): index 7 is out of range for "
+                                         "an axis of size 5 (valid: -5 to 4)"),
+              std::string::npos)
+        << e.what();
+  }
+  // The run state is fine afterwards: the next run with good indices works.
+  idx[1] = 4;
+  idx[2] = -5;
+  std::vector<graph::Tensor> y = compiled.run({data, indices});
+  ASSERT_EQ(y.size(), 1u);
+  for (float v : y[0].values<float>()) EXPECT_EQ(v, 1.0f);
 }
 
 }  // namespace

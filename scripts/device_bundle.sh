@@ -1,0 +1,170 @@
+#!/bin/bash
+# Packs a built Kiln for a GPU machine that has the NVIDIA driver and CUDA libraries but none of
+# Kiln's build dependencies and no network, so that the CUDA checks run there as they would here:
+#   scripts/device_bundle.sh [BUILD_DIR] [OUT_DIR]
+# BUILD_DIR defaults to build, OUT_DIR to build-bundle. OUT_DIR receives:
+#   kiln.tar.xz     Kiln installed under a prefix (bin/kiln, bin/kiln_onnx_runner, the driver
+#                   tests, whose CUDA tests run there, libkiln,
+#                   the runtime headers generated code includes) with this checkout's check
+#                   scripts and case lists under share/kiln/check
+#   syslibs.tar.xz  with their absolute paths: the shared libraries the binaries need (ldd) that
+#                   are not part of the C/C++ base system, the libraries generated code links
+#                   (OpenBLAS, oneDNN, SLEEF, with their link-time symlinks) and the headers it includes
+#                   beyond the compiler's and the C library's (g++ -M on every runtime header)
+#   onnx-data.tar.xz  the ONNX 1.12 backend suite's data (unpacked where the tests look for it)
+#   run.sh          unpacks all that (syslibs into /, so: a scratch machine only) and runs
+#                   scripts/device_cuda_check.sh, then compute-sanitizer on a few cases
+#   nvrtc.tar.xz    the toolkit's NVRTC, used only when the machine has none (run.sh looks for a
+#                   libnvrtc.so.<major> there first, PyTorch's wheels included); NVRTC=no
+#                   leaves it out
+# The total stays below 60 MiB. The CUDA driver is the machine's.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$here/build}" && pwd)
+out=${2:-$here/build-bundle}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# 1. Kiln, installed under a prefix, plus the runner and the check scripts.
+prefix=$work/kiln
+cmake --install "$build" --prefix "$prefix" >/dev/null
+cp "$build/bin/kiln_onnx_runner" "$build/bin/kiln_driver_tests" "$prefix/bin/"
+mkdir -p "$prefix/share/kiln/check"
+cp "$here/scripts/device_cuda_check.sh" "$here/tests/onnx/core_cases.txt" \
+  "$here/tests/onnx/exclusions.txt" "$prefix/share/kiln/check/"
+strip --strip-unneeded "$prefix"/bin/* 2>/dev/null || true
+
+# 2. System files, listed with absolute paths.
+list=$work/syslibs.txt
+: >"$list"
+# Adds a file and, for a symbolic link, every link of its chain (Debian's alternatives).
+add_path() {
+  local p
+  p=$(realpath -s "$1")
+  while [ -L "$p" ]; do
+    echo "$p" >>"$list"
+    local target
+    target=$(readlink "$p")
+    case $target in /*) p=$target ;; *) p=$(realpath -s "$(dirname "$p")/$target") ;; esac
+  done
+  [ -e "$p" ] && echo "$p" >>"$list"
+  return 0
+}
+# The C and C++ base system every Linux machine has, at versions at least these.
+is_base() {
+  case $(basename "$1") in
+    libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | librt.so.* | ld-linux* | \
+      libstdc++.so.* | libgcc_s.so.* | libgomp.so.* | libz.so.*) return 0 ;;
+  esac
+  return 1
+}
+for binary in "$prefix"/bin/* "$prefix"/lib/libkiln*.so*; do
+  [ -f "$binary" ] || continue
+  ldd "$binary" | awk '/=> \// {print $3}' | while read -r lib; do
+    is_base "$lib" || add_path "$lib"
+  done
+done
+# What generated code links (the link-time name, the run-time soname beside it, and what they
+# need in turn) and includes.
+for name in openblas dnnl sleef; do
+  lib=$(g++ -print-file-name="lib$name.so")
+  [ "$lib" = "lib$name.so" ] && continue
+  add_path "$lib"
+  soname=$(objdump -p "$(readlink -f "$lib")" | awk '/SONAME/ {print $2}')
+  [ -n "$soname" ] && add_path "$(dirname "$lib")/$soname"
+  ldd "$(readlink -f "$lib")" | awk '/=> \// {print $3}' | while read -r dep; do
+    is_base "$dep" || add_path "$dep"
+  done
+done
+probe=$work/probe.cpp
+{
+  echo '#define KILN_RT_WITH_DNNL 1'
+  for h in "$here"/src/runtime/kiln_*.h; do
+    case $(basename "$h") in kiln_rt_cuda.h) ;; *) echo "#include \"$(basename "$h")\"" ;; esac
+  done
+} >"$probe"
+g++ -std=c++20 -fopenmp -mavx2 -mfma -M -I "$here/src/runtime" -I "$here/include" "$probe" | tr ' \\' '\n\n' | grep '^/' |
+  grep -v -e "^$here/" -e '/c++/' -e '^/usr/lib/gcc/' | while read -r header; do
+  owner=$(dpkg -S "$(readlink -f "$header")" 2>/dev/null | cut -d: -f1 || true)
+  case $owner in libc6-dev | linux-libc-dev | "") ;; *) add_path "$header" ;; esac
+done
+# The headers' siblings a library's main header may include conditionally (oneDNN's).
+for dir in /usr/include/oneapi/dnnl; do [ -d "$dir" ] && find "$dir" -name '*.h*' >>"$list"; done
+sort -u "$list" -o "$list"
+cp "$list" "$out/syslibs.txt"
+tar -C / -cf - --no-recursion -T <(sed 's|^/||' "$list") | xz -T2 -4 >"$out/syslibs.tar.xz"
+tar -C "$work" -cf - kiln | xz -T2 -4 >"$out/kiln.tar.xz"
+tar -C /usr/share/libonnx-testdata -cf - data | xz -T2 -4 >"$out/onnx-data.tar.xz"
+# NVRTC of the toolkit Kiln was built with, for a machine that lacks it.
+nvrtc=$(ls /usr/local/cuda/lib64/libnvrtc.so.[0-9]* 2>/dev/null | head -1 || true)
+[ "${NVRTC:-yes}" = no ] && nvrtc=
+if [ -n "$nvrtc" ]; then
+  mkdir -p "$work/nvrtc"
+  cp "$nvrtc" /usr/local/cuda/lib64/libnvrtc-builtins.so.[0-9]* "$work/nvrtc/"
+  tar -C "$work" -cf - nvrtc | xz -T2 -4 >"$out/nvrtc.tar.xz"
+fi
+
+# 3. The script that runs there.
+cat >"$out/run.sh" <<'EOF'
+#!/bin/bash
+# Unpacks the bundle of scripts/device_bundle.sh (system files into /: a scratch machine only)
+# and runs the CUDA checks: the driver tests' CUDA tests, compute-sanitizer memcheck on the
+# cases of SANITIZE (default a few), then the ONNX suite with --device cuda on the cases of
+# CASES (default the whole suite), stopped after SUITE_SECONDS (default 420).
+#   run.sh [CASES_FILE] [SANITIZE_FILE]
+set -uo pipefail
+bundle=$(cd "$(dirname "$0")" && pwd)
+tar -C / -xJf "$bundle/syslibs.tar.xz" && ldconfig
+mkdir -p /opt/kiln-bundle && tar -C /opt/kiln-bundle -xJf "$bundle/kiln.tar.xz"
+# Where the driver tests (kiln_driver_tests) look for the suite, as on a Debian build machine.
+mkdir -p /usr/share/libonnx-testdata && tar -C /usr/share/libonnx-testdata -xJf "$bundle/onnx-data.tar.xz"
+prefix=/opt/kiln-bundle/kiln
+data=/usr/share/libonnx-testdata/data
+# NVRTC: the machine's (its toolkit's, else a Python wheel's), else the bundle's.
+if ! ldconfig -p | grep -q 'libnvrtc\.so\.'; then
+  nvrtc=$(find / -xdev -name 'libnvrtc.so.[0-9]*' -not -name '*alt*' 2>/dev/null | head -1)
+  if [ -z "$nvrtc" ] && [ -f "$bundle/nvrtc.tar.xz" ]; then
+    tar -C /opt/kiln-bundle -xJf "$bundle/nvrtc.tar.xz"
+    nvrtc=$(ls /opt/kiln-bundle/nvrtc/libnvrtc.so.* | head -1)
+  fi
+  [ -n "$nvrtc" ] && export LD_LIBRARY_PATH=$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "NVRTC: ${nvrtc:-not found}"
+fi
+export KILN_CACHE_DIR=/tmp/kiln-cache
+check=$prefix/share/kiln/check
+echo "== the CUDA driver tests (tests/unit/driver/cuda_compile_test.cpp)"
+(cd /tmp && "$prefix/bin/kiln_driver_tests" --gtest_filter='*Cuda*' 2>&1 |
+  grep -E '^\[  (FAILED|PASSED|  OK|SKIPPED) |Failure|rror' | tail -30)
+sanitize=${2:-}
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+if [ -z "$sanitizer" ]; then
+  echo "== compute-sanitizer: not found on this machine"
+else
+  if [ -z "$sanitize" ]; then
+    # Every fourth core case (about 130, every op family), with host fallbacks among them.
+    sanitize=/tmp/sanitize_cases.txt
+    sed 's/#.*//' "$check/core_cases.txt" | awk 'NF && (n++ % 4 == 0) {print $1}' >"$sanitize"
+    printf 'node/%s\n' test_top_k test_nonzero_example test_gathernd_example_int32 >>"$sanitize"
+  fi
+  echo "== compute-sanitizer memcheck ($(wc -l <"$sanitize") cases)"
+  "$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 \
+    "$prefix/bin/kiln_onnx_runner" "$data" /tmp/kiln-sanitize-cache --cases "$sanitize" \
+    --device cuda --jobs 8 2>&1 | grep -E "ERROR SUMMARY|========= (Invalid|Program hit)|passed|FAIL" | tail -15
+  echo "compute-sanitizer exit status: ${PIPESTATUS[0]}"
+fi
+cases=${1:-}
+if [ -z "$cases" ]; then
+  cases=/tmp/all_cases.txt
+  (cd "$data" && ls -d node/* pytorch-converted/* pytorch-operator/* simple/* >"$cases")
+fi
+echo "== suite with --device cuda ($(wc -l <"$cases") cases)"
+timeout "${SUITE_SECONDS:-420}" "$check/device_cuda_check.sh" "$prefix" "$cases" "$data" >/tmp/suite.log 2>&1
+echo "suite exit status: $?"
+grep -v -E '^nodes |^ +[A-Za-z0-9_]+ +[0-9]+ +[0-9]+ +0 *$' /tmp/suite.log | tail -60
+[ -n "${OUT:-}" ] && cp /tmp/suite.log "$OUT/" || true
+EOF
+chmod +x "$out/run.sh"
+du -ch "$out"/*.tar.xz | tail -1
+ls -la "$out"

@@ -1,0 +1,69 @@
+#include "codegen/cuda/host_fallback.h"
+
+namespace kiln::codegen {
+
+std::optional<std::string_view> cuda_host_fallback(const ir::LibraryCall& call) {
+  using Reason = std::optional<std::string_view>;
+  return std::visit(
+      ir::Overloaded{
+          // Matrix products and convolutions: until the cuBLASLt and cuDNN choices exist.
+          [](const ir::MatMulCall&) -> Reason {
+            return "matrix product: OpenBLAS on the host until cuBLASLt is a choice";
+          },
+          [](const ir::GemmCall&) -> Reason {
+            return "GEMM choice: a host template or OpenBLAS until cuBLASLt is a choice";
+          },
+          [](const ir::ConvCall&) -> Reason {
+            return "convolution: oneDNN or a host template until cuDNN is a choice";
+          },
+          // Ops whose work is sequential or data-dependent in shape, small next to the model.
+          [](const ir::TopKCall&) -> Reason {
+            return "TopK: a partial sort per row, no GPU selection kernel yet";
+          },
+          [](const ir::RnnCall&) -> Reason {
+            return "RNN/LSTM/GRU: a sequential loop over time steps with small GEMMs";
+          },
+          [](const ir::DetCall&) -> Reason { return "Det: LU factorization per matrix"; },
+          [](const ir::RoiAlignCall&) -> Reason {
+            return "RoiAlign: per-box sampling, no GPU kernel yet";
+          },
+          [](const ir::TfIdfCall&) -> Reason {
+            return "TfIdfVectorizer: n-gram matching over a pool, string-like work";
+          },
+          [](const ir::UniqueCall&) -> Reason {
+            return "Unique: sort and deduplicate, its output size is data-dependent";
+          },
+          [](const ir::NmsCall&) -> Reason {
+            return "NonMaxSuppression: greedy sequential selection, data-dependent output size";
+          },
+          // Sizes computed from data: the host needs them to size what follows.
+          [](const ir::ShapeValuesCall&) -> Reason {
+            return "a shape read from a tensor: the host needs the sizes";
+          },
+          [](const ir::ReshapeDimsCall&) -> Reason {
+            return "Reshape's target shape from data: the host needs the sizes";
+          },
+          [](const ir::ExpandDimsCall&) -> Reason {
+            return "Expand's shape from data: the host needs the sizes";
+          },
+          [](const ir::RangeCountCall&) -> Reason {
+            return "Range's element count from data: the host needs the size";
+          },
+          [](const ir::CountNonZeroCall&) -> Reason {
+            return "NonZero's count: the host needs the size";
+          },
+          [](const ir::NonZeroPositionsCall&) -> Reason {
+            return "NonZero's positions: a sequential scan, after its count";
+          },
+          // Control flow runs subgraphs on the host's wrapper; the CUDA backend refuses it so far.
+          [](const ir::IfCall&) -> Reason { return "If: control flow runs on the host"; },
+          [](const ir::LoopCall&) -> Reason { return "Loop: control flow runs on the host"; },
+          [](const ir::ScanCall&) -> Reason { return "Scan: control flow runs on the host"; },
+          [](const ir::ControlResultCall&) -> Reason {
+            return "a control-flow result: control flow runs on the host";
+          },
+      },
+      call);
+}
+
+}  // namespace kiln::codegen

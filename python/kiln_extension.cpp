@@ -79,7 +79,8 @@ std::optional<kiln_dtype> kiln_dtype_of(const py::dtype& dtype) {
   return std::nullopt;
 }
 
-/// The numpy dtype name of a Kiln dtype; empty for bfloat16, which numpy lacks.
+/// The numpy dtype name of a Kiln dtype; empty for bfloat16 and the float8, float4, 4- and 2-bit
+/// types, which numpy lacks.
 std::string numpy_dtype_name(int32_t dtype) {
   switch (dtype) {
     case KILN_FLOAT32:
@@ -183,7 +184,8 @@ class PyModel {
     for (const kiln::Tensor& t : outputs) {
       if (numpy_dtype_name(t.dtype()).empty())
         throw kiln::Error(KILN_ERROR_BAD_INPUT,
-                          "an output is bfloat16, which numpy has no dtype for");
+                          "an output is bfloat16, float8, float4 or a 4- or 2-bit integer, "
+                          "which numpy has no dtype for");
     }
     py::list result;
     for (kiln::Tensor& t : outputs) result.append(adopt_output(t));

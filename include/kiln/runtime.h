@@ -79,7 +79,20 @@ typedef enum kiln_dtype {
   KILN_FLOAT64 = 11,
   KILN_UINT32 = 12,
   KILN_UINT64 = 13,
-  KILN_BFLOAT16 = 16
+  KILN_BFLOAT16 = 16,
+  /* ONNX 1.14-1.23's small types. Each element takes one byte here, also the 4- and 2-bit ones
+   * (not ONNX's packing): float8 codes as they are, the float4e2m1 code in the low nibble,
+   * int4/int2 sign-extended to int8, uint4/uint2 zero-extended to uint8. */
+  KILN_FLOAT8E4M3FN = 17,
+  KILN_FLOAT8E4M3FNUZ = 18,
+  KILN_FLOAT8E5M2 = 19,
+  KILN_FLOAT8E5M2FNUZ = 20,
+  KILN_UINT4 = 21,
+  KILN_INT4 = 22,
+  KILN_FLOAT4E2M1 = 23,
+  KILN_FLOAT8E8M0 = 24,
+  KILN_UINT2 = 25,
+  KILN_INT2 = 26
 } kiln_dtype;
 
 /* A dense row-major tensor. As an input: `data` holds it (`capacity` is ignored). As an
@@ -367,6 +380,16 @@ static inline size_t kiln_dtype_size(int32_t dtype) {
     case KILN_UINT8:
     case KILN_INT8:
     case KILN_BOOL:
+    case KILN_FLOAT8E4M3FN:
+    case KILN_FLOAT8E4M3FNUZ:
+    case KILN_FLOAT8E5M2:
+    case KILN_FLOAT8E5M2FNUZ:
+    case KILN_UINT4:
+    case KILN_INT4:
+    case KILN_FLOAT4E2M1:
+    case KILN_FLOAT8E8M0:
+    case KILN_UINT2:
+    case KILN_INT2:
       return 1;
     case KILN_UINT16:
     case KILN_INT16:

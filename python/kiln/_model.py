@@ -24,15 +24,25 @@ _ONNX_TYPE_NAMES = {
     12: "uint32",
     13: "uint64",
     16: "bfloat16",
+    17: "float8e4m3fn",
+    18: "float8e4m3fnuz",
+    19: "float8e5m2",
+    20: "float8e5m2fnuz",
+    21: "uint4",
+    22: "int4",
+    23: "float4e2m1",
+    24: "float8e8m0",
+    25: "uint2",
+    26: "int2",
 }
 
 
 class ValueInfo:
-    """An input or output of a model: `name`, `dtype` (a numpy dtype; None for bfloat16, which
-    numpy lacks), `shape` (a tuple of ints, with the symbol's name as a str where a dim is
+    """An input or output of a model: `name`, `dtype` (a numpy dtype; None for bfloat16, float8,
+    float4 and the 4- and 2-bit integers, which numpy lacks), `shape` (a tuple of ints, with the symbol's name as a str where a dim is
     symbolic) and `type` (onnxruntime's spelling: "tensor(float)")."""
 
-    __slots__ = ("name", "dtype", "shape", "type")
+    __slots__ = ("name", "dtype", "shape", "type", "_type_name")
 
     def __init__(self, name, code, dims, dim_names):
         self.name = name
@@ -40,10 +50,11 @@ class ValueInfo:
         self.dtype = np.dtype(numpy_name) if numpy_name else None
         self.shape = tuple(n if d < 0 else d for d, n in zip(dims, dim_names))
         self.type = f"tensor({_ONNX_TYPE_NAMES.get(code, 'unknown')})"
+        self._type_name = _ONNX_TYPE_NAMES.get(code, "unknown")
 
     def __repr__(self):
         dims = ", ".join(str(d) for d in self.shape)
-        dtype = self.dtype.name if self.dtype is not None else "bfloat16"
+        dtype = self.dtype.name if self.dtype is not None else self._type_name
         return f"ValueInfo({self.name!r}, {dtype}[{dims}])"
 
 
@@ -161,8 +172,8 @@ class Model:
         feeds = {}
         for info in self._inputs:
             if info.dtype is None:
-                raise KilnUserError(f"input '{info.name}' is bfloat16, which numpy has no dtype "
-                                    "for")
+                raise KilnUserError(f"input '{info.name}' is {info._type_name}, which numpy has "
+                                    "no dtype for")
             shape = tuple(d if isinstance(d, int) else int(dims.get(d, 1)) for d in info.shape)
             if info.dtype.kind == "f":
                 value = rng.uniform(-1, 1, size=shape)

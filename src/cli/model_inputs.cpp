@@ -87,6 +87,22 @@ graph::Tensor random_tensor(graph::DType dtype, const std::vector<int64_t>& dims
       case graph::DType::kBFloat16:
         t.mutable_values<uint16_t>()[i] = graph::float_to_bfloat16(static_cast<float>(real(rng)));
         break;
+      case graph::DType::kFloat8E4M3FN:
+      case graph::DType::kFloat8E4M3FNUZ:
+      case graph::DType::kFloat8E5M2:
+      case graph::DType::kFloat8E5M2FNUZ:
+      case graph::DType::kFloat4E2M1:
+      case graph::DType::kFloat8E8M0:
+        t.mutable_values<uint8_t>()[i] =
+            graph::float_to_small_float(dtype, static_cast<float>(real(rng)));
+        break;
+      case graph::DType::kUInt4:
+      case graph::DType::kUInt2:
+      case graph::DType::kInt4:
+      case graph::DType::kInt2:
+        t.mutable_values<uint8_t>()[i] =
+            static_cast<uint8_t>(graph::wrap_small_integer(dtype, integer(rng)) & 0xFF);
+        break;
       case graph::DType::kBool:
         t.mutable_values<bool>()[i] = (rng() & 1) != 0;
         break;

@@ -209,7 +209,11 @@ int run_model(const RunArgs& args) {
   }
   for (size_t k = 0; k < outputs.size(); ++k) {
     const std::string& name = compiled.outputs()[k].onnx_name;
-    fs::path path = fs::path(args.output_dir) / (file_name(name) + ".npy");
+    // numpy has no bfloat16, float8, float4 or 4- and 2-bit types: those go to a TensorProto.
+    graph::DType dtype = outputs[k].dtype();
+    bool numpy_lacks = dtype == graph::DType::kBFloat16 || graph::is_small_float(dtype) ||
+                       graph::is_small_integer(dtype);
+    fs::path path = fs::path(args.output_dir) / (file_name(name) + (numpy_lacks ? ".pb" : ".npy"));
     onnx::write_tensor_file(outputs[k], path, name);
     fmt::print("output {}: {} -> {}\n", name, onnx::tensor_summary(outputs[k]), path.string());
   }
@@ -225,7 +229,8 @@ void add_run_command(CLI::App& app, CommandAction& chosen) {
   cmd->add_option("model", args->model, "the ONNX model")->required();
   cmd->add_option("--input", args->inputs, "NAME=FILE (.npy or .pb); inputs not given are random");
   cmd->add_option("--dim", args->dims, "SYMBOL=VALUE for the shapes of random inputs (default 1)");
-  cmd->add_option("--output-dir", args->output_dir, "where outputs are written as .npy");
+  cmd->add_option("--output-dir", args->output_dir,
+                  "where outputs are written as .npy (as .pb for the types numpy lacks)");
   cmd->add_option("--dump", args->dump_dir,
                   "write the IR, schedule, fusion decisions, memory plan and sources here");
   cmd->add_option("--cache-dir", args->cache_dir,

@@ -36,6 +36,26 @@ std::string_view dtype_name(DType dtype) {
       return "uint64";
     case DType::kBFloat16:
       return "bfloat16";
+    case DType::kFloat8E4M3FN:
+      return "float8e4m3fn";
+    case DType::kFloat8E4M3FNUZ:
+      return "float8e4m3fnuz";
+    case DType::kFloat8E5M2:
+      return "float8e5m2";
+    case DType::kFloat8E5M2FNUZ:
+      return "float8e5m2fnuz";
+    case DType::kUInt4:
+      return "uint4";
+    case DType::kInt4:
+      return "int4";
+    case DType::kFloat4E2M1:
+      return "float4e2m1";
+    case DType::kFloat8E8M0:
+      return "float8e8m0";
+    case DType::kUInt2:
+      return "uint2";
+    case DType::kInt2:
+      return "int2";
   }
   return "invalid";
 }
@@ -45,6 +65,16 @@ int64_t dtype_size(DType dtype) {
     case DType::kUInt8:
     case DType::kInt8:
     case DType::kBool:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kUInt4:
+    case DType::kInt4:
+    case DType::kFloat4E2M1:
+    case DType::kFloat8E8M0:
+    case DType::kUInt2:
+    case DType::kInt2:
       return 1;
     case DType::kUInt16:
     case DType::kInt16:
@@ -64,6 +94,27 @@ int64_t dtype_size(DType dtype) {
       return 0;
   }
   return 0;
+}
+
+int64_t dtype_packed_bits(DType dtype) {
+  switch (dtype) {
+    case DType::kUInt4:
+    case DType::kInt4:
+    case DType::kFloat4E2M1:
+      return 4;
+    case DType::kUInt2:
+    case DType::kInt2:
+      return 2;
+    default:
+      return 8 * dtype_size(dtype);
+  }
+}
+
+int64_t dtype_packed_bytes(DType dtype, int64_t numel) {
+  int64_t bits = dtype_packed_bits(dtype);
+  if (bits >= 8) return numel * (bits / 8);
+  int64_t per_byte = 8 / bits;
+  return numel / per_byte + (numel % per_byte != 0 ? 1 : 0);
 }
 
 std::string_view onnx_type_name(int32_t onnx_code) {
@@ -112,12 +163,54 @@ std::optional<DType> dtype_from_onnx(int32_t onnx_code) {
     case 16:
       return DType::kBFloat16;
     default:
-      return std::nullopt;  // 14/15 complex, 17+ float8 and later additions
+      break;
   }
+  if (onnx_code >= 17 && onnx_code <= 26) return static_cast<DType>(onnx_code);
+  return std::nullopt;  // 14/15 complex, and codes after ONNX 1.23's
 }
 
 DType compute_dtype(DType storage) {
-  return storage == DType::kFloat16 || storage == DType::kBFloat16 ? DType::kFloat32 : storage;
+  if (storage == DType::kFloat16 || storage == DType::kBFloat16 || is_small_float(storage)) {
+    return DType::kFloat32;
+  }
+  return is_small_integer(storage) ? DType::kInt32 : storage;
+}
+
+bool is_small_float(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat4E2M1:
+    case DType::kFloat8E8M0:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_small_integer(DType dtype) {
+  return dtype == DType::kInt4 || dtype == DType::kUInt4 || dtype == DType::kInt2 ||
+         dtype == DType::kUInt2;
+}
+
+double small_float_max(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat8E4M3FN:
+      return 448.0;
+    case DType::kFloat8E4M3FNUZ:
+      return 240.0;
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+      return 57344.0;
+    case DType::kFloat4E2M1:
+      return 6.0;
+    case DType::kFloat8E8M0:
+      return 0x1.0p127;
+    default:
+      return 0.0;
+  }
 }
 
 std::string_view dtype_cpp_storage(DType dtype) {
@@ -147,6 +240,18 @@ std::string_view dtype_cpp_storage(DType dtype) {
     case DType::kFloat16:
     case DType::kBFloat16:
       return "uint16_t";
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat4E2M1:
+    case DType::kFloat8E8M0:
+    case DType::kUInt4:
+    case DType::kUInt2:
+      return "uint8_t";
+    case DType::kInt4:
+    case DType::kInt2:
+      return "int8_t";
     case DType::kString:
     case DType::kUndefined:
       return "";
@@ -176,7 +281,10 @@ bool is_integer(DType dtype) {
 }
 
 bool is_signed(DType dtype) {
+  if (is_small_float(dtype)) return dtype != DType::kFloat8E8M0;
   switch (dtype) {
+    case DType::kInt4:
+    case DType::kInt2:
     case DType::kInt8:
     case DType::kInt16:
     case DType::kInt32:

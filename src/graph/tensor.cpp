@@ -6,6 +6,7 @@
 #include <limits>
 #include <new>
 
+#include "runtime/kiln_small_types.h"
 #include "support/error.h"
 
 namespace kiln::graph {
@@ -123,6 +124,19 @@ double Tensor::element_as_double(int64_t i) const {
       return half_to_float(load<uint16_t>(data_, i));
     case DType::kBFloat16:
       return bfloat16_to_float(load<uint16_t>(data_, i));
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat4E2M1:
+    case DType::kFloat8E8M0:
+      return small_float_to_float(dtype_, load<uint8_t>(data_, i));
+    case DType::kInt4:
+    case DType::kInt2:
+      return load<int8_t>(data_, i);
+    case DType::kUInt4:
+    case DType::kUInt2:
+      return load<uint8_t>(data_, i);
     case DType::kUInt8:
       return load<uint8_t>(data_, i);
     case DType::kInt8:
@@ -155,7 +169,19 @@ int64_t Tensor::element_as_int64(int64_t i) const {
     case DType::kFloat64:
     case DType::kFloat16:
     case DType::kBFloat16:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat4E2M1:
+    case DType::kFloat8E8M0:
       return saturate_to_int64(element_as_double(i));
+    case DType::kInt4:
+    case DType::kInt2:
+      return load<int8_t>(data_, i);
+    case DType::kUInt4:
+    case DType::kUInt2:
+      return load<uint8_t>(data_, i);
     case DType::kUInt8:
       return load<uint8_t>(data_, i);
     case DType::kInt8:
@@ -240,6 +266,87 @@ uint16_t float_to_bfloat16(float value) {
   }
   uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);  // round to nearest, ties to even
   return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+float small_float_to_float(DType dtype, uint8_t code) {
+  switch (dtype) {
+    case DType::kFloat8E4M3FN:
+      return f8e4m3fn_to_float(code);
+    case DType::kFloat8E4M3FNUZ:
+      return f8e4m3fnuz_to_float(code);
+    case DType::kFloat8E5M2:
+      return f8e5m2_to_float(code);
+    case DType::kFloat8E5M2FNUZ:
+      return f8e5m2fnuz_to_float(code);
+    case DType::kFloat4E2M1:
+      return f4e2m1_to_float(code);
+    case DType::kFloat8E8M0:
+      return f8e8m0_to_float(code);
+    default:
+      internal_error("small_float_to_float on {}", dtype_name(dtype));
+  }
+}
+
+uint8_t float_to_small_float(DType dtype, float value) {
+  switch (dtype) {
+    case DType::kFloat8E4M3FN:
+      return float_to_f8e4m3fn(value);
+    case DType::kFloat8E4M3FNUZ:
+      return float_to_f8e4m3fnuz(value);
+    case DType::kFloat8E5M2:
+      return float_to_f8e5m2(value);
+    case DType::kFloat8E5M2FNUZ:
+      return float_to_f8e5m2fnuz(value);
+    case DType::kFloat4E2M1:
+      return float_to_f4e2m1(value);
+    case DType::kFloat8E8M0:
+      return float_to_f8e8m0(value);
+    default:
+      internal_error("float_to_small_float on {}", dtype_name(dtype));
+  }
+}
+
+int64_t wrap_small_integer(DType dtype, int64_t value) {
+  auto v = static_cast<int32_t>(static_cast<uint64_t>(value) & 0xFFu);
+  switch (dtype) {
+    case DType::kInt4:
+      return wrap_int4(v);
+    case DType::kUInt4:
+      return wrap_uint4(v);
+    case DType::kInt2:
+      return wrap_int2(v);
+    case DType::kUInt2:
+      return wrap_uint2(v);
+    default:
+      internal_error("wrap_small_integer on {}", dtype_name(dtype));
+  }
+}
+
+void unpack_sub_byte(DType dtype, const uint8_t* packed, int64_t numel, uint8_t* elements) {
+  const int64_t bits = dtype_packed_bits(dtype);
+  KILN_CHECK(bits == 4 || bits == 2, "unpack_sub_byte on {}", dtype_name(dtype));
+  const int64_t per_byte = 8 / bits;
+  const uint32_t mask = (1u << bits) - 1;
+  const bool is_signed_type = dtype == DType::kInt4 || dtype == DType::kInt2;
+  for (int64_t i = 0; i < numel; ++i) {
+    auto shift = static_cast<uint32_t>((i % per_byte) * bits);
+    uint32_t v = (static_cast<uint32_t>(packed[i / per_byte]) >> shift) & mask;
+    if (is_signed_type && (v & (1u << (bits - 1))) != 0) v |= ~mask;  // sign-extend
+    elements[i] = static_cast<uint8_t>(v & 0xFFu);
+  }
+}
+
+void pack_sub_byte(DType dtype, const uint8_t* elements, int64_t numel, uint8_t* packed) {
+  const int64_t bits = dtype_packed_bits(dtype);
+  KILN_CHECK(bits == 4 || bits == 2, "pack_sub_byte on {}", dtype_name(dtype));
+  const int64_t per_byte = 8 / bits;
+  const uint32_t mask = (1u << bits) - 1;
+  std::memset(packed, 0, static_cast<size_t>(dtype_packed_bytes(dtype, numel)));
+  for (int64_t i = 0; i < numel; ++i) {
+    auto shift = static_cast<uint32_t>((i % per_byte) * bits);
+    packed[i / per_byte] =
+        static_cast<uint8_t>(packed[i / per_byte] | ((elements[i] & mask) << shift));
+  }
 }
 
 }  // namespace kiln::graph

@@ -43,7 +43,7 @@ class Tensor {
   }
   const std::vector<std::string>& string_values() const { return strings_; }
 
-  /// Element i converted to double / int64 (any numeric dtype, float16/bfloat16 decoded).
+  /// Element i converted to double / int64 (any numeric dtype, 16-, 8- and 4-bit floats decoded).
   double element_as_double(int64_t i) const;
   int64_t element_as_int64(int64_t i) const;
 
@@ -62,5 +62,18 @@ float half_to_float(uint16_t bits);
 uint16_t float_to_half(float value);
 float bfloat16_to_float(uint16_t bits);
 uint16_t float_to_bfloat16(float value);
+
+/// The float8 / float4 conversions of runtime/kiln_small_types.h by dtype: the value of a code,
+/// and a value narrowed to a code (rounding to nearest even, not saturating).
+float small_float_to_float(DType dtype, uint8_t code);
+uint8_t float_to_small_float(DType dtype, float value);
+/// `value` wrapped to int4, uint4, int2 or uint2 (its low bits, sign-extended for the signed).
+int64_t wrap_small_integer(DType dtype, int64_t value);
+
+/// ONNX's packing of the 4- and 2-bit types (two or four elements a byte, the first in the low
+/// bits) to and from Kiln's byte per element (int4/int2 sign-extended). `packed` holds
+/// dtype_packed_bytes(dtype, numel) bytes; unused high bits of the last byte are written as 0.
+void unpack_sub_byte(DType dtype, const uint8_t* packed, int64_t numel, uint8_t* elements);
+void pack_sub_byte(DType dtype, const uint8_t* elements, int64_t numel, uint8_t* packed);
 
 }  // namespace kiln::graph

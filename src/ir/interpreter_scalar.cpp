@@ -445,7 +445,9 @@ Scalar apply_binary(OpCode code, Scalar a, DType at, Scalar b, DType bt, DType o
 
 Scalar read_element(const graph::Tensor& tensor, int64_t k) {
   DType dtype = tensor.dtype();
-  if (is_float_dtype(dtype)) return Scalar{tensor.element_as_double(k), 0};
+  if (is_float_dtype(dtype) || graph::is_small_float(dtype)) {
+    return Scalar{tensor.element_as_double(k), 0};
+  }
   if (dtype == DType::kUInt64)
     return Scalar{0, static_cast<int64_t>(load_raw<uint64_t>(tensor, k))};
   if (dtype == DType::kString || dtype == DType::kUndefined) {
@@ -456,6 +458,15 @@ Scalar read_element(const graph::Tensor& tensor, int64_t k) {
 
 void write_element(graph::Tensor& tensor, int64_t k, Scalar s, DType from) {
   DType dtype = tensor.dtype();
+  if (graph::is_small_float(dtype)) {
+    // Narrowed as generated stores narrow: without saturating (casts clamp before).
+    float value = static_cast<float>(cast(s, from, DType::kFloat32).f);
+    return store_raw<uint8_t>(tensor, k, graph::float_to_small_float(dtype, value));
+  }
+  if (graph::is_small_integer(dtype)) {
+    int64_t value = graph::wrap_small_integer(dtype, cast(s, from, DType::kInt32).i);
+    return store_raw<uint8_t>(tensor, k, static_cast<uint8_t>(value));
+  }
   Scalar v = cast(s, from, dtype);
   switch (dtype) {
     case DType::kFloat32:
@@ -484,6 +495,17 @@ void write_element(graph::Tensor& tensor, int64_t k, Scalar s, DType from) {
       return store_raw<uint64_t>(tensor, k, as_u64(v.i));
     case DType::kBool:
       return store_raw<uint8_t>(tensor, k, v.i != 0 ? 1 : 0);
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kUInt4:
+    case DType::kInt4:
+    case DType::kFloat4E2M1:
+    case DType::kFloat8E8M0:
+    case DType::kUInt2:
+    case DType::kInt2:
+      internal_error("write_element: {} is narrowed above", graph::dtype_name(dtype));
     case DType::kString:
     case DType::kUndefined:
       break;

@@ -143,6 +143,9 @@ bool fold_literals(TensorValue& value, const std::vector<const TensorValue*>& in
 bool dtype_in(DType dtype, unsigned allowed) {
   if (graph::is_floating(dtype)) return (allowed & kFloats) != 0;
   if (dtype == DType::kBool) return (allowed & kBools) != 0;
+  if (graph::is_small_float(dtype) || graph::is_small_integer(dtype)) {
+    return (allowed & kSmallTypes) != 0;
+  }
   if (graph::is_integer(dtype)) {
     return (allowed & (graph::is_signed(dtype) ? kSignedInts : kUnsignedInts)) != 0;
   }
@@ -467,15 +470,7 @@ std::vector<TensorValue> lower_cast(LoweringContext& ctx, const graph::Node& nod
                                     const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "input");
   require_dtype(ctx, x.dtype, kAllTypes, "input 'input'");
-  DType to = cast_target(ctx, node);
-  TensorValue value = broadcast_map(
-      ctx, {&x}, to,
-      [to](LoopBody& body, const std::vector<ValueId>& e) { return body.cast(e[0], to); });
-  bool int_to_int = graph::is_integer(x.dtype) && graph::is_integer(to);
-  fold_known(ctx, value, {&x}, OpCode::kCast,
-             int_to_int ? KnownFn([](const std::vector<Expr>& a) { return std::optional(a[0]); })
-                        : KnownFn{});
-  return {value};
+  return {cast_value(ctx, node, x, cast_target(ctx, node))};
 }
 
 std::vector<TensorValue> lower_identity(LoweringContext& ctx, const graph::Node&,
@@ -508,6 +503,54 @@ void register_binary_ops(Registry& r) {
 
 }  // namespace
 
+namespace {
+
+/// v (float32) clamped to [-max, max] of `to`; NaN passes through (comparisons with it are
+/// false) to become the type's NaN.
+ValueId clamp_to_small_float(LoopBody& body, ValueId v, DType to) {
+  const double max = graph::small_float_max(to);
+  ValueId hi = body.constant(max, DType::kFloat32), lo = body.constant(-max, DType::kFloat32);
+  v = body.where(body.binary(OpCode::kGt, v, hi), hi, v);
+  return body.where(body.binary(OpCode::kLt, v, lo), lo, v);
+}
+
+}  // namespace
+
+TensorValue cast_value(LoweringContext& ctx, const graph::Node& node, const TensorValue& x,
+                       DType to) {
+  if (to == DType::kFloat8E8M0) {
+    std::string mode = node.attr_string("round_mode", "up");
+    if (mode != "up") {
+      ctx.fail(
+          fmt::format("round_mode '{}' of casts to float8e8m0 is not supported (expected "
+                      "'up', the default)",
+                      mode));
+    }
+  }
+  if (!graph::is_small_float(to) && !graph::is_small_integer(to)) {
+    TensorValue value = broadcast_map(
+        ctx, {&x}, to,
+        [to](LoopBody& body, const std::vector<ValueId>& e) { return body.cast(e[0], to); });
+    bool int_to_int = graph::is_integer(x.dtype) && graph::is_integer(to);
+    fold_known(ctx, value, {&x}, OpCode::kCast,
+               int_to_int ? KnownFn([](const std::vector<Expr>& a) { return std::optional(a[0]); })
+                          : KnownFn{});
+    return value;
+  }
+  // Cast-19's saturate (default 1) clamps float8 results to the largest finite value, infinities
+  // included; float4e2m1 stores always saturate.
+  const bool saturate =
+      graph::is_small_float(to) && to != DType::kFloat4E2M1 && node.attr_int("saturate", 1) != 0;
+  TensorValue value =
+      broadcast_map(ctx, {&x}, to, [to, saturate](LoopBody& body, const std::vector<ValueId>& e) {
+        ValueId v = body.cast(e[0], to);
+        return saturate ? clamp_to_small_float(body, v, to) : v;
+      });
+  // The loop IR computes these types in float32 / int32 and rounds (or wraps) them only where a
+  // buffer stores them: materialize, so that consumers see the stored value.
+  return ctx.realize(value, "a cast to an 8-, 4- or 2-bit type rounds where it is stored");
+}
+
 void register_elementwise_ops(Registry& registry) {
   register_binary_ops(registry);
   registry.add("", "Sum", {variadic_op(OpCode::kAdd, kFloats), 1, 17});
@@ -517,7 +560,7 @@ void register_elementwise_ops(Registry& registry) {
   registry.add("", "Not", {lower_not, 1, 17});
   registry.add("", "BitwiseNot", {lower_bitwise_not, 18, 18});
   registry.add("", "Where", {lower_where, 9, 17});
-  registry.add("", "Cast", {lower_cast, 1, 17});
+  registry.add("", "Cast", {lower_cast, 1, 25});
   registry.add("", "Identity", {lower_identity, 1, 17});
   register_activation_ops(registry);
 }

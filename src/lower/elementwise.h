@@ -24,10 +24,11 @@ enum DTypeSet : unsigned {
   kSignedInts = 2u,    // int8..int64
   kUnsignedInts = 4u,  // uint8..uint64
   kBools = 8u,         // bool
+  kSmallTypes = 16u,   // float8, float4e2m1, int4, uint4, int2, uint2 (ops that move data)
   kInts = kSignedInts | kUnsignedInts,
   kSignedNumbers = kFloats | kSignedInts,
   kNumbers = kFloats | kInts,
-  kAllTypes = kNumbers | kBools,
+  kAllTypes = kNumbers | kBools | kSmallTypes,
 };
 
 /// True when `dtype` belongs to `allowed`.
@@ -64,6 +65,12 @@ using KnownFn = std::function<std::optional<sym::Expr>(const std::vector<sym::Ex
 void fold_known(LoweringContext& ctx, TensorValue& value,
                 const std::vector<const TensorValue*>& inputs, ir::OpCode code,
                 const KnownFn& symbolic = {});
+
+/// Cast of `x` to `to` with Cast's attributes on `node` (saturate, round_mode): shared by Cast
+/// and CastLike. Casts to the 8-, 4- and 2-bit types are materialized, since the loop IR rounds
+/// them only where they are stored.
+TensorValue cast_value(LoweringContext& ctx, const graph::Node& node, const TensorValue& x,
+                       graph::DType to);
 
 /// Registration of the activation and unary math lowerings (activation.cpp).
 void register_activation_ops(Registry& registry);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "lower/elementwise.h"
 #include "lower/lowering.h"
 #include "lower/op_util.h"
 #include "support/error.h"
@@ -337,7 +338,7 @@ std::vector<TensorValue> lower_eye_like(LoweringContext& ctx, const graph::Node&
   })};
 }
 
-std::vector<TensorValue> lower_cast_like(LoweringContext& ctx, const graph::Node&,
+std::vector<TensorValue> lower_cast_like(LoweringContext& ctx, const graph::Node& node,
                                          const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "input");
   const TensorValue& target = required_input(ctx, inputs, 1, "target_type");
@@ -345,6 +346,9 @@ std::vector<TensorValue> lower_cast_like(LoweringContext& ctx, const graph::Node
     ctx.fail("string tensors are not supported");
   }
   DType dtype = target.dtype;
+  if (graph::is_small_float(dtype) || graph::is_small_integer(dtype)) {
+    return {cast_value(ctx, node, x, dtype)};
+  }
   TensorValue out = ctx.pointwise(dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& i) {
     return body.cast(ctx.load_at(body, x, i), dtype);
   });
@@ -363,7 +367,7 @@ void register_index_ops(Registry& registry) {
   registry.add("", "OneHot", {lower_one_hot, 9, 17});
   registry.add("", "Trilu", {lower_trilu, 14, 17});
   registry.add("", "EyeLike", {lower_eye_like, 9, 17});
-  registry.add("", "CastLike", {lower_cast_like, 15, 17});
+  registry.add("", "CastLike", {lower_cast_like, 15, 25});
 }
 
 }  // namespace kiln::lower

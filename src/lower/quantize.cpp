@@ -1,5 +1,7 @@
 /// Linear quantization through the loop IR: QuantizeLinear (saturate(round_half_even(x / scale)
-/// + zero_point)), DequantizeLinear ((x - zero_point) * scale), per tensor or per axis, and
+/// + zero_point); to float8 and float4e2m1 the conversion rounds, saturating as the attribute
+/// says), DequantizeLinear ((x - zero_point) * scale), per tensor, per axis or blocked (opset
+/// 21), to and from the 8-, 4- and 2-bit integer and float types (opsets 19-25), and
 /// DynamicQuantizeLinear (uint8 with the scale and zero point computed from the input's range by
 /// two reductions); and the integer products MatMulInteger, ConvInteger (int32 sums of
 /// zero-point-shifted products) and QLinearMatMul, QLinearConv (the same sums, requantized), as
@@ -25,19 +27,40 @@ using sym::Expr;
 
 namespace {
 
-/// The range of a quantized dtype.
+/// The range of a quantized integer dtype.
 std::pair<double, double> quantized_range(const LoweringContext& ctx, DType dtype) {
   switch (dtype) {
     case DType::kUInt8:
       return {0, 255};
     case DType::kInt8:
       return {-128, 127};
+    case DType::kUInt16:
+      return {0, 65535};
+    case DType::kInt16:
+      return {-32768, 32767};
     case DType::kInt32:
       return {-2147483648.0, 2147483647.0};
+    case DType::kUInt4:
+      return {0, 15};
+    case DType::kInt4:
+      return {-8, 7};
+    case DType::kUInt2:
+      return {0, 3};
+    case DType::kInt2:
+      return {-2, 1};
     default:
-      ctx.fail(fmt::format("expected a uint8, int8 or int32 quantized type, found {}",
-                           graph::dtype_name(dtype)));
+      ctx.fail(fmt::format(
+          "expected a quantized type (int2/4/8/16/32, uint2/4/8/16, float8 or float4e2m1), "
+          "found {}",
+          graph::dtype_name(dtype)));
   }
+}
+
+/// Whether `dtype` is a quantized type: the integers of quantized_range, float8 and float4e2m1
+/// (float8e8m0 is a scale type, not a quantized one).
+void require_quantized(const LoweringContext& ctx, DType dtype) {
+  if (graph::is_small_float(dtype) && dtype != DType::kFloat8E8M0) return;
+  quantized_range(ctx, dtype);
 }
 
 /// The element of a per-tensor (scalar or one-element) or per-axis (1-D) parameter for
@@ -48,23 +71,49 @@ ValueId param_at(LoweringContext& ctx, LoopBody& body, const TensorValue& p, con
   return ctx.load_at(body, p, {p.shape[0] == Expr(1) ? Expr(0) : position});
 }
 
-/// param_at for the input element at `index` (per axis: along `axis`).
+/// How the scale and zero point map onto the input: per tensor, per axis (1-D along `axis`), or
+/// in blocks of `block_size` along `axis` (opset 21's blocked quantization: the parameters have
+/// the input's rank, and element i uses the parameter at i with i[axis] / block_size).
+struct QuantLayout {
+  size_t axis = 0;
+  int64_t block_size = 0;
+};
+
+/// The parameter element for the input element at `index`.
 ValueId quant_param(LoweringContext& ctx, LoopBody& body, const TensorValue& p,
-                    const std::vector<Expr>& index, size_t axis) {
-  return param_at(ctx, body, p, p.rank() == 1 && p.shape[0] != Expr(1) ? index[axis] : Expr(0));
+                    const std::vector<Expr>& index, const QuantLayout& layout) {
+  if (layout.block_size > 0) {
+    if (p.rank() != index.size()) {
+      ctx.fail(
+          fmt::format("blocked quantization needs scales and zero points of the input's "
+                      "rank {}, found rank {}",
+                      index.size(), p.rank()));
+    }
+    std::vector<Expr> at = index;
+    at[layout.axis] = sym::floor_div(index[layout.axis], Expr(layout.block_size));
+    return ctx.load_at(body, p, at);
+  }
+  return param_at(ctx, body, p,
+                  p.rank() == 1 && p.shape[0] != Expr(1) ? index[layout.axis] : Expr(0));
 }
 
-/// The axis of per-axis parameters (attribute axis, default 1); unused, and not checked, when
-/// every parameter is per tensor.
-size_t quant_axis(LoweringContext& ctx, const graph::Node& node, const TensorValue& x,
-                  std::vector<const TensorValue*> params) {
-  bool per_axis = false;
+/// The layout of the parameters (attributes axis, default 1, and block_size, default 0); the
+/// axis is unused, and not checked, when every parameter is per tensor.
+QuantLayout quant_layout(LoweringContext& ctx, const graph::Node& node, const TensorValue& x,
+                         std::vector<const TensorValue*> params) {
+  QuantLayout layout;
+  layout.block_size = node.attr_int("block_size", 0);
+  if (layout.block_size < 0) {
+    ctx.fail(fmt::format("block_size must be >= 0, found {}", layout.block_size));
+  }
+  bool per_axis = layout.block_size > 0;
   for (const TensorValue* p : params) {
     per_axis = per_axis || (p != nullptr && p->rank() == 1 && p->shape[0] != Expr(1));
   }
-  if (!per_axis) return 0;
-  return static_cast<size_t>(
+  if (!per_axis) return layout;
+  layout.axis = static_cast<size_t>(
       ctx.normalize_axis(node.attr_int("axis", 1), static_cast<int64_t>(x.rank())));
+  return layout;
 }
 
 /// saturate(round_half_even(v) + zero_point) as `out`, v in float.
@@ -77,23 +126,76 @@ ValueId quantize_value(LoopBody& body, ValueId v, ValueId zero_point, DType out,
   return body.cast(q, out);
 }
 
+/// v + zero_point as the float8 / float4 `out`: the conversion where it is stored rounds to
+/// nearest even; with `saturate` (float8: attribute saturate, default 1) clamped to the type's
+/// largest finite value first (float4e2m1 stores always saturate).
+ValueId quantize_small_float(LoopBody& body, ValueId v, ValueId zero_point, DType out,
+                             bool saturate) {
+  DType f = body.dtype(v);
+  ValueId q = body.binary(OpCode::kAdd, v, body.cast(zero_point, f));
+  if (saturate) {
+    const double max = graph::small_float_max(out);
+    ValueId hi = body.constant(max, f), lo = body.constant(-max, f);
+    q = body.where(body.binary(OpCode::kGt, q, hi), hi, q);
+    q = body.where(body.binary(OpCode::kLt, q, lo), lo, q);
+  }
+  return body.cast(q, out);
+}
+
+/// The dtype of an optional dtype attribute (0 or absent: nullopt).
+std::optional<DType> dtype_attribute(LoweringContext& ctx, const graph::Node& node,
+                                     const std::string& name) {
+  int64_t code = node.attr_int(name, 0);
+  if (code == 0) return std::nullopt;
+  std::optional<DType> dtype = graph::dtype_from_onnx(static_cast<int32_t>(code));
+  if (!dtype) ctx.fail(fmt::format("attribute '{}' names an unknown type {}", name, code));
+  return dtype;
+}
+
+/// The output type of QuantizeLinear: attribute output_dtype (opset 21), else the zero point's
+/// type, else uint8; both given must agree.
+DType quantize_output_dtype(LoweringContext& ctx, const graph::Node& node,
+                            const TensorValue* zero_point) {
+  std::optional<DType> attribute = dtype_attribute(ctx, node, "output_dtype");
+  if (attribute && zero_point != nullptr && zero_point->dtype != *attribute) {
+    ctx.fail(fmt::format("output_dtype {} differs from y_zero_point's type {}",
+                         graph::dtype_name(*attribute), graph::dtype_name(zero_point->dtype)));
+  }
+  if (attribute) return *attribute;
+  return zero_point != nullptr ? zero_point->dtype : DType::kUInt8;
+}
+
 std::vector<TensorValue> lower_quantize(LoweringContext& ctx, const graph::Node& node,
                                         const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "x");
   const TensorValue& scale = required_input(ctx, inputs, 1, "y_scale");
   const TensorValue* zero_point = optional_input(inputs, 2);
   require_dtype(ctx, x.dtype, kFloats, "input 'x'");
-  const DType out = zero_point != nullptr ? zero_point->dtype : DType::kUInt8;
-  const auto range = quantized_range(ctx, out);
-  const size_t axis = quant_axis(ctx, node, x, {&scale, zero_point});
-  const DType f = compute_dtype(x.dtype);
-  return {ctx.pointwise(out, x.shape, [&](LoopBody& body, const std::vector<Expr>& i) {
-    ValueId s = body.cast(quant_param(ctx, body, scale, i, axis), f);
+  const DType out = quantize_output_dtype(ctx, node, zero_point);
+  require_quantized(ctx, out);
+  const QuantLayout layout = quant_layout(ctx, node, x, {&scale, zero_point});
+  // Opset 23's precision: the type x / y_scale is computed in (default: x's compute type).
+  DType f = compute_dtype(x.dtype);
+  if (std::optional<DType> precision = dtype_attribute(ctx, node, "precision")) {
+    if (*precision != DType::kFloat32 && *precision != DType::kFloat64) {
+      ctx.fail(fmt::format("precision {} is not supported (expected float32 or float64)",
+                           graph::dtype_name(*precision)));
+    }
+    f = *precision;
+  }
+  const bool small_float = graph::is_small_float(out);
+  const bool saturate = out != DType::kFloat4E2M1 && node.attr_int("saturate", 1) != 0;
+  TensorValue y = ctx.pointwise(out, x.shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+    ValueId s = body.cast(quant_param(ctx, body, scale, i, layout), f);
     ValueId v = body.binary(OpCode::kDiv, body.cast(ctx.load_at(body, x, i), f), s);
-    ValueId zp = zero_point != nullptr ? quant_param(ctx, body, *zero_point, i, axis)
+    ValueId zp = zero_point != nullptr ? quant_param(ctx, body, *zero_point, i, layout)
                                        : body.constant(0, out);
-    return quantize_value(body, v, zp, out, range);
-  })};
+    if (small_float) return quantize_small_float(body, v, zp, out, saturate);
+    return quantize_value(body, v, zp, out, quantized_range(ctx, out));
+  });
+  // Float8 / float4 results round where they are stored (see cast_value).
+  if (small_float) y = ctx.realize(y, "a quantization to float8 or float4 rounds where stored");
+  return {y};
 }
 
 std::vector<TensorValue> lower_dequantize(LoweringContext& ctx, const graph::Node& node,
@@ -101,16 +203,20 @@ std::vector<TensorValue> lower_dequantize(LoweringContext& ctx, const graph::Nod
   const TensorValue& x = required_input(ctx, inputs, 0, "x");
   const TensorValue& scale = required_input(ctx, inputs, 1, "x_scale");
   const TensorValue* zero_point = optional_input(inputs, 2);
-  quantized_range(ctx, x.dtype);
+  require_quantized(ctx, x.dtype);
   require_dtype(ctx, scale.dtype, kFloats, "input 'x_scale'");
-  const size_t axis = quant_axis(ctx, node, x, {&scale, zero_point});
-  const DType out = scale.dtype, f = compute_dtype(scale.dtype);
+  const QuantLayout layout = quant_layout(ctx, node, x, {&scale, zero_point});
+  // Opset 23's output_dtype (default: the scale's type).
+  const DType out = dtype_attribute(ctx, node, "output_dtype").value_or(scale.dtype);
+  require_dtype(ctx, out, kFloats, "attribute 'output_dtype'");
+  const DType f = compute_dtype(scale.dtype);
   return {ctx.pointwise(out, x.shape, [&](LoopBody& body, const std::vector<Expr>& i) {
     ValueId v = body.cast(ctx.load_at(body, x, i), f);
     if (zero_point != nullptr) {
-      v = body.binary(OpCode::kSub, v, body.cast(quant_param(ctx, body, *zero_point, i, axis), f));
+      v = body.binary(OpCode::kSub, v,
+                      body.cast(quant_param(ctx, body, *zero_point, i, layout), f));
     }
-    ValueId s = body.cast(quant_param(ctx, body, scale, i, axis), f);
+    ValueId s = body.cast(quant_param(ctx, body, scale, i, layout), f);
     return body.cast(body.binary(OpCode::kMul, v, s), out);
   })};
 }
@@ -321,8 +427,8 @@ void register_quantize_ops(Registry& registry) {
   registry.add("", "ConvInteger", {lower_conv_integer, 10, 17});
   registry.add("", "QLinearMatMul", {lower_qlinear_matmul, 10, 17});
   registry.add("", "QLinearConv", {lower_qlinear_conv, 10, 17});
-  registry.add("", "QuantizeLinear", {lower_quantize, 10, 17});
-  registry.add("", "DequantizeLinear", {lower_dequantize, 10, 17});
+  registry.add("", "QuantizeLinear", {lower_quantize, 10, 25});
+  registry.add("", "DequantizeLinear", {lower_dequantize, 10, 25});
   registry.add("", "DynamicQuantizeLinear", {lower_dynamic_quantize, 11, 17});
 }
 

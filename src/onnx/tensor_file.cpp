@@ -304,8 +304,10 @@ Tensor decode_npy(std::string_view bytes, const std::string& what) {
 }
 
 std::string encode_npy(const Tensor& t, const std::string& what) {
-  if (t.dtype() == DType::kBFloat16) {
-    user_error("{}: numpy has no bfloat16; write the tensor as .pb instead", what);
+  if (t.dtype() == DType::kBFloat16 || graph::is_small_float(t.dtype()) ||
+      graph::is_small_integer(t.dtype())) {
+    user_error("{}: numpy has no {}; write the tensor as .pb instead", what,
+               graph::dtype_name(t.dtype()));
   }
   if (t.dtype() == DType::kString) {
     user_error("{}: string tensors cannot be written as .npy; write .pb instead", what);

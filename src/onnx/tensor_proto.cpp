@@ -71,6 +71,25 @@ auto cast_to() {
   return [](auto v) { return static_cast<T>(v); };
 }
 
+/// The 4- and 2-bit types in int32_data: each int32 holds one packed byte.
+Tensor from_packed_int32_data(const ::onnx::TensorProto& proto, DType dtype,
+                              std::vector<int64_t> dims, int64_t numel,
+                              const std::string& context) {
+  const int64_t bytes = graph::dtype_packed_bytes(dtype, numel);
+  if (proto.int32_data_size() != bytes) {
+    user_error("{}: dims {} of {} need {} packed bytes but int32_data has {} values", context,
+               dims_string(dims), graph::dtype_name(dtype), bytes, proto.int32_data_size());
+  }
+  std::vector<uint8_t> packed(static_cast<size_t>(bytes));
+  for (int64_t i = 0; i < bytes; ++i) {
+    packed[static_cast<size_t>(i)] =
+        static_cast<uint8_t>(proto.int32_data(static_cast<int>(i)) & 0xff);
+  }
+  Tensor t(dtype, std::move(dims));
+  graph::unpack_sub_byte(dtype, packed.data(), numel, static_cast<uint8_t*>(t.mutable_data()));
+  return t;
+}
+
 Tensor from_typed_fields(const ::onnx::TensorProto& proto, DType dtype, std::vector<int64_t> dims,
                          int64_t numel, const std::string& context) {
   auto bits16 = [](int32_t v) { return static_cast<uint16_t>(v & 0xffff); };
@@ -113,6 +132,20 @@ Tensor from_typed_fields(const ::onnx::TensorProto& proto, DType dtype, std::vec
       // The spec stores the 16-bit pattern in the low bits of each int32.
       return from_field<uint16_t>(dtype, std::move(dims), numel, proto.int32_data(), "int32_data",
                                   context, bits16);
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat8E8M0:
+      // One 8-bit code in the low bits of each int32.
+      return from_field<uint8_t>(dtype, std::move(dims), numel, proto.int32_data(), "int32_data",
+                                 context, [](int32_t v) { return static_cast<uint8_t>(v & 0xff); });
+    case DType::kUInt4:
+    case DType::kInt4:
+    case DType::kFloat4E2M1:
+    case DType::kUInt2:
+    case DType::kInt2:
+      return from_packed_int32_data(proto, dtype, std::move(dims), numel, context);
     case DType::kString:
     case DType::kUndefined:
       break;
@@ -211,7 +244,7 @@ Tensor external_tensor(const ::onnx::TensorProto& proto, DType dtype, std::vecto
     user_error("{}: external data offset {} is beyond the end of {} ({} bytes)", context, begin,
                path.string(), file_size);
   }
-  int64_t expected = numel * graph::dtype_size(dtype);
+  int64_t expected = graph::dtype_packed_bytes(dtype, numel);
   // Without a length the data runs to the end of the file, as onnx's own loader reads it.
   int64_t size = length.value_or(file_size - begin);
   if (size > file_size - begin) {
@@ -237,6 +270,13 @@ Tensor external_tensor(const ::onnx::TensorProto& proto, DType dtype, std::vecto
   std::shared_ptr<const void> mapping(
       base, [map_size](const void* p) { ::munmap(const_cast<void*>(p), map_size); });
   const char* data = static_cast<const char*>(base) + (begin - map_begin);
+  if (graph::dtype_packed_bits(dtype) < 8) {
+    // ONNX packs 4- and 2-bit elements; Kiln keeps a byte per element.
+    Tensor t(dtype, std::move(dims));
+    graph::unpack_sub_byte(dtype, reinterpret_cast<const uint8_t*>(data), numel,
+                           static_cast<uint8_t*>(t.mutable_data()));
+    return t;
+  }
   if (begin % graph::dtype_size(dtype) != 0) {
     // A misaligned offset would make typed access misaligned: copy instead of borrowing.
     Tensor t(dtype, std::move(dims));
@@ -273,12 +313,17 @@ Tensor tensor_from_proto(const ::onnx::TensorProto& proto, const fs::path& model
   }
   if (proto.has_raw_data()) {
     const std::string& raw = proto.raw_data();
-    int64_t expected = numel * graph::dtype_size(dtype);
+    int64_t expected = graph::dtype_packed_bytes(dtype, numel);
     if (static_cast<int64_t>(raw.size()) != expected) {
       user_error("{}: dims {} of {} need {} bytes but raw_data has {}", context, dims_string(dims),
                  graph::dtype_name(dtype), expected, raw.size());
     }
     Tensor t(dtype, std::move(dims));
+    if (graph::dtype_packed_bits(dtype) < 8) {
+      graph::unpack_sub_byte(dtype, reinterpret_cast<const uint8_t*>(raw.data()), numel,
+                             static_cast<uint8_t*>(t.mutable_data()));
+      return t;
+    }
     if (!raw.empty()) std::memcpy(t.mutable_data(), raw.data(), raw.size());
     if (dtype == DType::kBool) {
       // Normalise bools to 0/1 so downstream code may rely on it.
@@ -297,6 +342,13 @@ Tensor tensor_from_proto(const ::onnx::TensorProto& proto, const fs::path& model
   for (int64_t d : t.dims()) proto.add_dims(d);
   if (t.dtype() == DType::kString) {
     for (const std::string& s : t.string_values()) proto.add_string_data(s);
+    return proto;
+  }
+  if (graph::dtype_packed_bits(t.dtype()) < 8) {
+    std::string packed(static_cast<size_t>(graph::dtype_packed_bytes(t.dtype(), t.numel())), '\0');
+    graph::pack_sub_byte(t.dtype(), static_cast<const uint8_t*>(t.data()), t.numel(),
+                         reinterpret_cast<uint8_t*>(packed.data()));
+    proto.set_raw_data(std::move(packed));
     return proto;
   }
   proto.set_raw_data(static_cast<const char*>(t.data()), t.nbytes());

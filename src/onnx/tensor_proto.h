@@ -19,7 +19,8 @@ namespace kiln::onnx {
 graph::Tensor tensor_from_proto(const ::onnx::TensorProto& proto,
                                 const std::filesystem::path& model_dir, const std::string& context);
 
-/// A TensorProto holding `t`: raw_data (little-endian) for numeric types, string_data for strings.
+/// A TensorProto holding `t`: raw_data (little-endian; the 4- and 2-bit types packed as ONNX
+/// packs them) for numeric types, string_data for strings.
 ::onnx::TensorProto tensor_to_proto(const graph::Tensor& t, const std::string& name);
 
 }  // namespace kiln::onnx

@@ -1,10 +1,13 @@
 #pragma once
 /// float16 and bfloat16 conversions for generated kernels: 16-bit buffers hold the bit patterns
 /// (uint16_t); loads widen to float, stores narrow with round-to-nearest-even. Self-contained
-/// (used by code compiled outside Kiln's build): includes only standard headers.
+/// (used by code compiled outside Kiln's build): includes only standard headers and
+/// kiln_small_types.h (the 8-, 4- and 2-bit types, which generated kernels reach through here).
 
 #include <cstdint>
 #include <cstring>
+
+#include "kiln_small_types.h"
 
 namespace kiln {
 

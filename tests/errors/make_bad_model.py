@@ -2,7 +2,7 @@
 """Writes one deliberately broken ONNX model for the command-line error tests.
 
 Usage: /usr/bin/python3 make_bad_model.py CASE OUT.onnx
-Cases: checker, undefined, cycle, opset29, valid. Models are written without onnx.checker so that
+Cases: checker, undefined, cycle, opset29, e8m0_round_down, valid. Models are written without onnx.checker so that
 Kiln (not this script) is the one to refuse them.
 """
 import sys
@@ -44,6 +44,13 @@ def build(case):
         return m
     if case == "opset29":
         return model([helper.make_node("Relu", ["x"], ["y"], name="relu")], ["x"], ["y"], opset=29)
+    if case == "e8m0_round_down":
+        # Cast-24 to float8e8m0 (code 24) rounding down: Kiln implements round_mode 'up' only.
+        node = helper.make_node("Cast", ["x"], ["y"], name="to_e8m0", to=24, round_mode="down")
+        m = model([node], ["x"], [], opset=25)
+        m.graph.output.append(helper.make_tensor_value_info("y", 24, [2]))
+        m.ir_version = 11
+        return m
     raise SystemExit(f"unknown case {case}")
 
 

@@ -5,7 +5,8 @@
 # Gemm), a model with data-dependent If and Loop (nested), and one whose shapes are computed from
 # data (Reshape, Expand, Tile, ConstantOfShape, TopK, Range; with a bad shape: a clear error),
 # with seeded weights, inputs and expected outputs computed in numpy; and a transformer block
-# at opset 20 with a model-local function (make_transformer.py). Each is compiled and run
+# at opset 20 with a model-local function (make_transformer.py), and float8 / int4 casts and a
+# float8 quantization inside one graph (make_small_types.py). Each is compiled and run
 # with `kiln run` into a fresh code cache, and compare.py checks the output's dtype, shape and
 # values (float32 tolerance rtol 1e-4, atol 1e-5: |actual - expected| <= 1e-5 + 1e-4 * |expected|).
 # Arguments: $1 = kiln binary, $2 = scratch directory.
@@ -95,6 +96,11 @@ grep -q "(Reshape).*cannot infer the -1" "$SCRATCH/bad.stderr" ||
 run_case transformer "$M/transformer/model.onnx" "$M/transformer/x.npy" "$M/transformer/y.npy"
 "$PYTHON" "$HERE/compare.py" "$M/transformer/m.npy" "$SCRATCH/out/transformer/m.npy" ||
   fail "transformer: output m differs from numpy"
+
+# Casts and a quantization through float8e4m3fn and int4 inside one graph (make_small_types.py):
+# each consumer sees the rounded (or wrapped) value, against a reference that enumerates float8.
+"$PYTHON" "$HERE/make_small_types.py" "$M/small_types" || fail "make_small_types.py failed"
+run_case small_types "$M/small_types/model.onnx" "$M/small_types/x.npy" "$M/small_types/y.npy"
 
 # The dynamic-batch model is one compile: batches 3, 8 and 0 reuse the library built for batch 1.
 for b in 3 8 0; do

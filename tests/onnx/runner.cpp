@@ -21,7 +21,8 @@
 //                                 significant digits), atol 1e-5 for the others
 //   bfloat16                   -> rtol 1e-2, atol 1e-2
 //   float16                    -> rtol 1e-3, atol 1e-3
-//   integers and bool          -> exact
+//   float8, float4e2m1         -> exact: the same code (any NaN matches NaN)
+//   integers and bool          -> exact (int4, uint4, int2, uint2 included)
 //
 // Usage: kiln_onnx_runner DATA_DIR CACHE_DIR [--cases LIST] [--core LIST] [--jobs N]
 //                         [--exclusions FILE] [--by-opset yes] [--device cpu|cuda]
@@ -92,7 +93,11 @@ std::string compare(const graph::Tensor& actual, const graph::Tensor& expected, 
   int64_t bad = 0, first = -1;
   for (int64_t i = 0; i < expected.numel(); ++i) {
     bool ok;
-    if (floating) {
+    if (graph::is_small_float(expected.dtype())) {
+      double a = actual.element_as_double(i), e = expected.element_as_double(i);
+      ok = (std::isnan(a) && std::isnan(e)) ||
+           actual.values<uint8_t>()[i] == expected.values<uint8_t>()[i];
+    } else if (floating) {
       double a = actual.element_as_double(i), e = expected.element_as_double(i);
       ok = (std::isnan(a) && std::isnan(e)) || a == e ||
            std::abs(a - e) <= tol.atol + tol.rtol * std::abs(e);

@@ -42,15 +42,48 @@ bool is_welford(ReductionType t) {
 
 bool is_arg(ReductionType t) { return t == ReductionType::kArgMax || t == ReductionType::kArgMin; }
 
+/// The runtime's name for the conversions of a 16-, 8- or 4-bit float stored as its code
+/// (kiln_half.h, kiln_small_types.h); empty for other dtypes.
+std::string_view float_code_name(DType storage) {
+  switch (storage) {
+    case DType::kFloat16:
+      return "half";
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kFloat8E4M3FN:
+      return "f8e4m3fn";
+    case DType::kFloat8E4M3FNUZ:
+      return "f8e4m3fnuz";
+    case DType::kFloat8E5M2:
+      return "f8e5m2";
+    case DType::kFloat8E5M2FNUZ:
+      return "f8e5m2fnuz";
+    case DType::kFloat4E2M1:
+      return "f4e2m1";
+    case DType::kFloat8E8M0:
+      return "f8e8m0";
+    default:
+      return "";
+  }
+}
+
 std::string widen(DType storage, const std::string& element) {
-  if (storage == DType::kFloat16) return fmt::format("kiln::half_to_float({})", element);
-  if (storage == DType::kBFloat16) return fmt::format("kiln::bf16_to_float({})", element);
+  std::string_view code = float_code_name(storage);
+  if (!code.empty()) return fmt::format("kiln::{}_to_float({})", code, element);
+  if (graph::is_small_integer(storage)) return fmt::format("static_cast<int32_t>({})", element);
   return element;
 }
 
-std::string narrow(DType storage, const std::string& v) {
-  if (storage == DType::kFloat16) return fmt::format("kiln::float_to_half({})", v);
-  if (storage == DType::kBFloat16) return fmt::format("kiln::float_to_bf16({})", v);
+/// `v` (of dtype `from`) as stored in a `storage` buffer.
+std::string narrow(DType storage, DType from, const std::string& v) {
+  std::string_view code = float_code_name(storage);
+  if (!code.empty()) return fmt::format("kiln::float_to_{}({})", code, v);
+  if (graph::is_small_integer(storage)) {
+    return fmt::format("kiln::wrap_{}({})", graph::dtype_name(storage), v);
+  }
+  if (storage != from && graph::dtype_size(storage) != 2) {
+    return fmt::format("static_cast<{}>({})", graph::dtype_cpp_storage(storage), v);
+  }
   return v;
 }
 
@@ -330,11 +363,7 @@ void MemberEmitter::store(const ir::Op& op, const std::string& v, IndentedBuffer
     out.linef("{}.storeu({} + {});", v, ptr, idx);
     return;
   }
-  std::string stored = narrow(op.buffer_dtype, v);
-  if (op.buffer_dtype != op.dtype && graph::dtype_size(op.buffer_dtype) != 2) {
-    stored = fmt::format("static_cast<{}>({})", graph::dtype_cpp_storage(op.buffer_dtype), v);
-  }
-  out.linef("{}[{}] = {};", ptr, idx, stored);
+  out.linef("{}[{}] = {};", ptr, idx, narrow(op.buffer_dtype, op.dtype, v));
 }
 
 void MemberEmitter::emit_accumulators(IndentedBuffer& out, bool vectorized) {

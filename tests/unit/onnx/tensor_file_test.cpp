@@ -256,7 +256,10 @@ TEST(TensorProtoTest, SizeAndTypeErrors) {
                     {"initializer 'C'", "COMPLEX64"});
   p.set_data_type(17);
   expect_user_error([&] { tensor_from_proto(p, kNoDir, "initializer 'F8'"); },
-                    {"initializer 'F8'", "FLOAT8E4M3FN"});
+                    {"initializer 'F8'", "float8e4m3fn", "5 bytes", "raw_data has 12"});
+  p.set_data_type(22);  // int4: 5 elements pack into 3 bytes
+  expect_user_error([&] { tensor_from_proto(p, kNoDir, "initializer 'I4'"); },
+                    {"initializer 'I4'", "int4", "3 bytes", "raw_data has 12"});
   p.set_data_type(0);
   expect_user_error([&] { tensor_from_proto(p, kNoDir, "x"); }, {"UNDEFINED"});
   p.set_data_type(1);

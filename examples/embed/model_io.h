@@ -42,6 +42,26 @@ inline const char* dtype_name(kiln_dtype dtype) {
       return "uint8";
     case KILN_BOOL:
       return "bool";
+    case KILN_FLOAT8E4M3FN:
+      return "float8e4m3fn";
+    case KILN_FLOAT8E4M3FNUZ:
+      return "float8e4m3fnuz";
+    case KILN_FLOAT8E5M2:
+      return "float8e5m2";
+    case KILN_FLOAT8E5M2FNUZ:
+      return "float8e5m2fnuz";
+    case KILN_UINT4:
+      return "uint4";
+    case KILN_INT4:
+      return "int4";
+    case KILN_FLOAT4E2M1:
+      return "float4e2m1";
+    case KILN_FLOAT8E8M0:
+      return "float8e8m0";
+    case KILN_UINT2:
+      return "uint2";
+    case KILN_INT2:
+      return "int2";
     case KILN_UNDEFINED:  // an output whose dtype the run decides
       return "?";
   }

@@ -9,6 +9,8 @@
 //     config),
 //   - the best template config's GFLOP/s,
 //   - oneDNN's and im2col + OpenBLAS's GFLOP/s, measured in the same run,
+//   - the Winograd F(4x4, 3x3) template's (3x3 stride-1 layers; GFLOP/s of the direct
+//     convolution's FLOPs, so that the columns compare times),
 //   - the chosen choice's and the best template's ratios to each library and fraction of the FMA
 //     peak (cores x clock x 2 FMA units x floats per vector x 2),
 // then the time of all of ResNet-50's convolutions (each layer times its count) per way. It
@@ -114,6 +116,7 @@ double best_with_prefix(const std::map<std::string, double>& times, const std::s
 
 std::string short_name(const std::string& name) {
   if (name.rfind("template ", 0) == 0) return "t:" + name.substr(9);
+  if (name.rfind("winograd ", 0) == 0) return "w:" + name.substr(9);
   return name;
 }
 
@@ -155,11 +158,12 @@ int main(int argc, char** argv) try {
   if (quick) layers.resize(6);
 
   fmt::print(
-      "{:<19} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>6} {:>6} {:>6} {:>6} | {:>5} {:>5}  {}\n",
-      "layer (GFLOP/s)", "cnt", "chosen", "heur", "tmpl", "onednn", "im2col", "ch/dnn", "ch/bla",
-      "tm/dnn", "tm/bla", "%pk", "%pkT", "chosen; best template");
+      "{:<19} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>6} {:>6} {:>6} {:>6} | {:>5} {:>5}  "
+      "{}\n",
+      "layer (GFLOP/s)", "cnt", "chosen", "heur", "tmpl", "onednn", "im2col", "wino", "ch/dnn",
+      "ch/bla", "tm/dnn", "tm/bla", "%pk", "%pkT", "chosen; best template");
   struct Totals {
-    double chosen = 0, heuristic = 0, tmpl = 0, onednn = 0, im2col = 0;
+    double chosen = 0, heuristic = 0, tmpl = 0, onednn = 0, im2col = 0, no_winograd = 0;
   } total;
   int within = 0, measured = 0;
   for (const Layer& layer : layers) {
@@ -178,34 +182,37 @@ int main(int argc, char** argv) try {
     std::string best_template;
     const double chosen = ms_of(times, s.choice->name()), heuristic = ms_of(times, heuristic_name),
                  tmpl = best_with_prefix(times, "template ", &best_template),
-                 onednn = ms_of(times, "onednn"), im2col = ms_of(times, "im2col-openblas");
+                 onednn = ms_of(times, "onednn"), im2col = ms_of(times, "im2col-openblas"),
+                 winograd = best_with_prefix(times, "winograd ");
     const double gflop = layer.problem.flops() / 1e9;
     auto rate = [&](double ms) { return ms == kMissing ? 0.0 : gflop / (ms * 1e-3); };
     fmt::print(
-        "{:<19} {:>4} {:8.1f} {:8.1f} {:8.1f} {:8.1f} {:8.1f} | {:6.2f} {:6.2f} {:6.2f} {:6.2f} | "
-        "{:5.1f} {:5.1f}  {}; {}\n",
+        "{:<19} {:>4} {:8.1f} {:8.1f} {:8.1f} {:8.1f} {:8.1f} {:8.1f} | {:6.2f} {:6.2f} {:6.2f} "
+        "{:6.2f} | {:5.1f} {:5.1f}  {}; {}\n",
         layer.name, layer.count, rate(chosen), rate(heuristic), rate(tmpl), rate(onednn),
-        rate(im2col), onednn / chosen, im2col / chosen, onednn / tmpl, im2col / tmpl,
-        100 * rate(chosen) / peak, 100 * rate(tmpl) / peak, short_name(s.choice->name()),
-        short_name(best_template));
+        rate(im2col), rate(winograd), onednn / chosen, im2col / chosen, onednn / tmpl,
+        im2col / tmpl, 100 * rate(chosen) / peak, 100 * rate(tmpl) / peak,
+        short_name(s.choice->name()), short_name(best_template));
     for (const auto& [name, why] : s.dropped) fmt::print("    dropped {}: {}\n", name, why);
     total.chosen += layer.count * chosen;
     total.heuristic += layer.count * heuristic;
     total.tmpl += layer.count * tmpl;
     total.onednn += layer.count * onednn;
     total.im2col += layer.count * im2col;
+    total.no_winograd += layer.count * std::min({tmpl, onednn, im2col});
     ++measured;
     within += chosen <= 1.03 * std::min(onednn, im2col);
   }
   fmt::print(
       "\nall {} ResNet-50 convolutions of these layers, ms: chosen {:.2f}, heuristic {:.2f}, best "
-      "template {:.2f}, oneDNN {:.2f}, im2col + OpenBLAS {:.2f}\n",
+      "template {:.2f}, oneDNN {:.2f}, im2col + OpenBLAS {:.2f}; the best without Winograd "
+      "{:.2f}\n",
       [&] {
         int n = 0;
         for (const Layer& l : layers) n += l.count;
         return n;
       }(),
-      total.chosen, total.heuristic, total.tmpl, total.onednn, total.im2col);
+      total.chosen, total.heuristic, total.tmpl, total.onednn, total.im2col, total.no_winograd);
   fmt::print("chosen within 3% of the best library on {} of {} layers\n", within, measured);
   return 0;
 } catch (const std::exception& e) {

@@ -2,6 +2,7 @@
 
 #include "autotune/depthwise_template.h"
 #include "autotune/template_text.h"
+#include "autotune/winograd_template.h"
 
 #include <fmt/format.h>
 
@@ -306,6 +307,40 @@ class DepthwiseChoice final : public ConvChoice {
   ConvProblem problem_;
 };
 
+// The Winograd F(4x4, 3x3) template (autotune/winograd_template.h): W as it is, then the bias;
+// the function transforms the weights on its first call.
+class WinogradChoice final : public ConvChoice {
+ public:
+  WinogradChoice(TemplateIsa isa, const ConvProblem& problem) : isa_(isa), problem_(problem) {
+    check_conv_problem(problem);
+    KILN_CHECK(winograd_applies(problem), "winograd choice: {} is not a 3x3 stride-1 convolution",
+               problem.text());
+  }
+  std::string name() const override { return std::string(kWinogradPrefix) + isa_name(isa_); }
+  std::string backend() const override { return "template"; }
+  std::vector<float> prepare(const float* w, const float* bias) const override {
+    return plain_weight(problem_, w, bias);
+  }
+  std::string render(const std::string& function_name,
+                     const TemplateEpilogue& epilogue) const override {
+    return render_winograd(isa_, problem_, function_name, epilogue);
+  }
+  const ConvProblem& problem() const override { return problem_; }
+
+  static constexpr std::string_view kWinogradPrefix = "winograd ";
+
+ private:
+  TemplateIsa isa_;
+  ConvProblem problem_;
+};
+
+// "avx512" or "avx2" after `prefix` in a choice name.
+TemplateIsa isa_after_prefix(const std::string& name, std::string_view prefix) {
+  const std::string isa = name.substr(prefix.size());
+  KILN_CHECK(isa == "avx2" || isa == "avx512", "unknown convolution choice '{}'", name);
+  return isa == "avx512" ? TemplateIsa::kAvx512 : TemplateIsa::kAvx2;
+}
+
 // Grouped convolutions: the depthwise template first (it needs no reorder of the activations,
 // where oneDNN's depthwise kernels reorder NCHW to channels-last and back around every call),
 // then oneDNN. Other grouped convolutions have oneDNN only.
@@ -354,6 +389,7 @@ std::vector<ConvChoicePtr> conv_choices(const ConvProblem& problem, int threads,
   if (!configs.empty()) choices.push_back(make_conv_template_choice(configs.front(), problem));
   if (!onednn_first) choices.push_back(make_conv_onednn_choice(problem));
   choices.push_back(make_conv_im2col_choice(problem));
+  if (winograd_applies(problem)) choices.push_back(std::make_shared<WinogradChoice>(isa, problem));
   for (size_t i = 1; i < configs.size(); ++i) {
     choices.push_back(make_conv_template_choice(configs[i], problem));
   }
@@ -365,10 +401,12 @@ ConvChoicePtr make_conv_choice(const std::string& name, const ConvProblem& probl
   if (name == "onednn") return make_conv_onednn_choice(problem);
   if (name == "im2col-openblas") return make_conv_im2col_choice(problem);
   if (name.rfind(DepthwiseChoice::kDepthwisePrefix, 0) == 0) {
-    const std::string isa = name.substr(DepthwiseChoice::kDepthwisePrefix.size());
-    KILN_CHECK(isa == "avx2" || isa == "avx512", "unknown convolution choice '{}'", name);
     return std::make_shared<DepthwiseChoice>(
-        isa == "avx512" ? TemplateIsa::kAvx512 : TemplateIsa::kAvx2, problem);
+        isa_after_prefix(name, DepthwiseChoice::kDepthwisePrefix), problem);
+  }
+  if (name.rfind(WinogradChoice::kWinogradPrefix, 0) == 0) {
+    return std::make_shared<WinogradChoice>(isa_after_prefix(name, WinogradChoice::kWinogradPrefix),
+                                            problem);
   }
   KILN_CHECK(name.rfind(kTemplate, 0) == 0, "unknown convolution choice '{}'", name);
   return make_conv_template_choice(decode_conv_config(name.substr(kTemplate.size())), problem);

@@ -17,6 +17,9 @@
 ///             epilogue fused
 ///   depthwise the depthwise template (autotune/depthwise_template.h) for group == C, the bias
 ///             and the epilogue fused; W as it is
+///   winograd  the Winograd F(4x4, 3x3) template (autotune/winograd_template.h) for 3x3
+///             stride-1 convolutions, the bias and the epilogue fused; W as it is (transformed
+///             on the first call)
 /// Tested in tests/unit/autotune/conv_template_test.cpp.
 
 #include <memory>
@@ -68,8 +71,8 @@ ConvChoicePtr make_conv_template_choice(const ConvConfig& config, const ConvProb
 /// Every choice for `problem` on `threads` threads with template configs for `isa` (a library
 /// built for an older CPU than this host's passes its ISA): first the heuristic one (the
 /// template at conv_default_config; oneDNN for 1x1 convolutions with 784 or
-/// more output pixels, or when no config fits), then the other of the two, im2col + OpenBLAS and
-/// the other template configs. A grouped problem has the depthwise template first (when it is
+/// more output pixels, or when no config fits), then the other of the two, im2col + OpenBLAS,
+/// Winograd where it applies and the other template configs. A grouped problem has the depthwise template first (when it is
 /// depthwise) and oneDNN.
 std::vector<ConvChoicePtr> conv_choices(const ConvProblem& problem, int threads,
                                         TemplateIsa isa = host_template_isa());

@@ -1,0 +1,396 @@
+#include "autotune/winograd_template.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "autotune/template_text.h"
+#include "support/error.h"
+#include "support/indented_buffer.h"
+
+namespace kiln::autotune {
+namespace {
+
+// F(4x4, 3x3) with the points 0, 1, -1, 2, -2 and infinity. B^T transforms a 6-element input
+// column or row, A^T folds 6 products into 4 outputs; G (in the rendered source) transforms the
+// weights.
+constexpr std::array<std::array<int, 6>, 6> kBT = {{{4, 0, -5, 0, 1, 0},
+                                                    {0, -4, -4, 1, 1, 0},
+                                                    {0, 4, -4, -1, 1, 0},
+                                                    {0, -2, -1, 2, 1, 0},
+                                                    {0, 2, -1, -2, 1, 0},
+                                                    {0, 4, 0, -5, 0, 1}}};
+constexpr std::array<std::array<int, 6>, 4> kAT = {
+    {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}}};
+
+// Each task's two copies of a tile row's 6 input rows live on the stack; the same budget as the
+// direct template's row buffer.
+constexpr int64_t kMaxRowBytes = int64_t{256} << 10;
+// V and Mt, per calling thread.
+constexpr int64_t kMaxBufferBytes = int64_t{256} << 20;
+
+int64_t row_width(const ConvProblem& p) { return ceil_div(p.ow(), 4) * 4 + 2; }
+
+// Tiles per register block: R rows of two vectors of output channels, as many as the ISA's
+// registers hold beside the two weight vectors and the broadcast input (AVX-512: 12 x 2 + 3 of
+// 32; AVX2: 6 x 2 + 3 of 16); no more than there are tiles.
+int64_t tiles_per_block(TemplateIsa isa, const ConvProblem& p) {
+  const int64_t tiles = p.n * ceil_div(p.oh(), 4) * ceil_div(p.ow(), 4);
+  return std::min<int64_t>(isa == TemplateIsa::kAvx512 ? 12 : 6, tiles);
+}
+
+int64_t buffer_bytes(TemplateIsa isa, const ConvProblem& p) {
+  const int64_t tiles = p.n * ceil_div(p.oh(), 4) * ceil_div(p.ow(), 4);
+  const int64_t padded_tiles = round_up(tiles, tiles_per_block(isa, p));
+  const int64_t padded_m = round_up(p.m, 2 * isa_text(isa).width);
+  return 36 * padded_tiles * (p.c + padded_m) * 4;
+}
+
+// "4.0f * x[0] - 5.0f * x[2] + x[4]": the sum of coefficient times term over the nonzero
+// coefficients; `term(i)` names the i-th term.
+template <typename Row, typename Term>
+std::string combination(const Row& row, Term term) {
+  std::string text;
+  for (size_t i = 0; i < row.size(); ++i) {
+    const int k = row[i];
+    if (k == 0) continue;
+    const int magnitude = std::abs(k);
+    const std::string product =
+        magnitude == 1 ? term(i) : fmt::format("{}.0f * {}", magnitude, term(i));
+    if (text.empty()) {
+      text = k < 0 ? "-" + product : product;
+    } else {
+      text += fmt::format(" {} {}", k < 0 ? '-' : '+', product);
+    }
+  }
+  return text;
+}
+
+void render_header(IndentedBuffer& out, TemplateIsa isa, const ConvProblem& p,
+                   const TemplateEpilogue& epilogue) {
+  const IsaText text = isa_text(isa);
+  out.linef("// Kiln convolution template winograd {}: F(4x4, 3x3)", isa_name(isa));
+  out.linef("// Y[{}, {}, {}, {}] = epilogue({} + bias), W as it is, then the bias", p.n, p.m,
+            p.oh(), p.ow(), p.text());
+  out.linef("// epilogue: {}", epilogue.empty() ? "none" : epilogue.expr);
+  out.linef("#pragma GCC target(\"{}\")", text.target);
+  out.line("#include <immintrin.h>");
+  out.line("");
+  out.line("#include <algorithm>");
+  out.line("#include <cmath>");
+  out.line("#include <cstdint>");
+  out.line("#include <cstring>");
+  out.line("#include <map>");
+  out.line("#include <mutex>");
+  out.line("#include <vector>");
+  out.line("");
+  out.line("namespace {");
+  out.line("");
+  out.linef("constexpr int64_t kN = {}, kC = {}, kH = {}, kW = {}, kM = {};", p.n, p.c, p.h, p.w,
+            p.m);
+  out.linef("constexpr int64_t kPT = {}, kPL = {}, kOH = {}, kOW = {};", p.pad_top, p.pad_left,
+            p.oh(), p.ow());
+  out.line("// 4x4 output tiles: kTH rows of kTW, kT in all.");
+  out.line("constexpr int64_t kTH = (kOH + 3) / 4, kTW = (kOW + 3) / 4, kT = kN * kTH * kTW;");
+  out.linef("// Register blocks: kR tiles by kKB output channels ({} floats a vector).",
+            text.width);
+  out.linef("constexpr int64_t kVW = {}, kKB = 2 * kVW, kR = {};", text.width,
+            tiles_per_block(isa, p));
+  out.line(
+      "constexpr int64_t kTPad = (kT + kR - 1) / kR * kR, kMPad = (kM + kKB - 1) / kKB * kKB;");
+  out.line("// A tile row's input columns, from column -kPL: 4 per tile and 2 more.");
+  out.line("constexpr int64_t kRowW = kTW * 4 + 2;");
+  out.line("// Output channels as one vector of the output transform.");
+  out.linef("typedef float Vec __attribute__((vector_size({})));", text.width * 4);
+  out.line("");
+  out.line("inline Vec load(const float* p) {");
+  out.line("    Vec v;");
+  out.line("    std::memcpy(&v, p, sizeof v);");
+  out.line("    return v;");
+  out.line("}");
+  out.line("");
+}
+
+// U[36][C][MPad] (channels past M zero) and the bias padded to MPad, per weight pointer.
+void render_weight_transform(IndentedBuffer& out) {
+  out.line("struct Transformed {");
+  out.line("    std::vector<float> u, bias;");
+  out.line("};");
+  out.line("");
+  out.line("// G g G^T of every 3x3 weight g, in double, on the first call with a weight pointer.");
+  out.line("const Transformed& transformed(const float* Wp) {");
+  {
+    auto _ = out.scope();
+    out.line("static std::mutex mutex;");
+    out.line("static std::map<const float*, Transformed> known;");
+    out.line("std::lock_guard<std::mutex> lock(mutex);");
+    out.line("auto [it, fresh] = known.try_emplace(Wp);");
+    out.line("Transformed& t = it->second;");
+    out.line("if (!fresh) return t;");
+    out.line("static const double G[6][3] = {{1.0 / 4, 0, 0},");
+    out.line("                               {-1.0 / 6, -1.0 / 6, -1.0 / 6},");
+    out.line("                               {-1.0 / 6, 1.0 / 6, -1.0 / 6},");
+    out.line("                               {1.0 / 24, 1.0 / 12, 1.0 / 6},");
+    out.line("                               {1.0 / 24, -1.0 / 12, 1.0 / 6},");
+    out.line("                               {0, 0, 1}};");
+    out.line("t.u.assign(36 * kC * kMPad, 0.0f);");
+    out.line("t.bias.assign(kMPad, 0.0f);");
+    out.line("std::copy(Wp + kM * kC * 9, Wp + kM * kC * 9 + kM, t.bias.begin());");
+    out.line("float* u = t.u.data();");
+    out.line("#pragma omp parallel for if (kM * kC >= 4096)");
+    out.line("for (int64_t k = 0; k < kM; ++k) {");
+    out.line("    for (int64_t c = 0; c < kC; ++c) {");
+    out.line("        const float* g = Wp + (k * kC + c) * 9;");
+    out.line("        double gg[6][3];");
+    out.line("        for (int a = 0; a < 6; ++a) {");
+    out.line("            for (int j = 0; j < 3; ++j) {");
+    out.line(
+        "                gg[a][j] = G[a][0] * g[j] + G[a][1] * g[3 + j] + G[a][2] * g[6 + j];");
+    out.line("            }");
+    out.line("        }");
+    out.line("        for (int a = 0; a < 6; ++a) {");
+    out.line("            for (int b = 0; b < 6; ++b) {");
+    out.line("                const double s = gg[a][0] * G[b][0] + gg[a][1] * G[b][1] +");
+    out.line("                                 gg[a][2] * G[b][2];");
+    out.line("                u[((a * 6 + b) * kC + c) * kMPad + k] = static_cast<float>(s);");
+    out.line("            }");
+    out.line("        }");
+    out.line("    }");
+    out.line("}");
+    out.line("return t;");
+  }
+  out.line("}");
+  out.line("");
+}
+
+// Pass 1, one task: B^T d B of every tile of one tile row of one channel.
+void render_input_transform(IndentedBuffer& out) {
+  out.line(
+      "// V[36][C][TPad]: B^T d B of every tile's 6x6 input patch d (zeros outside the image).");
+  out.line(
+      "void transform_input_row(const float* X, float* V, int64_t b, int64_t c, int64_t ti) {");
+  {
+    auto _ = out.scope();
+    out.line("const float* x = X + (b * kC + c) * (kH * kW);");
+    out.line("// The input columns [lo, hi) of the row buffer are inside the image.");
+    out.line("constexpr int64_t lo = std::min(kPL, kRowW);");
+    out.line("constexpr int64_t hi = std::max(lo, std::min(kPL + kW, kRowW));");
+    out.line("alignas(64) float d[6][kRowW];");
+    out.line("for (int64_t r = 0; r < 6; ++r) {");
+    out.line("    const int64_t ih = ti * 4 - kPT + r;");
+    out.line("    if (ih < 0 || ih >= kH) {");
+    out.line("        std::fill_n(d[r], kRowW, 0.0f);");
+    out.line("        continue;");
+    out.line("    }");
+    out.line("    std::fill_n(d[r], lo, 0.0f);");
+    out.line("    std::copy(x + ih * kW + (lo - kPL), x + ih * kW + (hi - kPL), d[r] + lo);");
+    out.line("    std::fill(d[r] + hi, d[r] + kRowW, 0.0f);");
+    out.line("}");
+    out.line("// B^T down every column of the row buffer.");
+    out.line("alignas(64) float e[6][kRowW];");
+    out.line("#pragma omp simd");
+    out.line("for (int64_t w = 0; w < kRowW; ++w) {");
+    for (size_t a = 0; a < kBT.size(); ++a) {
+      out.linef("    e[{}][w] = {};", a,
+                combination(kBT[a], [](size_t r) { return fmt::format("d[{}][w]", r); }));
+    }
+    out.line("}");
+    out.line("// B^T along each tile's 6 columns.");
+    out.line("for (int64_t tj = 0; tj < kTW; ++tj) {");
+    {
+      auto _ = out.scope();
+      out.line("float* v = V + c * kTPad + (b * kTH + ti) * kTW + tj;");
+      out.line("for (int64_t a = 0; a < 6; ++a) {");
+      {
+        auto _ = out.scope();
+        out.line("const float* s = e[a] + tj * 4;");
+        out.line("float* va = v + a * 6 * (kC * kTPad);");
+        for (size_t j = 0; j < kBT.size(); ++j) {
+          out.linef("va[{} * (kC * kTPad)] = {};", j,
+                    combination(kBT[j], [](size_t i) { return fmt::format("s[{}]", i); }));
+        }
+      }
+      out.line("}");
+    }
+    out.line("}");
+  }
+  out.line("}");
+  out.line("");
+}
+
+// Pass 2, one task: kR tiles by kKB output channels of one of the 36 products.
+void render_multiply(IndentedBuffer& out, TemplateIsa isa, int64_t r) {
+  const IsaText t = isa_text(isa);
+  auto acc = [](int64_t i, int v) { return fmt::format("c{}_{}", i, v); };
+  out.line("// Mt[xi][t][k] = sum_c V[xi][c][t] * U[xi][c][k] for kR tiles and kKB channels.");
+  out.line(
+      "void multiply_block(const float* U, const float* V, float* Mt, int64_t xi, int64_t kb, "
+      "int64_t tb) {");
+  {
+    auto _ = out.scope();
+    out.line("const float* u = U + xi * (kC * kMPad) + kb * kKB;");
+    out.line("const float* v = V + xi * (kC * kTPad) + tb * kR;");
+    for (int64_t i = 0; i < r; ++i) {
+      out.linef("{0} {1} = {2}_setzero_ps(), {3} = {2}_setzero_ps();", t.vec, acc(i, 0), t.prefix,
+                acc(i, 1));
+    }
+    out.line("for (int64_t c = 0; c < kC; ++c) {");
+    {
+      auto _ = out.scope();
+      out.linef("const {} b0 = {}_loadu_ps(u + c * kMPad);", t.vec, t.prefix);
+      out.linef("const {} b1 = {}_loadu_ps(u + c * kMPad + kVW);", t.vec, t.prefix);
+      out.line("const float* vc = v + c * kTPad;");
+      for (int64_t i = 0; i < r; ++i) {
+        out.linef(
+            "{{ const {0} a = {1}_set1_ps(vc[{2}]); {3} = {1}_fmadd_ps(a, b0, {3}); "
+            "{4} = {1}_fmadd_ps(a, b1, {4}); }}",
+            t.vec, t.prefix, i, acc(i, 0), acc(i, 1));
+      }
+    }
+    out.line("}");
+    out.line("float* o = Mt + (xi * kTPad + tb * kR) * kMPad + kb * kKB;");
+    for (int64_t i = 0; i < r; ++i) {
+      out.linef("{0}_storeu_ps(o + {1} * kMPad, {2}); {0}_storeu_ps(o + {1} * kMPad + kVW, {3});",
+                t.prefix, i, acc(i, 0), acc(i, 1));
+    }
+  }
+  out.line("}");
+  out.line("");
+}
+
+// Pass 3, one task: A^T p A of one tile, a vector of output channels at a time, then the bias and
+// the epilogue as each output is stored.
+void render_output_transform(IndentedBuffer& out, const TemplateEpilogue& epilogue) {
+  out.line("// Y: A^T p A of one tile's 36 products p, plus the bias, through the epilogue.");
+  out.linef(
+      "void transform_output_tile(const float* Mt, const float* bias, float* Y, int64_t t{}) {{",
+      epilogue_params(epilogue));
+  {
+    auto _ = out.scope();
+    out.line("const int64_t b = t / (kTH * kTW), ti = (t / kTW) % kTH, tj = t % kTW;");
+    out.line("const int64_t rows = std::min<int64_t>(4, kOH - ti * 4);");
+    out.line("const int64_t cols = std::min<int64_t>(4, kOW - tj * 4);");
+    out.line("for (int64_t k0 = 0; k0 < kM; k0 += kVW) {");
+    {
+      auto _ = out.scope();
+      out.line("Vec p[36];  // the tile's 36 products, [6][6]");
+      out.line(
+          "for (int64_t xi = 0; xi < 36; ++xi) p[xi] = load(Mt + (xi * kTPad + t) * kMPad + k0);");
+      out.line("// A^T down the columns, then along the rows.");
+      out.line("Vec s[4][6];");
+      out.line("for (int64_t j = 0; j < 6; ++j) {");
+      for (size_t i = 0; i < kAT.size(); ++i) {
+        out.linef("    s[{}][j] = {};", i,
+                  combination(kAT[i], [](size_t a) { return fmt::format("p[{} + j]", a * 6); }));
+      }
+      out.line("}");
+      out.line("const Vec bv = load(bias + k0);");
+      out.line("alignas(64) float y[16][kVW];");
+      out.line("for (int64_t i = 0; i < 4; ++i) {");
+      for (size_t j = 0; j < kAT.size(); ++j) {
+        const std::string sum =
+            combination(kAT[j], [](size_t k) { return fmt::format("s[i][{}]", k); });
+        out.linef("    const Vec y{} = bv + {};", j, sum);
+        out.linef("    std::memcpy(y[i * 4 + {0}], &y{0}, sizeof y{0});", j);
+      }
+      out.line("}");
+      out.line("const int64_t lanes = std::min<int64_t>(kVW, kM - k0);");
+      out.line("for (int64_t q = 0; q < lanes; ++q) {");
+      {
+        auto _ = out.scope();
+        out.line("for (int64_t i = 0; i < rows; ++i) {");
+        {
+          auto _ = out.scope();
+          out.line("const int64_t m = (b * kM + k0 + q) * kOH + ti * 4 + i;");
+          out.line("(void)m;");
+          out.line("float* yr = Y + m * kOW;");
+          out.line("for (int64_t j = 0; j < cols; ++j) {");
+          out.line("    const int64_t n = tj * 4 + j;");
+          out.line("    const float v = y[i * 4 + j][q];");
+          out.linef("    yr[n] = {};", epilogue.empty() ? "v" : "(" + epilogue.expr + ")");
+          out.line("}");
+        }
+        out.line("}");
+      }
+      out.line("}");
+    }
+    out.line("}");
+  }
+  out.line("}");
+  out.line("");
+}
+
+void render_entry(IndentedBuffer& out, const ConvProblem& p, const std::string& function_name,
+                  const TemplateEpilogue& epilogue) {
+  out.linef("extern \"C\" void {}(const float* X, const float* Wp, float* Y{}) {{", function_name,
+            epilogue_params(epilogue));
+  auto _ = out.scope();
+  out.line("const Transformed& weights = transformed(Wp);");
+  out.line("// This thread's buffers (the OpenMP threads below each see their own thread_local,");
+  out.line("// so they take the pointers). Tiles past kT stay zero: no pass writes them.");
+  out.line("static thread_local std::vector<float> v_buffer(36 * kC * kTPad);");
+  out.line("static thread_local std::vector<float> mt_buffer(36 * kTPad * kMPad);");
+  out.line("float* const V = v_buffer.data();");
+  out.line("float* const Mt = mt_buffer.data();");
+  out.line("const float* const U = weights.u.data();");
+  out.line("const float* const bias = weights.bias.data();");
+  out.line("// Threads only pay off with some work per thread.");
+  out.linef("constexpr bool kParallel = {} >= (int64_t{{1}} << 18);",
+            static_cast<int64_t>(p.flops() / 2));
+  out.line("#pragma omp parallel if (kParallel)");
+  out.line("{");
+  {
+    auto _ = out.scope();
+    out.line("#pragma omp for collapse(3) schedule(static)");
+    out.line("for (int64_t b = 0; b < kN; ++b) {");
+    out.line("    for (int64_t c = 0; c < kC; ++c) {");
+    out.line("        for (int64_t ti = 0; ti < kTH; ++ti) transform_input_row(X, V, b, c, ti);");
+    out.line("    }");
+    out.line("}");
+    out.line("#pragma omp for collapse(3) schedule(static)");
+    out.line("for (int64_t xi = 0; xi < 36; ++xi) {");
+    out.line("    for (int64_t kb = 0; kb < kMPad / kKB; ++kb) {");
+    out.line("        for (int64_t tb = 0; tb < kTPad / kR; ++tb) {");
+    out.line("            multiply_block(U, V, Mt, xi, kb, tb);");
+    out.line("        }");
+    out.line("    }");
+    out.line("}");
+    out.line("#pragma omp for schedule(static)");
+    out.line("for (int64_t t = 0; t < kT; ++t) {");
+    out.linef("    transform_output_tile(Mt, bias, Y, t{});", epilogue_call_args(epilogue));
+    out.line("}");
+  }
+  out.line("}");
+}
+
+}  // namespace
+
+bool winograd_applies(const ConvProblem& p) {
+  return p.group == 1 && p.kh == 3 && p.kw == 3 && p.stride_h == 1 && p.stride_w == 1 &&
+         p.dilation_h == 1 && p.dilation_w == 1 && p.oh() > 0 && p.ow() > 0 &&
+         2 * 6 * row_width(p) * 4 <= kMaxRowBytes &&
+         std::max(buffer_bytes(TemplateIsa::kAvx2, p), buffer_bytes(TemplateIsa::kAvx512, p)) <=
+             kMaxBufferBytes;
+}
+
+std::string render_winograd(TemplateIsa isa, const ConvProblem& problem,
+                            const std::string& function_name, const TemplateEpilogue& epilogue) {
+  check_conv_problem(problem);
+  KILN_CHECK(winograd_applies(problem), "winograd template: {} is not a 3x3 stride-1 convolution",
+             problem.text());
+  IndentedBuffer out;
+  render_header(out, isa, problem, epilogue);
+  render_weight_transform(out);
+  render_input_transform(out);
+  render_multiply(out, isa, tiles_per_block(isa, problem));
+  render_output_transform(out, epilogue);
+  out.line("}  // namespace");
+  out.line("");
+  render_entry(out, problem, function_name, epilogue);
+  out.line("}");
+  return out.str();
+}
+
+}  // namespace kiln::autotune

@@ -1,0 +1,53 @@
+#pragma once
+/// The Winograd convolution template: renders, for one ISA and one fully static 3x3, stride-1,
+/// undilated, ungrouped problem, the source of
+///
+///   Y[N, M, OH, OW] = epilogue(conv3x3(X[N, C, H, W], W[M, C, 3, 3]) + bias[M])
+///
+/// with Winograd's minimal filtering F(4x4, 3x3) (Lavin and Gray, "Fast Algorithms for
+/// Convolutional Neural Networks", 2015). The output is cut into 4x4 tiles; each tile needs a 6x6
+/// input patch d. With the constant matrices B (6x6), G (6x3) and A (6x4),
+///
+///   Y_tile = A^T [ sum_c (G g[m, c] G^T) .* (B^T d[c] B) ] A
+///
+/// so the 36 elementwise products of a tile, summed over input channels, are 36 independent
+/// matrix products [tiles x C] @ [C x M]: 36 multiply-adds per tile and channel pair instead of
+/// the direct convolution's 144 (4x fewer), for a transform of each input patch and each output
+/// tile. It runs in three passes:
+///
+///   1. input transform: V[36][C][T] (T tiles, padded to the register block), one task per
+///      (image, channel, row of tiles): the 6 input rows of the tile row (zeros outside the image)
+///      are combined by B^T down the columns in one vectorized pass, then by B along each tile;
+///   2. the 36 products Mt[36][T][M] = V^T @ U, tiles by output channels in register blocks
+///      (R tiles x two vectors of channels), one task per (product, channel block, tile block);
+///   3. output transform: per tile, A^T and A applied to vectors of output channels, then the
+///      bias and the epilogue as each output is stored.
+///
+/// The transformed weights U[36][C][M] (G g G^T, computed in double) are 4x the size of W, so the
+/// library keeps W as it is (the weight argument is W then the bias, like the library choices')
+/// and the function transforms it on its first call with that weight pointer, keeping the result
+/// for later calls; V and Mt live in per-thread buffers. The epilogue (TemplateEpilogue) sees v
+/// (the biased sum), m = (b * M + oc) * OH + oh and n = ow, as the direct template's does.
+///
+/// The matrices' points are 0, +-1, +-2 and +-1/2; in float32 the result is within about 1e-5
+/// of the direct convolution relative to the output's magnitude (tests/unit/autotune/
+/// winograd_template_test.cpp checks 1e-4 at ResNet-50's 3x3 layers). Like every choice it is
+/// benchmarked against the others, and it is the heuristic choice where it measured fastest.
+
+#include <string>
+
+#include "autotune/conv_template.h"
+
+namespace kiln::autotune {
+
+/// Whether the Winograd template implements `problem`: 3x3 kernel, stride 1, dilation 1, group
+/// 1, and a tile row's input rows that fit the per-task stack budget.
+bool winograd_applies(const ConvProblem& problem);
+
+/// Renders the kernel source (one translation unit defining `function_name` as extern "C").
+/// Throws InternalError unless winograd_applies(problem).
+std::string render_winograd(TemplateIsa isa, const ConvProblem& problem,
+                            const std::string& function_name,
+                            const TemplateEpilogue& epilogue = {});
+
+}  // namespace kiln::autotune

@@ -16,8 +16,9 @@
 // then the time of all of ResNet-50's convolutions (each layer times its count) per way. It
 // never asserts.
 //
-// Usage: kiln_resnet_conv_bench [--quick] [--verbose]
-//   --quick: the first 6 layers only; --verbose: the AUTOTUNE table of every layer too.
+// Usage: kiln_resnet_conv_bench [--quick] [--verbose] [--avx2]
+//   --quick: the first 6 layers only; --verbose: the AUTOTUNE table of every layer too; --avx2:
+//   the templates' AVX2 configs on an AVX-512 host (what a library's x86-64-v3 variant runs).
 #include <fmt/format.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -123,14 +124,16 @@ std::string short_name(const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  bool quick = false, verbose = false;
+  bool quick = false, verbose = false, avx2 = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--verbose") == 0) {
       verbose = true;
+    } else if (std::strcmp(argv[i], "--avx2") == 0) {
+      avx2 = true;
     } else {
-      fmt::print(stderr, "usage: kiln_resnet_conv_bench [--quick] [--verbose]\n");
+      fmt::print(stderr, "usage: kiln_resnet_conv_bench [--quick] [--verbose] [--avx2]\n");
       return 2;
     }
   }
@@ -139,7 +142,7 @@ int main(int argc, char** argv) try {
 #endif
   const int threads = omp_get_max_threads();
   const double ghz = kiln::bench::measure_clock_ghz();
-  const TemplateIsa isa = kiln::autotune::host_template_isa();
+  const TemplateIsa isa = avx2 ? TemplateIsa::kAvx2 : kiln::autotune::host_template_isa();
   const int width = kiln::autotune::vector_width(isa);
   const double peak = threads * ghz * 2 * width * 2;
   fmt::print("kiln_resnet_conv_bench: {}, {} OpenMP threads\n", kiln::bench::cpu_model(), threads);
@@ -174,11 +177,12 @@ int main(int argc, char** argv) try {
     request.cache_path = cache_path;
     request.code_cache_dir = KILN_BENCH_CACHE_DIR;
     request.print_results = verbose;
+    request.isa = isa;
     const kiln::autotune::ConvSelection s = kiln::autotune::select_conv(request);
     std::map<std::string, double> times;
     for (const auto& t : s.timings) times[t.name] = t.ms;
     const std::string heuristic_name =
-        kiln::autotune::conv_choices(layer.problem, threads).front()->name();
+        kiln::autotune::conv_choices(layer.problem, threads, isa).front()->name();
     std::string best_template;
     const double chosen = ms_of(times, s.choice->name()), heuristic = ms_of(times, heuristic_name),
                  tmpl = best_with_prefix(times, "template ", &best_template),

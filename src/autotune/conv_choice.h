@@ -69,8 +69,9 @@ ConvChoicePtr make_conv_im2col_choice(const ConvProblem& problem);
 ConvChoicePtr make_conv_template_choice(const ConvConfig& config, const ConvProblem& problem);
 
 /// Every choice for `problem` on `threads` threads with template configs for `isa` (a library
-/// built for an older CPU than this host's passes its ISA): first the heuristic one (the
-/// template at conv_default_config; oneDNN for 1x1 convolutions with 784 or
+/// built for an older CPU than this host's passes its ISA): first the heuristic one (Winograd for
+/// 3x3 stride-1 convolutions with 784 or more output pixels and 32 or more channels in and out;
+/// else the template at conv_default_config; oneDNN for 1x1 convolutions with 784 or
 /// more output pixels, or when no config fits), then the other of the two, im2col + OpenBLAS,
 /// Winograd where it applies and the other template configs. A grouped problem has the depthwise template first (when it is
 /// depthwise) and oneDNN.

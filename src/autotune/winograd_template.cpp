@@ -197,20 +197,19 @@ void render_input_transform(IndentedBuffer& out) {
                 combination(kBT[a], [](size_t r) { return fmt::format("d[{}][w]", r); }));
     }
     out.line("}");
-    out.line("// B^T along each tile's 6 columns.");
-    out.line("for (int64_t tj = 0; tj < kTW; ++tj) {");
+    out.line("// B^T along each tile's 6 columns, vectorized over the tiles of the row (whose V");
+    out.line("// entries are consecutive).");
+    out.line("float* v = V + c * kTPad + (b * kTH + ti) * kTW;");
+    out.line("for (int64_t a = 0; a < 6; ++a) {");
     {
       auto _ = out.scope();
-      out.line("float* v = V + c * kTPad + (b * kTH + ti) * kTW + tj;");
-      out.line("for (int64_t a = 0; a < 6; ++a) {");
-      {
-        auto _ = out.scope();
-        out.line("const float* s = e[a] + tj * 4;");
-        out.line("float* va = v + a * 6 * (kC * kTPad);");
-        for (size_t j = 0; j < kBT.size(); ++j) {
-          out.linef("va[{} * (kC * kTPad)] = {};", j,
-                    combination(kBT[j], [](size_t i) { return fmt::format("s[{}]", i); }));
-        }
+      out.line("const float* s = e[a];");
+      out.line("float* va = v + a * 6 * (kC * kTPad);");
+      out.line("#pragma omp simd");
+      out.line("for (int64_t tj = 0; tj < kTW; ++tj) {");
+      for (size_t j = 0; j < kBT.size(); ++j) {
+        out.linef("    va[{} * (kC * kTPad) + tj] = {};", j,
+                  combination(kBT[j], [](size_t i) { return fmt::format("s[tj * 4 + {}]", i); }));
       }
       out.line("}");
     }

@@ -99,14 +99,18 @@ TEST(WinogradTemplate, AppliesToThreeByThreeStrideOneOnly) {
   EXPECT_FALSE(winograd_applies(conv3x3(1, 1, 3, 100000, 1, 1)));
   EXPECT_THROW(render_winograd(TemplateIsa::kAvx2, strided, "f"), InternalError);
 
-  // conv_choices offers it (not as the heuristic choice) and rebuilds it from its name.
+  // conv_choices offers it, as the heuristic choice at 28 x 28 or more with 32 or more channels,
+  // and rebuilds it from its name.
   const std::vector<ConvChoicePtr> choices = conv_choices(resnet, 2, TemplateIsa::kAvx512);
-  const auto found = std::find_if(choices.begin(), choices.end(), [](const ConvChoicePtr& c) {
-    return c->name() == "winograd avx512";
-  });
-  ASSERT_NE(found, choices.end());
-  EXPECT_NE(found, choices.begin());
-  EXPECT_EQ(make_conv_choice("winograd avx512", resnet)->hash_key(), (*found)->hash_key());
+  ASSERT_FALSE(choices.empty());
+  EXPECT_EQ(choices.front()->name(), "winograd avx512");
+  EXPECT_EQ(make_conv_choice("winograd avx512", resnet)->hash_key(), choices.front()->hash_key());
+  const ConvProblem small = conv3x3(1, 256, 14, 14, 256, 1);
+  const std::vector<ConvChoicePtr> later = conv_choices(small, 2, TemplateIsa::kAvx2);
+  ASSERT_FALSE(later.empty());
+  EXPECT_NE(later.front()->name(), "winograd avx2");
+  EXPECT_TRUE(std::any_of(later.begin(), later.end(),
+                          [](const ConvChoicePtr& c) { return c->name() == "winograd avx2"; }));
   EXPECT_EQ(make_conv_choice("winograd avx2", resnet)->name(), "winograd avx2");
   EXPECT_THROW(make_conv_choice("winograd avx3", resnet), InternalError);
   for (const ConvChoicePtr& c : conv_choices(strided, 2, TemplateIsa::kAvx512)) {

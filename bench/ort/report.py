@@ -72,7 +72,7 @@ def summary(results, models):
               f"  {cold['compile_s']:10.2f} s  {warm['compile_s']:10.2f} s{note}")
     print("   ORT/Kiln above 1: Kiln is faster. Compile times: driver::compile (import excluded)")
     geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-    print(f"   Kiln p50 / ORT p50 per model: " + ", ".join(
+    print("   Kiln p50 / ORT p50 per model: " + ", ".join(
         f"{m} {r:.2f}" for m, r in zip(models, ratios)) + f"; geomean {geomean:.2f} (goal <= 0.85)")
 
 

@@ -193,7 +193,7 @@ void render_micro_kernel(IndentedBuffer& out, const GemmConfig& config,
           out.line("const int64_t m = i0 + r;");
           out.line("(void)m;");
           // Each element on its own: the vectorizer may run the epilogue a vector at a time
-          // (kiln_simd_math.h gives exp, log, tanh and erf vector forms it can call).
+          // (kiln_simd_math.h gives it vector forms of exp, log, tanh and erf).
           out.line("#pragma omp simd");
           out.line("for (int64_t q = 0; q < nr; ++q) {");
           out.line("    const int64_t n = j0 + q;");

@@ -1,13 +1,14 @@
 #pragma once
-/// float32 exp, log, tanh and erf that GCC's auto-vectorizer can call in vector form, for code
+/// float32 exp and log that GCC's auto-vectorizer can call in vector form, for code
 /// written as scalar C++ over one element: the epilogues of the GEMM and convolution templates
-/// (codegen/cpp/cpp_epilogue.cpp writes kiln_simd_erf(x) where a pointwise kernel writes
-/// kiln::vec::erf). Each function is declared with GCC's `simd` attribute, which promises the
-/// x86-64 vector-function ABI variants (SSE 4 lanes, AVX and AVX2 8 lanes, AVX-512 16 lanes:
-/// _ZGV{b,c,d,e}N<lanes>v_<name>); this header defines them through Sleef's entry points of each
-/// ISA, so a loop under `#pragma omp simd` (or one the vectorizer takes on its own) calls Sleef
-/// once per vector instead of libm once per element. The scalar forms are Sleef's too, so a
-/// vector loop and its scalar tail round alike (Sleef's u10 functions: within 1 ULP).
+/// (codegen/cpp/cpp_epilogue.cpp writes kiln_simd_exp(x) where a pointwise kernel writes
+/// kiln::vec::exp; erf and tanh there use kiln_fast_math.h's inline forms, included here). Each
+/// function is declared with GCC's `simd` attribute, which promises the x86-64 vector-function ABI
+/// variants (SSE 4 lanes, AVX and AVX2 8 lanes, AVX-512 16 lanes: _ZGV{b,c,d,e}N<lanes>v_<name>);
+/// this header defines them through Sleef's entry points of each ISA, so a loop under `#pragma omp
+/// simd` (or one the vectorizer takes on its own) calls Sleef once per vector instead of libm once
+/// per element. The scalar forms are Sleef's too, so a vector loop and its scalar tail round alike
+/// (Sleef's u10 functions: within 1 ULP).
 ///
 /// The variants are weak and hidden: every kernel translation unit of a library defines them,
 /// the linker keeps one, and calls bind inside the library. Each is compiled for its own ISA
@@ -16,6 +17,8 @@
 /// labels, since sleef.h declares each only when the translation unit's own ISA has it.
 
 #include <immintrin.h>
+
+#include "kiln_fast_math.h"
 
 // The scalar form is Sleef's scalar function itself (the asm label), so GCC names its vector
 // variants after that symbol: _ZGVdN8v_Sleef_erff_u10 and so on.
@@ -44,7 +47,5 @@
 
 KILN_SIMD_MATH_FUNCTION(exp, exp)
 KILN_SIMD_MATH_FUNCTION(log, log)
-KILN_SIMD_MATH_FUNCTION(tanh, tanh)
-KILN_SIMD_MATH_FUNCTION(erf, erf)
 
 #undef KILN_SIMD_MATH_FUNCTION

@@ -94,15 +94,16 @@ const ir::Buffer* transposed_constant(LoweringContext& ctx, const TensorValue& v
       buffer->constant->dims().size() != 2 || !buffer->layout.is_contiguous()) {
     return nullptr;
   }
-  // A load of a constant with an affine index is a view (as_view copies nothing then).
-  const ir::View view = ctx.as_view(value);
+  // The load's index must be i0 + K * i1 in the value's loop variables (i0 over K, i1 over N):
+  // checked on the index itself, so nothing is realized (as_view would copy a view that is not
+  // affine, a Gather of the constant's rows say).
+  const std::vector<Expr>& vars = value.body->vars();
   const std::vector<int64_t>& dims = buffer->constant->dims();
-  const ir::Layout& layout = view.layout;
-  if (view.buffer != buffer->name || layout.offset != Expr(0) || layout.sizes[0] != Expr(dims[1]) ||
-      layout.sizes[1] != Expr(dims[0]) || layout.strides[0] != Expr(1) ||
-      (dims[0] > 1 && layout.strides[1] != Expr(dims[1]))) {
+  if (vars.size() != 2 || value.shape[0] != Expr(dims[1]) || value.shape[1] != Expr(dims[0])) {
     return nullptr;
   }
+  const Expr expected = vars[0] + vars[1] * Expr(dims[1]);
+  if (load.index != expected) return nullptr;
   return buffer;
 }
 

@@ -17,6 +17,15 @@
 
 namespace kiln_simd_detail {
 
+/// c ? a : b through the bits, so that no branch (and no conditional evaluation) is left for the
+/// vectorizer to convert: with -ftrapping-math GCC does not if-convert a float comparison on
+/// AVX2, and a loop with a branch stays scalar.
+inline float select(bool c, float a, float b) {
+  const int32_t m = -static_cast<int32_t>(c);
+  return __builtin_bit_cast(
+      float, (__builtin_bit_cast(int32_t, a) & m) | (__builtin_bit_cast(int32_t, b) & ~m));
+}
+
 /// e^y for y in [-87, 87]: y = k ln 2 + r (|r| <= ln 2 / 2, ln 2 in two parts), then e^r by
 /// its Taylor polynomial to r^7 and 2^k through the exponent bits.
 inline float exp_core(float y) {
@@ -50,7 +59,7 @@ inline float kiln_fast_erf(float x) {
   p = p * a2 - 3.761263689e-01f;
   p = p * a2 + 1.283791669e-01f;
   const float small = a + a * p;
-  const float al = a < 4.0f ? a : 4.0f;
+  const float al = kiln_simd_detail::select(a < 4.0f, a, 4.0f);
   float q = -5.661292227e-08f;
   q = q * al + 1.351103161e-06f;
   q = q * al - 1.255175263e-05f;
@@ -63,8 +72,8 @@ inline float kiln_fast_erf(float x) {
   q = q * al - 1.129633289e+00f;
   q = q * al + 2.049691301e-04f;
   const float big = 1.0f - kiln_simd_detail::exp_core(q - al * al);
-  const float r = std::copysign(a < 0.875f ? small : big, x);
-  return x != x ? x : r;
+  const float r = std::copysign(kiln_simd_detail::select(a < 0.875f, small, big), x);
+  return kiln_simd_detail::select(x != x, x, r);
 }
 
 /// tanh(x): for |x| < 0.625, x + x^3 P(x^2); above, 1 - 2 / (e^(2|x|) + 1) (2|x| capped at 40,
@@ -80,8 +89,8 @@ inline float kiln_fast_tanh(float x) {
   p = p * a2 + 1.333333220e-01f;
   p = p * a2 - 3.333333333e-01f;
   const float small = a + a * a2 * p;
-  const float t = 2.0f * a < 40.0f ? 2.0f * a : 40.0f;
+  const float t = kiln_simd_detail::select(2.0f * a < 40.0f, 2.0f * a, 40.0f);
   const float big = 1.0f - 2.0f / (kiln_simd_detail::exp_core(t) + 1.0f);
-  const float r = std::copysign(a < 0.625f ? small : big, x);
-  return x != x ? x : r;
+  const float r = std::copysign(kiln_simd_detail::select(a < 0.625f, small, big), x);
+  return kiln_simd_detail::select(x != x, x, r);
 }

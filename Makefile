@@ -50,9 +50,8 @@ bench-conv: deps configure
 	$(BUILD_DIR)/bin/kiln_conv_block_bench
 
 # Kiln against ONNX Runtime 1.30 (npm's onnxruntime-node, installed under $(BUILD_DIR)/bench-ort)
-# on a ResNet-50-shaped CNN, a MobileNetV2 and a BERT-base-shaped encoder stack, alternating, 2
-# threads each
-# (bench/ort/run.sh).
+# on a ResNet-50-shaped CNN, a MobileNetV2, a BERT-base-shaped encoder stack, a small encoder and
+# a GPT-style decoder, alternating, 2 threads each (bench/ort/run.sh).
 bench-ort: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln
 	bash bench/ort/run.sh $(BUILD_DIR)

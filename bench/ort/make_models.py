@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Builds the two models of the Kiln-versus-ONNX-Runtime benchmark (bench/ort/run.sh) as ONNX
+"""Builds the models of the Kiln-versus-ONNX-Runtime benchmark (bench/ort/run.sh) as ONNX
 (opset 17) with seeded random weights, and one seeded input for each.
 
 Usage: /usr/bin/python3 make_models.py OUT_DIR [--bert-layers N]
@@ -27,6 +27,19 @@ Writes into OUT_DIR:
                     GELU written as 0.5 x (1 + Erf(x / sqrt 2)), residual Add and
                     LayerNormalization. No attention mask.
   bert.input.npy    the input: standard normal (embeddings after their LayerNormalization)
+  encoder.onnx      the encoder of issue 17's table: bert's layers at hidden 256, 4 heads of 64,
+                    FFN 1024, 4 layers, seq 128 (post-norm, GELU through Erf): hidden float32[1,
+                    128, 256] -> float32[1, 128, 256].
+  encoder.input.npy the input: standard normal
+  decoder.onnx      a GPT-2-style causal decoder: token ids int64[1, 128] -> logits float32[1, 128,
+                    8192]. Token embedding (vocab 8192, width 256) plus a learned position
+                    embedding (Gather of constant position ids), 4 pre-norm blocks (LayerNorm, Q,
+                    K and V from one fused [256, 768] projection split in three, 4 heads of 64,
+                    scores Q K^T * 1/8, causal mask as Where(tril, scores, -1e9), Softmax,
+                    context, output projection, residual Add; LayerNorm, FFN 256 -> 1024 -> 256
+                    with GELU's tanh form as GPT-2 writes it, residual Add), a final LayerNorm and
+                    the head, tied to the token embedding: MatMul with Transpose(wte).
+  decoder.input.npy the input: uniform token ids in [0, 8192)
 """
 import argparse
 import os
@@ -213,6 +226,74 @@ def bert(layers, seq=128, hidden=768, heads=12, ffn=3072):
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, seq, hidden])])
 
 
+# --- GPT-style decoder ---------------------------------------------------------------------------
+
+def gelu_tanh(b, x, consts):
+    # GPT-2's gelu: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), node by node.
+    cube = b.node("Mul", [b.node("Mul", [x, x], "mul"), x], "mul")
+    inner = b.node("Add", [x, b.node("Mul", [cube, consts["c044"]], "mul")], "add")
+    t = b.node("Tanh", [b.node("Mul", [inner, consts["sqrt_2_pi"]], "mul")], "tanh")
+    return b.node("Mul", [b.node("Mul", [x, consts["half"]], "mul"),
+                          b.node("Add", [t, consts["one"]], "add")], "mul")
+
+
+def decoder_block(b, x, hidden, heads, ffn, consts):
+    head = hidden // heads
+    h = layer_norm(b, x, hidden)
+    qkv = linear(b, h, hidden, 3 * hidden)
+    q, k, v = (b.name("split") for _ in range(3))
+    b.nodes.append(helper.make_node("Split", [qkv, consts["split3"]], [q, k, v], name=b.name("split"),
+                                    axis=-1))
+
+    def split_heads(t, perm):  # [1, seq, hidden] -> [1, heads, seq, head] (or K^T)
+        return b.node("Transpose", [b.node("Reshape", [t, consts["heads"]], "reshape")],
+                      "transpose", perm=perm)
+
+    scores = b.node("Mul", [b.node("MatMul", [split_heads(q, [0, 2, 1, 3]),
+                                              split_heads(k, [0, 2, 3, 1])], "matmul"),
+                            consts["inv_sqrt_head"]], "mul")
+    scores = b.node("Where", [consts["causal"], scores, consts["neg"]], "where")
+    probs = b.node("Softmax", [scores], "softmax", axis=-1)
+    context = b.node("MatMul", [probs, split_heads(v, [0, 2, 1, 3])], "matmul")
+    context = b.node("Transpose", [context], "transpose", perm=[0, 2, 1, 3])
+    context = b.node("Reshape", [context, consts["hidden"]], "reshape")
+    x = b.node("Add", [x, linear(b, context, hidden, hidden)], "add")
+    h = linear(b, layer_norm(b, x, hidden), hidden, ffn)
+    return b.node("Add", [x, linear(b, gelu_tanh(b, h, consts), ffn, hidden)], "add")
+
+
+def decoder(blocks=4, seq=128, hidden=256, heads=4, ffn=1024, vocab=8192):
+    b = Builder(seed=8192)
+    consts = {
+        "heads": b.const("shape_heads", np.array([1, seq, heads, hidden // heads], np.int64)),
+        "hidden": b.const("shape_hidden", np.array([1, seq, hidden], np.int64)),
+        "split3": b.const("split3", np.array([hidden] * 3, np.int64)),
+        "inv_sqrt_head": b.const("inv_sqrt_head",
+                                 np.array(1.0 / np.sqrt(hidden // heads), np.float32)),
+        "causal": b.const("causal", np.tril(np.ones((1, 1, seq, seq), bool))),
+        "neg": b.const("neg", np.array(-1e9, np.float32)),
+        "c044": b.const("c044", np.array(0.044715, np.float32)),
+        "sqrt_2_pi": b.const("sqrt_2_pi", np.array(np.sqrt(2.0 / np.pi), np.float32)),
+        "half": b.const("half", np.array(0.5, np.float32)),
+        "one": b.const("one", np.array(1.0, np.float32)),
+    }
+    wte = b.normal("wte", (vocab, hidden), 0.02)
+    wpe = b.normal("wpe", (seq, hidden), 0.01)
+    positions = b.const("positions", np.arange(seq, dtype=np.int64).reshape(1, seq))
+    x = b.node("Add", [b.node("Gather", [wte, "tokens"], "gather", axis=0),
+                       b.node("Gather", [wpe, positions], "gather", axis=0)], "add")
+    for _ in range(blocks):
+        x = decoder_block(b, x, hidden, heads, ffn, consts)
+    x = layer_norm(b, x, hidden)
+    # The head shares the token embedding (tied weights), as GPT-2's export writes it.
+    head_w = b.node("Transpose", [wte], "transpose", perm=[1, 0])
+    b.nodes.append(helper.make_node("MatMul", [x, head_w], ["logits"], name="head"))
+    return b.model(
+        "gpt_decoder",
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, [1, seq])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, seq, vocab])])
+
+
 def save(model, path):
     tmp = path + ".tmp"
     onnx.save(model, tmp)
@@ -235,3 +316,9 @@ if __name__ == "__main__":
     save(bert(args.bert_layers), os.path.join(args.out_dir, "bert.onnx"))
     np.save(os.path.join(args.out_dir, "bert.input.npy"),
             rng.standard_normal((1, 128, 768)).astype(np.float32))
+    save(bert(4, hidden=256, heads=4, ffn=1024), os.path.join(args.out_dir, "encoder.onnx"))
+    np.save(os.path.join(args.out_dir, "encoder.input.npy"),
+            rng.standard_normal((1, 128, 256)).astype(np.float32))
+    save(decoder(), os.path.join(args.out_dir, "decoder.onnx"))
+    np.save(os.path.join(args.out_dir, "decoder.input.npy"),
+            rng.integers(0, 8192, (1, 128)).astype(np.int64))

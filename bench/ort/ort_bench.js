@@ -35,7 +35,7 @@ function parseArgs(argv) {
   return args;
 }
 
-// .npy (version 1 or 2, little-endian float32, C order) to an ort.Tensor.
+// .npy (version 1 or 2, little-endian float32 or int64, C order) to an ort.Tensor.
 function readNpy(file) {
   const buf = fs.readFileSync(file);
   if (buf.toString('latin1', 1, 6) !== 'NUMPY') throw new Error(`${file}: not a .npy file`);
@@ -43,12 +43,14 @@ function readNpy(file) {
   const headerLen = major === 1 ? buf.readUInt16LE(8) : buf.readUInt32LE(8);
   const start = (major === 1 ? 10 : 12) + headerLen;
   const header = buf.toString('latin1', major === 1 ? 10 : 12, start);
-  if (!/'descr':\s*'<f4'/.test(header) || /'fortran_order':\s*True/.test(header))
-    throw new Error(`${file}: expected a C-order float32 array, header ${header.trim()}`);
+  const int64 = /'descr':\s*'<i8'/.test(header);
+  if ((!int64 && !/'descr':\s*'<f4'/.test(header)) || /'fortran_order':\s*True/.test(header))
+    throw new Error(`${file}: expected a C-order float32 or int64 array, header ${header.trim()}`);
   const shape = header.match(/'shape':\s*\(([^)]*)\)/)[1].split(',').map((s) => s.trim())
                     .filter((s) => s !== '').map(Number);
-  const data = new Float32Array(buf.buffer.slice(buf.byteOffset + start, buf.byteOffset + buf.length));
-  return new ort.Tensor('float32', data, shape);
+  const bytes = buf.buffer.slice(buf.byteOffset + start, buf.byteOffset + buf.length);
+  if (int64) return new ort.Tensor('int64', new BigInt64Array(bytes), shape);
+  return new ort.Tensor('float32', new Float32Array(bytes), shape);
 }
 
 function writeNpy(file, tensor) {

@@ -8,9 +8,10 @@ summary.
   report.py compare MODEL OUT_DIR      compares OUT_DIR/kiln/*.npy with OUT_DIR/ort/*.npy
   report.py summary RESULTS MODELS...  per model: both p50s (the median over the rounds of each
                                        round's p50), ORT / Kiln, both mins, Kiln's cold and warm
-                                       compile times
+                                       compile times; then the geometric mean of Kiln / ORT
 """
 import json
+import math
 import os
 import statistics
 import sys
@@ -58,16 +59,21 @@ def summary(results, models):
 
     print(f"   {'model':8}  {'Kiln p50':>10}  {'ORT p50':>10}  {'ORT/Kiln':>8}  {'Kiln min':>10}"
           f"  {'ORT min':>10}  {'cold compile':>12}  {'warm compile':>12}")
+    ratios = []
     for model in models:
         kiln, ort = pick(model, "kiln"), pick(model, "ort")
         kiln_p50 = statistics.median(r["p50_ms"] for r in kiln)
         ort_p50 = statistics.median(r["p50_ms"] for r in ort)
+        ratios.append(kiln_p50 / ort_p50)
         cold, warm = pick(model, "kiln", "cold")[0], pick(model, "kiln", "warm")[0]
         note = "" if not cold["cache_hit"] and warm["cache_hit"] else "  (unexpected cache hits)"
         print(f"   {model:8}  {kiln_p50:7.2f} ms  {ort_p50:7.2f} ms  {ort_p50 / kiln_p50:8.2f}"
               f"  {min(r['min_ms'] for r in kiln):7.2f} ms  {min(r['min_ms'] for r in ort):7.2f} ms"
               f"  {cold['compile_s']:10.2f} s  {warm['compile_s']:10.2f} s{note}")
     print("   ORT/Kiln above 1: Kiln is faster. Compile times: driver::compile (import excluded)")
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    print("   Kiln p50 / ORT p50 per model: " + ", ".join(
+        f"{m} {r:.2f}" for m, r in zip(models, ratios)) + f"; geomean {geomean:.2f} (goal <= 0.85)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Kiln against ONNX Runtime 1.30 (onnxruntime-node, CPU execution provider) on a ResNet-50-shaped
-# CNN, a MobileNetV2-shaped CNN and a BERT-base-shaped encoder stack (make_models.py, random weights, batch 1): checks once
+# CNN, a MobileNetV2-shaped CNN, a BERT-base-shaped encoder stack, issue 17's small encoder (4
+# layers, d 256, seq 128) and a GPT-style causal decoder (4 blocks, vocab 8192, seq 128, tied
+# embeddings) (make_models.py, random weights, batch 1): checks once
 # that both give the same outputs on the same input, then times them in alternating rounds (Kiln
 # with `kiln bench --json`, ONNX Runtime with ort_bench.js; the same thread count, warm-up and
 # timed runs), and prints per model both p50s, their ratio ORT / Kiln (above 1: Kiln is faster)
@@ -10,7 +12,7 @@
 # Usage: bench/ort/run.sh [BUILD_DIR]   (`make bench-ort` builds kiln and runs it)
 # Environment: BENCH_ORT_THREADS (2), BENCH_ORT_ROUNDS (3), BENCH_ORT_ITERS (timed runs per round,
 # 20), BENCH_ORT_WARMUP (5), BENCH_ORT_BERT_LAYERS (12), BENCH_ORT_MODELS ("resnet50 mobilenet_v2
-# bert").
+# bert encoder decoder").
 # Everything it writes is under BUILD_DIR/bench-ort/ (onnxruntime-node, models, code cache,
 # outputs, results.jsonl).
 set -euo pipefail
@@ -27,7 +29,7 @@ ROUNDS="${BENCH_ORT_ROUNDS:-3}"
 ITERS="${BENCH_ORT_ITERS:-20}"
 WARMUP="${BENCH_ORT_WARMUP:-5}"
 BERT_LAYERS="${BENCH_ORT_BERT_LAYERS:-12}"
-MODELS="${BENCH_ORT_MODELS:-resnet50 mobilenet_v2 bert}"
+MODELS="${BENCH_ORT_MODELS:-resnet50 mobilenet_v2 bert encoder decoder}"
 CACHE="$WORK/cache"  # the code cache of every Kiln run after the cold compile
 mkdir -p "$WORK"
 [ -x "$KILN" ] || { echo "bench-ort: no $KILN; build it first (make build)" >&2; exit 1; }
@@ -59,17 +61,25 @@ if [ "$(cat "$MODEL_DIR/stamp" 2>/dev/null)" != "$stamp" ]; then
   "$PYTHON" "$HERE/make_models.py" "$MODEL_DIR" --bert-layers "$BERT_LAYERS"
   echo "$stamp" >"$MODEL_DIR/stamp"
 fi
-input_name() { case "$1" in resnet50 | mobilenet_v2) echo input ;; bert) echo hidden ;; esac; }
+input_name() {
+  case "$1" in
+    resnet50 | mobilenet_v2) echo input ;;
+    bert | encoder) echo hidden ;;
+    decoder) echo tokens ;;
+  esac
+}
+# Both engines are timed on make_models.py's input (the decoder's token ids must be in range).
+input_arg() { echo "$(input_name "$1")=$MODEL_DIR/$1.input.npy"; }
 
 kiln_bench() {  # kiln_bench MODEL CACHE_DIR ITERS WARMUP: one JSON line
   "$KILN" bench "$MODEL_DIR/$1.onnx" --json --threads "$THREADS" --iters "$3" --warmup "$4" \
-    --cache-dir "$2"
+    --cache-dir "$2" --input "$(input_arg "$1")"
 }
 ort_bench() {  # ort_bench MODEL ITERS WARMUP [ARGS...]: one JSON line
   local model="$1" iters="$2" warmup="$3"
   shift 3
   node "$HERE/ort_bench.js" "$MODEL_DIR/$model.onnx" --threads "$THREADS" --iters "$iters" \
-    --warmup "$warmup" "$@"
+    --warmup "$warmup" --input "$(input_arg "$model")" "$@"
 }
 report() { "$PYTHON" "$HERE/report.py" "$@"; }  # see report.py
 tag() { report tag "$@"; }  # tag ENGINE MODEL PHASE: the JSON line on stdin, tagged
@@ -94,12 +104,10 @@ done
 # The same input through both; outputs compared here (printed, not asserted).
 echo "== outputs on the same input (make_models.py's <model>.input.npy)"
 for m in $MODELS; do
-  name="$(input_name "$m")"
   rm -rf "$WORK/out/$m" && mkdir -p "$WORK/out/$m/kiln" "$WORK/out/$m/ort"
   OMP_NUM_THREADS="$THREADS" "$KILN" run "$MODEL_DIR/$m.onnx" --cache-dir "$CACHE" \
-    --input "$name=$MODEL_DIR/$m.input.npy" --output-dir "$WORK/out/$m/kiln" >/dev/null
-  ort_bench "$m" 1 0 --input "$name=$MODEL_DIR/$m.input.npy" \
-    --output-dir "$WORK/out/$m/ort" >/dev/null
+    --input "$(input_arg "$m")" --output-dir "$WORK/out/$m/kiln" >/dev/null
+  ort_bench "$m" 1 0 --output-dir "$WORK/out/$m/ort" >/dev/null
   report compare "$m" "$WORK/out/$m"
 done
 

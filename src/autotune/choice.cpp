@@ -298,6 +298,7 @@ std::string render_epilogue_pass(const GemmProblem& problem, const TemplateEpilo
       "    // The epilogue, in a pass over C.\n"
       "    #pragma omp parallel for if (M * {0} >= (int64_t{{1}} << 16))\n"
       "    for (int64_t m = 0; m < M; ++m) {{\n"
+      "        #pragma omp simd\n"
       "        for (int64_t n = 0; n < {0}; ++n) {{\n"
       "            const float v = C[m * {0} + n];\n"
       "            C[m * {0} + n] = ({1});\n"

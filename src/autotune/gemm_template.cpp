@@ -192,6 +192,9 @@ void render_micro_kernel(IndentedBuffer& out, const GemmConfig& config,
           auto _ = out.scope();
           out.line("const int64_t m = i0 + r;");
           out.line("(void)m;");
+          // Each element on its own: the vectorizer may run the epilogue a vector at a time
+          // (kiln_simd_math.h gives it vector forms of exp, log, tanh and erf).
+          out.line("#pragma omp simd");
           out.line("for (int64_t q = 0; q < nr; ++q) {");
           out.line("    const int64_t n = j0 + q;");
           out.line("    (void)n;");

@@ -83,6 +83,30 @@ ValueId operand_at(LoweringContext& ctx, LoopBody& body, const Operand& op,
   return ctx.load_at(body, op.value, index);
 }
 
+/// The 2-D constant buffer of which `value` is the transpose (a view: sizes [K, N] over a
+/// contiguous constant [N, K], strides [1, K]), or nullptr.
+const ir::Buffer* transposed_constant(LoweringContext& ctx, const TensorValue& value) {
+  if (value.rank() != 2 || !value.body || value.body->ops().size() != 1) return nullptr;
+  const ir::Op& load = value.body->op(0);
+  if (load.code != OpCode::kLoad || load.mask != ir::kNoValue) return nullptr;
+  const ir::Buffer* buffer = ctx.program().find(load.buffer);
+  if (buffer == nullptr || buffer->kind != ir::BufferKind::kConstant || !buffer->constant ||
+      buffer->constant->dims().size() != 2 || !buffer->layout.is_contiguous()) {
+    return nullptr;
+  }
+  // The load's index must be i0 + K * i1 in the value's loop variables (i0 over K, i1 over N):
+  // checked on the index itself, so nothing is realized (as_view would copy a view that is not
+  // affine, a Gather of the constant's rows say).
+  const std::vector<Expr>& vars = value.body->vars();
+  const std::vector<int64_t>& dims = buffer->constant->dims();
+  if (vars.size() != 2 || value.shape[0] != Expr(dims[1]) || value.shape[1] != Expr(dims[0])) {
+    return nullptr;
+  }
+  const Expr expected = vars[0] + vars[1] * Expr(dims[1]);
+  if (load.index != expected) return nullptr;
+  return buffer;
+}
+
 /// A selected GEMM choice (autotune/choice.h: the C++ GEMM template or a library) for
 /// A [..., M, K] @ B when B is a constant float32 [K, N] matrix (op(B) = B, or its transpose with
 /// `transpose_b`) scaled by `alpha`: B is transposed, scaled and prepared (packed into the
@@ -94,6 +118,12 @@ std::optional<TensorValue> template_gemm(LoweringContext& ctx, const TensorValue
   if (a.dtype != DType::kFloat32 || a.rank() < 2 || b.rank() != 2) return std::nullopt;
   std::optional<std::string> name = ctx.as_buffer(b);
   const ir::Buffer* buffer = name ? ctx.program().find(*name) : nullptr;
+  if (buffer == nullptr) {
+    // A Transpose of a constant [N, K] matrix (a tied embedding as a language model's head:
+    // MatMul(x, Transpose(wte))) is that constant with op(B) transposed.
+    buffer = transposed_constant(ctx, b);
+    if (buffer != nullptr) transpose_b = !transpose_b;
+  }
   if (buffer == nullptr || buffer->kind != ir::BufferKind::kConstant) return std::nullopt;
   std::optional<std::string> a_name = ctx.as_buffer(a);
   const ir::Buffer* a_buffer = a_name ? ctx.program().find(*a_name) : nullptr;

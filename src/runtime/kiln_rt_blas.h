@@ -4,8 +4,12 @@
 // B[..., K, N] + beta * C, with batch dims broadcast through stride-0 views.
 
 #include <cblas.h>
+#include <immintrin.h>
 
+#include <algorithm>
 #include <mutex>
+#include <type_traits>
+#include <vector>
 
 #include "kiln_rt.h"
 
@@ -71,6 +75,109 @@ inline bool rows_fold(const View& v, int batch_rank) {
   return v.strides[batch_rank + 1] == 1;
 }
 
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define KILN_RT_SMALL_BATCHED_GEMM 1
+
+/// Batched float32 products too small for a BLAS call each (attention's Q K^T and P V: per head
+/// 128 x 128 x 64 spent most of its time in OpenBLAS's per-call threading): OpenMP threads share
+/// (batch element, block of rows) tasks, each packs its B into NR-column panels and runs an
+/// MR x NR register-blocked kernel (the GEMM template's 6 x 64 on AVX-512, 6 x 16 on AVX2)
+/// reading A in place through its strides. out = alpha * A @ B (+ out when accumulate).
+namespace small_gemm {
+
+#if defined(__AVX512F__)
+using Vec = __m512;
+inline constexpr int kWidth = 16, kVectors = 4;
+inline Vec vzero() { return _mm512_setzero_ps(); }
+inline Vec vset(float x) { return _mm512_set1_ps(x); }
+inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+#else
+using Vec = __m256;
+inline constexpr int kWidth = 8, kVectors = 2;
+inline Vec vzero() { return _mm256_setzero_ps(); }
+inline Vec vset(float x) { return _mm256_set1_ps(x); }
+inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+#endif
+inline constexpr int kMR = 6, kNR = kWidth * kVectors;
+/// Rows per task: a multiple of kMR, small enough that a few heads give every thread work.
+inline constexpr int64_t kRowsPerTask = 48;
+
+/// Whether a batched product of this size takes this path rather than BLAS.
+inline bool fits(int64_t batch, int64_t m, int64_t n, int64_t k) {
+  return batch > 1 && m * n * k <= (int64_t{1} << 22) && k * (n + kNR) <= (int64_t{1} << 20);
+}
+
+/// tile (kMR x kNR, row-major) = A rows [i0, i0 + kMR) (row stride ars, column stride acs)
+/// @ the packed panel bp (k rows of kNR).
+inline void micro_kernel(int64_t k, const float* a, int64_t ars, int64_t acs, const float* bp,
+                         float* tile) {
+  Vec acc[kMR][kVectors];
+  for (int r = 0; r < kMR; ++r)
+    for (int v = 0; v < kVectors; ++v) acc[r][v] = vzero();
+  for (int64_t p = 0; p < k; ++p) {
+    Vec b[kVectors];
+    for (int v = 0; v < kVectors; ++v) b[v] = vload(bp + p * kNR + v * kWidth);
+    for (int r = 0; r < kMR; ++r) {
+      const Vec x = vset(a[r * ars + p * acs]);
+      for (int v = 0; v < kVectors; ++v) acc[r][v] = vfma(x, b[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < kMR; ++r)
+    for (int v = 0; v < kVectors; ++v) vstore(tile + r * kNR + v * kWidth, acc[r][v]);
+}
+
+/// One task: rows [r0, r1) of out_b[m, n] = alpha * A_b @ B_b (+ out_b). B is read through its
+/// strides (brs, bcs) into `packed` (k * roundup(n, kNR) floats); a last block of fewer than kMR
+/// rows is copied into `rest` (kMR * k floats) with zero rows after it.
+inline void rows(int64_t r0, int64_t r1, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t ars, int64_t acs, const float* b, int64_t brs, int64_t bcs, float* out,
+                 bool accumulate, float* packed, float* rest) {
+  const int64_t panels = (n + kNR - 1) / kNR;
+  for (int64_t j = 0; j < panels; ++j) {
+    float* dst = packed + j * k * kNR;
+    const int64_t width = std::min<int64_t>(kNR, n - j * kNR);
+    for (int64_t p = 0; p < k; ++p) {
+      const float* src = b + p * brs + j * kNR * bcs;
+      int64_t q = 0;
+      for (; q < width; ++q) dst[p * kNR + q] = src[q * bcs];
+      for (; q < kNR; ++q) dst[p * kNR + q] = 0.0f;
+    }
+  }
+  alignas(64) float tile[kMR * kNR];
+  for (int64_t i0 = r0; i0 < r1; i0 += kMR) {
+    const int64_t mr = std::min<int64_t>(kMR, r1 - i0);
+    if (mr < kMR) {
+      std::fill(rest, rest + kMR * k, 0.0f);
+      for (int64_t r = 0; r < mr; ++r)
+        for (int64_t p = 0; p < k; ++p) rest[r * k + p] = a[(i0 + r) * ars + p * acs];
+    }
+    for (int64_t j = 0; j < panels; ++j) {
+      if (mr == kMR) {
+        micro_kernel(k, a + i0 * ars, ars, acs, packed + j * k * kNR, tile);
+      } else {
+        micro_kernel(k, rest, k, 1, packed + j * k * kNR, tile);
+      }
+      const int64_t width = std::min<int64_t>(kNR, n - j * kNR);
+      for (int64_t r = 0; r < mr; ++r) {
+        float* o = out + (i0 + r) * n + j * kNR;
+        const float* t = tile + r * kNR;
+        if (accumulate) {
+          for (int64_t q = 0; q < width; ++q) o[q] += alpha * t[q];
+        } else {
+          for (int64_t q = 0; q < width; ++q) o[q] = alpha * t[q];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace small_gemm
+#endif
+
 }  // namespace blas_detail
 
 /// out (contiguous, rank >= 2) = alpha * a @ b + beta * c. a, b and c are views of the output's
@@ -106,6 +213,34 @@ inline void matmul(const View& a, const View& b, const View* c, T* out, const in
     if (gemm_beta == 0) std::fill(out, out + batch * m * n, T(0));
     return;
   }
+
+#ifdef KILN_RT_SMALL_BATCHED_GEMM
+  if constexpr (std::is_same_v<T, float>) {
+    if (small_gemm::fits(batch, m, n, k)) {
+      const int64_t tasks_per_batch = (m + small_gemm::kRowsPerTask - 1) / small_gemm::kRowsPerTask;
+      const int64_t ars = a.strides[rank - 2], acs = a.strides[rank - 1];
+      const int64_t brs = b.strides[rank - 2], bcs = b.strides[rank - 1];
+      const size_t packed_size =
+          static_cast<size_t>(k * ((n + small_gemm::kNR - 1) / small_gemm::kNR) * small_gemm::kNR);
+#pragma omp parallel
+      {
+        std::vector<float> packed(packed_size), rest(static_cast<size_t>(small_gemm::kMR * k));
+#pragma omp for schedule(static)
+        for (int64_t task = 0; task < batch * tasks_per_batch; ++task) {
+          const int64_t i = task / tasks_per_batch;
+          const int64_t r0 = task % tasks_per_batch * small_gemm::kRowsPerTask;
+          const int64_t r1 = std::min(m, r0 + small_gemm::kRowsPerTask);
+          small_gemm::rows(
+              r0, r1, n, k, static_cast<float>(alpha),
+              static_cast<const float*>(a.data) + batch_offset(a, out_shape, batch_rank, i), ars,
+              acs, static_cast<const float*>(b.data) + batch_offset(b, out_shape, batch_rank, i),
+              brs, bcs, out + i * m * n, gemm_beta != 0, packed.data(), rest.data());
+        }
+      }
+      return;
+    }
+  }
+#endif
 
   bool b_shared = true;
   for (int d = 0; d < batch_rank; ++d)

@@ -29,6 +29,12 @@ struct VecF32 {
 struct VecMask {
   __m256 v;
   static VecMask broadcast(bool b) { return {_mm256_castsi256_ps(_mm256_set1_epi32(b ? -1 : 0))}; }
+  /// Eight bools (one byte each, any nonzero byte true) as lanes.
+  static VecMask loadu(const bool* p) {
+    const __m256i bytes =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return {_mm256_castsi256_ps(_mm256_cmpgt_epi32(bytes, _mm256_setzero_si256()))};
+  }
 };
 
 // ---- arithmetic ----

@@ -5,7 +5,8 @@
 # Gemm), a model with data-dependent If and Loop (nested), and one whose shapes are computed from
 # data (Reshape, Expand, Tile, ConstantOfShape, TopK, Range; with a bad shape: a clear error),
 # with seeded weights, inputs and expected outputs computed in numpy; and a transformer block
-# at opset 20 with a model-local function (make_transformer.py), and float8 / int4 casts and a
+# at opset 20 with a model-local function (make_transformer.py), a causal attention block at
+# awkward sizes (make_attention.py), and float8 / int4 casts and a
 # float8 quantization inside one graph (make_small_types.py). Each is compiled and run
 # with `kiln run` into a fresh code cache, and compare.py checks the output's dtype, shape and
 # values (float32 tolerance rtol 1e-4, atol 1e-5: |actual - expected| <= 1e-5 + 1e-4 * |expected|).
@@ -96,6 +97,24 @@ grep -q "(Reshape).*cannot infer the -1" "$SCRATCH/bad.stderr" ||
 run_case transformer "$M/transformer/model.onnx" "$M/transformer/x.npy" "$M/transformer/y.npy"
 "$PYTHON" "$HERE/compare.py" "$M/transformer/m.npy" "$SCRATCH/out/transformer/m.npy" ||
   fail "transformer: output m differs from numpy"
+
+# A causal attention block at awkward sizes (make_attention.py: 3 heads of 20, sequence 67,
+# dynamic batch): the small batched products of Q K^T and P V, the Where mask in a vector loop,
+# tanh/erf/exp/log/sigmoid in GEMM epilogues and a head tied through Transpose. One compile
+# serves batches 2, 1 and 0.
+"$PYTHON" "$HERE/make_attention.py" "$M/attention" || fail "make_attention.py failed"
+for b in 2 1 0; do
+  out="$SCRATCH/out/attention_b$b"
+  mkdir -p "$out"
+  echo "== attention_b$b"
+  "$KILN" run "$M/attention/model.onnx" --input "x=$M/attention/x_b$b.npy" --output-dir "$out" \
+    --cache-dir "$CACHE" >"$out/stdout" 2>"$out/stderr" ||
+    { cat "$out/stderr"; fail "attention_b$b: kiln run failed"; }
+  for name in y z; do
+    "$PYTHON" "$HERE/compare.py" "$M/attention/${name}_b$b.npy" "$out/$name.npy" ||
+      fail "attention_b$b: output $name differs from numpy"
+  done
+done
 
 # Casts and a quantization through float8e4m3fn and int4 inside one graph (make_small_types.py):
 # each consumer sees the rounded (or wrapped) value, against a reference that enumerates float8.

@@ -151,7 +151,11 @@ bool MemberEmitter::op_vectorizable(const ir::Op& op, const sym::Expr& var) cons
       if (local != ctx_.locals.end()) {
         return local->second != LocalStorage::kScratch || op.dtype == DType::kFloat32;
       }
-      if (op.buffer_dtype != DType::kFloat32) return false;
+      // float32 values, or bools (a mask such as attention's causal one) read as a VecMask.
+      if (op.buffer_dtype != op.dtype ||
+          (op.dtype != DType::kFloat32 && op.dtype != DType::kBool)) {
+        return false;
+      }
       if (auto s = stride(index_[k], var)) return *s == 0 || *s == 1;
       return false;
     case OpCode::kStore:
@@ -231,8 +235,8 @@ std::string MemberEmitter::load(const ir::Op& op, ir::ValueId id, IndentedBuffer
     });
     if (pass.vector) {
       bool contiguous = stride(index_[id], pass.vector_var) == std::optional<int64_t>(1);
-      expr = contiguous ? fmt::format("{}::loadu({} + {})", kVecF32, ptr, idx)
-                        : fmt::format("{}::broadcast({}[{}])", kVecF32, ptr, idx);
+      expr = contiguous ? fmt::format("{}::loadu({} + {})", vec_type, ptr, idx)
+                        : fmt::format("{}::broadcast({}[{}])", vec_type, ptr, idx);
     } else {
       expr = widen(op.buffer_dtype, fmt::format("{}[{}]", ptr, idx));
       if (op.mask != ir::kNoValue) {

@@ -352,6 +352,7 @@ std::string cpp_kernel_prelude() {
 
 #include "kiln_half.h"
 #include "kiln_scalar.h"
+#include "kiln_simd_math.h"
 #include "kiln_vec.h"
 
 )";

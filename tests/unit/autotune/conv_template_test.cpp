@@ -232,19 +232,28 @@ TEST(ConvChoices, EveryChoiceIsCorrectAtAwkwardSizes) {
 }
 
 TEST(ConvChoices, HeuristicFirstNamesUniqueAndRebuiltFromTheirNames) {
-  const ConvProblem p = problem(1, 64, 56, 56, 64, 3, 1, 1);
+  // Stride 2: the template's default config, then the libraries.
+  const ConvProblem p = problem(1, 64, 56, 56, 64, 3, 2, 1);
   const std::vector<ConvChoicePtr> choices = conv_choices(p, 2);
   ASSERT_GE(choices.size(), 3u);
   EXPECT_EQ(choices[0]->backend(), "template");
   EXPECT_EQ(choices[1]->name(), "onednn");
   EXPECT_EQ(choices[2]->name(), "im2col-openblas");
+  // Stride 1 at 56 x 56 x 64: Winograd first, then the same order.
+  const std::vector<ConvChoicePtr> stride1 =
+      conv_choices(problem(1, 64, 56, 56, 64, 3, 1, 1), 2, TemplateIsa::kAvx2);
+  ASSERT_GE(stride1.size(), 4u);
+  EXPECT_EQ(stride1[0]->name(), "winograd avx2");
+  EXPECT_EQ(stride1[1]->backend(), "template");
+  EXPECT_EQ(stride1[2]->name(), "onednn");
+  EXPECT_EQ(stride1[3]->name(), "im2col-openblas");
   std::set<std::string> names, keys;
   for (const ConvChoicePtr& c : choices) {
     EXPECT_TRUE(names.insert(c->name()).second) << c->name();
     EXPECT_TRUE(keys.insert(c->hash_key()).second) << c->name();
     EXPECT_EQ(make_conv_choice(c->name(), p)->hash_key(), c->hash_key()) << c->name();
   }
-  EXPECT_EQ(p.text(), "conv(1x64x56x56, 64x64x3x3, s1, p1)");
+  EXPECT_EQ(p.text(), "conv(1x64x56x56, 64x64x3x3, s2, p1)");
   EXPECT_EQ(conv_problem_from_ints(conv_problem_ints(p)), p);
 }
 

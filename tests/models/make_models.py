@@ -24,6 +24,10 @@ Writes, each into its own folder under OUT_DIR:
   cnn/      x: float32[2, 3, 16, 16] -> y: float32[2, 10]. Conv (bias, pads 1, stride 2),
             BatchNormalization, Relu, MaxPool 2x2, Conv (bias, pads 1), Relu, GlobalAveragePool,
             Flatten, Gemm (transB). Files: model.onnx, x.npy, y.npy.
+  winograd/ x: float32[2, 32, 28, 30] -> y: float32[2, 32, 28, 30]. A residual block whose two 3x3
+            stride-1 convolutions are large enough for the Winograd template to be the heuristic
+            choice: Conv (32 -> 40, bias, pads 1), BatchNormalization, Relu, Conv (40 -> 32, pads
+            1), Add(x), Relu; 30 columns leave partial tiles. Files: model.onnx, x.npy, y.npy.
 """
 import os
 import sys
@@ -181,6 +185,45 @@ def cnn_reference(p, x):
     c2 = conv2d(p1, p["conv2.w"], p["conv2.b"], pads=(1, 1, 1, 1), strides=(1, 1))
     g = relu(c2).mean(axis=(2, 3))  # GlobalAveragePool + Flatten: [N, 16]
     return g @ p["fc.w"].T + p["fc.b"]
+
+
+def winograd_params(rng):
+    def normal(*shape, scale):
+        return (scale * rng.standard_normal(shape)).astype(np.float32)
+    return {
+        "conv1.w": normal(40, 32, 3, 3, scale=np.sqrt(2 / 288)), "conv1.b": normal(40, scale=0.1),
+        "bn.scale": (1 + 0.2 * rng.standard_normal(40)).astype(np.float32),
+        "bn.bias": normal(40, scale=0.1),
+        "bn.mean": normal(40, scale=0.1),
+        "bn.var": rng.uniform(0.5, 1.5, 40).astype(np.float32),
+        "conv2.w": normal(32, 40, 3, 3, scale=np.sqrt(2 / 360)),
+    }
+
+
+def winograd_model(params):
+    shape = [2, 32, 28, 30]
+    nodes = [
+        helper.make_node("Conv", ["x", "conv1.w", "conv1.b"], ["c1"], kernel_shape=[3, 3],
+                         pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("BatchNormalization",
+                         ["c1", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["n1"],
+                         epsilon=1e-5, name="bn1"),
+        helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "conv2.w"], ["c2"], kernel_shape=[3, 3],
+                         pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("Add", ["c2", "x"], ["s"], name="residual"),
+        helper.make_node("Relu", ["s"], ["y"], name="relu2"),
+    ]
+    return finish(nodes, "winograd", shape, shape, params)
+
+
+def winograd_reference(p, x):
+    x = x.astype(np.float64)
+    p = {k: v.astype(np.float64) for k, v in p.items()}
+    c1 = conv2d(x, p["conv1.w"], p["conv1.b"], pads=(1, 1, 1, 1), strides=(1, 1))
+    r1 = relu(batch_norm(c1, p["bn.scale"], p["bn.bias"], p["bn.mean"], p["bn.var"], 1e-5))
+    c2 = conv2d(r1, p["conv2.w"], np.zeros(32), pads=(1, 1, 1, 1), strides=(1, 1))
+    return relu(c2 + x)
 
 
 def control_model():
@@ -345,6 +388,13 @@ def main(out):
     x = rng.uniform(-1, 1, (2, 3, 16, 16)).astype(np.float32)
     write(folder, "x.npy", x)
     write(folder, "y.npy", cnn_reference(params, x))
+
+    params = winograd_params(rng)
+    folder = os.path.join(out, "winograd")
+    save(winograd_model(params), folder)
+    x = rng.uniform(-1, 1, (2, 32, 28, 30)).astype(np.float32)
+    write(folder, "x.npy", x)
+    write(folder, "y.npy", winograd_reference(params, x))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # End-to-end models against numpy: make_models.py writes an MLP (MatMul/Add/Relu, Gemm, Softmax),
 # the same MLP with a dynamic batch (run at batch 1, 3, 8 and 0), a small CNN (Conv with
 # bias, pads and stride, BatchNormalization, Relu, MaxPool, Conv, GlobalAveragePool, Flatten,
-# Gemm), a model with data-dependent If and Loop (nested), and one whose shapes are computed from
+# Gemm), a residual block whose 3x3 convolutions run as the Winograd template (checked at atol
+# 1e-4), a model with data-dependent If and Loop (nested), and one whose shapes are computed from
 # data (Reshape, Expand, Tile, ConstantOfShape, TopK, Range; with a bad shape: a clear error),
 # with seeded weights, inputs and expected outputs computed in numpy; and a transformer block
 # at opset 20 with a model-local function (make_transformer.py), a causal attention block at
@@ -44,6 +45,18 @@ run_case() {
 M="$SCRATCH/models"
 run_case mlp "$M/mlp/model.onnx" "$M/mlp/x.npy" "$M/mlp/y.npy"
 run_case cnn "$M/cnn/model.onnx" "$M/cnn/x.npy" "$M/cnn/y.npy"
+# Both convolutions of the residual block run as the Winograd template (the heuristic at 28 x 28 x
+# 32), the second with the residual Add and Relu fused; atol 1e-4 (compare.py says why).
+echo "== winograd"
+out="$SCRATCH/out/winograd"
+mkdir -p "$out"
+KILN_LOG=autotune "$KILN" run "$M/winograd/model.onnx" --input "x=$M/winograd/x.npy" \
+  --output-dir "$out" --cache-dir "$CACHE" --autotune off >"$out/stdout" 2>"$out/stderr" ||
+  { cat "$out/stderr"; fail "winograd: kiln run failed"; }
+[ "$(grep -c "runs as 'winograd" "$out/stderr")" -eq 2 ] ||
+  { cat "$out/stderr"; fail "winograd: the two convolutions did not run as Winograd"; }
+"$PYTHON" "$HERE/compare.py" "$M/winograd/y.npy" "$out/y.npy" 1e-4 ||
+  fail "winograd: output differs from numpy"
 for b in 1 3 8 0; do
   run_case "mlp_dyn_b$b" "$M/mlp_dyn/model.onnx" "$M/mlp_dyn/x_b$b.npy" "$M/mlp_dyn/y_b$b.npy"
 done

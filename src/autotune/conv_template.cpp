@@ -35,12 +35,7 @@ void render_header(IndentedBuffer& out, const ConvConfig& config, const ConvProb
   out.line("");
   out.line("namespace {");
   out.line("");
-  out.linef("constexpr int64_t kN = {}, kC = {}, kH = {}, kW = {}, kM = {};", p.n, p.c, p.h, p.w,
-            p.m);
-  out.linef("constexpr int64_t kKH = {}, kKW = {}, kSH = {}, kSW = {}, kDH = {}, kDW = {};", p.kh,
-            p.kw, p.stride_h, p.stride_w, p.dilation_h, p.dilation_w);
-  out.linef("constexpr int64_t kPT = {}, kPL = {}, kOH = {}, kOW = {};", p.pad_top, p.pad_left,
-            p.oh(), p.ow());
+  render_conv_constants(out, p);
   out.linef("constexpr int64_t kOCB = {}, kOWB = {}, kICB = {};", config.ocb, config.owb,
             config.icb);
   out.line("constexpr int64_t kBlocks = (kM + kOCB - 1) / kOCB;");

@@ -25,12 +25,7 @@ void render_header(IndentedBuffer& out, TemplateIsa isa, const ConvProblem& p,
   out.line("");
   out.line("namespace {");
   out.line("");
-  out.linef("constexpr int64_t kN = {}, kC = {}, kH = {}, kW = {}, kM = {};", p.n, p.c, p.h, p.w,
-            p.m);
-  out.linef("constexpr int64_t kKH = {}, kKW = {}, kSH = {}, kSW = {}, kDH = {}, kDW = {};", p.kh,
-            p.kw, p.stride_h, p.stride_w, p.dilation_h, p.dilation_w);
-  out.linef("constexpr int64_t kPT = {}, kPL = {}, kOH = {}, kOW = {};", p.pad_top, p.pad_left,
-            p.oh(), p.ow());
+  render_conv_constants(out, p);
   out.line("// Output channels per input channel (the depth multiplier).");
   out.line("constexpr int64_t kMult = kM / kC;");
   out.line("// The output columns whose every tap reads inside the image's columns.");

@@ -46,6 +46,18 @@ inline std::string epilogue_params(const TemplateEpilogue& epilogue) {
   return text;
 }
 
+/// The problem's sizes as the convolution templates name them (kN, kC, kH, kW, kM; kKH, kKW, kSH,
+/// kSW, kDH, kDW; kPT, kPL, kOH, kOW), one constexpr line each.
+template <typename Problem, typename Buffer>
+void render_conv_constants(Buffer& out, const Problem& p) {
+  out.linef("constexpr int64_t kN = {}, kC = {}, kH = {}, kW = {}, kM = {};", p.n, p.c, p.h, p.w,
+            p.m);
+  out.linef("constexpr int64_t kKH = {}, kKW = {}, kSH = {}, kSW = {}, kDH = {}, kDW = {};", p.kh,
+            p.kw, p.stride_h, p.stride_w, p.dilation_h, p.dilation_w);
+  out.linef("constexpr int64_t kPT = {}, kPL = {}, kOH = {}, kOW = {};", p.pad_top, p.pad_left,
+            p.oh(), p.ow());
+}
+
 /// ", a0, a1": the epilogue's inputs as arguments.
 inline std::string epilogue_call_args(const TemplateEpilogue& epilogue) {
   std::string text;

@@ -88,10 +88,7 @@ void render_header(IndentedBuffer& out, TemplateIsa isa, const ConvProblem& p,
   out.line("");
   out.line("namespace {");
   out.line("");
-  out.linef("constexpr int64_t kN = {}, kC = {}, kH = {}, kW = {}, kM = {};", p.n, p.c, p.h, p.w,
-            p.m);
-  out.linef("constexpr int64_t kPT = {}, kPL = {}, kOH = {}, kOW = {};", p.pad_top, p.pad_left,
-            p.oh(), p.ow());
+  render_conv_constants(out, p);
   out.line("// 4x4 output tiles: kTH rows of kTW, kT in all.");
   out.line("constexpr int64_t kTH = (kOH + 3) / 4, kTW = (kOW + 3) / 4, kT = kN * kTH * kTW;");
   out.linef("// Register blocks: kR tiles by kKB output channels ({} floats a vector).",

@@ -147,17 +147,17 @@ Table build_table() {
   add(t, "RotaryEmbedding", 23, false, "interleaved,num_heads,rotary_embedding_dim");
   // Opset 24 (ONNX 1.19).
   add(t, "Attention", 24, false);
-  add(t, "SplitToSequence", 24, false);
+  add(t, "SplitToSequence", 24, true);  // bfloat16 (onnx/onnx#7158)
   add(t, "Swish", 24, false, "alpha");
   add(t, "TensorScatter", 24, false, "axis,mode");
-  add(t, "TopK", 24, false);
+  add(t, "TopK", 24, true);  // bfloat16 (onnx/onnx#7158)
   // Opsets 26-28 (ONNX 1.21-1.23).
   add(t, "BitCast", 26, false, "to");
   add(t, "CumProd", 26, false, "exclusive,reverse");
   add(t, "CausalConvWithState", 27, false);
   add(t, "LinearAttention", 27, false);
-  add(t, "Range", 27, false);
-  add(t, "Celu", 28, false);
+  add(t, "Range", 27, false, "stash_type");  // float16, bfloat16, computed in stash_type
+  add(t, "Celu", 28, true);                  // float16, bfloat16, double (onnx/onnx#8107)
   add(t, "SwiGLU", 28, false);
   for (auto& [op, versions] : t) {
     std::sort(versions.begin(), versions.end(),

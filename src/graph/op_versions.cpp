@@ -32,7 +32,7 @@ Table build_table() {
   add(t, "CenterCropPad", 18, false, "axes");
   add(t, "Col2Im", 18, false, "dilations,pads,strides");
   add(t, "GroupNormalization", 18, false, "epsilon,num_groups");
-  add(t, "LpPool", 18, false, "ceil_mode");
+  add(t, "LpPool", 18, false, "ceil_mode,dilations");
   add(t, "Mish", 18, false);
   add(t, "OptionalGetElement", 18, false);
   add(t, "OptionalHasElement", 18, false);

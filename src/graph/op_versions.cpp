@@ -158,7 +158,7 @@ Table build_table() {
   add(t, "LinearAttention", 27, false);
   add(t, "Range", 27, false, "stash_type");  // float16, bfloat16, computed in stash_type
   add(t, "Celu", 28, true);                  // float16, bfloat16, double (onnx/onnx#8107)
-  add(t, "SwiGLU", 28, false);
+  add(t, "SwiGLU", 28, false, "alpha");
   for (auto& [op, versions] : t) {
     std::sort(versions.begin(), versions.end(),
               [](const OpVersion& a, const OpVersion& b) { return a.version < b.version; });

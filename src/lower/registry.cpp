@@ -52,6 +52,7 @@ const Registry& Registry::instance() {
     register_sequence_ops(r);
     register_control_flow_ops(r);
     register_attention_ops(r);
+    register_newer_ops(r);
     return r;
   }();
   return registry;

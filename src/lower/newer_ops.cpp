@@ -1,0 +1,241 @@
+/// Smaller ops of opsets 18 and later, and of ai.onnx.ml, through the loop IR (so that they fuse
+/// with their neighbours): SwiGLU (28), TensorScatter (24), AffineGrid (20), Col2Im (18) and
+/// ai.onnx.ml's Binarizer.
+///
+/// Tests: the ONNX 1.23 node suite (tests/onnx/new_types_cases.txt lists some of its cases).
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "lower/elementwise.h"
+#include "lower/lowering.h"
+#include "lower/op_util.h"
+#include "support/error.h"
+
+namespace kiln::lower {
+
+using graph::DType;
+using ir::LoopBody;
+using ir::OpCode;
+using ir::ReductionType;
+using ir::ValueId;
+using sym::Expr;
+
+namespace {
+
+/// SwiGLU-28: a * sigmoid(alpha * a) * b (a and b broadcast).
+std::vector<TensorValue> lower_swiglu(LoweringContext& ctx, const graph::Node& node,
+                                      const LowerInputs& inputs) {
+  const TensorValue& a = required_input(ctx, inputs, 0, "A");
+  const TensorValue& b = required_input(ctx, inputs, 1, "B");
+  require_dtype(ctx, a.dtype, kFloats, "input A");
+  const DType dtype = common_dtype(ctx, {&a, &b});
+  const double alpha = node.attr_float("alpha", 1.0f);
+  const DType cd = compute_dtype(dtype);
+  return {broadcast_map(ctx, {&a, &b}, dtype, [&](LoopBody& body, const std::vector<ValueId>& e) {
+    ValueId x = body.cast(e[0], cd);
+    ValueId gate =
+        body.unary(OpCode::kSigmoid, body.binary(OpCode::kMul, body.constant(alpha, cd), x));
+    ValueId y = body.binary(OpCode::kMul, body.binary(OpCode::kMul, x, gate), body.cast(e[1], cd));
+    return body.cast(y, dtype);
+  })};
+}
+
+/// TensorScatter-24: the cache with `update` written along `axis` from write_indices[batch]
+/// (0 when absent) on; mode 'circular' wraps the positions modulo the cache's length.
+std::vector<TensorValue> lower_tensor_scatter(LoweringContext& ctx, const graph::Node& node,
+                                              const LowerInputs& inputs) {
+  const TensorValue& cache = required_input(ctx, inputs, 0, "past_cache");
+  const TensorValue& update = required_input(ctx, inputs, 1, "update");
+  const TensorValue* indices = optional_input(inputs, 2);
+  const std::string mode = node.attr_string("mode", "linear");
+  if (mode != "linear" && mode != "circular") {
+    ctx.fail(fmt::format("attribute 'mode' must be linear or circular, found '{}'", mode));
+  }
+  const size_t rank = cache.rank();
+  if (rank < 2 || update.rank() != rank) {
+    ctx.fail(fmt::format("past_cache and update must have one rank >= 2, found {} and {}", rank,
+                         update.rank()));
+  }
+  if (update.dtype != cache.dtype) ctx.fail("past_cache and update must have one dtype");
+  const size_t axis = static_cast<size_t>(
+      ctx.normalize_axis(node.attr_int("axis", -2), static_cast<int64_t>(rank)));
+  if (axis == 0) ctx.fail("attribute 'axis' must not be the batch axis 0");
+  for (size_t d = 0; d < rank; ++d) {
+    if (d != axis && cache.shape[d].is_integer() && update.shape[d].is_integer() &&
+        cache.shape[d] != update.shape[d]) {
+      ctx.fail(fmt::format("update's dim {} is {}, past_cache's {}", d, update.shape[d].str(),
+                           cache.shape[d].str()));
+    }
+  }
+  if (indices != nullptr && (indices->rank() != 1 || !graph::is_integer(indices->dtype))) {
+    ctx.fail("write_indices must be a 1-D integer tensor [batch]");
+  }
+  const Expr length = cache.shape[axis], count = update.shape[axis];
+  return {ctx.pointwise(cache.dtype, cache.shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+    const DType i64 = DType::kInt64;
+    // Which element of the update lands here: j = position - write index (mod the length).
+    ValueId j = body.index_expr(i[axis]);
+    if (indices != nullptr) {
+      j = body.binary(OpCode::kSub, j, body.cast(ctx.load_at(body, *indices, {i[0]}), i64));
+    }
+    if (mode == "circular") j = body.binary(OpCode::kFloorMod, j, body.index_expr(length));
+    ValueId inside = body.binary(OpCode::kAnd, body.binary(OpCode::kGe, j, body.constant(0, i64)),
+                                 body.binary(OpCode::kLt, j, body.index_expr(count)));
+    ValueId clamped =
+        body.binary(OpCode::kMinimum, body.binary(OpCode::kMaximum, j, body.constant(0, i64)),
+                    body.binary(OpCode::kSub, body.index_expr(count), body.constant(1, i64)));
+    std::vector<Expr> at = i;
+    at[axis] = body.op(body.indirect(clamped, count)).symbol;
+    ValueId written = ctx.load_at(body, update, at);
+    return body.where(inside, written, ctx.load_at(body, cache, i));
+  })};
+}
+
+/// AffineGrid-20: for theta [N, 2, 3] (or [N, 3, 4]) and size [N, C, H, W] (or [N, C, D, H, W]),
+/// the grid [N, H, W, 2] (or [N, D, H, W, 3]) of theta @ (x, y[, z], 1), where x, y, z run over
+/// [-1, 1]: through the pixel centres, or the corner pixels with align_corners.
+std::vector<TensorValue> lower_affine_grid(LoweringContext& ctx, const graph::Node& node,
+                                           const LowerInputs& inputs) {
+  const TensorValue& theta = required_input(ctx, inputs, 0, "theta");
+  const TensorValue& size_input = required_input(ctx, inputs, 1, "size");
+  require_dtype(ctx, theta.dtype, kFloats, "input theta");
+  std::vector<int64_t> size = require_static_ints(ctx, size_input, "input 'size'");
+  if (size.size() != 4 && size.size() != 5) {
+    ctx.fail(
+        fmt::format("input 'size' must hold 4 (2-D) or 5 (3-D) values, found {}", size.size()));
+  }
+  const size_t dims = size.size() - 2;  // 2 or 3 spatial dims
+  if (theta.rank() != 3 || theta.shape[1] != Expr(static_cast<int64_t>(dims)) ||
+      theta.shape[2] != Expr(static_cast<int64_t>(dims + 1))) {
+    ctx.fail(fmt::format("theta must be [N, {}, {}] for {}-D sizes, found {}", dims, dims + 1, dims,
+                         graph::shape_str(theta.shape)));
+  }
+  const bool align = node.attr_int("align_corners", 0) != 0;
+  std::vector<Expr> shape = {theta.shape[0]};
+  for (size_t d = 0; d < dims; ++d) shape.emplace_back(size[2 + d]);
+  shape.emplace_back(static_cast<int64_t>(dims));
+  const DType f = DType::kFloat64;
+  return {ctx.pointwise(theta.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+    FloatMath m{body, f};
+    // The base coordinates, x first: x along the last spatial dim, then y, then z.
+    std::vector<ValueId> base;
+    for (size_t k = 0; k < dims; ++k) {
+      const size_t d = dims - 1 - k;  // spatial dim (0-based) of coordinate k
+      const int64_t n = size[2 + d];
+      ValueId pos = body.cast(body.index_expr(i[1 + d]), f);
+      ValueId v = align ? (n == 1 ? m.c(-1) : m.add(m.c(-1), m.mul(pos, m.c(2.0 / (n - 1)))))
+                        : m.add(m.c(-1), m.div(m.add(m.mul(pos, m.c(2)), m.c(1)), m.c(n)));
+      base.push_back(v);
+    }
+    base.push_back(m.c(1));
+    ValueId sum = m.c(0);
+    for (size_t j = 0; j <= dims; ++j) {
+      ValueId t = body.cast(ctx.load_at(body, theta, {i[0], i.back(), Expr(int64_t(j))}), f);
+      sum = m.add(sum, m.mul(t, base[j]));
+    }
+    return body.cast(sum, theta.dtype);
+  })};
+}
+
+/// Col2Im-18: input [N, C * prod(block), L] of columns back into an image [N, C, image...]:
+/// each image element sums the column entries of every block position and kernel offset that
+/// land on it (position * stride - pad + offset * dilation).
+std::vector<TensorValue> lower_col2im(LoweringContext& ctx, const graph::Node& node,
+                                      const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "input");
+  std::vector<int64_t> image =
+      require_static_ints(ctx, required_input(ctx, inputs, 1, "image_shape"), "'image_shape'");
+  std::vector<int64_t> block =
+      require_static_ints(ctx, required_input(ctx, inputs, 2, "block_shape"), "'block_shape'");
+  const size_t n = image.size();
+  if (n == 0 || block.size() != n) {
+    ctx.fail(
+        fmt::format("image_shape and block_shape must have one non-zero length, found {} "
+                    "and {}",
+                    image.size(), block.size()));
+  }
+  if (x.rank() != 3) ctx.fail(fmt::format("input must be 3-D, found rank {}", x.rank()));
+  auto ints = [&](const char* name, int64_t fallback, size_t count) {
+    std::vector<int64_t> v = node.attr_ints(name, std::vector<int64_t>(count, fallback));
+    if (v.size() != count) {
+      ctx.fail(fmt::format("attribute '{}' has {} values, expected {}", name, v.size(), count));
+    }
+    return v;
+  };
+  const std::vector<int64_t> dilations = ints("dilations", 1, n), strides = ints("strides", 1, n),
+                             pads = ints("pads", 0, 2 * n);
+  int64_t kernel = 1;
+  std::vector<int64_t> blocks;  // block positions per dim
+  for (size_t d = 0; d < n; ++d) {
+    kernel *= block[d];
+    const int64_t span = dilations[d] * (block[d] - 1) + 1;
+    blocks.push_back((image[d] + pads[d] + pads[n + d] - span) / strides[d] + 1);
+  }
+  int64_t positions = 1;
+  for (int64_t b : blocks) positions *= b;
+  const int64_t rows = require_static_dim(ctx, x.shape[1], "dim 1 of the input");
+  if (rows % kernel != 0) {
+    ctx.fail(fmt::format("dim 1 of the input ({}) is not a multiple of the block size {}", rows,
+                         kernel));
+  }
+  if (x.shape[2] != Expr(positions)) {
+    ctx.fail(fmt::format("dim 2 of the input is {}, the image has {} block positions",
+                         x.shape[2].str(), positions));
+  }
+  std::vector<Expr> shape = {x.shape[0], Expr(rows / kernel)};
+  for (int64_t s : image) shape.emplace_back(s);
+  std::vector<Expr> offsets(block.begin(), block.end());
+  TensorValue out = ctx.reduction(
+      compute_dtype(x.dtype), shape, offsets, ReductionType::kSum,
+      [&](LoopBody& body, const std::vector<Expr>& i, const std::vector<Expr>& r) {
+        ValueId mask = ir::kNoValue;
+        Expr row = i[1], column = 0;
+        for (size_t d = 0; d < n; ++d) {
+          // The block position p with p * stride - pad + r * dilation = image index.
+          const Expr t = i[2 + d] + pads[d] - r[d] * dilations[d];
+          const Expr p = sym::floor_div(t, Expr(strides[d]));
+          row = row * block[d] + r[d];
+          column = column * blocks[d] + p;
+          mask = and_mask(body, mask, in_range(body, p, 0, blocks[d]));
+          if (strides[d] != 1) {
+            ValueId exact = body.binary(OpCode::kEq, body.index_expr(sym::mod(t, Expr(strides[d]))),
+                                        body.constant(0, DType::kInt64));
+            mask = and_mask(body, mask, exact);
+          }
+        }
+        return body.cast(load_masked(ctx, body, x, {i[0], row, column}, mask, 0),
+                         compute_dtype(x.dtype));
+      });
+  if (compute_dtype(x.dtype) == x.dtype) return {out};
+  return {ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+    return body.cast(ctx.load_at(body, out, i), x.dtype);
+  })};
+}
+
+/// ai.onnx.ml Binarizer: 1 where x > threshold, else 0, in x's type.
+std::vector<TensorValue> lower_binarizer(LoweringContext& ctx, const graph::Node& node,
+                                         const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  require_dtype(ctx, x.dtype, kNumbers, "input X");
+  const double threshold = node.attr_float("threshold", 0.0f);
+  return {ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+    const DType cd = graph::is_floating(x.dtype) ? compute_dtype(x.dtype) : DType::kFloat64;
+    ValueId v = body.cast(ctx.load_at(body, x, i), cd);
+    ValueId above = body.binary(OpCode::kGt, v, body.constant(threshold, cd));
+    return body.where(above, body.constant(1, x.dtype), body.constant(0, x.dtype));
+  })};
+}
+
+}  // namespace
+
+void register_newer_ops(Registry& registry) {
+  registry.add("", "SwiGLU", {lower_swiglu, 28, 28});
+  registry.add("", "TensorScatter", {lower_tensor_scatter, 24, 24});
+  registry.add("", "AffineGrid", {lower_affine_grid, 20, 20});
+  registry.add("", "Col2Im", {lower_col2im, 18, 18});
+  registry.add("ai.onnx.ml", "Binarizer", {lower_binarizer, 1, 1});
+}
+
+}  // namespace kiln::lower

@@ -154,7 +154,7 @@ Table build_table() {
   // Opsets 26-28 (ONNX 1.21-1.23).
   add(t, "BitCast", 26, false, "to");
   add(t, "CumProd", 26, false, "exclusive,reverse");
-  add(t, "CausalConvWithState", 27, false);
+  add(t, "CausalConvWithState", 27, false, "activation");
   add(t, "LinearAttention", 27, false);
   add(t, "Range", 27, false, "stash_type");  // float16, bfloat16, computed in stash_type
   add(t, "Celu", 28, true);                  // float16, bfloat16, double (onnx/onnx#8107)

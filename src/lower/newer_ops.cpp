@@ -1,6 +1,6 @@
 /// Smaller ops of opsets 18 and later, and of ai.onnx.ml, through the loop IR (so that they fuse
-/// with their neighbours): SwiGLU (28), TensorScatter (24), AffineGrid (20), Col2Im (18) and
-/// ai.onnx.ml's Binarizer.
+/// with their neighbours): SwiGLU (28), CausalConvWithState (27), TensorScatter (24), AffineGrid
+/// (20), Col2Im (18) and ai.onnx.ml's Binarizer.
 ///
 /// Tests: the ONNX 1.23 node suite (tests/onnx/new_types_cases.txt lists some of its cases).
 
@@ -214,6 +214,72 @@ std::vector<TensorValue> lower_col2im(LoweringContext& ctx, const graph::Node& n
   })};
 }
 
+/// CausalConvWithState-27: a depthwise 1-D convolution (weight [C, 1, k]) over the input
+/// left-padded with past_state [B, C, k - 1] (zeros when absent), plus bias, optionally followed by
+/// SiLU (activation 'silu' or 'swish', in float32); present_state is the last k - 1 columns of the
+/// padded input.
+std::vector<TensorValue> lower_causal_conv_with_state(LoweringContext& ctx, const graph::Node& node,
+                                                      const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "input");
+  const TensorValue& w = required_input(ctx, inputs, 1, "weight");
+  const TensorValue* bias = optional_input(inputs, 2);
+  const TensorValue* past = optional_input(inputs, 3);
+  require_dtype(ctx, x.dtype, kFloats, "input 'input'");
+  const std::string activation = node.attr_string("activation", "none");
+  if (activation != "none" && activation != "silu" && activation != "swish") {
+    ctx.fail(
+        fmt::format("attribute 'activation' must be none, silu or swish, found '{}'", activation));
+  }
+  if (x.rank() != 3)
+    ctx.fail(
+        fmt::format("input must be 3-D [batch, channels, length], found "
+                    "rank {}",
+                    x.rank()));
+  if (w.rank() != 3 || w.shape[1] != Expr(1)) {
+    ctx.fail(fmt::format("weight must be [channels, 1, k], found {}", graph::shape_str(w.shape)));
+  }
+  const int64_t k = require_static_dim(ctx, w.shape[2], "the kernel size");
+  if (k < 1) ctx.fail("the kernel size must be at least 1");
+  if (past != nullptr && (past->rank() != 3 || past->shape[2] != Expr(k - 1))) {
+    ctx.fail(fmt::format("past_state must be [batch, channels, {}], found {}", k - 1,
+                         graph::shape_str(past->shape)));
+  }
+  const Expr length = x.shape[2];
+  // The padded input [B, C, k - 1 + L].
+  TensorValue padded = ctx.pointwise(
+      x.dtype, {x.shape[0], x.shape[1], length + (k - 1)},
+      [&](LoopBody& body, const std::vector<Expr>& i) {
+        ValueId from_input = in_range(body, i[2], Expr(k - 1), length + (k - 1));
+        ValueId v = load_masked(ctx, body, x, {i[0], i[1], i[2] - (k - 1)}, from_input, 0);
+        if (past == nullptr || k == 1) return v;
+        ValueId from_past = in_range(body, i[2], Expr(0), Expr(k - 1));
+        return body.where(from_past, load_masked(ctx, body, *past, i, from_past, 0), v);
+      });
+  const DType cd = compute_dtype(x.dtype);
+  TensorValue conv = ctx.reduction(
+      cd, x.shape, {Expr(k)}, ReductionType::kSum,
+      [&](LoopBody& body, const std::vector<Expr>& i, const std::vector<Expr>& r) {
+        ValueId a = body.cast(ctx.load_at(body, padded, {i[0], i[1], i[2] + r[0]}), cd);
+        ValueId b = body.cast(ctx.load_at(body, w, {i[1], Expr(0), r[0]}), cd);
+        return body.binary(OpCode::kMul, a, b);
+      });
+  TensorValue y = ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+    ValueId v = ctx.load_at(body, conv, i);
+    if (bias != nullptr)
+      v = body.binary(OpCode::kAdd, v, body.cast(ctx.load_at(body, *bias, {i[1]}), cd));
+    // The convolution's result is rounded to the input's type before the activation.
+    v = body.cast(v, x.dtype);
+    if (activation == "none") return v;
+    ValueId f = body.cast(v, DType::kFloat32);
+    return body.cast(body.binary(OpCode::kMul, f, body.unary(OpCode::kSigmoid, f)), x.dtype);
+  });
+  TensorValue present = make_view(ctx, padded, {x.shape[0], x.shape[1], Expr(k - 1)},
+                                  [length](const std::vector<Expr>& i) {
+                                    return std::vector<Expr>{i[0], i[1], i[2] + length};
+                                  });
+  return {y, present};
+}
+
 /// ai.onnx.ml Binarizer: 1 where x > threshold, else 0, in x's type.
 std::vector<TensorValue> lower_binarizer(LoweringContext& ctx, const graph::Node& node,
                                          const LowerInputs& inputs) {
@@ -235,6 +301,7 @@ void register_newer_ops(Registry& registry) {
   registry.add("", "TensorScatter", {lower_tensor_scatter, 24, 24});
   registry.add("", "AffineGrid", {lower_affine_grid, 20, 20});
   registry.add("", "Col2Im", {lower_col2im, 18, 18});
+  registry.add("", "CausalConvWithState", {lower_causal_conv_with_state, 27, 27});
   registry.add("ai.onnx.ml", "Binarizer", {lower_binarizer, 1, 1});
 }
 

@@ -1,6 +1,6 @@
 /// Smaller ops of opsets 18 and later, and of ai.onnx.ml, through the loop IR (so that they fuse
 /// with their neighbours): SwiGLU (28), CausalConvWithState (27), TensorScatter (24), AffineGrid
-/// (20), Col2Im (18) and ai.onnx.ml's Binarizer.
+/// (20), Col2Im (18) and ai.onnx.ml's Binarizer and ArrayFeatureExtractor.
 ///
 /// Tests: the ONNX 1.23 node suite (tests/onnx/new_types_cases.txt lists some of its cases).
 
@@ -294,6 +294,36 @@ std::vector<TensorValue> lower_binarizer(LoweringContext& ctx, const graph::Node
   })};
 }
 
+/// ai.onnx.ml ArrayFeatureExtractor: X's last axis gathered at the indices Y ([n] or [1, n]); the
+/// output is X's shape with the last dim n ([1, n] for a 1-D X).
+std::vector<TensorValue> lower_array_feature_extractor(LoweringContext& ctx, const graph::Node&,
+                                                       const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  const TensorValue& y = required_input(ctx, inputs, 1, "Y");
+  if (x.rank() == 0) ctx.fail("X must have rank at least 1");
+  if (!(y.rank() == 1 || (y.rank() == 2 && y.shape[0] == Expr(1)))) {
+    ctx.fail(fmt::format("Y must be [n] or [1, n], found {}", graph::shape_str(y.shape)));
+  }
+  const Expr count = y.shape.back();
+  const TensorValue indices = checked_indices(ctx, reshape_view(ctx, y, {count}), x.shape.back());
+  std::vector<Expr> shape = x.rank() == 1 ? std::vector<Expr>{Expr(1)} : x.shape;
+  if (x.rank() == 1) {
+    shape.push_back(count);
+  } else {
+    shape.back() = count;
+  }
+  return {ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+    ValueId column = body.indirect(ctx.load_at(body, indices, {i.back()}), x.shape.back());
+    std::vector<Expr> at = x.rank() == 1 ? std::vector<Expr>{} : i;
+    if (x.rank() == 1) {
+      at.push_back(body.op(column).symbol);
+    } else {
+      at.back() = body.op(column).symbol;
+    }
+    return ctx.load_at(body, x, at);
+  })};
+}
+
 }  // namespace
 
 void register_newer_ops(Registry& registry) {
@@ -303,6 +333,7 @@ void register_newer_ops(Registry& registry) {
   registry.add("", "Col2Im", {lower_col2im, 18, 18});
   registry.add("", "CausalConvWithState", {lower_causal_conv_with_state, 27, 27});
   registry.add("ai.onnx.ml", "Binarizer", {lower_binarizer, 1, 1});
+  registry.add("ai.onnx.ml", "ArrayFeatureExtractor", {lower_array_feature_extractor, 1, 1});
 }
 
 }  // namespace kiln::lower

@@ -1,6 +1,6 @@
 /// Smaller ops of opsets 18 and later, and of ai.onnx.ml, through the loop IR (so that they fuse
 /// with their neighbours): SwiGLU (28), CausalConvWithState (27), TensorScatter (24), AffineGrid
-/// (20), Col2Im (18) and ai.onnx.ml's Binarizer and ArrayFeatureExtractor.
+/// (20), DeformConv (19, 2-D), Col2Im (18) and ai.onnx.ml's Binarizer and ArrayFeatureExtractor.
 ///
 /// Tests: the ONNX 1.23 node suite (tests/onnx/new_types_cases.txt lists some of its cases).
 
@@ -280,6 +280,104 @@ std::vector<TensorValue> lower_causal_conv_with_state(LoweringContext& ctx, cons
   return {y, present};
 }
 
+/// DeformConv-19 (2-D): a grouped convolution whose kernel taps are displaced per output position
+/// by `offset` [N, offset_group * kH * kW * 2, oH, oW] ((dy, dx) per tap) and weighed by `mask`
+/// [N, offset_group * kH * kW, oH, oW] (ones when absent); each displaced tap reads X bilinearly,
+/// corners outside X counting 0.
+std::vector<TensorValue> lower_deform_conv(LoweringContext& ctx, const graph::Node& node,
+                                           const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  const TensorValue& w = required_input(ctx, inputs, 1, "W");
+  const TensorValue& offset = required_input(ctx, inputs, 2, "offset");
+  const TensorValue* bias = optional_input(inputs, 3);
+  const TensorValue* mask = optional_input(inputs, 4);
+  require_dtype(ctx, x.dtype, kFloats, "input X");
+  if (x.rank() != 4 || w.rank() != 4 || offset.rank() != 4) {
+    ctx.fail(
+        fmt::format("X, W and offset must be 4-D (2-D deformable convolution), found ranks "
+                    "{}, {} and {}",
+                    x.rank(), w.rank(), offset.rank()));
+  }
+  const int64_t group = node.attr_int("group", 1), offset_group = node.attr_int("offset_group", 1);
+  const int64_t channels = require_static_dim(ctx, x.shape[1], "X's channels");
+  const int64_t out_channels = require_static_dim(ctx, w.shape[0], "W's output channels");
+  const int64_t per_group = require_static_dim(ctx, w.shape[1], "W's input channels");
+  const int64_t kh = require_static_dim(ctx, w.shape[2], "the kernel height");
+  const int64_t kw = require_static_dim(ctx, w.shape[3], "the kernel width");
+  if (group < 1 || offset_group < 1 || per_group * group != channels || out_channels % group != 0 ||
+      channels % offset_group != 0) {
+    ctx.fail(fmt::format("group {} and offset_group {} do not fit X's {} channels and W {}", group,
+                         offset_group, channels, graph::shape_str(w.shape)));
+  }
+  if (node.attr_ints("kernel_shape", {kh, kw}) != std::vector<int64_t>{kh, kw}) {
+    ctx.fail("attribute 'kernel_shape' differs from W's kernel");
+  }
+  if (offset.shape[1] != Expr(offset_group * kh * kw * 2)) {
+    ctx.fail(fmt::format("offset has {} channels, expected offset_group * kH * kW * 2 = {}",
+                         offset.shape[1].str(), offset_group * kh * kw * 2));
+  }
+  const std::vector<int64_t> strides = node.attr_ints("strides", {1, 1}),
+                             dilations = node.attr_ints("dilations", {1, 1}),
+                             pads = node.attr_ints("pads", {0, 0, 0, 0});
+  if (strides.size() != 2 || dilations.size() != 2 || pads.size() != 4) {
+    ctx.fail("attributes 'strides', 'dilations' and 'pads' must have 2, 2 and 4 values");
+  }
+  const int64_t out_per_group = out_channels / group, per_offset_group = channels / offset_group;
+  const DType cd = compute_dtype(x.dtype), f = DType::kFloat64;
+  std::vector<Expr> shape = {x.shape[0], Expr(out_channels), offset.shape[2], offset.shape[3]};
+  TensorValue sum = ctx.reduction(
+      cd, shape, {Expr(per_group), Expr(kh), Expr(kw)}, ReductionType::kSum,
+      [&](LoopBody& body, const std::vector<Expr>& i, const std::vector<Expr>& r) {
+        FloatMath m{body, f};
+        const Expr ic = sym::floor_div(i[1], Expr(out_per_group)) * per_group + r[0];
+        const Expr og = sym::floor_div(ic, Expr(per_offset_group));
+        const Expr tap = (og * kh + r[1]) * kw + r[2];
+        auto displaced = [&](int c, const Expr& base) {
+          ValueId d = body.cast(ctx.load_at(body, offset, {i[0], tap * 2 + c, i[2], i[3]}), f);
+          return m.add(body.cast(body.index_expr(base), f), d);
+        };
+        ValueId y = displaced(0, i[2] * strides[0] - pads[0] + r[1] * dilations[0]);
+        ValueId xx = displaced(1, i[3] * strides[1] - pads[1] + r[2] * dilations[1]);
+        ValueId y0 = m.floor(y), x0 = m.floor(xx);
+        ValueId ly = m.sub(y, y0), lx = m.sub(xx, x0);
+        // X[n, ic] at the whole-number corner (yc, xc), 0 outside.
+        auto corner = [&](ValueId yc, ValueId xc) {
+          ValueId inside = ir::kNoValue;
+          std::vector<Expr> at = {i[0], ic};
+          for (auto [v, d] : {std::pair{yc, size_t{2}}, std::pair{xc, size_t{3}}}) {
+            ValueId k = body.cast(v, DType::kInt64);
+            ValueId n = body.index_expr(x.shape[d]);
+            inside =
+                and_mask(body, inside,
+                         body.binary(OpCode::kAnd,
+                                     body.binary(OpCode::kGe, k, body.constant(0, DType::kInt64)),
+                                     body.binary(OpCode::kLt, k, n)));
+            ValueId clamped = body.binary(
+                OpCode::kMinimum, body.binary(OpCode::kMaximum, k, body.constant(0, DType::kInt64)),
+                body.binary(OpCode::kSub, n, body.constant(1, DType::kInt64)));
+            at.push_back(body.op(body.indirect(clamped, x.shape[d])).symbol);
+          }
+          return body.where(inside, body.cast(ctx.load_at(body, x, at), f), m.c(0));
+        };
+        ValueId y1 = m.add(y0, m.c(1)), x1 = m.add(x0, m.c(1));
+        ValueId top = m.add(m.mul(m.sub(m.c(1), lx), corner(y0, x0)), m.mul(lx, corner(y0, x1)));
+        ValueId bottom = m.add(m.mul(m.sub(m.c(1), lx), corner(y1, x0)), m.mul(lx, corner(y1, x1)));
+        ValueId sample = m.add(m.mul(m.sub(m.c(1), ly), top), m.mul(ly, bottom));
+        if (mask != nullptr) {
+          sample = m.mul(sample, body.cast(ctx.load_at(body, *mask, {i[0], tap, i[2], i[3]}), f));
+        }
+        ValueId weight = body.cast(ctx.load_at(body, w, {i[1], r[0], r[1], r[2]}), f);
+        return body.cast(m.mul(sample, weight), cd);
+      });
+  return {ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+    ValueId v = ctx.load_at(body, sum, i);
+    if (bias != nullptr) {
+      v = body.binary(OpCode::kAdd, v, body.cast(ctx.load_at(body, *bias, {i[1]}), cd));
+    }
+    return body.cast(v, x.dtype);
+  })};
+}
+
 /// ai.onnx.ml Binarizer: 1 where x > threshold, else 0, in x's type.
 std::vector<TensorValue> lower_binarizer(LoweringContext& ctx, const graph::Node& node,
                                          const LowerInputs& inputs) {
@@ -331,6 +429,7 @@ void register_newer_ops(Registry& registry) {
   registry.add("", "TensorScatter", {lower_tensor_scatter, 24, 24});
   registry.add("", "AffineGrid", {lower_affine_grid, 20, 20});
   registry.add("", "Col2Im", {lower_col2im, 18, 18});
+  registry.add("", "DeformConv", {lower_deform_conv, 19, 19});
   registry.add("", "CausalConvWithState", {lower_causal_conv_with_state, 27, 27});
   registry.add("ai.onnx.ml", "Binarizer", {lower_binarizer, 1, 1});
   registry.add("ai.onnx.ml", "ArrayFeatureExtractor", {lower_array_feature_extractor, 1, 1});

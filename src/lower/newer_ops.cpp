@@ -1,12 +1,14 @@
 /// Smaller ops of opsets 18 and later, and of ai.onnx.ml, through the loop IR (so that they fuse
 /// with their neighbours): SwiGLU (28), CausalConvWithState (27), TensorScatter (24), AffineGrid
-/// (20), DeformConv (19, 2-D), Col2Im (18) and ai.onnx.ml's Binarizer and ArrayFeatureExtractor.
+/// (20), DeformConv (19, 2-D), Col2Im (18) and ai.onnx.ml's Binarizer, ArrayFeatureExtractor and
+/// TreeEnsemble.
 ///
 /// Tests: the ONNX 1.23 node suite (tests/onnx/new_types_cases.txt lists some of its cases).
 
 #include <fmt/format.h>
 
 #include <cmath>
+#include <functional>
 
 #include "lower/elementwise.h"
 #include "lower/lowering.h"
@@ -422,6 +424,140 @@ std::vector<TensorValue> lower_array_feature_extractor(LoweringContext& ctx, con
   })};
 }
 
+/// The values of a tensor attribute (or, when absent, of its list form `list`) as doubles.
+std::vector<double> attr_values(const graph::Node& node, const std::string& tensor,
+                                const std::string& list) {
+  std::vector<double> out;
+  if (const graph::Tensor* t = node.attr_tensor(tensor)) {
+    for (int64_t k = 0; k < t->numel(); ++k) out.push_back(t->element_as_double(k));
+    return out;
+  }
+  for (float v : node.attr_floats(list, {})) out.push_back(v);
+  return out;
+}
+
+/// ai.onnx.ml TreeEnsemble (5): each tree, known when compiling, becomes a nest of selects from
+/// its root to its leaves; a leaf adds its weight to its target. Y [N, n_targets] is the sum over
+/// the trees (aggregate_function SUM) or their mean (AVERAGE), with no post_transform. Node modes:
+/// x <= split, <, >=, >, ==, != and membership in the node's set (membership_values, the sets of
+/// the member nodes in order, separated by NaN); a NaN x takes the true branch where
+/// nodes_missing_value_tracks_true says so.
+std::vector<TensorValue> lower_tree_ensemble(LoweringContext& ctx, const graph::Node& node,
+                                             const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  require_dtype(ctx, x.dtype, kFloats, "input X");
+  if (x.rank() != 2) ctx.fail(fmt::format("X must be 2-D [N, features], found rank {}", x.rank()));
+  const int64_t aggregate = node.attr_int("aggregate_function", 1);
+  if (aggregate != 0 && aggregate != 1) {
+    ctx.fail(
+        fmt::format("attribute 'aggregate_function' is {}; AVERAGE (0) and SUM (1) are "
+                    "supported",
+                    aggregate));
+  }
+  if (node.attr_int("post_transform", 0) != 0) {
+    ctx.fail(fmt::format("attribute 'post_transform' is {}; only NONE (0) is supported",
+                         node.attr_int("post_transform", 0)));
+  }
+  const int64_t targets = node.attr_int("n_targets", 0);
+  const std::vector<int64_t> roots = node.attr_ints("tree_roots", {});
+  const std::vector<int64_t> features = node.attr_ints("nodes_featureids", {});
+  const std::vector<int64_t> true_ids = node.attr_ints("nodes_truenodeids", {});
+  const std::vector<int64_t> false_ids = node.attr_ints("nodes_falsenodeids", {});
+  const std::vector<int64_t> true_leafs = node.attr_ints("nodes_trueleafs", {});
+  const std::vector<int64_t> false_leafs = node.attr_ints("nodes_falseleafs", {});
+  const std::vector<int64_t> leaf_targets = node.attr_ints("leaf_targetids", {});
+  const std::vector<int64_t> missing = node.attr_ints("nodes_missing_value_tracks_true", {});
+  const std::vector<double> modes = attr_values(node, "nodes_modes", "");
+  const std::vector<double> splits = attr_values(node, "nodes_splits", "");
+  const std::vector<double> weights = attr_values(node, "leaf_weights", "");
+  const std::vector<double> members = attr_values(node, "membership_values", "");
+  const size_t count = features.size();
+  if (targets <= 0 || roots.empty() || true_ids.size() != count || false_ids.size() != count ||
+      true_leafs.size() != count || false_leafs.size() != count || modes.size() != count ||
+      splits.size() != count || (!missing.empty() && missing.size() != count) ||
+      leaf_targets.size() != weights.size()) {
+    ctx.fail(
+        "the node and leaf attributes (nodes_*, leaf_*, tree_roots, n_targets) are "
+        "missing or of different lengths");
+  }
+  // The membership set of each member node.
+  std::vector<std::vector<double>> sets(count);
+  for (size_t i = 0, k = 0; i < count; ++i) {
+    if (modes[i] != 6) continue;
+    for (; k < members.size() && !std::isnan(members[k]); ++k) sets[i].push_back(members[k]);
+    ++k;  // the NaN closing the set
+  }
+  const Expr features_n = x.shape[1];
+  const DType f = DType::kFloat64;
+  return {ctx.pointwise(
+      x.dtype, {x.shape[0], Expr(targets)}, [&](LoopBody& body, const std::vector<Expr>& i) {
+        ValueId target = body.index_expr(i[1]);
+        std::function<ValueId(int64_t, bool, size_t)> visit = [&](int64_t id, bool leaf,
+                                                                  size_t depth) -> ValueId {
+          if (leaf) {
+            if (id < 0 || static_cast<size_t>(id) >= weights.size()) {
+              ctx.fail(fmt::format("leaf {} does not exist", id));
+            }
+            ValueId mine =
+                body.binary(OpCode::kEq, target,
+                            body.constant(static_cast<double>(leaf_targets[id]), DType::kInt64));
+            return body.where(mine, body.constant(weights[id], f), body.constant(0, f));
+          }
+          if (id < 0 || static_cast<size_t>(id) >= count || depth > count) {
+            ctx.fail(fmt::format("tree node {} does not exist or the trees have a cycle", id));
+          }
+          const int64_t feature = features[id];
+          if (auto n = features_n.as_integer(); feature < 0 || (n && feature >= *n)) {
+            ctx.fail(
+                fmt::format("node {} reads feature {}, X has {}", id, feature, features_n.str()));
+          }
+          ValueId v = body.cast(ctx.load_at(body, x, {i[0], Expr(feature)}), f);
+          ValueId s = body.constant(splits[id], f);
+          ValueId cond;
+          switch (static_cast<int>(modes[id])) {
+            case 0:
+              cond = body.binary(OpCode::kLe, v, s);
+              break;
+            case 1:
+              cond = body.binary(OpCode::kLt, v, s);
+              break;
+            case 2:
+              cond = body.binary(OpCode::kGe, v, s);
+              break;
+            case 3:
+              cond = body.binary(OpCode::kGt, v, s);
+              break;
+            case 4:
+              cond = body.binary(OpCode::kEq, v, s);
+              break;
+            case 5:
+              cond = body.binary(OpCode::kNe, v, s);
+              break;
+            case 6:
+              cond = body.constant(0, DType::kBool);
+              for (double m : sets[id]) {
+                cond = body.binary(OpCode::kOr, cond,
+                                   body.binary(OpCode::kEq, v, body.constant(m, f)));
+              }
+              break;
+            default:
+              ctx.fail(fmt::format("node {} has mode {}; expected 0 to 6", id, modes[id]));
+          }
+          if (!missing.empty() && missing[id] != 0) {
+            cond = body.binary(OpCode::kOr, body.unary(OpCode::kIsNan, v), cond);
+          }
+          return body.where(cond, visit(true_ids[id], true_leafs[id] != 0, depth + 1),
+                            visit(false_ids[id], false_leafs[id] != 0, depth + 1));
+        };
+        ValueId sum = body.constant(0, f);
+        for (int64_t root : roots) sum = body.binary(OpCode::kAdd, sum, visit(root, false, 0));
+        if (aggregate == 0) {
+          sum = body.binary(OpCode::kDiv, sum, body.constant(static_cast<double>(roots.size()), f));
+        }
+        return body.cast(sum, x.dtype);
+      })};
+}
+
 }  // namespace
 
 void register_newer_ops(Registry& registry) {
@@ -433,6 +569,7 @@ void register_newer_ops(Registry& registry) {
   registry.add("", "CausalConvWithState", {lower_causal_conv_with_state, 27, 27});
   registry.add("ai.onnx.ml", "Binarizer", {lower_binarizer, 1, 1});
   registry.add("ai.onnx.ml", "ArrayFeatureExtractor", {lower_array_feature_extractor, 1, 1});
+  registry.add("ai.onnx.ml", "TreeEnsemble", {lower_tree_ensemble, 5, 5});
 }
 
 }  // namespace kiln::lower

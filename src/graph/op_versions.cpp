@@ -155,7 +155,7 @@ Table build_table() {
   add(t, "BitCast", 26, false, "to");
   add(t, "CumProd", 26, false, "exclusive,reverse");
   add(t, "CausalConvWithState", 27, false, "activation");
-  add(t, "LinearAttention", 27, false);
+  add(t, "LinearAttention", 27, false, "chunk_size,kv_num_heads,q_num_heads,scale,update_rule");
   add(t, "Range", 27, false, "stash_type");  // float16, bfloat16, computed in stash_type
   add(t, "Celu", 28, true);                  // float16, bfloat16, double (onnx/onnx#8107)
   add(t, "SwiGLU", 28, false, "alpha");

@@ -1,5 +1,5 @@
-/// The attention family of opset 23 and later, through the loop IR: Attention (23, 24) and
-/// RotaryEmbedding (23).
+/// The attention family of opset 23 and later, through the loop IR: Attention (23, 24),
+/// RotaryEmbedding (23) and LinearAttention (27, its recurrence unrolled over the time steps).
 ///
 /// Attention is scaled dot-product attention, written as the reductions it is made of so that
 /// the mask, softcap, softmax and the head mapping of grouped-query attention fuse into them:
@@ -366,11 +366,182 @@ std::vector<TensorValue> lower_rotary_embedding(LoweringContext& ctx, const grap
   })};
 }
 
+// --- LinearAttention -----------------------------------------------------------------------------
+
+/// The most time steps LinearAttention's recurrence is unrolled over.
+constexpr int64_t kMaxLinearAttentionSteps = 64;
+
+/// LinearAttention-27: a state S [B, H_kv, d_k, d_v] (past_state, or zeros) updated per time step
+/// t by the update rule, S <- S * exp(decay_t) (gated rules), v_t <- beta_t (v_t - S^T (e_t k_t))
+/// (delta rules; e_t the erase gate, or 1), S <- S + k_t v_t^T, and read as
+/// o_t = scale * q_t S (query head h reads KV head h / group). The steps are unrolled when
+/// compiling (at most kMaxLinearAttentionSteps), each state realized once; everything in float32.
+std::vector<TensorValue> lower_linear_attention(LoweringContext& ctx, const graph::Node& node,
+                                                const LowerInputs& inputs) {
+  const TensorValue& query = required_input(ctx, inputs, 0, "query");
+  const TensorValue& key = required_input(ctx, inputs, 1, "key");
+  const TensorValue& value = required_input(ctx, inputs, 2, "value");
+  const TensorValue* past = optional_input(inputs, 3);
+  const TensorValue* decay = optional_input(inputs, 4);
+  const TensorValue* beta = optional_input(inputs, 5);
+  const TensorValue* erase = optional_input(inputs, 6);
+  require_dtype(ctx, query.dtype, kFloats, "input query");
+  const std::string rule = node.attr_string("update_rule", "gated_delta");
+  if (rule != "linear" && rule != "gated" && rule != "delta" && rule != "gated_delta") {
+    ctx.fail(fmt::format(
+        "attribute 'update_rule' must be linear, gated, delta or gated_delta, found '{}'", rule));
+  }
+  const bool gating = rule == "gated" || rule == "gated_delta";
+  const bool delta = rule == "delta" || rule == "gated_delta";
+  if (gating != (decay != nullptr)) {
+    ctx.fail(
+        fmt::format("update_rule '{}' {} the input decay", rule, gating ? "needs" : "takes no"));
+  }
+  if (delta != (beta != nullptr)) {
+    ctx.fail(fmt::format("update_rule '{}' {} the input beta", rule, delta ? "needs" : "takes no"));
+  }
+  if (erase != nullptr && !delta) {
+    ctx.fail(fmt::format("update_rule '{}' takes no erase_gate", rule));
+  }
+  const int64_t q_heads = node.attr_int("q_num_heads", 0),
+                kv_heads = node.attr_int("kv_num_heads", 0);
+  if (q_heads <= 0 || kv_heads <= 0 || q_heads % kv_heads != 0) {
+    ctx.fail(
+        fmt::format("attributes 'q_num_heads' ({}) and 'kv_num_heads' ({}) must be positive, "
+                    "the first a multiple of the second",
+                    q_heads, kv_heads));
+  }
+  for (const TensorValue* v : {&query, &key, &value}) {
+    if (v->rank() != 3) ctx.fail("query, key and value must be 3-D [batch, time, heads * size]");
+  }
+  const int64_t steps = require_static_dim(ctx, query.shape[1], "the number of time steps");
+  if (steps > kMaxLinearAttentionSteps) {
+    ctx.fail(fmt::format("{} time steps: Kiln unrolls the recurrence over at most {}", steps,
+                         kMaxLinearAttentionSteps));
+  }
+  const TensorValue q = heads_view(ctx, query, q_heads, "query");
+  const TensorValue k = heads_view(ctx, key, kv_heads, "key");
+  const TensorValue v = heads_view(ctx, value, kv_heads, "value");
+  const int64_t dk = require_static_dim(ctx, q.shape[3], "the key size");
+  const int64_t dv = require_static_dim(ctx, v.shape[3], "the value size");
+  if (k.shape[3] != Expr(dk)) ctx.fail("query and key have different head sizes");
+  const int64_t group = q_heads / kv_heads;
+  const Expr batch = query.shape[0];
+  double scale = node.attr_float("scale", 0.0f);
+  if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(dk));
+  const DType f = DType::kFloat32;
+  // decay [B, T, H_kv] (per head) or [B, T, H_kv * d_k]; beta [B, T, H_kv or 1]; erase_gate
+  // [B, T, H_kv * d_k].
+  auto last_dim = [&](const TensorValue* t, const char* what) {
+    if (t->rank() != 3) ctx.fail(fmt::format("{} must be 3-D", what));
+    return require_static_dim(ctx, t->shape[2], fmt::format("the last dim of {}", what));
+  };
+  const int64_t decay_last = decay != nullptr ? last_dim(decay, "decay") : 0;
+  if (decay != nullptr && decay_last != kv_heads && decay_last != kv_heads * dk) {
+    ctx.fail(
+        fmt::format("decay's last dim is {}; expected kv_num_heads ({}) or kv_num_heads * "
+                    "d_k ({})",
+                    decay_last, kv_heads, kv_heads * dk));
+  }
+  const int64_t beta_last = beta != nullptr ? last_dim(beta, "beta") : 0;
+  if (beta != nullptr && beta_last != kv_heads && beta_last != 1) {
+    ctx.fail(fmt::format("beta's last dim is {}; expected kv_num_heads or 1", beta_last));
+  }
+  if (erase != nullptr && last_dim(erase, "erase_gate") != kv_heads * dk) {
+    ctx.fail("erase_gate's last dim must be kv_num_heads * d_k");
+  }
+  const std::vector<Expr> state_shape = {batch, Expr(kv_heads), Expr(dk), Expr(dv)};
+  if (past != nullptr && (past->rank() != 4 || past->shape[1] != Expr(kv_heads) ||
+                          past->shape[2] != Expr(dk) || past->shape[3] != Expr(dv))) {
+    ctx.fail(fmt::format("past_state must be [batch, {}, {}, {}], found {}", kv_heads, dk, dv,
+                         graph::shape_str(past->shape)));
+  }
+  auto load = [&](LoopBody& body, const TensorValue& t, const std::vector<Expr>& at) {
+    return body.cast(ctx.load_at(body, t, at), f);
+  };
+  TensorValue state = ctx.pointwise(f, state_shape, [&](LoopBody& body, const auto& i) {
+    return past != nullptr ? load(body, *past, i) : body.constant(0, f);
+  });
+  std::vector<TensorValue> outputs;  // per step, [B, H_q, 1, d_v]
+  for (int64_t t = 0; t < steps; ++t) {
+    const Expr step(t);
+    if (gating) {
+      const TensorValue before = state;
+      state = ctx.pointwise(f, state_shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+        const Expr column = decay_last == kv_heads ? i[1] : i[1] * dk + i[2];
+        ValueId g = body.unary(OpCode::kExp, load(body, *decay, {i[0], step, column}));
+        return body.binary(OpCode::kMul, ctx.load_at(body, before, i), g);
+      });
+      state = ctx.realize(state, "the decayed state");
+    }
+    // The value written at this step: v_t, or beta_t (v_t - S^T (e_t k_t)).
+    TensorValue written = ctx.pointwise(f, {batch, Expr(kv_heads), Expr(dv)},
+                                        [&](LoopBody& body, const std::vector<Expr>& i) {
+                                          return load(body, v, {i[0], i[1], step, i[2]});
+                                        });
+    if (delta) {
+      TensorValue retrieved = ctx.reduction(
+          f, {batch, Expr(kv_heads), Expr(dv)}, {Expr(dk)}, ReductionType::kSum,
+          [&](LoopBody& body, const std::vector<Expr>& i, const std::vector<Expr>& r) {
+            ValueId kd = load(body, k, {i[0], i[1], step, r[0]});
+            if (erase != nullptr) {
+              kd =
+                  body.binary(OpCode::kMul, kd, load(body, *erase, {i[0], step, i[1] * dk + r[0]}));
+            }
+            return body.binary(OpCode::kMul, ctx.load_at(body, state, {i[0], i[1], r[0], i[2]}),
+                               kd);
+          });
+      const TensorValue plain = written;
+      written = ctx.pointwise(f, plain.shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+        ValueId b = load(body, *beta, {i[0], step, beta_last == 1 ? Expr(0) : i[1]});
+        return body.binary(OpCode::kMul, b,
+                           body.binary(OpCode::kSub, ctx.load_at(body, plain, i),
+                                       ctx.load_at(body, retrieved, i)));
+      });
+    }
+    const TensorValue before = state;
+    state = ctx.pointwise(f, state_shape, [&](LoopBody& body, const std::vector<Expr>& i) {
+      ValueId kd = load(body, k, {i[0], i[1], step, i[2]});
+      ValueId outer = body.binary(OpCode::kMul, kd, ctx.load_at(body, written, {i[0], i[1], i[3]}));
+      return body.binary(OpCode::kAdd, ctx.load_at(body, before, i), outer);
+    });
+    state = ctx.realize(state, fmt::format("the state after step {}", t));
+    const TensorValue current = state;
+    outputs.push_back(ctx.reduction(
+        f, {batch, Expr(q_heads), Expr(1), Expr(dv)}, {Expr(dk)}, ReductionType::kSum,
+        [&](LoopBody& body, const std::vector<Expr>& i, const std::vector<Expr>& r) {
+          ValueId qd = load(body, q, {i[0], i[1], step, r[0]});
+          ValueId s =
+              ctx.load_at(body, current, {i[0], sym::floor_div(i[1], Expr(group)), r[0], i[3]});
+          return body.binary(OpCode::kMul, body.binary(OpCode::kMul, qd, s),
+                             body.constant(scale, f));
+        }));
+  }
+  std::vector<const TensorValue*> parts;
+  for (const TensorValue& o : outputs) parts.push_back(&o);
+  const TensorValue all = concat_values(ctx, parts, 2);  // [B, H_q, T, d_v]
+  TensorValue y = ctx.pointwise(
+      query.dtype, {batch, query.shape[1], Expr(q_heads * dv)},
+      [&](LoopBody& body, const std::vector<Expr>& i) {
+        return body.cast(
+            ctx.load_at(body, all,
+                        {i[0], sym::floor_div(i[2], Expr(dv)), i[1], mod(i[2], Expr(dv))}),
+            query.dtype);
+      });
+  const DType state_dtype = past != nullptr ? past->dtype : query.dtype;
+  const TensorValue final_state = state;
+  TensorValue present = ctx.pointwise(state_dtype, state_shape, [&](LoopBody& body, const auto& i) {
+    return body.cast(ctx.load_at(body, final_state, i), state_dtype);
+  });
+  return {y, present};
+}
+
 }  // namespace
 
 void register_attention_ops(Registry& registry) {
   registry.add("", "Attention", {lower_attention, 23, 24});
   registry.add("", "RotaryEmbedding", {lower_rotary_embedding, 23, 23});
+  registry.add("", "LinearAttention", {lower_linear_attention, 27, 27});
 }
 
 }  // namespace kiln::lower

@@ -560,6 +560,9 @@ std::vector<TensorValue> lower_tree_ensemble(LoweringContext& ctx, const graph::
 
 }  // namespace
 
+// ai.onnx.ml's versions are not checked against the node's opset (lower_graph.cpp checks the
+// default domain only); they are listed for docs/ops.md: Binarizer and ArrayFeatureExtractor have
+// one version through ai.onnx.ml 5, TreeEnsemble appeared in 5.
 void register_newer_ops(Registry& registry) {
   registry.add("", "SwiGLU", {lower_swiglu, 28, 28});
   registry.add("", "TensorScatter", {lower_tensor_scatter, 24, 24});
@@ -567,8 +570,8 @@ void register_newer_ops(Registry& registry) {
   registry.add("", "Col2Im", {lower_col2im, 18, 18});
   registry.add("", "DeformConv", {lower_deform_conv, 19, 19});
   registry.add("", "CausalConvWithState", {lower_causal_conv_with_state, 27, 27});
-  registry.add("ai.onnx.ml", "Binarizer", {lower_binarizer, 1, 1});
-  registry.add("ai.onnx.ml", "ArrayFeatureExtractor", {lower_array_feature_extractor, 1, 1});
+  registry.add("ai.onnx.ml", "Binarizer", {lower_binarizer, 1, 5});
+  registry.add("ai.onnx.ml", "ArrayFeatureExtractor", {lower_array_feature_extractor, 1, 5});
   registry.add("ai.onnx.ml", "TreeEnsemble", {lower_tree_ensemble, 5, 5});
 }
 

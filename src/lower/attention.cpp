@@ -1,5 +1,6 @@
 /// The attention family of opset 23 and later, through the loop IR: Attention (23, 24),
-/// RotaryEmbedding (23) and LinearAttention (27, its recurrence unrolled over the time steps).
+/// RotaryEmbedding (23), LinearAttention (27, its recurrence unrolled over the time steps) and
+/// ai.onnx.preview's FlexAttention (its score, mask and probability graphs inlined).
 ///
 /// Attention is scaled dot-product attention, written as the reductions it is made of so that
 /// the mask, softcap, softmax and the head mapping of grouped-query attention fuse into them:
@@ -23,6 +24,7 @@
 #include <limits>
 
 #include "lower/elementwise.h"
+#include "lower/graph_lowering.h"
 #include "lower/lowering.h"
 #include "lower/op_util.h"
 #include "support/error.h"
@@ -366,6 +368,101 @@ std::vector<TensorValue> lower_rotary_embedding(LoweringContext& ctx, const grap
   })};
 }
 
+// --- FlexAttention -------------------------------------------------------------------------------
+
+/// ai.onnx.preview FlexAttention (1): scores = Q K^T * scale (4-D [B, H, L, d]; a query head h
+/// reads KV head h / (H / H_kv)), then the graph attributes score_mod and mask_mod applied to the
+/// scores, the softmax over the keys, prob_mod applied to the probabilities, and the product with
+/// V. Each graph takes one tensor of Q's type and returns one; they are inlined (so their
+/// elementwise ops fuse with the softmax's reductions).
+std::vector<TensorValue> lower_flex_attention(LoweringContext& ctx, const graph::Node& node,
+                                              const LowerInputs& inputs) {
+  const TensorValue& q = required_input(ctx, inputs, 0, "Q");
+  const TensorValue& k = required_input(ctx, inputs, 1, "K");
+  const TensorValue& v = required_input(ctx, inputs, 2, "V");
+  require_dtype(ctx, q.dtype, kFloats, "input Q");
+  const DType dtype = q.dtype;
+  if (k.dtype != dtype || v.dtype != dtype) ctx.fail("Q, K and V must have one dtype");
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4) {
+    ctx.fail("Q, K and V must be 4-D [batch, heads, sequence, head_size]");
+  }
+  const int64_t heads = require_static_dim(ctx, q.shape[1], "the number of heads of Q");
+  const int64_t kv = require_static_dim(ctx, k.shape[1], "the number of heads of K");
+  if (v.shape[1] != Expr(kv) || kv <= 0 || heads % kv != 0) {
+    ctx.fail(fmt::format("Q's {} heads are not a multiple of K's and V's ({} and {})", heads, kv,
+                         v.shape[1].str()));
+  }
+  const int64_t group = heads / kv;
+  const int64_t head_size = require_static_dim(ctx, q.shape[3], "the head size of Q");
+  if (k.shape[3] != Expr(head_size)) ctx.fail("Q and K have different head sizes");
+  double scale = node.attr_float("scale", 0.0f);
+  if (!node.has_attribute("scale")) scale = 1.0 / std::sqrt(static_cast<double>(head_size));
+  const DType acc = compute_dtype(dtype);
+  const Expr batch = q.shape[0], q_len = q.shape[2], total = k.shape[2];
+  const std::vector<Expr> scores_shape = {batch, Expr(heads), q_len, total};
+  TensorValue product = ctx.reduction(
+      acc, scores_shape, {Expr(head_size)}, ReductionType::kSum,
+      [&](LoopBody& body, const std::vector<Expr>& i, const std::vector<Expr>& r) {
+        ValueId a = body.cast(ctx.load_at(body, q, {i[0], i[1], i[2], r[0]}), acc);
+        ValueId b =
+            body.cast(ctx.load_at(body, k, {i[0], floor_div(i[1], Expr(group)), i[3], r[0]}), acc);
+        return body.binary(OpCode::kMul, a, b);
+      });
+  TensorValue scores = ctx.pointwise(dtype, scores_shape, [&](LoopBody& body, const auto& i) {
+    return body.cast(
+        body.binary(OpCode::kMul, ctx.load_at(body, product, i), body.constant(scale, acc)), dtype);
+  });
+  // Applies a graph attribute (one input, one output, the input's shape and type).
+  auto apply = [&](const char* name, const TensorValue& x) {
+    std::shared_ptr<graph::Graph> g = node.attr_graph(name);
+    if (!g) return x;
+    if (g->inputs().size() != 1 || g->outputs().size() != 1) {
+      ctx.fail(fmt::format("attribute '{}' must be a graph of one input and one output", name));
+    }
+    TensorValue out = ctx.graph_lowering().inline_graph(*g, {x}).at(0);
+    if (out.dtype != x.dtype || out.shape != x.shape) {
+      ctx.fail(fmt::format("attribute '{}' returns {} {}, expected {} {}", name,
+                           graph::dtype_name(out.dtype), graph::shape_str(out.shape),
+                           graph::dtype_name(x.dtype), graph::shape_str(x.shape)));
+    }
+    return out;
+  };
+  scores = ctx.realize(apply("mask_mod", apply("score_mod", scores)), "read by the softmax");
+  const std::vector<Expr> row_shape = {batch, Expr(heads), q_len, Expr(1)};
+  auto row = [](const std::vector<Expr>& i) {
+    return std::vector<Expr>{i[0], i[1], i[2], Expr(0)};
+  };
+  auto logit = [&](LoopBody& body, const std::vector<Expr>& at) {
+    return body.cast(ctx.load_at(body, scores, at), acc);
+  };
+  TensorValue max = ctx.reduction(acc, row_shape, {total}, ReductionType::kMax,
+                                  [&](LoopBody& body, const auto& i, const auto& r) {
+                                    return logit(body, {i[0], i[1], i[2], r[0]});
+                                  });
+  auto shifted_exp = [&](LoopBody& body, const std::vector<Expr>& at) {
+    return body.unary(OpCode::kExp,
+                      body.binary(OpCode::kSub, logit(body, at), ctx.load_at(body, max, row(at))));
+  };
+  TensorValue sum = ctx.reduction(acc, row_shape, {total}, ReductionType::kSum,
+                                  [&](LoopBody& body, const auto& i, const auto& r) {
+                                    return shifted_exp(body, {i[0], i[1], i[2], r[0]});
+                                  });
+  TensorValue probs = ctx.pointwise(dtype, scores_shape, [&](LoopBody& body, const auto& i) {
+    return body.cast(
+        body.binary(OpCode::kDiv, shifted_exp(body, i), ctx.load_at(body, sum, row(i))), dtype);
+  });
+  probs = apply("prob_mod", probs);
+  if (node.has_attribute("prob_mod")) probs = ctx.realize(probs, "read by the product with V");
+  return {ctx.reduction(
+      dtype, {batch, Expr(heads), q_len, v.shape[3]}, {total}, ReductionType::kSum,
+      [&](LoopBody& body, const std::vector<Expr>& i, const std::vector<Expr>& r) {
+        ValueId p = body.cast(ctx.load_at(body, probs, {i[0], i[1], i[2], r[0]}), acc);
+        ValueId x =
+            body.cast(ctx.load_at(body, v, {i[0], floor_div(i[1], Expr(group)), r[0], i[3]}), acc);
+        return body.binary(OpCode::kMul, p, x);
+      })};
+}
+
 // --- LinearAttention -----------------------------------------------------------------------------
 
 /// The most time steps LinearAttention's recurrence is unrolled over.
@@ -542,6 +639,7 @@ void register_attention_ops(Registry& registry) {
   registry.add("", "Attention", {lower_attention, 23, 24});
   registry.add("", "RotaryEmbedding", {lower_rotary_embedding, 23, 23});
   registry.add("", "LinearAttention", {lower_linear_attention, 27, 27});
+  registry.add("ai.onnx.preview", "FlexAttention", {lower_flex_attention, 1, 1});
 }
 
 }  // namespace kiln::lower

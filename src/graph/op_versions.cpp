@@ -32,7 +32,7 @@ Table build_table() {
   add(t, "CenterCropPad", 18, false, "axes");
   add(t, "Col2Im", 18, false, "dilations,pads,strides");
   add(t, "GroupNormalization", 18, false, "epsilon,num_groups");
-  add(t, "LpPool", 18, false, "ceil_mode");
+  add(t, "LpPool", 18, false, "ceil_mode,dilations");
   add(t, "Mish", 18, false);
   add(t, "OptionalGetElement", 18, false);
   add(t, "OptionalHasElement", 18, false);
@@ -147,18 +147,18 @@ Table build_table() {
   add(t, "RotaryEmbedding", 23, false, "interleaved,num_heads,rotary_embedding_dim");
   // Opset 24 (ONNX 1.19).
   add(t, "Attention", 24, false);
-  add(t, "SplitToSequence", 24, false);
+  add(t, "SplitToSequence", 24, true);  // bfloat16 (onnx/onnx#7158)
   add(t, "Swish", 24, false, "alpha");
   add(t, "TensorScatter", 24, false, "axis,mode");
-  add(t, "TopK", 24, false);
+  add(t, "TopK", 24, true);  // bfloat16 (onnx/onnx#7158)
   // Opsets 26-28 (ONNX 1.21-1.23).
   add(t, "BitCast", 26, false, "to");
   add(t, "CumProd", 26, false, "exclusive,reverse");
-  add(t, "CausalConvWithState", 27, false);
-  add(t, "LinearAttention", 27, false);
-  add(t, "Range", 27, false);
-  add(t, "Celu", 28, false);
-  add(t, "SwiGLU", 28, false);
+  add(t, "CausalConvWithState", 27, false, "activation");
+  add(t, "LinearAttention", 27, false, "chunk_size,kv_num_heads,q_num_heads,scale,update_rule");
+  add(t, "Range", 27, false, "stash_type");  // float16, bfloat16, computed in stash_type
+  add(t, "Celu", 28, true);                  // float16, bfloat16, double (onnx/onnx#8107)
+  add(t, "SwiGLU", 28, false, "alpha");
   for (auto& [op, versions] : t) {
     std::sort(versions.begin(), versions.end(),
               [](const OpVersion& a, const OpVersion& b) { return a.version < b.version; });

@@ -1,8 +1,8 @@
 /// Reductions with structure, in the loop IR: Einsum (a sum over the contracted letters of the
-/// product of the operands, or a plain product when nothing is contracted), CumSum (a masked sum
-/// along the axis), Hardmax (ArgMax, then a comparison) and LRN (a windowed sum of squares over
-/// channels); and TopK, whose indices come from the library kernel "topk" (a partial sort per
-/// slice) and whose values are gathered by the loop IR.
+/// product of the operands, or a plain product when nothing is contracted), CumSum and CumProd (a
+/// masked sum or product along the axis), Hardmax (ArgMax, then a comparison) and LRN (a windowed
+/// sum of squares over channels); and TopK, whose indices come from the library kernel "topk" (a
+/// partial sort per slice) and whose values are gathered by the loop IR.
 ///
 /// Tests: the ONNX node suite (tests/onnx).
 
@@ -162,7 +162,7 @@ std::vector<TensorValue> lower_einsum(LoweringContext& ctx, const graph::Node& n
   })};
 }
 
-// --- CumSum --------------------------------------------------------------------------------------
+// --- CumSum, CumProd -----------------------------------------------------------------------------
 
 std::vector<TensorValue> lower_cumsum(LoweringContext& ctx, const graph::Node& node,
                                       const LowerInputs& inputs) {
@@ -176,19 +176,22 @@ std::vector<TensorValue> lower_cumsum(LoweringContext& ctx, const graph::Node& n
   const bool exclusive = node.attr_int("exclusive", 0) != 0;
   const bool reverse = node.attr_int("reverse", 0) != 0;
   const DType acc = compute_dtype(x.dtype);
-  TensorValue sum =
-      ctx.reduction(acc, x.shape, {x.shape[axis]}, ReductionType::kSum,
-                    [&](LoopBody& body, const std::vector<Expr>& i, const std::vector<Expr>& r) {
-                      // Element j = r[0] counts toward position i[axis] when j <= i (j < i
-                      // exclusive), or j >= i (j > i) in reverse.
-                      Expr lo = reverse ? i[axis] + (exclusive ? 1 : 0) : Expr(0);
-                      Expr hi = reverse ? x.shape[axis] : i[axis] + (exclusive ? 0 : 1);
-                      ValueId take = in_range(body, r[0], lo, hi);
-                      std::vector<Expr> at = i;
-                      at[axis] = r[0];
-                      ValueId v = body.cast(ctx.load_at(body, x, at), acc);
-                      return body.where(take, v, body.constant(0, acc));
-                    });
+  // CumProd (opset 26) is the same scan with products: excluded elements count as 1.
+  const bool product = node.op_type() == "CumProd";
+  const double neutral = product ? 1 : 0;
+  TensorValue sum = ctx.reduction(
+      acc, x.shape, {x.shape[axis]}, product ? ReductionType::kProd : ReductionType::kSum,
+      [&](LoopBody& body, const std::vector<Expr>& i, const std::vector<Expr>& r) {
+        // Element j = r[0] counts toward position i[axis] when j <= i (j < i
+        // exclusive), or j >= i (j > i) in reverse.
+        Expr lo = reverse ? i[axis] + (exclusive ? 1 : 0) : Expr(0);
+        Expr hi = reverse ? x.shape[axis] : i[axis] + (exclusive ? 0 : 1);
+        ValueId take = in_range(body, r[0], lo, hi);
+        std::vector<Expr> at = i;
+        at[axis] = r[0];
+        ValueId v = body.cast(ctx.load_at(body, x, at), acc);
+        return body.where(take, v, body.constant(neutral, acc));
+      });
   if (acc == x.dtype) return {sum};
   return {ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& i) {
     return body.cast(ctx.load_at(body, sum, i), x.dtype);
@@ -309,6 +312,7 @@ void register_contraction_ops(Registry& registry) {
   registry.add("", "TopK", {lower_topk, 1, 17});
   registry.add("", "Einsum", {lower_einsum, 12, 17});
   registry.add("", "CumSum", {lower_cumsum, 11, 17});
+  registry.add("", "CumProd", {lower_cumsum, 26, 26});
   registry.add("", "Hardmax", {lower_hardmax, 1, 17});
   registry.add("", "LRN", {lower_lrn, 1, 17});
 }

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "lower/elementwise.h"
 #include "lower/lowering.h"
 #include "lower/op_util.h"
@@ -174,18 +176,29 @@ std::vector<TensorValue> lower_constant_of_shape(LoweringContext& ctx, const gra
 
 /// Range whose bounds are computed at run time: a library call counts the elements (a size
 /// symbol from then on), and each element is start + i * delta read from the inputs.
-TensorValue range_at_run_time(LoweringContext& ctx, const TensorValue& start,
-                              const TensorValue& limit, const TensorValue& delta) {
-  const DType dtype = start.dtype;
-  for (const TensorValue* v : {&start, &limit, &delta}) {
+TensorValue range_at_run_time(LoweringContext& ctx, const TensorValue& start_in,
+                              const TensorValue& limit_in, const TensorValue& delta_in) {
+  const DType dtype = start_in.dtype;
+  for (const TensorValue* v : {&start_in, &limit_in, &delta_in}) {
     if (v->rank() != 0 || v->dtype != dtype)
       ctx.fail("start, limit and delta must be scalars of one dtype");
   }
+  // float16 and bfloat16 (one storage type) are counted and computed in float32.
+  const bool half = dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+  auto widened = [&](const TensorValue& v) {
+    if (!half) return v;
+    return ctx.pointwise(DType::kFloat32, {}, [&](LoopBody& body, const std::vector<Expr>&) {
+      return body.cast(ctx.load_at(body, v, {}), DType::kFloat32);
+    });
+  };
+  const TensorValue start = widened(start_in), limit = widened(limit_in), delta = widened(delta_in);
   TensorValue count = ctx.extern_call(
       ir::RangeCountCall{ctx.node().describe()}, DType::kInt64, {Expr(1)},
       {ctx.as_view(start, true), ctx.as_view(limit, true), ctx.as_view(delta, true)});
   const Expr n = bind_sizes(ctx, count).at(0);
-  const DType wide = graph::is_floating(dtype) ? DType::kFloat64 : DType::kInt64;
+  const DType wide = dtype == DType::kFloat16 || dtype == DType::kBFloat16 ? DType::kFloat32
+                     : graph::is_floating(dtype)                           ? DType::kFloat64
+                                                                           : DType::kInt64;
   return ctx.pointwise(dtype, {n}, [&](LoopBody& body, const std::vector<Expr>& i) {
     ValueId s = body.cast(ctx.load_at(body, start, {}), wide);
     ValueId d = body.cast(ctx.load_at(body, delta, {}), wide);
@@ -194,12 +207,21 @@ TensorValue range_at_run_time(LoweringContext& ctx, const TensorValue& start,
   });
 }
 
-std::vector<TensorValue> lower_range(LoweringContext& ctx, const graph::Node&,
+std::vector<TensorValue> lower_range(LoweringContext& ctx, const graph::Node& node,
                                      const LowerInputs& inputs) {
   const TensorValue& start = required_input(ctx, inputs, 0, "start");
   const TensorValue& limit = required_input(ctx, inputs, 1, "limit");
   const TensorValue& delta = required_input(ctx, inputs, 2, "delta");
   DType dtype = start.dtype;
+  // Range-27 adds float16 and bfloat16, computed in stash_type (float32, its default).
+  const bool half = dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+  if (half && node.opset() < 27) {
+    ctx.fail(fmt::format("{} needs opset 27", graph::dtype_name(dtype)));
+  }
+  if (half && node.attr_int("stash_type", 1) != 1) {
+    ctx.fail(fmt::format("attribute 'stash_type' is {}; only 1 (float32) is supported",
+                         node.attr_int("stash_type", 1)));
+  }
   if (!start.known && !start.known_float) return {range_at_run_time(ctx, start, limit, delta)};
   if (graph::is_integer(dtype) && (!limit.known || !delta.known))
     return {range_at_run_time(ctx, start, limit, delta)};
@@ -229,10 +251,16 @@ std::vector<TensorValue> lower_range(LoweringContext& ctx, const graph::Node&,
   }
   if (*d == 0) ctx.fail("delta must not be 0");
   int64_t n = std::max<int64_t>(static_cast<int64_t>(std::ceil((*l - *s) / *d)), 0);
+  if (half) {
+    const float fs = static_cast<float>(*s), fl = static_cast<float>(*l),
+                fd = static_cast<float>(*d);
+    n = std::max<int64_t>(static_cast<int64_t>(std::ceil((fl - fs) / fd)), 0);
+  }
+  const DType compute = half ? DType::kFloat32 : DType::kFloat64;
   return {ctx.pointwise(dtype, {Expr(n)}, [&](LoopBody& body, const std::vector<Expr>& i) {
-    ValueId k = body.cast(body.index_expr(i[0]), DType::kFloat64);
-    ValueId v = body.binary(OpCode::kAdd, body.constant(*s, DType::kFloat64),
-                            body.binary(OpCode::kMul, k, body.constant(*d, DType::kFloat64)));
+    ValueId k = body.cast(body.index_expr(i[0]), compute);
+    ValueId v = body.binary(OpCode::kAdd, body.constant(*s, compute),
+                            body.binary(OpCode::kMul, k, body.constant(*d, compute)));
     return body.cast(v, dtype);
   })};
 }
@@ -362,7 +390,7 @@ void register_index_ops(Registry& registry) {
   registry.add("", "Gather", {lower_gather, 1, 17});
   registry.add("", "GatherElements", {lower_gather_elements, 11, 17});
   registry.add("", "ConstantOfShape", {lower_constant_of_shape, 9, 17});
-  registry.add("", "Range", {lower_range, 11, 17});
+  registry.add("", "Range", {lower_range, 11, 27});
   registry.add("", "Tile", {lower_tile, 6, 17});
   registry.add("", "OneHot", {lower_one_hot, 9, 17});
   registry.add("", "Trilu", {lower_trilu, 14, 17});

@@ -243,6 +243,8 @@ void register_signal_ops(Registry& registry);
 void register_dynamic_ops(Registry& registry);
 void register_sequence_ops(Registry& registry);
 void register_control_flow_ops(Registry& registry);
+void register_attention_ops(Registry& registry);
+void register_newer_ops(Registry& registry);
 
 /// Lowers a whole model graph into a Program. Throws UserError naming the node for unsupported
 /// ops, dtypes (e.g. string tensors) or attributes.

@@ -1,7 +1,7 @@
-/// Normalization lowerings: LayerNormalization, BatchNormalization (inference),
-/// InstanceNormalization and MeanVarianceNormalization. Mean and variance come from Welford
-/// reductions (numerically sound, unlike E[x^2] - E[x]^2), then a pointwise normalize * scale +
-/// bias that consumers inline.
+/// Normalization lowerings: LayerNormalization, RMSNormalization, BatchNormalization (inference),
+/// InstanceNormalization, GroupNormalization, MeanVarianceNormalization and LpNormalization. Mean
+/// and variance come from Welford reductions (numerically sound, unlike E[x^2] - E[x]^2), then a
+/// pointwise normalize * scale + bias that consumers inline.
 ///
 /// Tests: tests/unit/lower/suite_ops_test.cpp (ONNX node suite through the interpreter).
 
@@ -377,6 +377,96 @@ std::vector<TensorValue> lower_mvn(LoweringContext& ctx, const graph::Node& node
   })};
 }
 
+/// GroupNormalization: mean and variance per (batch, group of C / num_groups channels) over those
+/// channels and the spatial dims, computed in float32 (stash_type 1); then scale and bias, per
+/// group at opset 18 and per channel from opset 21.
+std::vector<TensorValue> lower_group_norm(LoweringContext& ctx, const graph::Node& node,
+                                          const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "X");
+  const TensorValue& scale = required_input(ctx, inputs, 1, "scale");
+  const TensorValue& bias = required_input(ctx, inputs, 2, "bias");
+  require_dtype(ctx, x.dtype, kFloats, "input X");
+  if (x.rank() < 2) ctx.fail(fmt::format("X must have rank at least 2, found {}", x.rank()));
+  if (node.opset() >= 21 && node.attr_int("stash_type", 1) != 1) {
+    ctx.fail(fmt::format("attribute 'stash_type' is {}; only 1 (float32) is supported",
+                         node.attr_int("stash_type", 1)));
+  }
+  if (!node.has_attribute("num_groups")) ctx.fail("missing required attribute 'num_groups'");
+  const int64_t groups = node.attr_int("num_groups", 1);
+  const int64_t channels = require_static_dim(ctx, x.shape[1], "the channel count of X");
+  if (groups <= 0 || channels % groups != 0) {
+    ctx.fail(fmt::format("num_groups {} does not divide the {} channels", groups, channels));
+  }
+  const bool per_channel = node.opset() >= 21;
+  const int64_t params = per_channel ? channels : groups;
+  for (const TensorValue* p : {&scale, &bias}) {
+    if (p->rank() != 1 || p->shape[0] != Expr(params)) {
+      ctx.fail(fmt::format("scale and bias must be 1-D of size {} ({}), found {}", params,
+                           per_channel ? "the channels" : "num_groups",
+                           graph::shape_str(p->shape)));
+    }
+  }
+  const int64_t per_group = channels / groups;
+  // X seen as [N, groups, C / groups, spatial...]: the statistics reduce dims 2 and on.
+  std::vector<Expr> grouped = {x.shape[0], Expr(groups), Expr(per_group)};
+  grouped.insert(grouped.end(), x.shape.begin() + 2, x.shape.end());
+  TensorValue xg = reshape_view(ctx, x, grouped);
+  std::vector<bool> reduced(grouped.size(), true);
+  reduced[0] = reduced[1] = false;
+  const DType acc = stash_dtype(x.dtype);
+  Moments m = moments(ctx, xg, reduced, acc);
+  const double epsilon = node.attr_float("epsilon", 1e-5f);
+  const DType dt = compute_dtype(x.dtype);
+  return {ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+    const Expr group = sym::floor_div(index[1], Expr(per_group));
+    std::vector<Expr> stat(grouped.size(), Expr(0));
+    stat[0] = index[0];
+    stat[1] = group;
+    ValueId v = body.cast(ctx.load_at(body, x, index), acc);
+    ValueId diff = body.binary(OpCode::kSub, v, ctx.load_at(body, m.mean, stat));
+    ValueId inv = inv_std(body, ctx.load_at(body, m.var, stat), epsilon);
+    ValueId normalized = body.cast(body.binary(OpCode::kMul, diff, inv), dt);
+    const Expr at = per_channel ? index[1] : group;
+    ValueId w = body.cast(ctx.load_at(body, scale, {at}), dt);
+    ValueId b = body.cast(ctx.load_at(body, bias, {at}), dt);
+    return body.binary(OpCode::kAdd, body.binary(OpCode::kMul, normalized, w), b);
+  })};
+}
+
+/// LpNormalization: x / ||x||_p along `axis` (p 1 or 2); a slice whose norm is 0 stays 0.
+std::vector<TensorValue> lower_lp_norm(LoweringContext& ctx, const graph::Node& node,
+                                       const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "input");
+  require_dtype(ctx, x.dtype, kFloats, "input 'input'");
+  if (x.rank() == 0) ctx.fail("expected an input of rank >= 1");
+  const size_t axis = static_cast<size_t>(
+      ctx.normalize_axis(node.attr_int("axis", -1), static_cast<int64_t>(x.rank())));
+  const int64_t p = node.attr_int("p", 2);
+  if (p != 1 && p != 2) ctx.fail(fmt::format("attribute 'p' is {}; expected 1 or 2", p));
+  const DType acc = stash_dtype(x.dtype);
+  std::vector<Expr> keep = x.shape;
+  keep[axis] = 1;
+  TensorValue sum = ctx.reduction(
+      acc, keep, {x.shape[axis]}, ReductionType::kSum,
+      [&](LoopBody& body, const std::vector<Expr>& index, const std::vector<Expr>& r) {
+        std::vector<Expr> at = index;
+        at[axis] = r[0];
+        ValueId v = body.cast(ctx.load_at(body, x, at), acc);
+        return p == 1 ? body.unary(OpCode::kAbs, v) : body.binary(OpCode::kMul, v, v);
+      });
+  return {ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+    std::vector<Expr> at = index;
+    at[axis] = 0;
+    ValueId norm = ctx.load_at(body, sum, at);
+    if (p == 2) norm = body.unary(OpCode::kSqrt, norm);
+    ValueId v = body.cast(ctx.load_at(body, x, index), acc);
+    ValueId zero = body.constant(0, acc);
+    ValueId y =
+        body.where(body.binary(OpCode::kEq, norm, zero), zero, body.binary(OpCode::kDiv, v, norm));
+    return body.cast(y, x.dtype);
+  })};
+}
+
 }  // namespace
 
 void register_norm_ops(Registry& registry) {
@@ -385,6 +475,8 @@ void register_norm_ops(Registry& registry) {
   registry.add("", "BatchNormalization", {lower_batch_norm, 1, 17});
   registry.add("", "InstanceNormalization", {lower_instance_norm, 1, 17});
   registry.add("", "MeanVarianceNormalization", {lower_mvn, 9, 17});
+  registry.add("", "LpNormalization", {lower_lp_norm, 1, 17});
+  registry.add("", "GroupNormalization", {lower_group_norm, 18, 21});
 }
 
 }  // namespace kiln::lower

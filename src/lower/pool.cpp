@@ -1,10 +1,13 @@
-/// Pooling lowerings: MaxPool (with its optional Indices output), AveragePool, GlobalAveragePool
-/// and GlobalMaxPool as loop-IR reductions over the kernel window. Padding is a masked load
+/// Pooling lowerings: MaxPool (with its optional Indices output), AveragePool, LpPool,
+/// GlobalAveragePool and GlobalMaxPool as loop-IR reductions over the kernel window. Padding is a
+/// masked load
 /// (-inf / the dtype's lowest value for max, 0 for average); AveragePool divides by the number of
 /// window positions inside the input (or inside the padded input with count_include_pad), a
 /// closed-form index expression.
 ///
 /// Tests: the ONNX node suite (interpreter_cases.txt).
+
+#include <fmt/format.h>
 
 #include <limits>
 
@@ -209,6 +212,37 @@ std::vector<TensorValue> lower_average_pool(LoweringContext& ctx, const graph::N
   })};
 }
 
+/// LpPool (opset 18: ceil_mode, dilations): (sum of |x|^p over the window)^(1/p); padding adds
+/// nothing.
+std::vector<TensorValue> lower_lp_pool(LoweringContext& ctx, const graph::Node& node,
+                                       const LowerInputs& inputs) {
+  TensorValue x = pool_input(ctx, inputs);
+  if (!graph::is_floating(x.dtype)) {
+    ctx.fail("unsupported dtype " + std::string(graph::dtype_name(x.dtype)) +
+             " (LpPool takes floating tensors)");
+  }
+  const double p = static_cast<double>(node.attr_int("p", 2));
+  if (p <= 0) ctx.fail(fmt::format("attribute 'p' is {}; expected a positive order", p));
+  Window w = pool_window(ctx, node, x);
+  const DType acc = graph::compute_dtype(x.dtype);
+  std::vector<Expr> kernel(w.g.kernel.begin(), w.g.kernel.end());
+  std::vector<Expr> shape = pool_shape(x, w.g.out);
+  TensorValue sum = ctx.reduction(
+      acc, shape, kernel, ReductionType::kSum,
+      [&](LoopBody& body, const std::vector<Expr>& index, const std::vector<Expr>& r) {
+        ValueId v =
+            body.unary(OpCode::kAbs, body.cast(window_load(ctx, body, x, w, index, r, 0), acc));
+        return p == 2 ? body.binary(OpCode::kMul, v, v)
+                      : body.binary(OpCode::kPow, v, body.constant(p, acc));
+      });
+  return {ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+    ValueId s = ctx.load_at(body, sum, index);
+    ValueId y = p == 2 ? body.unary(OpCode::kSqrt, s)
+                       : body.binary(OpCode::kPow, s, body.constant(1 / p, acc));
+    return body.cast(y, x.dtype);
+  })};
+}
+
 /// GlobalMaxPool / GlobalAveragePool: a reduction over every spatial dim to [N, C, 1, ...].
 std::vector<TensorValue> lower_global_pool(LoweringContext& ctx, const LowerInputs& inputs,
                                            ReductionType type) {
@@ -236,6 +270,7 @@ std::vector<TensorValue> lower_global_pool(LoweringContext& ctx, const LowerInpu
 void register_pool_ops(Registry& registry) {
   registry.add("", "MaxPool", {lower_max_pool, 1, 17});
   registry.add("", "AveragePool", {lower_average_pool, 1, 19});
+  registry.add("", "LpPool", {lower_lp_pool, 18, 18});
   registry.add("", "GlobalMaxPool",
                {[](LoweringContext& ctx, const graph::Node&, const LowerInputs& inputs) {
                   return lower_global_pool(ctx, inputs, ReductionType::kMax);

@@ -51,6 +51,8 @@ const Registry& Registry::instance() {
     register_dynamic_ops(r);
     register_sequence_ops(r);
     register_control_flow_ops(r);
+    register_attention_ops(r);
+    register_newer_ops(r);
     return r;
   }();
   return registry;

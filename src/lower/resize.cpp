@@ -1,11 +1,15 @@
-/// Resize (opsets 10 to 17) and Upsample (7, 9) through the loop IR, so that they fuse with their
+/// Resize (opsets 10 to 19) and Upsample (7, 9) through the loop IR, so that they fuse with their
 /// neighbours. Along every resized dim an output index maps to a source coordinate
 /// (coordinate_transformation_mode, computed in double step by step as the ONNX reference does);
 /// nearest mode rounds it to one source index (nearest_mode), linear and cubic weigh 2 or 4
 /// edge-clamped neighbours per dim (cubic_coeff_a, exclude_outside) and sum the weighted loads
 /// over the resized dims. tf_crop_and_resize gives extrapolation_value where a coordinate leaves
 /// the input. Dims whose scale is 1 under a transform that maps them onto themselves are left
-/// alone.
+/// alone. Opset 18 adds `axes` (the scales, sizes and roi given for those dims only; the others
+/// keep their size), `keep_aspect_ratio_policy` (with sizes: one scale for all those dims, the
+/// smallest or the largest of theirs, and sizes rounded half up from it) and `antialias`: when
+/// downsampling in linear or cubic mode the filter is widened by 1 / scale (more taps, weights
+/// at scale * distance, normalized to sum 1). Opset 19 adds the transform half_pixel_symmetric.
 ///
 /// Along dims of static size, nearest mode computes the source index table at compile time and
 /// matches it against floor((o * p + c) / q) for the ratio p/q of the sizes: when it matches
@@ -50,6 +54,7 @@ enum class Transform {
   kAsymmetric,
   kTfHalfPixelForNn,
   kTfCropAndResize,
+  kHalfPixelSymmetric,
 };
 
 struct Settings {
@@ -59,6 +64,7 @@ struct Settings {
   double cubic_a = -0.75;
   bool exclude_outside = false;
   double extrapolation = 0;
+  bool antialias = false;  // linear and cubic: widen the filter when downsampling
 };
 
 /// The output size of each dim and the scale its coordinates are transformed with.
@@ -69,9 +75,9 @@ struct Target {
   std::vector<double> roi;  // starts, then ends; empty unless tf_crop_and_resize
 };
 
-/// x = ((o + add) * mul1 * mul2) / div + offset, one double op at a time in this order.
+/// x = (pre + ((o + add) * mul1 * mul2) / div) + offset, one double op at a time in this order.
 struct CoordMap {
-  double add = 0, mul1 = 1, mul2 = 1, div = 1, offset = 0;
+  double add = 0, mul1 = 1, mul2 = 1, div = 1, offset = 0, pre = 0;
 };
 
 /// How one dim of the output reads the input.
@@ -80,6 +86,8 @@ struct Axis {
   bool identity = false;  // every output index reads its own input index
   CoordMap map;
   Rounding rounding = Rounding::kFloor;  // nearest mode, kSimple resolved
+  /// Antialiased linear or cubic taps: the scale (< 1) the filter is widened by, else 0.
+  double antialias = 0;
   /// tf_crop_and_resize: the outputs [first, end) whose coordinate lies in the input; unset
   /// when all do.
   std::optional<std::pair<int64_t, int64_t>> valid;
@@ -129,7 +137,11 @@ Settings resize_settings(const LoweringContext& ctx, const graph::Node& node) {
                                  {"align_corners", Transform::kAlignCorners},
                                  {"asymmetric", Transform::kAsymmetric},
                                  {"tf_half_pixel_for_nn", Transform::kTfHalfPixelForNn},
-                                 {"tf_crop_and_resize", Transform::kTfCropAndResize}});
+                                 {"tf_crop_and_resize", Transform::kTfCropAndResize},
+                                 {"half_pixel_symmetric", Transform::kHalfPixelSymmetric}});
+  if (s.transform == Transform::kHalfPixelSymmetric && node.opset() < 19) {
+    ctx.fail("coordinate_transformation_mode 'half_pixel_symmetric' needs opset 19");
+  }
   s.rounding =
       pick<Rounding>(ctx, "nearest_mode", node.attr_string("nearest_mode", "round_prefer_floor"),
                      {{"round_prefer_floor", Rounding::kRoundPreferFloor},
@@ -139,6 +151,10 @@ Settings resize_settings(const LoweringContext& ctx, const graph::Node& node) {
   s.cubic_a = node.attr_float("cubic_coeff_a", -0.75f);
   s.exclude_outside = node.attr_int("exclude_outside", 0) != 0;
   s.extrapolation = node.attr_float("extrapolation_value", 0.0f);
+  s.antialias = node.attr_int("antialias", 0) != 0;
+  if (s.antialias && s.mode == Mode::kNearest) {
+    ctx.fail("attribute 'antialias' applies to modes linear and cubic, not nearest");
+  }
   return s;
 }
 
@@ -219,9 +235,11 @@ Target target_from_sizes(const LoweringContext& ctx, const TensorValue& x,
 
 // --- Coordinates ---------------------------------------------------------------------------------
 
-/// The map of the ONNX reference (interpolate_1d_with_x) for input size n and scale s. Its output
-/// width is s * n, in float32 when s came as float32 (numpy's promotion), in double otherwise.
-CoordMap coord_map(Transform t, double s, int64_t n, bool single, double start, double end) {
+/// The map of the ONNX reference (interpolate_1d_with_x) for input size n, scale s and output
+/// size m. Its output width is s * n, in float32 when s came as float32 (numpy's promotion), in
+/// double otherwise.
+CoordMap coord_map(Transform t, double s, int64_t n, int64_t m, bool single, double start,
+                   double end) {
   const double w = single ? static_cast<float>(s) * static_cast<float>(n) : s * n;
   const double w1 = single ? static_cast<float>(w) - 1.0f : w - 1;
   const double last = static_cast<double>(n - 1);
@@ -236,6 +254,12 @@ CoordMap coord_map(Transform t, double s, int64_t n, bool single, double start, 
       return {0, 1, 1, s, 0};
     case Transform::kTfHalfPixelForNn:
       return {0.5, 1, 1, s, 0};
+    case Transform::kHalfPixelSymmetric: {
+      // Half-pixel about the centre of the input, shifted when the output size was rounded.
+      const double adjustment = static_cast<double>(m) / w;
+      const double centre = static_cast<double>(n) / 2;
+      return {0.5, 1, 1, s, -0.5, centre * (1 - adjustment)};
+    }
     case Transform::kTfCropAndResize: {
       // roi arithmetic with Python ints stays in float32 in the reference.
       const float span = static_cast<float>(end) - static_cast<float>(start);
@@ -253,6 +277,7 @@ double coord(const CoordMap& c, int64_t o) {
   x *= c.mul1;
   x *= c.mul2;
   x /= c.div;
+  if (c.pre != 0) x = c.pre + x;
   return x + c.offset;
 }
 
@@ -267,6 +292,7 @@ ValueId coord(LoopBody& body, const CoordMap& c, const Expr& o) {
   step(OpCode::kMul, c.mul1, 1);
   step(OpCode::kMul, c.mul2, 1);
   step(OpCode::kDiv, c.div, 1);
+  step(OpCode::kAdd, c.pre, 0);
   step(OpCode::kAdd, c.offset, 0);
   return x;
 }
@@ -354,13 +380,14 @@ Axis make_axis(const LoweringContext& ctx, const Settings& s, const Target& t, s
   auto m = a.out.as_integer();
   bool size_free = s.transform == Transform::kHalfPixel || s.transform == Transform::kAsymmetric ||
                    s.transform == Transform::kTfHalfPixelForNn;
+  if (s.antialias && s.mode != Mode::kNearest && scale < 1) a.antialias = scale;
   if ((!n || !m) && !size_free) {
     ctx.fail(
         fmt::format("dim {} of symbolic size {} cannot be resized with this "
                     "coordinate_transformation_mode (it needs static sizes)",
                     d, in.str()));
   }
-  a.map = coord_map(s.transform, scale, n.value_or(0), t.from_scales, start, end);
+  a.map = coord_map(s.transform, scale, n.value_or(0), m.value_or(0), t.from_scales, start, end);
   if (crop) a.valid = valid_outputs(a.map, *n, *m);
   return a;
 }
@@ -459,7 +486,66 @@ std::vector<ValueId> cubic_weights(LoopBody& body, ValueId r, double a, DType cd
   return {far(add(r, c(1))), near(r), near(rest), far(add(rest, c(1)))};
 }
 
+/// The number of taps of an axis and the offset of the first from the coordinate's floor (for
+/// antialiased ones: from ceil(x) - 1, the reference's base).
+std::pair<int64_t, int64_t> tap_span(const Axis& a, const Settings& s) {
+  const bool cubic = s.mode == Mode::kCubic;
+  using Span = std::pair<int64_t, int64_t>;
+  if (a.antialias == 0) return cubic ? Span{4, -1} : Span{2, 0};
+  // The filter's support (2 for cubic, 1 for linear) widened by 1 / scale, taps on both sides.
+  const double support = cubic ? 2 : 1;
+  const int64_t first = static_cast<int64_t>(std::floor(-support / a.antialias)) + 1;
+  return {2 - 2 * first, first};
+}
+
+/// Antialiased taps (a.antialias = s < 1): the source indices base + i for i in [first,
+/// first + count) where base = ceil(x) - 1 and t = x - base lies in (0, 1]; tap i weighs
+/// filter(s * (i - t)) (the triangle 1 - |d| clipped at 0, or the cubic kernel of support 2),
+/// and the weights are normalized to sum 1 (over the taps inside the input with
+/// exclude_outside).
+Taps antialias_taps(LoopBody& body, const Axis& a, const Settings& s, const Expr& o, DType cd) {
+  auto [count, first] = tap_span(a, s);
+  FloatMath m{body, kF64};
+  ValueId x = coord(body, a.map, o);
+  ValueId base = m.sub(body.unary(OpCode::kCeil, x), m.c(1));
+  ValueId t = m.sub(x, base);
+  ValueId base_index = body.cast(base, DType::kInt64);
+  const double A = s.cubic_a;
+  Taps taps;
+  ValueId total = ir::kNoValue;
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t i = first + k;
+    ValueId d =
+        body.unary(OpCode::kAbs, m.scale(a.antialias, m.sub(m.c(static_cast<double>(i)), t)));
+    ValueId w;
+    if (s.mode == Mode::kCubic) {
+      ValueId d2 = m.mul(d, d), d3 = m.mul(d2, d);
+      ValueId near = m.add(m.sub(m.scale(A + 2, d3), m.scale(A + 3, d2)), m.c(1));
+      ValueId far =
+          m.sub(m.add(m.sub(m.scale(A, d3), m.scale(5 * A, d2)), m.scale(8 * A, d)), m.c(4 * A));
+      w = body.where(body.binary(OpCode::kLe, d, m.c(1)), near,
+                     body.where(body.binary(OpCode::kLt, d, m.c(2)), far, m.c(0)));
+    } else {
+      w = body.binary(OpCode::kMaximum, m.sub(m.c(1), d), m.c(0));
+    }
+    ValueId index =
+        body.binary(OpCode::kAdd, base_index, body.constant(static_cast<double>(i), DType::kInt64));
+    if (s.exclude_outside) {
+      ValueId inside = body.binary(OpCode::kAnd,
+                                   body.binary(OpCode::kGe, index, body.constant(0, DType::kInt64)),
+                                   body.binary(OpCode::kLt, index, index_value(body, a.in)));
+      w = body.where(inside, w, m.c(0));
+    }
+    taps.index.push_back(source_index(body, index, a.in));
+    taps.weight.push_back(w);
+    total = k == 0 ? w : m.add(total, w);
+  }
+  for (ValueId& w : taps.weight) w = body.cast(m.div(w, total), cd);
+  return taps;
+}
+
 Taps axis_taps(LoopBody& body, const Axis& a, const Settings& s, const Expr& o, DType cd) {
+  if (a.antialias != 0) return antialias_taps(body, a, s, o, cd);
   const bool cubic = s.mode == Mode::kCubic;
   ValueId x = coord(body, a.map, o);
   ValueId f = body.unary(OpCode::kFloor, x);
@@ -493,9 +579,8 @@ Taps axis_taps(LoopBody& body, const Axis& a, const Settings& s, const Expr& o, 
 TensorValue interpolate(LoweringContext& ctx, const TensorValue& input, const Settings& s,
                         const std::vector<Axis>& axes, const std::vector<size_t>& dims) {
   const DType cd = compute_dtype(input.dtype);
-  const size_t per = s.mode == Mode::kCubic ? 4 : 2;
   size_t combos = 1;
-  for (size_t k = 0; k < dims.size(); ++k) combos *= per;
+  for (size_t d : dims) combos *= static_cast<size_t>(tap_span(axes[d], s).first);
   TensorValue x = input;
   if (static_cast<size_t>(x.body->compute_op_count()) * combos >
       static_cast<size_t>(ctx.options().max_inline_ops)) {
@@ -514,9 +599,11 @@ TensorValue interpolate(LoweringContext& ctx, const TensorValue& input, const Se
     for (size_t c = 0; c < combos; ++c) {
       std::vector<Expr> at = o;
       ValueId w = ir::kNoValue;
-      for (size_t j = dims.size(), rest = c; j-- > 0; rest /= per) {
+      for (size_t j = dims.size(), rest = c; j-- > 0;) {
+        const size_t per = taps[j].index.size();
         at[dims[j]] = taps[j].index[rest % per];
         ValueId wj = taps[j].weight[rest % per];
+        rest /= per;
         w = w == ir::kNoValue ? wj : body.binary(OpCode::kMul, w, wj);
       }
       ValueId term = body.binary(OpCode::kMul, w, body.cast(ctx.load_at(body, x, at), cd));
@@ -528,21 +615,25 @@ TensorValue interpolate(LoweringContext& ctx, const TensorValue& input, const Se
 }
 
 /// Interpolates every resized dim, at most 64 taps per pass (a pass reads the previous one,
-/// realized when it is not cheap).
+/// realized when it is not cheap; a dim with more taps than that has a pass of its own).
 TensorValue resize_interpolated(LoweringContext& ctx, const TensorValue& x, const Settings& s,
                                 const std::vector<Axis>& axes) {
-  std::vector<size_t> dims;
-  for (size_t d = 0; d < axes.size(); ++d) {
-    if (!axes[d].identity) dims.push_back(d);
-  }
-  const size_t chunk = s.mode == Mode::kCubic ? 3 : 6;
+  constexpr int64_t kMaxTaps = 64;
   TensorValue value = x;
-  for (size_t start = 0; start < dims.size(); start += chunk) {
-    std::vector<size_t> part(
-        dims.begin() + static_cast<std::ptrdiff_t>(start),
-        dims.begin() + static_cast<std::ptrdiff_t>(std::min(start + chunk, dims.size())));
-    value = interpolate(ctx, value, s, axes, part);
+  std::vector<size_t> part;
+  int64_t combos = 1;
+  for (size_t d = 0; d < axes.size(); ++d) {
+    if (axes[d].identity) continue;
+    const int64_t n = tap_span(axes[d], s).first;
+    if (!part.empty() && combos * n > kMaxTaps) {
+      value = interpolate(ctx, value, s, axes, part);
+      part.clear();
+      combos = 1;
+    }
+    part.push_back(d);
+    combos *= n;
   }
+  if (!part.empty()) value = interpolate(ctx, value, s, axes, part);
   return value;
 }
 
@@ -572,13 +663,78 @@ std::vector<TensorValue> lower_resize(LoweringContext& ctx, const graph::Node& n
     ctx.fail(fmt::format("expected one of the inputs 'scales' and 'sizes', found {}",
                          scales != nullptr ? "both" : "neither"));
   }
-  Target t = sizes != nullptr
-                 ? target_from_sizes(ctx, x, require_known(ctx, *sizes, "input 'sizes'"))
-                 : target_from_scales(ctx, x, known_floats(ctx, *scales, "scales", rank));
+  // Opset 18: the scales, sizes and roi may name only the dims in `axes`.
+  std::vector<size_t> axes;
+  if (node.has_attribute("axes")) {
+    if (node.opset() < 18) ctx.fail("attribute 'axes' needs opset 18");
+    std::vector<bool> seen(rank, false);
+    for (int64_t a : node.attr_ints("axes", {})) {
+      const size_t d = static_cast<size_t>(ctx.normalize_axis(a, static_cast<int64_t>(rank)));
+      if (seen[d]) ctx.fail(fmt::format("attribute 'axes' names dim {} twice", d));
+      seen[d] = true;
+      axes.push_back(d);
+    }
+  } else {
+    for (size_t d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  const std::string policy = node.attr_string("keep_aspect_ratio_policy", "stretch");
+  if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller") {
+    ctx.fail(fmt::format(
+        "attribute 'keep_aspect_ratio_policy' must be stretch, not_larger or not_smaller, found "
+        "'{}'",
+        policy));
+  }
+  Target t;
+  if (sizes != nullptr) {
+    const std::vector<Expr>& given = require_known(ctx, *sizes, "input 'sizes'");
+    if (given.size() != axes.size()) {
+      ctx.fail(fmt::format("expected {} sizes (one per resized dim), found {}", axes.size(),
+                           given.size()));
+    }
+    std::vector<Expr> full = x.shape;
+    for (size_t k = 0; k < axes.size(); ++k) full[axes[k]] = given[k];
+    if (policy == "stretch") {
+      t = target_from_sizes(ctx, x, full);
+    } else {
+      // One scale for every resized dim, the smallest (not_larger) or the largest of theirs;
+      // sizes from it, rounded half up.
+      std::optional<double> scale;
+      for (size_t d : axes) {
+        auto n = x.shape[d].as_integer(), m = full[d].as_integer();
+        if (!n || !m || *n <= 0) {
+          ctx.fail(
+              fmt::format("keep_aspect_ratio_policy {} needs static, non-empty sizes; dim "
+                          "{} is {} -> {}",
+                          policy, d, x.shape[d].str(), full[d].str()));
+        }
+        const double r = static_cast<double>(*m) / static_cast<double>(*n);
+        if (!scale || (policy == "not_larger" ? r < *scale : r > *scale)) scale = r;
+      }
+      t.from_scales = false;
+      t.out = x.shape;
+      t.scale.assign(rank, 1.0);
+      for (size_t d : axes) {
+        t.scale[d] = *scale;
+        t.out[d] = Expr(
+            static_cast<int64_t>(*scale * static_cast<double>(*x.shape[d].as_integer()) + 0.5));
+      }
+    }
+  } else {
+    std::vector<double> given = known_floats(ctx, *scales, "scales", axes.size());
+    std::vector<double> full(rank, 1.0);
+    for (size_t k = 0; k < axes.size(); ++k) full[axes[k]] = given[k];
+    t = target_from_scales(ctx, x, full);
+  }
   if (s.transform == Transform::kTfCropAndResize) {
     const TensorValue* roi = present(optional_input(inputs, 1));
     if (roi == nullptr) ctx.fail("coordinate_transformation_mode tf_crop_and_resize needs 'roi'");
-    t.roi = known_floats(ctx, *roi, "roi", 2 * rank);
+    std::vector<double> given = known_floats(ctx, *roi, "roi", 2 * axes.size());
+    t.roi.assign(rank, 0.0);
+    t.roi.resize(2 * rank, 1.0);
+    for (size_t k = 0; k < axes.size(); ++k) {
+      t.roi[axes[k]] = given[k];
+      t.roi[rank + axes[k]] = given[axes.size() + k];
+    }
   }
   return {resize(ctx, x, s, t)};
 }
@@ -598,7 +754,7 @@ std::vector<TensorValue> lower_upsample(LoweringContext& ctx, const graph::Node&
 }  // namespace
 
 void register_resize_ops(Registry& registry) {
-  registry.add("", "Resize", {lower_resize, 10, 17});
+  registry.add("", "Resize", {lower_resize, 10, 19});
   registry.add("", "Upsample", {lower_upsample, 7, 9});
 }
 

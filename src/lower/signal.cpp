@@ -1,8 +1,8 @@
-/// The signal-processing ops of opset 17, in the loop IR: DFT and STFT as reductions over the
-/// samples (a direct transform, x[n] times the twiddle e^(-+2 pi i k n / N) with k n taken mod N
-/// so the angle stays exact, summed in double), the window generators (HannWindow, HammingWindow,
-/// BlackmanWindow) elementwise, and MelWeightMatrix computed at compile time from its scalar
-/// arguments.
+/// The signal-processing ops of opset 17 (DFT also 20, its axis an input), in the loop IR: DFT and
+/// STFT as reductions over the samples (a direct transform, x[n] times the twiddle e^(-+2 pi i k n
+/// / N) with k n taken mod N so the angle stays exact, summed in double), the window generators
+/// (HannWindow, HammingWindow, BlackmanWindow) elementwise, and MelWeightMatrix computed at compile
+/// time from its scalar arguments.
 ///
 /// Tests: the ONNX node suite (tests/onnx).
 
@@ -50,6 +50,59 @@ ValueId twiddled(LoopBody& body, DType f, const SampleFn& sample, const Expr& n,
   return part == 0 ? m.sub(m.mul(re, cos), m.mul(im, sin)) : m.add(m.mul(re, sin), m.mul(im, cos));
 }
 
+/// The length dft_length gives (input 1, absent or empty: none).
+std::optional<int64_t> dft_length(const LoweringContext& ctx, const LowerInputs& inputs) {
+  const TensorValue* length = optional_input(inputs, 1);
+  if (length == nullptr || (length->rank() == 1 && length->shape[0] == Expr(0))) {
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(scalar_argument(ctx, *length, "dft_length"));
+}
+
+/// Inverse and onesided: the input holds the first half of a Hermitian spectrum (numpy's irfft),
+/// X[k] for k <= n / 2 with n = dft_length (default 2 (L - 1) for L given frequencies); the
+/// other half is X[n - k] conjugated. The output is the real signal [.., n, .., 1]:
+/// x[t] = 1/n sum_k Re(X[k] e^(2 pi i k t / n)).
+TensorValue inverse_real_dft(LoweringContext& ctx, const TensorValue& x, const LowerInputs& inputs,
+                             size_t axis) {
+  if (x.shape.back() != Expr(2)) ctx.fail("inverse onesided DFT needs a complex input [.., 2]");
+  const int64_t given = require_static_dim(ctx, x.shape[axis], "the length of the DFT axis");
+  const int64_t n = dft_length(ctx, inputs).value_or(2 * (given - 1));
+  if (n <= 0) ctx.fail(fmt::format("the inverse onesided DFT has length {}", n));
+  std::vector<Expr> shape = x.shape;
+  shape[axis] = Expr(n);
+  shape.back() = Expr(1);
+  const DType f = DType::kFloat64;
+  TensorValue sum = ctx.reduction(
+      f, shape, {Expr(n)}, ReductionType::kSum,
+      [&](LoopBody& body, const std::vector<Expr>& o, const std::vector<Expr>& r) {
+        FloatMath m{body, f};
+        const Expr& k = r[0];
+        const Expr mirrored = sym::min(k, Expr(n) - k);  // X[n - k] past the half
+        auto component = [&](int c) {
+          std::vector<Expr> at = o;
+          at[axis] = mirrored;
+          at.back() = Expr(c);
+          ValueId mask = in_range(body, mirrored, Expr(0), x.shape[axis]);
+          return body.cast(load_masked(ctx, body, x, at, mask, 0), f);
+        };
+        ValueId re = component(0), im = component(1);
+        ValueId upper = body.binary(OpCode::kGt, body.index_expr(k),
+                                    body.constant(static_cast<double>(n / 2), DType::kInt64));
+        im = body.where(upper, m.sub(m.c(0), im), im);
+        ValueId angle = m.mul(body.cast(body.index_expr(sym::mod(k * o[axis], Expr(n))), f),
+                              m.c(2 * M_PI / static_cast<double>(n)));
+        // Re((re + i im)(cos + i sin)) = re cos - im sin.
+        return m.sub(m.mul(re, body.unary(OpCode::kCos, angle)),
+                     m.mul(im, body.unary(OpCode::kSin, angle)));
+      });
+  return ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& o) {
+    ValueId v = body.binary(OpCode::kDiv, ctx.load_at(body, sum, o),
+                            body.constant(static_cast<double>(n), f));
+    return body.cast(v, x.dtype);
+  });
+}
+
 std::vector<TensorValue> lower_dft(LoweringContext& ctx, const graph::Node& node,
                                    const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "input");
@@ -58,16 +111,27 @@ std::vector<TensorValue> lower_dft(LoweringContext& ctx, const graph::Node& node
   if (rank < 3 || (x.shape.back() != Expr(1) && x.shape.back() != Expr(2))) {
     ctx.fail("expected an input [batch, ..., 1 or 2] (real or complex)");
   }
-  const size_t axis = static_cast<size_t>(
-      ctx.normalize_axis(node.attr_int("axis", 1), static_cast<int64_t>(rank) - 1));
+  size_t axis;
+  if (node.opset() >= 20) {
+    // DFT-20: the axis is input 2 (default -2, the last signal axis), counted over all dims.
+    int64_t a = -2;
+    const TensorValue* axis_input = optional_input(inputs, 2);
+    if (axis_input != nullptr && !(axis_input->rank() == 1 && axis_input->shape[0] == Expr(0))) {
+      a = static_cast<int64_t>(scalar_argument(ctx, *axis_input, "axis"));
+    }
+    axis = static_cast<size_t>(ctx.normalize_axis(a, static_cast<int64_t>(rank)));
+    if (axis == rank - 1) ctx.fail("input 'axis' names the real / imaginary dim");
+  } else {
+    axis = static_cast<size_t>(
+        ctx.normalize_axis(node.attr_int("axis", 1), static_cast<int64_t>(rank) - 1));
+  }
   if (axis == 0) ctx.fail("axis must not be the batch axis");
   const bool inverse = node.attr_int("inverse", 0) != 0;
   const bool onesided = node.attr_int("onesided", 0) != 0;
   const bool complex = x.shape.back() == Expr(2);
+  if (inverse && onesided) return {inverse_real_dft(ctx, x, inputs, axis)};
   Expr n = x.shape[axis];
-  if (const TensorValue* length = optional_input(inputs, 1)) {
-    n = Expr(static_cast<int64_t>(scalar_argument(ctx, *length, "dft_length")));
-  }
+  if (std::optional<int64_t> length = dft_length(ctx, inputs)) n = Expr(*length);
   std::vector<Expr> shape = x.shape;
   shape[axis] = onesided ? ctx.analyzer().simplify(sym::floor_div(n, Expr(2)) + 1) : n;
   shape.back() = Expr(2);
@@ -228,7 +292,7 @@ std::vector<TensorValue> lower_mel_weight_matrix(LoweringContext& ctx, const gra
 }  // namespace
 
 void register_signal_ops(Registry& registry) {
-  registry.add("", "DFT", {lower_dft, 17, 17});
+  registry.add("", "DFT", {lower_dft, 17, 20});
   registry.add("", "STFT", {lower_stft, 17, 17});
   registry.add("", "MelWeightMatrix", {lower_mel_weight_matrix, 17, 17});
   for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) {

@@ -16,9 +16,15 @@
 /// kiln_check_indices kernel): the first index out of range sets the module's error word
 /// (`kiln_error`), the kernels that read checked indices then stop, and every synchronization
 /// reads the word and fails with the CPU's message.
+///
+/// Matrix products run through cuBLASLt (RunState::matmul), loaded at the first product with
+/// dlopen like the driver, so a model without one never needs it. Each call site keeps a plan
+/// (descriptors and the heuristic's algorithm) for the shapes it last saw; its workspace is the
+/// end of the run state's arena.
 
 #include <dlfcn.h>
 
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -179,6 +185,179 @@ struct DeviceMemory {
 /// A run's storage outside the arena, in device memory.
 using DeviceWorkspace = kiln_rt::BasicWorkspace<DeviceMemory>;
 
+/// cuBLASLt's entry points (cublasLt.h; its handles and descriptors are opaque pointers, its
+/// enums ints), found by name once per process: KILN_CUBLASLT_LIBRARY, else the library of
+/// CUDA 13, else of CUDA 12 (the API used here is the same in both).
+struct BlasLt {
+  using Status = int;
+  /// cublasLtMatmulHeuristicResult_t.
+  struct Heuristic {
+    uint64_t algo[8];
+    size_t workspace_bytes;
+    Status state;
+    float waves;
+    int reserved[4];
+  };
+  Status (*Create)(void**);
+  Status (*Destroy)(void*);
+  const char* (*GetStatusString)(Status);
+  Status (*MatmulDescCreate)(void**, int, int);
+  Status (*MatmulDescDestroy)(void*);
+  Status (*MatmulDescSetAttribute)(void*, int, const void*, size_t);
+  Status (*MatrixLayoutCreate)(void**, int, uint64_t, uint64_t, int64_t);
+  Status (*MatrixLayoutDestroy)(void*);
+  Status (*MatrixLayoutSetAttribute)(void*, int, const void*, size_t);
+  Status (*MatmulPreferenceCreate)(void**);
+  Status (*MatmulPreferenceDestroy)(void*);
+  Status (*MatmulPreferenceSetAttribute)(void*, int, const void*, size_t);
+  Status (*MatmulAlgoGetHeuristic)(void*, void*, void*, void*, void*, void*, void*, int, Heuristic*,
+                                   int*);
+  Status (*Matmul)(void*, void*, const void*, const void*, void*, const void*, void*, const void*,
+                   const void*, void*, void*, void*, const void*, void*, size_t, CUstream);
+};
+
+// The values of cublasLt.h, cublas_api.h and library_types.h used here.
+constexpr int kBlasOpN = 0, kBlasOpT = 1;                          // cublasOperation_t
+constexpr int kBlasR32F = 0, kBlasR64F = 1;                        // cudaDataType_t
+constexpr int kBlasCompute32F = 68, kBlasCompute32FFastTf32 = 77;  // cublasComputeType_t
+constexpr int kBlasCompute64F = 70;
+constexpr int kBlasDescTransA = 3, kBlasDescTransB = 4, kBlasDescEpilogue = 7,
+              kBlasDescBiasPointer = 8;  // cublasLtMatmulDescAttributes_t
+constexpr int kBlasLayoutBatchCount = 5,
+              kBlasLayoutBatchStride = 6;  // cublasLtMatrixLayoutAttribute_t
+constexpr int kBlasPrefWorkspace = 1, kBlasPrefAlignA = 5, kBlasPrefAlignB = 6, kBlasPrefAlignC = 7,
+              kBlasPrefAlignD = 8;  // cublasLtMatmulPreferenceAttributes_t
+
+/// The epilogue a matrix product applies (cublasLtEpilogue_t's values): a bias vector added to
+/// each row of the (row-major) result, then Relu or the tanh form of Gelu.
+enum class Epilogue : uint32_t {
+  kNone = 1,
+  kRelu = 2,
+  kBias = 4,
+  kReluBias = 6,
+  kGelu = 32,
+  kGeluBias = 36,
+};
+
+/// The workspace cuBLASLt may use per product (what NVIDIA recommends on Hopper), at the end of
+/// the arena.
+constexpr size_t kBlasWorkspaceBytes = 32u << 20;
+
+inline BlasLt& blas() {
+  static BlasLt b = [] {
+    BlasLt r{};
+    const char* chosen = std::getenv("KILN_CUBLASLT_LIBRARY");
+    void* lib = nullptr;
+    if (chosen != nullptr && *chosen != '\0') {
+      lib = dlopen(chosen, RTLD_NOW | RTLD_LOCAL);
+      if (lib == nullptr) kiln_rt::fail("KILN_CUBLASLT_LIBRARY=%s cannot be loaded", chosen);
+    } else {
+      for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12"}) {
+        lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+        if (lib != nullptr) break;
+      }
+      if (lib == nullptr) {
+        kiln_rt::fail("%s",
+                      "this model's matrix products run on cuBLASLt, but libcublasLt.so.13 (or "
+                      ".12) is not found (set KILN_CUBLASLT_LIBRARY to its path)");
+      }
+    }
+    auto get = [&](auto& f, const char* name) {
+      f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(dlsym(lib, name));
+      if (f == nullptr) kiln_rt::fail("cuBLASLt has no %s", name);
+    };
+    get(r.Create, "cublasLtCreate");
+    get(r.Destroy, "cublasLtDestroy");
+    get(r.GetStatusString, "cublasLtGetStatusString");
+    get(r.MatmulDescCreate, "cublasLtMatmulDescCreate");
+    get(r.MatmulDescDestroy, "cublasLtMatmulDescDestroy");
+    get(r.MatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute");
+    get(r.MatrixLayoutCreate, "cublasLtMatrixLayoutCreate");
+    get(r.MatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy");
+    get(r.MatrixLayoutSetAttribute, "cublasLtMatrixLayoutSetAttribute");
+    get(r.MatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate");
+    get(r.MatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy");
+    get(r.MatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute");
+    get(r.MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic");
+    get(r.Matmul, "cublasLtMatmul");
+    return r;
+  }();
+  return b;
+}
+
+inline void check_blas(int status, const char* what) {
+  if (status != 0) kiln_rt::fail("cuBLASLt: %s: %s", what, blas().GetStatusString(status));
+}
+
+/// One operand of cublasLtMatmul in its column-major terms: the op applied (N or T) and the
+/// stored matrix's rows, columns and leading dimension.
+struct BlasMatrix {
+  int op = kBlasOpN;
+  uint64_t rows = 0, cols = 0;
+  int64_t ld = 0;
+};
+
+/// How cuBLASLt reads the rows x cols matrix W whose element (i, j) is at i * si + j * sj: as
+/// stored column-major (op N) or as the transpose of a column-major matrix (op T). False when
+/// neither (lower/nn.cpp makes such operands contiguous first; this checks again). A dim of
+/// size 1 takes any stride.
+inline bool blas_matrix(int64_t rows, int64_t cols, int64_t si, int64_t sj, BlasMatrix& m) {
+  const int64_t r = rows > 1 ? rows : 1, c = cols > 1 ? cols : 1;
+  if (si == 1 || rows == 1) {
+    const int64_t ld = cols == 1 ? r : sj;
+    if (ld >= r) {
+      m = {kBlasOpN, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld};
+      return true;
+    }
+  }
+  if (sj == 1 || cols == 1) {
+    const int64_t ld = rows == 1 ? c : si;
+    if (ld >= c) {
+      m = {kBlasOpT, static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), ld};
+      return true;
+    }
+  }
+  return false;
+}
+
+/// The shape of a batched product out[..., M, N] = A[..., M, K] @ B[..., K, N]: the output's
+/// rank and sizes, K, and the strides of A, B (broadcast batch dims have stride 0) and the
+/// output, each over the output's rank (A's last two dims are M, K; B's K, N).
+struct MatMulShape {
+  int rank;
+  const int64_t* sizes;
+  int64_t k;
+  const int64_t* a_strides;
+  const int64_t* b_strides;
+  const int64_t* out_strides;
+};
+
+/// What one call site of cublasLtMatmul keeps between runs: the descriptors and algorithm for
+/// the shape, strides, alignments, precision and epilogue it was made for (`key`).
+struct MatMulPlan {
+  using Key = std::array<int64_t, 20>;
+  Key key{};  // all zero: no plan yet (a real key has a compute type)
+  void* desc = nullptr;
+  void* layouts[3] = {nullptr, nullptr, nullptr};  // cuBLASLt's A (our B), B (our A), C = D
+  BlasLt::Heuristic choice{};
+  void release() {
+    if (desc != nullptr) blas().MatmulDescDestroy(desc);
+    for (void*& l : layouts) {
+      if (l != nullptr) blas().MatrixLayoutDestroy(l);
+      l = nullptr;
+    }
+    desc = nullptr;
+  }
+};
+
+/// The largest power of two (at most 256) that divides every value: the alignment in bytes of
+/// an operand's pointers over all its batches.
+inline uint32_t alignment_of(std::initializer_list<uint64_t> values) {
+  uint64_t bits = 256;
+  for (uint64_t v : values) bits |= v;
+  return static_cast<uint32_t>(bits & (~bits + 1));
+}
+
 /// The kernels of one model: cubins for one or more architectures (`arch` 80 for sm_80 ...).
 struct Cubin {
   int arch;
@@ -256,6 +435,8 @@ class RunState {
       if (c != nullptr) d.cuMemFree(device_ptr(c));
     }
     if (module_ != nullptr) d.cuModuleUnload(module_);
+    for (MatMulPlan& p : plans_) p.release();
+    if (blas_handle_ != nullptr) blas().Destroy(blas_handle_);
     d.cuStreamDestroy(stream_);
   }
 
@@ -282,9 +463,22 @@ class RunState {
     launch_function(functions_[static_cast<size_t>(k)], stream_, name, args...);
   }
 
-  /// The arena, grown to `bytes` (the old one is freed once the GPU is done with it).
+  /// The model runs matrix products: the arena keeps cuBLASLt's workspace after the
+  /// intermediates (called before arena()).
+  void reserve_blas_workspace() { blas_workspace_bytes_ = kBlasWorkspaceBytes; }
+
+  /// cuBLASLt's workspace: the end of the arena.
+  char* blas_workspace() {
+    if (arena_ == nullptr) arena(0);
+    return arena_ + blas_offset_;
+  }
+
+  /// The arena, grown to `bytes` plus cuBLASLt's workspace (the old one is freed once the GPU is
+  /// done with it).
   char* arena(int64_t bytes) {
-    const size_t want = static_cast<size_t>(bytes > 0 ? bytes : 0);
+    const size_t data = (static_cast<size_t>(bytes > 0 ? bytes : 0) + 255) / 256 * 256;
+    if (data > blas_offset_) blas_offset_ = data;
+    const size_t want = blas_offset_ + blas_workspace_bytes_;
     if (arena_ == nullptr || want > arena_bytes_) {
       Driver& d = driver();
       if (arena_ != nullptr) {
@@ -357,6 +551,134 @@ class RunState {
                   static_cast<long long>(-c.size), static_cast<long long>(c.size - 1));
   }
 
+  /// Queues out = act(alpha * A @ B + bias) (shape and strides in `s`; `bias` a vector of N
+  /// elements added to each row, or null; `tf32`: float32 products may round their inputs to
+  /// TF32 on the tensor cores) through cuBLASLt on the run's stream, without waiting. The
+  /// row-major product is the column-major out^T = B^T @ A^T, so cuBLASLt's A is our B and its
+  /// B our A; transposed operands are the op flags. Batch dims that are one strided batch for
+  /// all three go in one call; the others are looped here. `site` numbers the call in the
+  /// wrapper; its plan is remade only when the shape, strides or alignment change.
+  template <typename T>
+  void matmul(int site, const MatMulShape& s, const T* a, const T* b, T* out, double alpha,
+              Epilogue epilogue, const T* bias, bool tf32, const char* what) {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                  "cuBLASLt products are float32 or float64 here");
+    const int r = s.rank;
+    const int64_t m = s.sizes[r - 2], n = s.sizes[r - 1], k = s.k;
+    int64_t batches = 1;
+    for (int d = 0; d < r - 2; ++d) batches *= s.sizes[d];
+    if (m == 0 || n == 0 || batches == 0) return;
+    if (s.out_strides[r - 1] != 1 && n > 1)
+      kiln_rt::fail("%s: cuBLASLt writes rows of contiguous elements", what);
+    if (k == 0) {  // an empty sum: zeros (no epilogue is fused where K may be 0)
+      if (epilogue != Epilogue::kNone) kiln_rt::fail("%s: an epilogue over K = 0", what);
+      check(driver().cuMemsetD8Async(device_ptr(out), 0,
+                                     static_cast<size_t>(batches * m * n) * sizeof(T), stream_),
+            what);
+      return;
+    }
+    // Column-major: cuBLASLt's A is B^T (N x K), its B is A^T (K x M), its D is out^T (N x M).
+    BlasMatrix x, y, z;
+    const int64_t *as = s.a_strides, *bs = s.b_strides, *ds = s.out_strides;
+    if (!blas_matrix(n, k, bs[r - 1], bs[r - 2], x) ||
+        !blas_matrix(k, m, as[r - 1], as[r - 2], y) ||
+        !blas_matrix(n, m, ds[r - 1], ds[r - 2], z) || z.op != kBlasOpN) {
+      kiln_rt::fail("%s: an operand's matrix is not one cuBLASLt reads as a view", what);
+    }
+    // Batch dims of size > 1, merged where one stride steps over the next for all three; the
+    // innermost is cuBLASLt's strided batch, the rest are looped.
+    struct Dim {
+      int64_t size, a, b, d;
+    };
+    std::vector<Dim> dims;
+    for (int d = 0; d < r - 2; ++d) {
+      if (s.sizes[d] == 1) continue;
+      Dim next{s.sizes[d], as[d], bs[d], ds[d]};
+      if (!dims.empty()) {
+        Dim& last = dims.back();
+        if (last.a == next.a * next.size && last.b == next.b * next.size &&
+            last.d == next.d * next.size) {
+          last = {last.size * next.size, next.a, next.b, next.d};
+          continue;
+        }
+      }
+      dims.push_back(next);
+    }
+    const Dim inner = dims.empty() ? Dim{1, 0, 0, 0} : dims.back();
+    if (!dims.empty()) dims.pop_back();
+    const uint64_t e = sizeof(T);
+    uint64_t a_steps = 0, b_steps = 0, d_steps = 0;  // strides of the looped dims, or-ed
+    for (const Dim& d : dims) {
+      a_steps |= static_cast<uint64_t>(d.a) * e;
+      b_steps |= static_cast<uint64_t>(d.b) * e;
+      d_steps |= static_cast<uint64_t>(d.d) * e;
+    }
+    const uint32_t align_b = alignment_of({reinterpret_cast<uint64_t>(b), b_steps,
+                                           static_cast<uint64_t>(inner.b) * e}),
+                   align_a = alignment_of({reinterpret_cast<uint64_t>(a), a_steps,
+                                           static_cast<uint64_t>(inner.a) * e}),
+                   align_d = alignment_of({reinterpret_cast<uint64_t>(out), d_steps,
+                                           static_cast<uint64_t>(inner.d) * e});
+    const bool f64 = std::is_same_v<T, double>;
+    const int compute = f64 ? kBlasCompute64F : tf32 ? kBlasCompute32FFastTf32 : kBlasCompute32F;
+    const MatMulPlan::Key key = {compute,
+                                 static_cast<int64_t>(epilogue),
+                                 x.op,
+                                 static_cast<int64_t>(x.rows),
+                                 static_cast<int64_t>(x.cols),
+                                 x.ld,
+                                 y.op,
+                                 static_cast<int64_t>(y.rows),
+                                 static_cast<int64_t>(y.cols),
+                                 y.ld,
+                                 z.ld,
+                                 n,
+                                 m,
+                                 inner.size,
+                                 inner.a,
+                                 inner.b,
+                                 inner.d,
+                                 align_a,
+                                 align_b,
+                                 align_d};
+    if (blas_handle_ == nullptr) check_blas(blas().Create(&blas_handle_), "creating a handle");
+    if (plans_.size() <= static_cast<size_t>(site)) plans_.resize(static_cast<size_t>(site) + 1);
+    MatMulPlan& plan = plans_[static_cast<size_t>(site)];
+    const size_t workspace = blas_workspace_bytes_;
+    if (plan.key != key) {
+      plan.release();
+      plan.key = {};
+      make_plan(plan, compute, f64 ? kBlasR64F : kBlasR32F, epilogue, x, y, z, inner.size, inner.b,
+                inner.a, inner.d, align_b, align_a, align_d, workspace, what);
+      plan.key = key;
+    }
+    if (epilogue == Epilogue::kBias || epilogue == Epilogue::kReluBias ||
+        epilogue == Epilogue::kGeluBias) {
+      check_blas(blas().MatmulDescSetAttribute(plan.desc, kBlasDescBiasPointer, &bias, sizeof bias),
+                 what);
+    }
+    const T alpha_t = static_cast<T>(alpha), beta_t = 0;
+    char* ws = workspace > 0 ? blas_workspace() : nullptr;
+    // The looped batch dims, odometer order.
+    std::vector<int64_t> at(dims.size(), 0);
+    for (;;) {
+      int64_t oa = 0, ob = 0, od = 0;
+      for (size_t d = 0; d < dims.size(); ++d) {
+        oa += at[d] * dims[d].a;
+        ob += at[d] * dims[d].b;
+        od += at[d] * dims[d].d;
+      }
+      T* dst = out + od;
+      check_blas(blas().Matmul(blas_handle_, plan.desc, &alpha_t, b + ob, plan.layouts[0], a + oa,
+                               plan.layouts[1], &beta_t, dst, plan.layouts[2], dst, plan.layouts[2],
+                               plan.choice.algo, ws, workspace, stream_),
+                 what);
+      size_t d = dims.size();
+      while (d > 0 && ++at[d - 1] == dims[d - 1].size) at[--d] = 0;
+      if (d == 0) break;
+    }
+  }
+
   /// Element `k` of `device`, for the host: a size computed from data. Waits for the GPU.
   template <typename T>
   T read(const T* device, int64_t k, const char* what) {
@@ -420,6 +742,52 @@ class RunState {
     check(d.cuModuleGetGlobal(&error_, &bytes, module_, "kiln_error"), "the error word");
   }
 
+  /// Descriptors and the heuristic's best algorithm for one product (matmul's terms: x is
+  /// cuBLASLt's A, y its B, an N x M result; batch strides in elements).
+  void make_plan(MatMulPlan& plan, int compute, int type, Epilogue epilogue, const BlasMatrix& x,
+                 const BlasMatrix& y, const BlasMatrix& d, int64_t batch, int64_t x_stride,
+                 int64_t y_stride, int64_t d_stride, uint32_t align_x, uint32_t align_y,
+                 uint32_t align_d, size_t workspace, const char* what) {
+    BlasLt& api = blas();
+    check_blas(api.MatmulDescCreate(&plan.desc, compute, type), what);
+    const int32_t op_x = x.op, op_y = y.op;
+    const uint32_t epi = static_cast<uint32_t>(epilogue);
+    check_blas(api.MatmulDescSetAttribute(plan.desc, kBlasDescTransA, &op_x, sizeof op_x), what);
+    check_blas(api.MatmulDescSetAttribute(plan.desc, kBlasDescTransB, &op_y, sizeof op_y), what);
+    check_blas(api.MatmulDescSetAttribute(plan.desc, kBlasDescEpilogue, &epi, sizeof epi), what);
+    const BlasMatrix* shapes[3] = {&x, &y, &d};
+    const int64_t strides[3] = {x_stride, y_stride, d_stride};
+    for (int l = 0; l < 3; ++l) {
+      check_blas(api.MatrixLayoutCreate(&plan.layouts[l], type, shapes[l]->rows, shapes[l]->cols,
+                                        shapes[l]->ld),
+                 what);
+      if (batch > 1) {
+        const int32_t count = static_cast<int32_t>(batch);
+        check_blas(api.MatrixLayoutSetAttribute(plan.layouts[l], kBlasLayoutBatchCount, &count,
+                                                sizeof count),
+                   what);
+        check_blas(api.MatrixLayoutSetAttribute(plan.layouts[l], kBlasLayoutBatchStride,
+                                                &strides[l], sizeof strides[l]),
+                   what);
+      }
+    }
+    void* pref = nullptr;
+    check_blas(api.MatmulPreferenceCreate(&pref), what);
+    const uint64_t ws = workspace;
+    api.MatmulPreferenceSetAttribute(pref, kBlasPrefWorkspace, &ws, sizeof ws);
+    api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignA, &align_x, sizeof align_x);
+    api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignB, &align_y, sizeof align_y);
+    api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignC, &align_d, sizeof align_d);
+    api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignD, &align_d, sizeof align_d);
+    int found = 0;
+    const int status =
+        api.MatmulAlgoGetHeuristic(blas_handle_, plan.desc, plan.layouts[0], plan.layouts[1],
+                                   plan.layouts[2], plan.layouts[2], pref, 1, &plan.choice, &found);
+    api.MatmulPreferenceDestroy(pref);
+    check_blas(status, what);
+    if (found == 0) kiln_rt::fail("%s: cuBLASLt has no algorithm for this product", what);
+  }
+
   CUstream stream_ = nullptr;
   CUmodule module_ = nullptr;
   std::vector<CUfunction> functions_;
@@ -429,6 +797,10 @@ class RunState {
   std::vector<Check> checks_;  // this run's index checks, numbered as the kernel reports them
   char* arena_ = nullptr;
   size_t arena_bytes_ = 0;
+  size_t blas_offset_ = 0;           // where cuBLASLt's workspace starts in the arena
+  size_t blas_workspace_bytes_ = 0;  // 0: the model runs no matrix product
+  void* blas_handle_ = nullptr;      // cublasLtHandle_t, made at the first product
+  std::vector<MatMulPlan> plans_;    // per call site
   std::vector<void*> constants_;
 };
 

@@ -6,13 +6,11 @@ std::optional<std::string_view> cuda_host_fallback(const ir::LibraryCall& call) 
   using Reason = std::optional<std::string_view>;
   return std::visit(
       ir::Overloaded{
-          // Matrix products and convolutions: until the cuBLASLt and cuDNN choices exist.
-          [](const ir::MatMulCall&) -> Reason {
-            return "matrix product: OpenBLAS on the host until cuBLASLt is a choice";
-          },
-          [](const ir::GemmCall&) -> Reason {
-            return "GEMM choice: a host template or OpenBLAS until cuBLASLt is a choice";
-          },
+          // Matrix products run on cuBLASLt (codegen/cuda/cuda_matmul.h); a GEMM choice (a CPU
+          // template's packed weights) is never made for CUDA (lower/nn.cpp).
+          [](const ir::MatMulCall&) -> Reason { return std::nullopt; },
+          [](const ir::GemmCall&) -> Reason { return std::nullopt; },
+          // Convolutions: until the cuDNN choice exists.
           [](const ir::ConvCall&) -> Reason {
             return "convolution: oneDNN or a host template until cuDNN is a choice";
           },

@@ -99,10 +99,12 @@ void print_kernels(const fs::path& dump_dir, ir::Device device) {
       library_calls[last_kind]++;
       continue;
     }
-    if (cuda && rest.starts_with("// cuBLASLt")) {  // cuda_matmul.cpp's comment
-      library_calls[last_kind]--;
-      gpu_calls[last_kind + " (cuBLASLt)"]++;
-      continue;
+    // The comments cuda_matmul.cpp and cuda_conv.cpp write: calls on the GPU.
+    for (const char* library : {"cuBLASLt", "cuDNN"}) {
+      if (cuda && rest.starts_with(std::string("// ") + library)) {
+        library_calls[last_kind]--;
+        gpu_calls[last_kind + " (" + library + ")"]++;
+      }
     }
     if (cuda && rest.starts_with("// on the host: ")) {
       host_reasons[last_kind] = std::string(rest.substr(16));

@@ -131,7 +131,9 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   lowering.device = options.device;
   if (options.autotune) lowering.autotune = options.autotune;
   g.program = std::make_unique<ir::Program>(lower::lower_graph(*model.graph, lowering));
-  lower::select_conv_choices(*g.program, lowering);
+  // CPU convolution choices (templates with prepacked weights) only for the CPU: CUDA runs every
+  // convolution on cuDNN.
+  if (options.device == ir::Device::kCpu) lower::select_conv_choices(*g.program, lowering);
   const ir::Program& program = *g.program;
   if (options.device != ir::Device::kCpu) refuse_control_flow(program, options.device);
   dump.write("1_ir.txt", program.str());

@@ -343,16 +343,23 @@ std::vector<TensorValue> lower_conv(LoweringContext& ctx, const graph::Node& nod
   std::vector<Expr> shape = {x.shape[0], w.shape[0]};
   shape.insert(shape.end(), g.out.begin(), g.out.end());
   std::vector<std::optional<ir::View>> views = {ctx.as_view(x, true), ctx.as_view(w, true)};
-  if (bias != nullptr) {
-    if (bias->rank() != 1) ctx.fail("expected a 1-D bias, found " + graph::shape_str(bias->shape));
-    views.push_back(ctx.as_view(*bias, true));
-  }
+  if (bias != nullptr && bias->rank() != 1)
+    ctx.fail("expected a 1-D bias, found " + graph::shape_str(bias->shape));
+  // On CUDA the bias is a pointwise consumer of the cuDNN convolution, so that it fuses with
+  // what follows (a BatchNormalization, the activation, a residual Add) into one kernel.
+  const bool cuda = ctx.options().device == ir::Device::kCuda;
+  if (bias != nullptr && !cuda) views.push_back(ctx.as_view(*bias, true));
   ir::ConvCall call;
   call.strides = g.strides;
   call.pads = g.pads;
   call.dilations = g.dilations;
   call.group = group;
-  return {ctx.extern_call(std::move(call), x.dtype, shape, std::move(views))};
+  TensorValue out = ctx.extern_call(std::move(call), x.dtype, shape, std::move(views));
+  if (bias == nullptr || !cuda) return {out};
+  return {ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+    return body.binary(OpCode::kAdd, ctx.load_at(body, out, index),
+                       ctx.load_at(body, *bias, {index[1]}));
+  })};
 }
 
 }  // namespace

@@ -35,8 +35,8 @@ class CudaWrapperOps final : public WrapperOps {
         cache_dir_(std::move(cache_dir)),
         precision_(precision) {}
 
-  /// Matrix products run on cuBLASLt (no OpenBLAS to link); the other calls' needs are the
-  /// host's.
+  /// Matrix products run on cuBLASLt and convolutions on cuDNN (no OpenBLAS or oneDNN to link);
+  /// the other calls' needs are the host's.
   void note(const ir::ExternCall& call) override;
   void write_includes(IndentedBuffer& out, bool uses_control) override;
   void write_run_state_members(IndentedBuffer& out) override;
@@ -88,8 +88,9 @@ class CudaWrapperOps final : public WrapperOps {
   std::string prelude_;
   std::filesystem::path cache_dir_;
   ir::Precision precision_;
-  bool uses_blas_ = false;  // some call is a matrix product: the arena keeps its workspace
-  int matmul_sites_ = 0;    // matrix product calls written so far
+  bool uses_workspace_ = false;  // a product or convolution: the arena keeps their workspace
+  int matmul_sites_ = 0;         // matrix product calls written so far
+  int conv_sites_ = 0;           // convolution calls written so far
   std::vector<std::pair<std::string, std::string>> device_sources_;
   /// Model input buffers: (index, element type).
   std::map<std::string, std::pair<size_t, std::string>> inputs_;

@@ -1,11 +1,14 @@
-// Matrix products on the GPU through cuBLASLt (codegen/cuda/cuda_matmul.h). Without a GPU: the
-// wrapper of MatMul and Gemm models compiled for CUDA calls cuBLASLt with transposes folded into
-// the strides it passes, broadcast batch dims as stride 0, a bias and Relu or tanh-Gelu fused as
-// the epilogue (and an erf-Gelu not), the compute type of --precision, and no wait for the GPU.
-// With a GPU: products of awkward shapes (1 x 1, vectors, K = 1, odd sizes, broadcast and
-// partly broadcast batches, transposed and strided operands, float64, fused epilogues) match a
-// reference computed here in double, at fp32 within float32's rounding and at tf32 within
-// TF32's. Without the toolkit or a device the tests skip and say why.
+// Matrix products and convolutions on the GPU through cuBLASLt and cuDNN
+// (codegen/cuda/cuda_matmul.h, cuda_conv.h). Without a GPU: the wrapper of MatMul and Gemm models
+// compiled for CUDA calls cuBLASLt with transposes folded into the strides it passes, broadcast
+// batch dims as stride 0, a bias and Relu or tanh-Gelu fused as the epilogue (and an erf-Gelu
+// not), the compute type of --precision, and no wait for the GPU; a Conv is one cuDNN call with
+// its bias and Relu one kernel after it. With a GPU: products of awkward shapes (1 x 1, vectors,
+// K = 1, odd sizes, broadcast and partly broadcast batches, transposed and strided operands,
+// float64, fused epilogues) and convolutions (1-D to 3-D, strided, dilated, asymmetric padding,
+// grouped, depthwise, 1 x 1, float64) match a reference computed here in double, at fp32 within
+// float32's rounding and at tf32 within TF32's. Without the toolkit or a device the tests skip
+// and say why.
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -202,6 +205,58 @@ double gelu_tanh(double x) {
   return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 
+/// ONNX Conv in double (X [N, C, ...], W [M, C / group, ...], no bias), and the sum of |x w| over
+/// each output's terms.
+std::pair<Dense, std::vector<double>> conv_reference(const Dense& x, const Dense& w, int64_t group,
+                                                     const std::vector<int64_t>& strides,
+                                                     const std::vector<int64_t>& pads,
+                                                     const std::vector<int64_t>& dilations) {
+  const size_t spatial = x.dims.size() - 2;
+  const int64_t n = x.dims[0], c = x.dims[1], m = w.dims[0], cg = w.dims[1];
+  Dense out;
+  out.dims = {n, m};
+  for (size_t d = 0; d < spatial; ++d) {
+    const int64_t span = dilations[d] * (w.dims[2 + d] - 1) + 1;
+    out.dims.push_back((x.dims[2 + d] + pads[d] + pads[spatial + d] - span) / strides[d] + 1);
+  }
+  std::vector<double> scale;
+  std::vector<int64_t> o(out.dims.size(), 0);
+  const int64_t per_group = m / group;
+  for (bool more = true; more;) {
+    double sum = 0, abs_sum = 0;
+    const int64_t g = o[1] / per_group;
+    std::vector<int64_t> kk(spatial, 0);
+    for (int64_t ci = 0; ci < cg; ++ci) {
+      for (bool taps = true; taps;) {
+        std::vector<int64_t> xi = {o[0], g * cg + ci};
+        bool inside = true;
+        for (size_t d = 0; d < spatial; ++d) {
+          const int64_t at = o[2 + d] * strides[d] - pads[d] + kk[d] * dilations[d];
+          inside = inside && at >= 0 && at < x.dims[2 + d];
+          xi.push_back(at);
+        }
+        if (inside) {
+          std::vector<int64_t> wi = {o[1], ci};
+          wi.insert(wi.end(), kk.begin(), kk.end());
+          const double term = x.at(xi) * w.at(wi);
+          sum += term;
+          abs_sum += std::abs(term);
+        }
+        size_t d = spatial;
+        while (d > 0 && ++kk[d - 1] == w.dims[1 + d]) kk[--d] = 0;
+        taps = d > 0;
+      }
+    }
+    (void)c;
+    out.values.push_back(sum);
+    scale.push_back(abs_sum);
+    size_t d = o.size();
+    while (d > 0 && ++o[d - 1] == out.dims[d - 1]) o[--d] = 0;
+    more = d > 0;
+  }
+  return {out, scale};
+}
+
 /// One product: its model (inputs x0, x1, ...), the inputs' dims, and its reference from them.
 struct Case {
   const char* name;
@@ -336,6 +391,76 @@ std::vector<Case> cases() {
                  for (double& v : out.values) v = gelu_tanh(v);
                  return std::make_pair(out, scale);
                }});
+  // Convolutions on cuDNN (the same file: the same harness; all run at both precisions).
+  struct ConvCase {
+    const char* name;
+    std::vector<int64_t> x, w;
+    int64_t group;
+    std::vector<int64_t> strides, pads, dilations;
+    bool bias_relu;
+    DType dtype = DType::kFloat32;
+  };
+  const std::vector<ConvCase> convs = {
+      {"conv2d_strided_dilated_bias_relu",
+       {2, 3, 9, 11},
+       {4, 3, 3, 3},
+       1,
+       {2, 1},
+       {1, 0, 2, 1},
+       {1, 2},
+       true},
+      {"conv1d_grouped", {1, 4, 20}, {6, 2, 5}, 2, {3}, {2, 2}, {1}, false},
+      {"conv3d",
+       {1, 2, 5, 6, 4},
+       {3, 2, 3, 2, 2},
+       1,
+       {1, 1, 1},
+       {1, 1, 1, 1, 0, 1},
+       {1, 1, 1},
+       true},
+      {"conv2d_depthwise", {1, 8, 7, 7}, {8, 1, 3, 3}, 8, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},
+      {"conv2d_one_by_one", {3, 16, 5, 5}, {32, 16, 1, 1}, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false},
+      {"conv2d_float64",
+       {1, 3, 6, 5},
+       {2, 3, 3, 3},
+       1,
+       {1, 1},
+       {1, 1, 1, 1},
+       {1, 1},
+       true,
+       DType::kFloat64},
+  };
+  for (const ConvCase& v : convs) {
+    std::vector<std::vector<int64_t>> inputs = {v.x, v.w};
+    if (v.bias_relu) inputs.push_back({v.w[0]});
+    c.push_back({v.name, inputs,
+                 [v](ModelBuilder& m, const std::vector<Value*>& x) {
+                   std::vector<Value*> in = {x[0], x[1]};
+                   if (v.bias_relu) in.push_back(x[2]);
+                   Value* y = m.op("Conv", in,
+                                   {{"group", v.group},
+                                    {"strides", v.strides},
+                                    {"pads", v.pads},
+                                    {"dilations", v.dilations}});
+                   m.output(v.bias_relu ? m.op("Relu", {y}) : y);
+                 },
+                 [v](const std::vector<Dense>& x) {
+                   auto [out, scale] =
+                       conv_reference(x[0], x[1], v.group, v.strides, v.pads, v.dilations);
+                   if (v.bias_relu) {
+                     int64_t inner = 1;
+                     for (size_t d = 2; d < out.dims.size(); ++d) inner *= out.dims[d];
+                     for (size_t i = 0; i < out.values.size(); ++i) {
+                       const int64_t channel = static_cast<int64_t>(i) / inner % out.dims[1];
+                       out.values[i] =
+                           std::max(0.0, out.values[i] + x[2].values[static_cast<size_t>(channel)]);
+                       scale[i] += 1;
+                     }
+                   }
+                   return std::make_pair(out, scale);
+                 },
+                 v.dtype});
+  }
   return c;
 }
 
@@ -421,7 +546,7 @@ TEST(CudaMatMul, GemmIsOneCublasLtCallWithItsBiasFusedAndItsTransposesFolded) {
   // A is [6, 4] read as its transpose [4, 6]: strides {1, 4}; B [5, 6] as [6, 5]: {1, 6}.
   EXPECT_NE(wrapper.find("const int64_t a_strides[] = {1, 4};"), std::string::npos) << wrapper;
   EXPECT_NE(wrapper.find("const int64_t b_strides[] = {1, 6};"), std::string::npos) << wrapper;
-  EXPECT_NE(wrapper.find("state.cuda.reserve_blas_workspace();"), std::string::npos);
+  EXPECT_NE(wrapper.find("state.cuda.reserve_library_workspace();"), std::string::npos);
   // Nothing on the host, no kernel (the bias is the epilogue), no wait but a profiled run's.
   EXPECT_EQ(wrapper.find("// on the host"), std::string::npos) << wrapper;
   EXPECT_EQ(wrapper.find("launch_cuda"), std::string::npos) << wrapper;
@@ -458,6 +583,23 @@ TEST(CudaMatMul, BroadcastBatchDimsAreZeroStrides) {
   EXPECT_NE(wrapper.find("const int64_t b_strides[] = {0, 28, 4, 1};"), std::string::npos)
       << wrapper;
   EXPECT_NE(wrapper.find("const int64_t sizes[] = {2, 3, 5, 4};"), std::string::npos) << wrapper;
+}
+
+TEST(CudaConv, ConvolutionIsACudnnCallWithItsBiasAndReluOneKernelAfterIt) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const std::string wrapper =
+      cuda_wrapper(build(named("conv2d_strided_dilated_bias_relu")), dir.path);
+  EXPECT_EQ(count(wrapper, "state.cuda.conv<float>("), 1u) << wrapper;
+  EXPECT_NE(wrapper.find("// cuDNN convolution, TF32 allowed"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("const int64_t pads_begin[] = {1, 0};"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("const int64_t pads_end[] = {2, 1};"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("const int64_t dilations[] = {1, 2};"), std::string::npos) << wrapper;
+  EXPECT_EQ(wrapper.find("// on the host"), std::string::npos) << wrapper;
+  // Bias and Relu: one kernel.
+  EXPECT_EQ(count(wrapper, "static void launch_cuda_"), 1u) << wrapper;
+  EXPECT_EQ(count(wrapper, "synchronize("),
+            count(wrapper, "if (profile != nullptr) state.cuda.synchronize("));
 }
 
 TEST(CudaMatMul, PrecisionPicksTheComputeType) {

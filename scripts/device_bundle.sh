@@ -132,11 +132,19 @@ if ! ldconfig -p | grep -q 'libnvrtc\.so\.'; then
   [ -n "$nvrtc" ] && export LD_LIBRARY_PATH=$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   echo "NVRTC: ${nvrtc:-not found}"
 fi
+# cuBLASLt and cuDNN, which models load at their first matrix product and convolution: the
+# machine's, else a Python wheel's (PyTorch's nvidia-cublas, nvidia-cudnn).
+for pattern in 'libcublasLt.so.1[23]' 'libcudnn.so.9'; do
+  ldconfig -p | grep -q "$pattern" && continue
+  lib=$(find / -xdev -name "$pattern" 2>/dev/null | head -1)
+  [ -n "$lib" ] && export LD_LIBRARY_PATH=$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "$pattern: ${lib:-not found}"
+done
 export KILN_CACHE_DIR=/tmp/kiln-cache
 check=$prefix/share/kiln/check
-echo "== the CUDA driver tests (tests/unit/driver/cuda_compile_test.cpp)"
+echo "== the CUDA driver tests (tests/unit/driver/cuda_compile_test.cpp, cuda_library_test.cpp)"
 (cd /tmp && "$prefix/bin/kiln_driver_tests" --gtest_filter='*Cuda*' 2>&1 |
-  grep -E '^\[  (FAILED|PASSED|  OK|SKIPPED) |Failure|rror' | tail -30)
+  grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[==========\] [0-9]+ tests|Failure|rror' | tail -40)
 sanitize=${2:-}
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 if [ -z "$sanitizer" ]; then

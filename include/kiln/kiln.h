@@ -241,8 +241,15 @@ struct CompileOptions {
   std::string output;
   bool external_weights = false;
   std::string target = "auto";  // or "x86-64-v3", "x86-64-v4", "native" (LibraryOptions)
-  std::string cache_dir;             // empty: KILN_CACHE_DIR or ~/.cache/kiln
-  std::string autotune;              // "off", "default", "max"; empty: KILN_AUTOTUNE or default
+  std::string cache_dir;        // empty: KILN_CACHE_DIR or ~/.cache/kiln
+  std::string autotune;         // "off", "default", "max"; empty: KILN_AUTOTUNE or default
+  /// Where the model runs: "cpu" or "cuda" (kernels on the GPU, matrix products on cuBLASLt,
+  /// the ops of the host-fallback list on the host; `kiln run --device`).
+  std::string device = "cpu";
+  /// The arithmetic of matrix products on the GPU: "tf32" (inputs rounded to TF32 on the tensor
+  /// cores, about 1e-3 relative error per product) or "fp32" (about 1e-6); README.md, CUDA
+  /// precision.
+  std::string precision = "tf32";
   /// Values fixed when compiling for symbolic input dims, by name ({"batch", 8}): the library
   /// is compiled for those sizes (and accepts no other); the model's other symbols stay dynamic.
   std::map<std::string, int64_t> dims;

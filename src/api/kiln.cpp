@@ -33,6 +33,12 @@ driver::LibraryOptions library_options(const CompileOptions& options) {
   library.compile.cache_dir = options.cache_dir;
   if (!options.autotune.empty())
     library.compile.autotune = autotune::parse_autotune_mode(options.autotune, "autotune");
+  const std::optional<ir::Device> device = ir::device_from_name(options.device);
+  if (!device) user_error("device '{}': expected cpu or cuda", options.device);
+  library.compile.device = *device;
+  const std::optional<ir::Precision> precision = ir::precision_from_name(options.precision);
+  if (!precision) user_error("precision '{}': expected fp32 or tf32", options.precision);
+  library.compile.precision = *precision;
   return library;
 }
 

@@ -37,6 +37,7 @@ struct RunArgs {
   int repeat = 0;  // timed runs after a warm-up; 0: run once
   bool print_kernels = false;
   std::string device = "cpu";
+  std::string precision = "tf32";
 };
 
 /// A temporary directory removed when this goes out of scope (for --print-kernels without
@@ -81,6 +82,7 @@ void print_kernels(const fs::path& dump_dir, ir::Device device) {
   std::map<std::string, int> calls;  // call sites per kernel
   std::map<std::string, int> library_calls;
   std::map<std::string, std::string> host_reasons;  // kind -> why it runs on the host
+  std::map<std::string, int> gpu_calls;             // kinds of library calls on the GPU
   std::string last_kind;
   for (std::string line; std::getline(text, line);) {
     if (line.rfind(declaration, 0) == 0 && line.ends_with(cuda ? ") {" : ");")) {
@@ -96,6 +98,13 @@ void print_kernels(const fs::path& dump_dir, ir::Device device) {
       last_kind = std::string(rest.substr(0, rest.find(' ')));
       library_calls[last_kind]++;
       continue;
+    }
+    // The comments cuda_matmul.cpp and cuda_conv.cpp write: calls on the GPU.
+    for (const char* library : {"cuBLASLt", "cuDNN"}) {
+      if (cuda && rest.starts_with(std::string("// ") + library)) {
+        library_calls[last_kind]--;
+        gpu_calls[last_kind + " (" + library + ")"]++;
+      }
     }
     if (cuda && rest.starts_with("// on the host: ")) {
       host_reasons[last_kind] = std::string(rest.substr(16));
@@ -114,14 +123,20 @@ void print_kernels(const fs::path& dump_dir, ir::Device device) {
     fmt::print("  {}{}\n", name, n > 1 ? fmt::format(" (called {} times)", n) : "");
   }
   std::vector<std::string> library;
-  for (const auto& [kind, n] : library_calls) library.push_back(fmt::format("{} {}", n, kind));
-  if (library.empty()) return;
+  for (const auto& [kind, n] : library_calls) {
+    if (n > 0) library.push_back(fmt::format("{} {}", n, kind));
+  }
   if (!cuda) {
-    fmt::print("library calls: {}\n", fmt::join(library, ", "));
+    if (!library.empty()) fmt::print("library calls: {}\n", fmt::join(library, ", "));
     return;
   }
+  std::vector<std::string> on_gpu;
+  for (const auto& [kind, n] : gpu_calls) on_gpu.push_back(fmt::format("{} {}", n, kind));
+  if (!on_gpu.empty()) fmt::print("library calls on the GPU: {}\n", fmt::join(on_gpu, ", "));
+  if (library.empty()) return;
   fmt::print("library calls (on the host, with copies from and to the GPU):\n");
   for (const auto& [kind, n] : library_calls) {
+    if (n == 0) continue;
     auto reason = host_reasons.find(kind);
     fmt::print("  {} {}{}\n", n, kind,
                reason == host_reasons.end() ? "" : fmt::format(" ({})", reason->second));
@@ -145,6 +160,9 @@ int run_model(const RunArgs& args) {
   }
   options.cache_dir = args.cache_dir;
   options.device = parse_device(args.device);
+  std::optional<ir::Precision> precision = ir::precision_from_name(args.precision);
+  if (!precision) user_error("--precision {}: expected fp32 or tf32", args.precision);
+  options.precision = *precision;
   if (!args.autotune.empty())
     options.autotune = autotune::parse_autotune_mode(args.autotune, "--autotune");
   // Given inputs are read before compiling: the compile specializes on them (see
@@ -244,7 +262,12 @@ void add_run_command(CLI::App& app, CommandAction& chosen) {
                   "after a warm-up run, run N more times and print the min and median latency")
       ->check(CLI::Range(0, 1000000));
   cmd->add_option("--device", args->device,
-                  "where the kernels run: cpu (default) or cuda (library calls stay on the host)");
+                  "where the kernels run: cpu (default) or cuda (matrix products on cuBLASLt, "
+                  "the other library calls on the host)");
+  cmd->add_option("--precision", args->precision,
+                  "matrix products on the GPU: tf32 (default: inputs rounded to TF32 on the "
+                  "tensor cores, about 1e-3 relative error) or fp32 (about 1e-6); the CPU "
+                  "computes float32 either way");
   cmd->add_flag("--print-kernels", args->print_kernels,
                 "list the generated kernels (read from the dumped wrapper) and library calls");
   cmd->callback([args, &chosen] { chosen = [args] { return run_model(*args); }; });

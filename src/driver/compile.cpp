@@ -123,14 +123,17 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   // (the embedded weights' folder) must name the same files there.
   g.cache_dir = options.cache_dir.empty() ? codecache::default_cache_dir()
                                           : fs::absolute(options.cache_dir).lexically_normal();
-  g.codegen = codegen::make_device_codegen(options.device, g.cache_dir);
+  g.codegen = codegen::make_device_codegen(options.device, g.cache_dir, options.precision);
   lower::LoweringOptions lowering = options.lowering;
   lowering.threads = omp_get_max_threads();
   lowering.code_cache_dir = g.cache_dir;
   lowering.template_isa = template_isa;
+  lowering.device = options.device;
   if (options.autotune) lowering.autotune = options.autotune;
   g.program = std::make_unique<ir::Program>(lower::lower_graph(*model.graph, lowering));
-  lower::select_conv_choices(*g.program, lowering);
+  // CPU convolution choices (templates with prepacked weights) only for the CPU: CUDA runs every
+  // convolution on cuDNN.
+  if (options.device == ir::Device::kCpu) lower::select_conv_choices(*g.program, lowering);
   const ir::Program& program = *g.program;
   if (options.device != ir::Device::kCpu) refuse_control_flow(program, options.device);
   dump.write("1_ir.txt", program.str());

@@ -40,6 +40,9 @@ struct CompileOptions {
   /// The device the model's kernels run on; its backend (codegen::make_device_codegen) schedules
   /// and generates them.
   ir::Device device = ir::Device::kCpu;
+  /// The arithmetic of matrix products (and, later, convolutions) on the GPU (--precision,
+  /// ir/device.h); the CPU computes float32 either way.
+  ir::Precision precision = ir::Precision::kTf32;
 };
 
 /// Facts about one compile, for the CLI and tests.

@@ -8,12 +8,13 @@
 namespace kiln::codegen {
 
 std::unique_ptr<DeviceCodegen> make_device_codegen(ir::Device device,
-                                                   const std::filesystem::path& cache_dir) {
+                                                   const std::filesystem::path& cache_dir,
+                                                   ir::Precision precision) {
   switch (device) {
     case ir::Device::kCpu:
-      return std::make_unique<CppCodegen>();
+      return std::make_unique<CppCodegen>();  // float32 throughout: no precision to choose
     case ir::Device::kCuda:
-      return std::make_unique<CudaCodegen>(cache_dir);
+      return std::make_unique<CudaCodegen>(cache_dir, precision);
   }
   internal_error("no backend for device {}", ir::device_name(device));
 }

@@ -22,6 +22,24 @@ inline std::string_view device_name(Device device) {
   return "?";
 }
 
+/// The arithmetic of matrix products and convolutions on a GPU (`--precision`): kFp32 computes
+/// them in float32 throughout; kTf32 (the default, as PyTorch's for convolutions) lets the
+/// tensor cores round their float32 inputs to TF32 (10 mantissa bits) and accumulate in float32,
+/// about 1e-3 relative error per product instead of about 1e-6 (README.md, CUDA precision). Every
+/// other op, and everything on the CPU, computes in float32 either way.
+enum class Precision : uint8_t { kFp32, kTf32 };
+
+inline std::string_view precision_name(Precision precision) {
+  return precision == Precision::kFp32 ? "fp32" : "tf32";
+}
+
+/// The precision called `name` ("fp32", "tf32"), or nullopt.
+inline std::optional<Precision> precision_from_name(std::string_view name) {
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "tf32") return Precision::kTf32;
+  return std::nullopt;
+}
+
 /// The device called `name` ("cpu", "cuda"), or nullopt.
 inline std::optional<Device> device_from_name(std::string_view name) {
   if (name == "cpu") return Device::kCpu;

@@ -2,6 +2,7 @@
 // kernels: every element is computed by its defining sum, reading inputs through their views'
 // strides, so broadcasting and transposed views need no special cases.
 #include <algorithm>
+#include <cmath>
 
 #include "ir/interpreter_memory.h"
 #include "support/error.h"
@@ -158,7 +159,19 @@ void run_matmul(const Buffer& buffer, const MatMulCall& params, Storages& storag
     double value = integer ? static_cast<double>(static_cast<int64_t>(isum)) : sum;
     value *= alpha;
     if (has_bias) value += beta * c.real_at(broadcast_to(index, rank, c, c.rank()));
-    if (integer && alpha == 1.0 && !has_bias) {
+    switch (params.activation) {
+      case MatMulActivation::kNone:
+        break;
+      case MatMulActivation::kRelu:
+        value = value > 0 ? value : 0;
+        break;
+      case MatMulActivation::kGeluTanh: {
+        const double inner = std::sqrt(2.0 / M_PI) * (value + 0.044715 * value * value * value);
+        value = 0.5 * value * (1.0 + std::tanh(inner));
+        break;
+      }
+    }
+    if (integer && alpha == 1.0 && !has_bias && params.activation == MatMulActivation::kNone) {
       out.write(out_layout.at(index), Scalar{0, wrap_int(static_cast<int64_t>(isum), out.dtype)},
                 buffer.name);
       return;

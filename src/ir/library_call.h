@@ -25,11 +25,18 @@ namespace kiln::ir {
 
 struct Subgraph;
 
-/// Batched matrix product through BLAS (any dtype BLAS or its fallback handles):
-/// out = alpha * A @ B + beta * C, C optional (input 2), broadcast over batch dims.
+/// The activation a matrix product applies to each element last (a library epilogue: the CUDA
+/// backend fuses a Relu or a tanh-form Gelu that follows it into its cuBLASLt call).
+enum class MatMulActivation : uint8_t { kNone, kRelu, kGeluTanh };
+
+/// Batched matrix product through BLAS on the CPU, cuBLASLt on CUDA (any dtype BLAS or its
+/// fallback handles): out = act(alpha * A @ B + beta * C), C optional (input 2), broadcast over
+/// batch dims. On CUDA, C is only ever a bias fused by the backend (a [N] vector broadcast over
+/// the rows, beta 1), and `activation` is set only there.
 struct MatMulCall {
   double alpha = 1.0;
   double beta = 1.0;
+  MatMulActivation activation = MatMulActivation::kNone;
   std::string name() const { return "matmul"; }
 };
 

@@ -29,6 +29,7 @@
 #include "autotune/select.h"
 #include "graph/graph.h"
 #include "ir/buffer.h"
+#include "ir/device.h"
 #include "ir/loop_body.h"
 #include "sym/analyzer.h"
 
@@ -91,6 +92,11 @@ struct LoweringOptions {
   /// selecting: "onednn", "im2col-openblas", "template" (its default config) or a template
   /// choice's full name. Empty: algorithm selection. For benches and tests.
   std::string conv_choice;
+  /// The device the program is lowered for. On CUDA, matrix products are always an
+  /// ir::MatMulCall (cuBLASLt) over views it can read, never a CPU GEMM choice, and Gemm's
+  /// beta * C is a pointwise consumer of the product (the CUDA backend fuses a bias into the
+  /// call as a cuBLASLt epilogue).
+  ir::Device device = ir::Device::kCpu;
 };
 
 inline constexpr int64_t kMaxSpecializedElements = 8;

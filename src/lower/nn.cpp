@@ -63,14 +63,41 @@ struct Operand {
   }
 };
 
-/// The view of an operand broadcast to batch dims `batch`.
+/// Whether `extent` is known to be at least `at_least` (both sizes or strides).
+bool known_at_least(const Expr& extent, const Expr& at_least) {
+  if (extent == at_least) return true;
+  std::optional<int64_t> e = extent.as_integer(), a = at_least.as_integer();
+  return e && a && *e >= std::max<int64_t>(*a, 1);
+}
+
+/// Whether cuBLASLt reads the matrix of the last two dims of `layout` as it is: rows or columns
+/// contiguous (a transpose is the op's flag) with a leading dimension that spans the other
+/// extent. Sizes of 1 take any stride. Known when compiling or not at all: the runtime checks
+/// again (kiln_rt_cuda.h blas_matrix).
+bool blas_matrix(const ir::Layout& layout) {
+  const size_t r = layout.rank();
+  const Expr &rows = layout.sizes[r - 2], &cols = layout.sizes[r - 1];
+  const Expr &rs = layout.strides[r - 2], &cs = layout.strides[r - 1];
+  const Expr one(1);
+  const bool row_major = (cs == one || cols == one) && (rows == one || known_at_least(rs, cols));
+  const bool col_major = (rs == one || rows == one) && (cols == one || known_at_least(cs, rows));
+  return row_major || col_major;
+}
+
+/// The view of an operand broadcast to batch dims `batch`. For CUDA, an operand whose matrix
+/// cuBLASLt cannot read as a view (a stride-2 slice, a broadcast row) is made contiguous first.
 ir::View operand_view(LoweringContext& ctx, const Operand& op, const std::vector<Expr>& batch) {
-  ir::View view = ctx.as_view(op.value);
-  if (op.transposed) transpose_last_two(view.layout);
   std::vector<Expr> sizes = batch;
   sizes.push_back(op.rows());
   sizes.push_back(op.cols());
-  view.layout = broadcast_layout(view.layout, sizes);
+  auto make = [&](bool contiguous) {
+    ir::View view = ctx.as_view(op.value, contiguous);
+    if (op.transposed) transpose_last_two(view.layout);
+    view.layout = broadcast_layout(view.layout, sizes);
+    return view;
+  };
+  ir::View view = make(false);
+  if (ctx.options().device == ir::Device::kCuda && !blas_matrix(view.layout)) view = make(true);
   return view;
 }
 
@@ -217,8 +244,10 @@ std::vector<TensorValue> lower_matmul(LoweringContext& ctx, const graph::Node&,
   std::vector<Expr> batch = ctx.broadcast_shapes({a.batch(), b.batch()});
   DType dtype = a_in.dtype;
   TensorValue out;
+  // CPU GEMM choices only for the CPU; CUDA takes every product to cuBLASLt.
+  const bool cpu = ctx.options().device == ir::Device::kCpu;
   std::optional<TensorValue> templated =
-      vec_b ? std::nullopt : template_gemm(ctx, a.value, b.value, false, 1.0);
+      vec_b || !cpu ? std::nullopt : template_gemm(ctx, a.value, b.value, false, 1.0);
   if (templated) {
     out = *templated;
   } else if (uses_extern_gemm(dtype)) {
@@ -268,8 +297,15 @@ std::vector<TensorValue> lower_gemm(LoweringContext& ctx, const graph::Node& nod
     }
   }
   DType dtype = a_in.dtype;
+  const bool cuda = ctx.options().device == ir::Device::kCuda;
   std::optional<TensorValue> templated =
-      a.transposed ? std::nullopt : template_gemm(ctx, a_in, b_in, b.transposed, alpha);
+      a.transposed || cuda ? std::nullopt : template_gemm(ctx, a_in, b_in, b.transposed, alpha);
+  if (cuda && uses_extern_gemm(dtype)) {
+    // alpha * A @ B in cuBLASLt; beta * C a pointwise consumer, which the CUDA backend fuses
+    // into the call as its bias epilogue where C is a row vector and beta is 1.
+    templated = ctx.extern_call(ir::MatMulCall{alpha, 0.0}, dtype, shape,
+                                {operand_view(ctx, a, {}), operand_view(ctx, b, {})});
+  }
   if (templated) {
     if (c == nullptr || beta == 0) return {*templated};
     // beta * C is a pointwise consumer: it fuses into the template as its epilogue.
@@ -337,16 +373,23 @@ std::vector<TensorValue> lower_conv(LoweringContext& ctx, const graph::Node& nod
   std::vector<Expr> shape = {x.shape[0], w.shape[0]};
   shape.insert(shape.end(), g.out.begin(), g.out.end());
   std::vector<std::optional<ir::View>> views = {ctx.as_view(x, true), ctx.as_view(w, true)};
-  if (bias != nullptr) {
-    if (bias->rank() != 1) ctx.fail("expected a 1-D bias, found " + graph::shape_str(bias->shape));
-    views.push_back(ctx.as_view(*bias, true));
-  }
+  if (bias != nullptr && bias->rank() != 1)
+    ctx.fail("expected a 1-D bias, found " + graph::shape_str(bias->shape));
+  // On CUDA the bias is a pointwise consumer of the cuDNN convolution, so that it fuses with
+  // what follows (a BatchNormalization, the activation, a residual Add) into one kernel.
+  const bool cuda = ctx.options().device == ir::Device::kCuda;
+  if (bias != nullptr && !cuda) views.push_back(ctx.as_view(*bias, true));
   ir::ConvCall call;
   call.strides = g.strides;
   call.pads = g.pads;
   call.dilations = g.dilations;
   call.group = group;
-  return {ctx.extern_call(std::move(call), x.dtype, shape, std::move(views))};
+  TensorValue out = ctx.extern_call(std::move(call), x.dtype, shape, std::move(views));
+  if (bias == nullptr || !cuda) return {out};
+  return {ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+    return body.binary(OpCode::kAdd, ctx.load_at(body, out, index),
+                       ctx.load_at(body, *bias, {index[1]}));
+  })};
 }
 
 }  // namespace

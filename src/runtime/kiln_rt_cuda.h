@@ -16,9 +16,19 @@
 /// kiln_check_indices kernel): the first index out of range sets the module's error word
 /// (`kiln_error`), the kernels that read checked indices then stop, and every synchronization
 /// reads the word and fails with the CPU's message.
+///
+/// Matrix products run through cuBLASLt (RunState::matmul), loaded at the first product with
+/// dlopen like the driver, so a model without one never needs it. Each call site keeps a plan
+/// (descriptors and the heuristic's algorithm) for the shapes it last saw; its workspace is the
+/// end of the run state's arena.
+///
+/// Convolutions run through cuDNN 9's graph (backend) API (RunState::conv), loaded the same way:
+/// a one-operation graph per call site, the heuristic's engines tried in order (without tensor
+/// cores at fp32) until one finalizes with a workspace that fits the arena's.
 
 #include <dlfcn.h>
 
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -179,6 +189,279 @@ struct DeviceMemory {
 /// A run's storage outside the arena, in device memory.
 using DeviceWorkspace = kiln_rt::BasicWorkspace<DeviceMemory>;
 
+/// cuBLASLt's entry points (cublasLt.h; its handles and descriptors are opaque pointers, its
+/// enums ints), found by name once per process: KILN_CUBLASLT_LIBRARY, else the library of
+/// CUDA 13, else of CUDA 12 (the API used here is the same in both).
+struct BlasLt {
+  using Status = int;
+  /// cublasLtMatmulHeuristicResult_t.
+  struct Heuristic {
+    uint64_t algo[8];
+    size_t workspace_bytes;
+    Status state;
+    float waves;
+    int reserved[4];
+  };
+  Status (*Create)(void**);
+  Status (*Destroy)(void*);
+  const char* (*GetStatusString)(Status);
+  Status (*MatmulDescCreate)(void**, int, int);
+  Status (*MatmulDescDestroy)(void*);
+  Status (*MatmulDescSetAttribute)(void*, int, const void*, size_t);
+  Status (*MatrixLayoutCreate)(void**, int, uint64_t, uint64_t, int64_t);
+  Status (*MatrixLayoutDestroy)(void*);
+  Status (*MatrixLayoutSetAttribute)(void*, int, const void*, size_t);
+  Status (*MatmulPreferenceCreate)(void**);
+  Status (*MatmulPreferenceDestroy)(void*);
+  Status (*MatmulPreferenceSetAttribute)(void*, int, const void*, size_t);
+  Status (*MatmulAlgoGetHeuristic)(void*, void*, void*, void*, void*, void*, void*, int, Heuristic*,
+                                   int*);
+  Status (*Matmul)(void*, void*, const void*, const void*, void*, const void*, void*, const void*,
+                   const void*, void*, void*, void*, const void*, void*, size_t, CUstream);
+};
+
+// The values of cublasLt.h, cublas_api.h and library_types.h used here.
+constexpr int kBlasOpN = 0, kBlasOpT = 1;                          // cublasOperation_t
+constexpr int kBlasR32F = 0, kBlasR64F = 1;                        // cudaDataType_t
+constexpr int kBlasCompute32F = 68, kBlasCompute32FFastTf32 = 77;  // cublasComputeType_t
+constexpr int kBlasCompute64F = 70;
+constexpr int kBlasDescTransA = 3, kBlasDescTransB = 4, kBlasDescEpilogue = 7,
+              kBlasDescBiasPointer = 8;  // cublasLtMatmulDescAttributes_t
+constexpr int kBlasLayoutBatchCount = 5,
+              kBlasLayoutBatchStride = 6;  // cublasLtMatrixLayoutAttribute_t
+constexpr int kBlasPrefWorkspace = 1, kBlasPrefAlignA = 5, kBlasPrefAlignB = 6, kBlasPrefAlignC = 7,
+              kBlasPrefAlignD = 8;  // cublasLtMatmulPreferenceAttributes_t
+
+/// The epilogue a matrix product applies (cublasLtEpilogue_t's values): a bias vector added to
+/// each row of the (row-major) result, then Relu or the tanh form of Gelu.
+enum class Epilogue : uint32_t {
+  kNone = 1,
+  kRelu = 2,
+  kBias = 4,
+  kReluBias = 6,
+  kGelu = 32,
+  kGeluBias = 36,
+};
+
+/// The workspace a cuBLASLt product or cuDNN convolution may use (cuBLASLt's recommendation on
+/// Hopper), at the end of the arena.
+constexpr size_t kLibraryWorkspaceBytes = 32u << 20;
+
+inline BlasLt& blas() {
+  static BlasLt b = [] {
+    BlasLt r{};
+    const char* chosen = std::getenv("KILN_CUBLASLT_LIBRARY");
+    void* lib = nullptr;
+    if (chosen != nullptr && *chosen != '\0') {
+      lib = dlopen(chosen, RTLD_NOW | RTLD_LOCAL);
+      if (lib == nullptr) kiln_rt::fail("KILN_CUBLASLT_LIBRARY=%s cannot be loaded", chosen);
+    } else {
+      for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12"}) {
+        lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+        if (lib != nullptr) break;
+      }
+      if (lib == nullptr) {
+        kiln_rt::fail("%s",
+                      "this model's matrix products run on cuBLASLt, but libcublasLt.so.13 (or "
+                      ".12) is not found (set KILN_CUBLASLT_LIBRARY to its path)");
+      }
+    }
+    auto get = [&](auto& f, const char* name) {
+      f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(dlsym(lib, name));
+      if (f == nullptr) kiln_rt::fail("cuBLASLt has no %s", name);
+    };
+    get(r.Create, "cublasLtCreate");
+    get(r.Destroy, "cublasLtDestroy");
+    get(r.GetStatusString, "cublasLtGetStatusString");
+    get(r.MatmulDescCreate, "cublasLtMatmulDescCreate");
+    get(r.MatmulDescDestroy, "cublasLtMatmulDescDestroy");
+    get(r.MatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute");
+    get(r.MatrixLayoutCreate, "cublasLtMatrixLayoutCreate");
+    get(r.MatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy");
+    get(r.MatrixLayoutSetAttribute, "cublasLtMatrixLayoutSetAttribute");
+    get(r.MatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate");
+    get(r.MatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy");
+    get(r.MatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute");
+    get(r.MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic");
+    get(r.Matmul, "cublasLtMatmul");
+    return r;
+  }();
+  return b;
+}
+
+inline void check_blas(int status, const char* what) {
+  if (status != 0) kiln_rt::fail("cuBLASLt: %s: %s", what, blas().GetStatusString(status));
+}
+
+/// One operand of cublasLtMatmul in its column-major terms: the op applied (N or T) and the
+/// stored matrix's rows, columns and leading dimension.
+struct BlasMatrix {
+  int op = kBlasOpN;
+  uint64_t rows = 0, cols = 0;
+  int64_t ld = 0;
+};
+
+/// How cuBLASLt reads the rows x cols matrix W whose element (i, j) is at i * si + j * sj: as
+/// stored column-major (op N) or as the transpose of a column-major matrix (op T). False when
+/// neither (lower/nn.cpp makes such operands contiguous first; this checks again). A dim of
+/// size 1 takes any stride.
+inline bool blas_matrix(int64_t rows, int64_t cols, int64_t si, int64_t sj, BlasMatrix& m) {
+  const int64_t r = rows > 1 ? rows : 1, c = cols > 1 ? cols : 1;
+  if (si == 1 || rows == 1) {
+    const int64_t ld = cols == 1 ? r : sj;
+    if (ld >= r) {
+      m = {kBlasOpN, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld};
+      return true;
+    }
+  }
+  if (sj == 1 || cols == 1) {
+    const int64_t ld = rows == 1 ? c : si;
+    if (ld >= c) {
+      m = {kBlasOpT, static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), ld};
+      return true;
+    }
+  }
+  return false;
+}
+
+/// The shape of a batched product out[..., M, N] = A[..., M, K] @ B[..., K, N]: the output's
+/// rank and sizes, K, and the strides of A, B (broadcast batch dims have stride 0) and the
+/// output, each over the output's rank (A's last two dims are M, K; B's K, N).
+struct MatMulShape {
+  int rank;
+  const int64_t* sizes;
+  int64_t k;
+  const int64_t* a_strides;
+  const int64_t* b_strides;
+  const int64_t* out_strides;
+};
+
+/// What one call site of cublasLtMatmul keeps between runs: the descriptors and algorithm for
+/// the shape, strides, alignments, precision and epilogue it was made for (`key`).
+struct MatMulPlan {
+  using Key = std::array<int64_t, 20>;
+  Key key{};  // all zero: no plan yet (a real key has a compute type)
+  void* desc = nullptr;
+  void* layouts[3] = {nullptr, nullptr, nullptr};  // cuBLASLt's A (our B), B (our A), C = D
+  BlasLt::Heuristic choice{};
+  void release() {
+    if (desc != nullptr) blas().MatmulDescDestroy(desc);
+    for (void*& l : layouts) {
+      if (l != nullptr) blas().MatrixLayoutDestroy(l);
+      l = nullptr;
+    }
+    desc = nullptr;
+  }
+};
+
+/// The largest power of two (at most 256) that divides every value: the alignment in bytes of
+/// an operand's pointers over all its batches.
+inline uint32_t alignment_of(std::initializer_list<uint64_t> values) {
+  uint64_t bits = 256;
+  for (uint64_t v : values) bits |= v;
+  return static_cast<uint32_t>(bits & (~bits + 1));
+}
+
+/// cuDNN's entry points (cudnn_graph.h; descriptors and the handle are opaque pointers, enums
+/// ints), found by name once per process: KILN_CUDNN_LIBRARY, else libcudnn.so.9.
+struct Dnn {
+  using Status = int;
+  Status (*Create)(void**);
+  Status (*Destroy)(void*);
+  Status (*SetStream)(void*, CUstream);
+  const char* (*GetErrorString)(Status);
+  Status (*CreateDescriptor)(int, void**);
+  Status (*DestroyDescriptor)(void*);
+  Status (*Finalize)(void*);
+  Status (*SetAttribute)(void*, int, int, int64_t, const void*);
+  Status (*GetAttribute)(void*, int, int, int64_t, int64_t*, void*);
+  Status (*Execute)(void*, void*, void*);
+};
+
+// The values of cudnn_graph.h used here.
+namespace dnn {
+constexpr int kTensor = 17, kConvolution = 1, kConvForward = 10, kGraph = 15, kHeuristics = 4,
+              kEngineConfig = 3, kEngine = 2, kPlan = 5, kVariantPack = 16;  // descriptor types
+constexpr int kTypeHandle = 0, kTypeDataType = 1, kTypeInt64 = 3, kTypeFloat = 4, kTypeDouble = 5,
+              kTypeVoidPtr = 6, kTypeConvMode = 7, kTypeHeurMode = 8, kTypeNumericalNote = 11,
+              kTypeDescriptor = 15;  // attribute types
+constexpr int kDataFloat = 0, kDataDouble = 1, kCrossCorrelation = 1, kHeurModeA = 3;
+constexpr int kNoteTensorCore = 0, kNoteDownConvertInputs = 1;
+constexpr int kTensorByteAlignment = 900, kTensorDataType = 901, kTensorDims = 902,
+              kTensorStrides = 903, kTensorUid = 906;
+constexpr int kConvCompType = 100, kConvMode = 101, kConvDilations = 102, kConvStrides = 103,
+              kConvPostPad = 104, kConvPrePad = 105, kConvSpatialDims = 106;
+constexpr int kOpAlpha = 700, kOpBeta = 701, kOpConvDesc = 702, kOpW = 703, kOpX = 704, kOpY = 705;
+constexpr int kGraphHandle = 800, kGraphOps = 801;
+constexpr int kHeurMode = 200, kHeurGraph = 201, kHeurResults = 202;
+constexpr int kConfigEngine = 300, kEngineNotes = 1303;
+constexpr int kPlanHandle = 400, kPlanConfig = 401, kPlanWorkspace = 402;
+constexpr int kPackUids = 1000, kPackPointers = 1001, kPackWorkspace = 1003;
+}  // namespace dnn
+
+inline Dnn& dnn_api() {
+  static Dnn d = [] {
+    Dnn r{};
+    const char* chosen = std::getenv("KILN_CUDNN_LIBRARY");
+    const char* name = chosen != nullptr && *chosen != '\0' ? chosen : "libcudnn.so.9";
+    void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      kiln_rt::fail(
+          "this model's convolutions run on cuDNN, but %s cannot be loaded (set "
+          "KILN_CUDNN_LIBRARY to its path)",
+          name);
+    }
+    auto get = [&](auto& f, const char* symbol) {
+      f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(dlsym(lib, symbol));
+      if (f == nullptr) kiln_rt::fail("cuDNN has no %s", symbol);
+    };
+    get(r.Create, "cudnnCreate");
+    get(r.Destroy, "cudnnDestroy");
+    get(r.SetStream, "cudnnSetStream");
+    get(r.GetErrorString, "cudnnGetErrorString");
+    get(r.CreateDescriptor, "cudnnBackendCreateDescriptor");
+    get(r.DestroyDescriptor, "cudnnBackendDestroyDescriptor");
+    get(r.Finalize, "cudnnBackendFinalize");
+    get(r.SetAttribute, "cudnnBackendSetAttribute");
+    get(r.GetAttribute, "cudnnBackendGetAttribute");
+    get(r.Execute, "cudnnBackendExecute");
+    return r;
+  }();
+  return d;
+}
+
+inline void check_dnn(int status, const char* what) {
+  if (status != 0) kiln_rt::fail("cuDNN: %s: %s", what, dnn_api().GetErrorString(status));
+}
+
+/// A convolution's shape: `spatial` (1 to 3) spatial dims; X [N, C, ...], W [K, C / group,
+/// ...] and Y [N, K, ...], all contiguous; per spatial dim its stride, padding before and after,
+/// and dilation.
+struct ConvShape {
+  int spatial;
+  const int64_t* x;
+  const int64_t* w;
+  const int64_t* y;
+  const int64_t* strides;
+  const int64_t* pads_begin;
+  const int64_t* pads_end;
+  const int64_t* dilations;
+};
+
+/// What one call site of a cuDNN convolution keeps between runs: every descriptor of its graph
+/// and the execution plan, for the shape, alignment and precision in `key`.
+struct ConvPlan {
+  std::vector<int64_t> key;
+  std::vector<void*> descriptors;  // destroyed in reverse order
+  void* plan = nullptr;
+  int64_t workspace = 0;
+  void release() {
+    for (size_t k = descriptors.size(); k-- > 0;) dnn_api().DestroyDescriptor(descriptors[k]);
+    descriptors.clear();
+    plan = nullptr;
+  }
+};
+
 /// The kernels of one model: cubins for one or more architectures (`arch` 80 for sm_80 ...).
 struct Cubin {
   int arch;
@@ -256,6 +539,10 @@ class RunState {
       if (c != nullptr) d.cuMemFree(device_ptr(c));
     }
     if (module_ != nullptr) d.cuModuleUnload(module_);
+    for (MatMulPlan& p : plans_) p.release();
+    if (blas_handle_ != nullptr) blas().Destroy(blas_handle_);
+    for (ConvPlan& p : conv_plans_) p.release();
+    if (dnn_handle_ != nullptr) dnn_api().Destroy(dnn_handle_);
     d.cuStreamDestroy(stream_);
   }
 
@@ -282,9 +569,22 @@ class RunState {
     launch_function(functions_[static_cast<size_t>(k)], stream_, name, args...);
   }
 
-  /// The arena, grown to `bytes` (the old one is freed once the GPU is done with it).
+  /// The model runs matrix products or convolutions: the arena keeps the libraries' workspace
+  /// after the intermediates (called before arena()).
+  void reserve_library_workspace() { library_workspace_bytes_ = kLibraryWorkspaceBytes; }
+
+  /// cuBLASLt's and cuDNN's workspace (one call at a time uses it): the end of the arena.
+  char* library_workspace() {
+    if (arena_ == nullptr) arena(0);
+    return arena_ + library_offset_;
+  }
+
+  /// The arena, grown to `bytes` plus cuBLASLt's workspace (the old one is freed once the GPU is
+  /// done with it).
   char* arena(int64_t bytes) {
-    const size_t want = static_cast<size_t>(bytes > 0 ? bytes : 0);
+    const size_t data = (static_cast<size_t>(bytes > 0 ? bytes : 0) + 255) / 256 * 256;
+    if (data > library_offset_) library_offset_ = data;
+    const size_t want = library_offset_ + library_workspace_bytes_;
     if (arena_ == nullptr || want > arena_bytes_) {
       Driver& d = driver();
       if (arena_ != nullptr) {
@@ -357,6 +657,221 @@ class RunState {
                   static_cast<long long>(-c.size), static_cast<long long>(c.size - 1));
   }
 
+  /// Queues out = act(alpha * A @ B + bias) (shape and strides in `s`; `bias` a vector of N
+  /// elements added to each row, or null; `tf32`: float32 products may round their inputs to
+  /// TF32 on the tensor cores) through cuBLASLt on the run's stream, without waiting. The
+  /// row-major product is the column-major out^T = B^T @ A^T, so cuBLASLt's A is our B and its
+  /// B our A; transposed operands are the op flags. Batch dims that are one strided batch for
+  /// all three go in one call; the others are looped here. `site` numbers the call in the
+  /// wrapper; its plan is remade only when the shape, strides or alignment change.
+  template <typename T>
+  void matmul(int site, const MatMulShape& s, const T* a, const T* b, T* out, double alpha,
+              Epilogue epilogue, const T* bias, bool tf32, const char* what) {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                  "cuBLASLt products are float32 or float64 here");
+    const int r = s.rank;
+    const int64_t m = s.sizes[r - 2], n = s.sizes[r - 1], k = s.k;
+    int64_t batches = 1;
+    for (int d = 0; d < r - 2; ++d) batches *= s.sizes[d];
+    if (m == 0 || n == 0 || batches == 0) return;
+    if (s.out_strides[r - 1] != 1 && n > 1)
+      kiln_rt::fail("%s: cuBLASLt writes rows of contiguous elements", what);
+    if (k == 0) {  // an empty sum: zeros (no epilogue is fused where K may be 0)
+      if (epilogue != Epilogue::kNone) kiln_rt::fail("%s: an epilogue over K = 0", what);
+      check(driver().cuMemsetD8Async(device_ptr(out), 0,
+                                     static_cast<size_t>(batches * m * n) * sizeof(T), stream_),
+            what);
+      return;
+    }
+    // Column-major: cuBLASLt's A is B^T (N x K), its B is A^T (K x M), its D is out^T (N x M).
+    BlasMatrix x, y, z;
+    const int64_t *as = s.a_strides, *bs = s.b_strides, *ds = s.out_strides;
+    if (!blas_matrix(n, k, bs[r - 1], bs[r - 2], x) ||
+        !blas_matrix(k, m, as[r - 1], as[r - 2], y) ||
+        !blas_matrix(n, m, ds[r - 1], ds[r - 2], z) || z.op != kBlasOpN) {
+      kiln_rt::fail("%s: an operand's matrix is not one cuBLASLt reads as a view", what);
+    }
+    // Batch dims of size > 1, merged where one stride steps over the next for all three; the
+    // innermost is cuBLASLt's strided batch, the rest are looped.
+    struct Dim {
+      int64_t size, a, b, d;
+    };
+    std::vector<Dim> dims;
+    for (int d = 0; d < r - 2; ++d) {
+      if (s.sizes[d] == 1) continue;
+      Dim next{s.sizes[d], as[d], bs[d], ds[d]};
+      if (!dims.empty()) {
+        Dim& last = dims.back();
+        if (last.a == next.a * next.size && last.b == next.b * next.size &&
+            last.d == next.d * next.size) {
+          last = {last.size * next.size, next.a, next.b, next.d};
+          continue;
+        }
+      }
+      dims.push_back(next);
+    }
+    const Dim inner = dims.empty() ? Dim{1, 0, 0, 0} : dims.back();
+    if (!dims.empty()) dims.pop_back();
+    const uint64_t e = sizeof(T);
+    uint64_t a_steps = 0, b_steps = 0, d_steps = 0;  // strides of the looped dims, or-ed
+    for (const Dim& d : dims) {
+      a_steps |= static_cast<uint64_t>(d.a) * e;
+      b_steps |= static_cast<uint64_t>(d.b) * e;
+      d_steps |= static_cast<uint64_t>(d.d) * e;
+    }
+    const uint32_t align_b = alignment_of({reinterpret_cast<uint64_t>(b), b_steps,
+                                           static_cast<uint64_t>(inner.b) * e}),
+                   align_a = alignment_of({reinterpret_cast<uint64_t>(a), a_steps,
+                                           static_cast<uint64_t>(inner.a) * e}),
+                   align_d = alignment_of({reinterpret_cast<uint64_t>(out), d_steps,
+                                           static_cast<uint64_t>(inner.d) * e});
+    const bool f64 = std::is_same_v<T, double>;
+    const int compute = f64 ? kBlasCompute64F : tf32 ? kBlasCompute32FFastTf32 : kBlasCompute32F;
+    const MatMulPlan::Key key = {compute,
+                                 static_cast<int64_t>(epilogue),
+                                 x.op,
+                                 static_cast<int64_t>(x.rows),
+                                 static_cast<int64_t>(x.cols),
+                                 x.ld,
+                                 y.op,
+                                 static_cast<int64_t>(y.rows),
+                                 static_cast<int64_t>(y.cols),
+                                 y.ld,
+                                 z.ld,
+                                 n,
+                                 m,
+                                 inner.size,
+                                 inner.a,
+                                 inner.b,
+                                 inner.d,
+                                 align_a,
+                                 align_b,
+                                 align_d};
+    if (blas_handle_ == nullptr) check_blas(blas().Create(&blas_handle_), "creating a handle");
+    if (plans_.size() <= static_cast<size_t>(site)) plans_.resize(static_cast<size_t>(site) + 1);
+    MatMulPlan& plan = plans_[static_cast<size_t>(site)];
+    const size_t workspace = library_workspace_bytes_;
+    if (plan.key != key) {
+      plan.release();
+      plan.key = {};
+      make_plan(plan, compute, f64 ? kBlasR64F : kBlasR32F, epilogue, x, y, z, inner.size, inner.b,
+                inner.a, inner.d, align_b, align_a, align_d, workspace, what);
+      plan.key = key;
+    }
+    if (epilogue == Epilogue::kBias || epilogue == Epilogue::kReluBias ||
+        epilogue == Epilogue::kGeluBias) {
+      check_blas(blas().MatmulDescSetAttribute(plan.desc, kBlasDescBiasPointer, &bias, sizeof bias),
+                 what);
+    }
+    const T alpha_t = static_cast<T>(alpha), beta_t = 0;
+    char* ws = workspace > 0 ? library_workspace() : nullptr;
+    // The looped batch dims, odometer order.
+    std::vector<int64_t> at(dims.size(), 0);
+    for (;;) {
+      int64_t oa = 0, ob = 0, od = 0;
+      for (size_t d = 0; d < dims.size(); ++d) {
+        oa += at[d] * dims[d].a;
+        ob += at[d] * dims[d].b;
+        od += at[d] * dims[d].d;
+      }
+      T* dst = out + od;
+      check_blas(blas().Matmul(blas_handle_, plan.desc, &alpha_t, b + ob, plan.layouts[0], a + oa,
+                               plan.layouts[1], &beta_t, dst, plan.layouts[2], dst, plan.layouts[2],
+                               plan.choice.algo, ws, workspace, stream_),
+                 what);
+      size_t d = dims.size();
+      while (d > 0 && ++at[d - 1] == dims[d - 1].size) at[--d] = 0;
+      if (d == 0) break;
+    }
+  }
+
+  /// Queues Y = conv(X, W) (no bias: lowering makes it a pointwise consumer) through cuDNN on
+  /// the run's stream, without waiting. A 1-D convolution is a 2-D one of height 1. `tf32`:
+  /// float32 convolutions may use TF32 tensor cores (else engines that use them are skipped).
+  /// `site` numbers the call in the wrapper; its plan is remade only when the shape, alignment
+  /// or precision change.
+  template <typename T>
+  void conv(int site, const ConvShape& s, const T* x, const T* w, T* y, bool tf32,
+            const char* what) {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                  "cuDNN convolutions are float32 or float64 here");
+    int64_t y_numel = 1, x_numel = 1, w_numel = 1;
+    for (int d = 0; d < s.spatial + 2; ++d) {
+      y_numel *= s.y[d];
+      x_numel *= s.x[d];
+      w_numel *= s.w[d];
+    }
+    if (y_numel == 0) return;
+    if (x_numel == 0 || w_numel == 0) {  // an empty sum over channels: zeros
+      check(driver().cuMemsetD8Async(device_ptr(y), 0, static_cast<size_t>(y_numel) * sizeof(T),
+                                     stream_),
+            what);
+      return;
+    }
+    // Dims as cuDNN takes them (at least 2 spatial: a 1-D convolution gets height 1).
+    const int spatial = s.spatial < 2 ? 2 : s.spatial;
+    const int pad = spatial - s.spatial;
+    std::vector<int64_t> xd, wd, yd, stride, pre, post, dilation;
+    for (int d = 0; d < 2; ++d) {
+      xd.push_back(s.x[d]);
+      wd.push_back(s.w[d]);
+      yd.push_back(s.y[d]);
+    }
+    for (int d = 0; d < pad; ++d) {
+      xd.push_back(1);
+      wd.push_back(1);
+      yd.push_back(1);
+      stride.push_back(1);
+      pre.push_back(0);
+      post.push_back(0);
+      dilation.push_back(1);
+    }
+    for (int d = 0; d < s.spatial; ++d) {
+      xd.push_back(s.x[2 + d]);
+      wd.push_back(s.w[2 + d]);
+      yd.push_back(s.y[2 + d]);
+      stride.push_back(s.strides[d]);
+      pre.push_back(s.pads_begin[d]);
+      post.push_back(s.pads_end[d]);
+      dilation.push_back(s.dilations[d]);
+    }
+    const int64_t align = std::min<int64_t>(
+        16, alignment_of({reinterpret_cast<uint64_t>(x), reinterpret_cast<uint64_t>(w),
+                          reinterpret_cast<uint64_t>(y)}));
+    const bool f64 = std::is_same_v<T, double>;
+    std::vector<int64_t> key = {f64 ? 1 : 0, tf32 ? 1 : 0, align, spatial};
+    for (const std::vector<int64_t>* v : {&xd, &wd, &yd, &stride, &pre, &post, &dilation})
+      key.insert(key.end(), v->begin(), v->end());
+    if (dnn_handle_ == nullptr) {
+      check_dnn(dnn_api().Create(&dnn_handle_), "creating a handle");
+      check_dnn(dnn_api().SetStream(dnn_handle_, stream_), "setting its stream");
+    }
+    if (conv_plans_.size() <= static_cast<size_t>(site))
+      conv_plans_.resize(static_cast<size_t>(site) + 1);
+    ConvPlan& plan = conv_plans_[static_cast<size_t>(site)];
+    if (plan.key != key) {
+      plan.release();
+      plan.key.clear();
+      make_conv_plan(plan, f64, tf32, align, xd, wd, yd, stride, pre, post, dilation, what);
+      plan.key = key;
+    }
+    Dnn& api = dnn_api();
+    void* pack = nullptr;
+    check_dnn(api.CreateDescriptor(dnn::kVariantPack, &pack), what);
+    const int64_t uids[3] = {1, 2, 3};
+    void* pointers[3] = {const_cast<T*>(x), const_cast<T*>(w), y};
+    void* workspace = plan.workspace > 0 ? library_workspace() : nullptr;
+    int status = api.SetAttribute(pack, dnn::kPackUids, dnn::kTypeInt64, 3, uids);
+    if (status == 0)
+      status = api.SetAttribute(pack, dnn::kPackPointers, dnn::kTypeVoidPtr, 3, pointers);
+    if (status == 0)
+      status = api.SetAttribute(pack, dnn::kPackWorkspace, dnn::kTypeVoidPtr, 1, &workspace);
+    if (status == 0) status = api.Finalize(pack);
+    if (status == 0) status = api.Execute(dnn_handle_, plan.plan, pack);
+    api.DestroyDescriptor(pack);
+    check_dnn(status, what);
+  }
+
   /// Element `k` of `device`, for the host: a size computed from data. Waits for the GPU.
   template <typename T>
   T read(const T* device, int64_t k, const char* what) {
@@ -420,6 +935,170 @@ class RunState {
     check(d.cuModuleGetGlobal(&error_, &bytes, module_, "kiln_error"), "the error word");
   }
 
+  /// Descriptors and the heuristic's best algorithm for one product (matmul's terms: x is
+  /// cuBLASLt's A, y its B, an N x M result; batch strides in elements).
+  void make_plan(MatMulPlan& plan, int compute, int type, Epilogue epilogue, const BlasMatrix& x,
+                 const BlasMatrix& y, const BlasMatrix& d, int64_t batch, int64_t x_stride,
+                 int64_t y_stride, int64_t d_stride, uint32_t align_x, uint32_t align_y,
+                 uint32_t align_d, size_t workspace, const char* what) {
+    BlasLt& api = blas();
+    check_blas(api.MatmulDescCreate(&plan.desc, compute, type), what);
+    const int32_t op_x = x.op, op_y = y.op;
+    const uint32_t epi = static_cast<uint32_t>(epilogue);
+    check_blas(api.MatmulDescSetAttribute(plan.desc, kBlasDescTransA, &op_x, sizeof op_x), what);
+    check_blas(api.MatmulDescSetAttribute(plan.desc, kBlasDescTransB, &op_y, sizeof op_y), what);
+    check_blas(api.MatmulDescSetAttribute(plan.desc, kBlasDescEpilogue, &epi, sizeof epi), what);
+    const BlasMatrix* shapes[3] = {&x, &y, &d};
+    const int64_t strides[3] = {x_stride, y_stride, d_stride};
+    for (int l = 0; l < 3; ++l) {
+      check_blas(api.MatrixLayoutCreate(&plan.layouts[l], type, shapes[l]->rows, shapes[l]->cols,
+                                        shapes[l]->ld),
+                 what);
+      if (batch > 1) {
+        const int32_t count = static_cast<int32_t>(batch);
+        check_blas(api.MatrixLayoutSetAttribute(plan.layouts[l], kBlasLayoutBatchCount, &count,
+                                                sizeof count),
+                   what);
+        check_blas(api.MatrixLayoutSetAttribute(plan.layouts[l], kBlasLayoutBatchStride,
+                                                &strides[l], sizeof strides[l]),
+                   what);
+      }
+    }
+    void* pref = nullptr;
+    check_blas(api.MatmulPreferenceCreate(&pref), what);
+    const uint64_t ws = workspace;
+    api.MatmulPreferenceSetAttribute(pref, kBlasPrefWorkspace, &ws, sizeof ws);
+    api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignA, &align_x, sizeof align_x);
+    api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignB, &align_y, sizeof align_y);
+    api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignC, &align_d, sizeof align_d);
+    api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignD, &align_d, sizeof align_d);
+    int found = 0;
+    const int status =
+        api.MatmulAlgoGetHeuristic(blas_handle_, plan.desc, plan.layouts[0], plan.layouts[1],
+                                   plan.layouts[2], plan.layouts[2], pref, 1, &plan.choice, &found);
+    api.MatmulPreferenceDestroy(pref);
+    check_blas(status, what);
+    if (found == 0) kiln_rt::fail("%s: cuBLASLt has no algorithm for this product", what);
+  }
+
+  /// The graph of one convolution (tensors X, W, Y with unique ids 1, 2, 3) and the first of the
+  /// heuristic's engines that finalizes, uses no tensor cores at fp32 (PyTorch's filter for
+  /// TF32 disallowed) and needs no more workspace than the arena keeps.
+  void make_conv_plan(ConvPlan& plan, bool f64, bool tf32, int64_t align,
+                      const std::vector<int64_t>& xd, const std::vector<int64_t>& wd,
+                      const std::vector<int64_t>& yd, const std::vector<int64_t>& stride,
+                      const std::vector<int64_t>& pre, const std::vector<int64_t>& post,
+                      const std::vector<int64_t>& dilation, const char* what) {
+    Dnn& api = dnn_api();
+    auto make = [&](int type) {
+      void* d = nullptr;
+      check_dnn(api.CreateDescriptor(type, &d), what);
+      plan.descriptors.push_back(d);
+      return d;
+    };
+    auto set = [&](void* d, int attribute, int type, int64_t count, const void* value) {
+      check_dnn(api.SetAttribute(d, attribute, type, count, value), what);
+    };
+    const int data = f64 ? dnn::kDataDouble : dnn::kDataFloat;
+    auto tensor = [&](const std::vector<int64_t>& dims, int64_t uid) {
+      std::vector<int64_t> strides(dims.size(), 1);
+      for (size_t k = dims.size() - 1; k-- > 0;) strides[k] = strides[k + 1] * dims[k + 1];
+      void* t = make(dnn::kTensor);
+      set(t, dnn::kTensorDataType, dnn::kTypeDataType, 1, &data);
+      set(t, dnn::kTensorDims, dnn::kTypeInt64, static_cast<int64_t>(dims.size()), dims.data());
+      set(t, dnn::kTensorStrides, dnn::kTypeInt64, static_cast<int64_t>(dims.size()),
+          strides.data());
+      set(t, dnn::kTensorUid, dnn::kTypeInt64, 1, &uid);
+      set(t, dnn::kTensorByteAlignment, dnn::kTypeInt64, 1, &align);
+      check_dnn(api.Finalize(t), what);
+      return t;
+    };
+    void* tx = tensor(xd, 1);
+    void* tw = tensor(wd, 2);
+    void* ty = tensor(yd, 3);
+    void* conv = make(dnn::kConvolution);
+    const int64_t dims = static_cast<int64_t>(stride.size());
+    const int mode = dnn::kCrossCorrelation;
+    set(conv, dnn::kConvCompType, dnn::kTypeDataType, 1, &data);
+    set(conv, dnn::kConvMode, dnn::kTypeConvMode, 1, &mode);
+    set(conv, dnn::kConvSpatialDims, dnn::kTypeInt64, 1, &dims);
+    set(conv, dnn::kConvDilations, dnn::kTypeInt64, dims, dilation.data());
+    set(conv, dnn::kConvStrides, dnn::kTypeInt64, dims, stride.data());
+    set(conv, dnn::kConvPrePad, dnn::kTypeInt64, dims, pre.data());
+    set(conv, dnn::kConvPostPad, dnn::kTypeInt64, dims, post.data());
+    check_dnn(api.Finalize(conv), what);
+    void* op = make(dnn::kConvForward);
+    set(op, dnn::kOpX, dnn::kTypeDescriptor, 1, &tx);
+    set(op, dnn::kOpW, dnn::kTypeDescriptor, 1, &tw);
+    set(op, dnn::kOpY, dnn::kTypeDescriptor, 1, &ty);
+    set(op, dnn::kOpConvDesc, dnn::kTypeDescriptor, 1, &conv);
+    const float alpha_f = 1, beta_f = 0;
+    const double alpha_d = 1, beta_d = 0;
+    if (f64) {
+      set(op, dnn::kOpAlpha, dnn::kTypeDouble, 1, &alpha_d);
+      set(op, dnn::kOpBeta, dnn::kTypeDouble, 1, &beta_d);
+    } else {
+      set(op, dnn::kOpAlpha, dnn::kTypeFloat, 1, &alpha_f);
+      set(op, dnn::kOpBeta, dnn::kTypeFloat, 1, &beta_f);
+    }
+    check_dnn(api.Finalize(op), what);
+    void* graph = make(dnn::kGraph);
+    set(graph, dnn::kGraphOps, dnn::kTypeDescriptor, 1, &op);
+    set(graph, dnn::kGraphHandle, dnn::kTypeHandle, 1, &dnn_handle_);
+    check_dnn(api.Finalize(graph), what);
+    void* heuristics = make(dnn::kHeuristics);
+    const int heur_mode = dnn::kHeurModeA;
+    set(heuristics, dnn::kHeurGraph, dnn::kTypeDescriptor, 1, &graph);
+    set(heuristics, dnn::kHeurMode, dnn::kTypeHeurMode, 1, &heur_mode);
+    check_dnn(api.Finalize(heuristics), what);
+    int64_t count = 0;
+    check_dnn(
+        api.GetAttribute(heuristics, dnn::kHeurResults, dnn::kTypeDescriptor, 0, &count, nullptr),
+        what);
+    std::vector<void*> configs;
+    for (int64_t k = 0; k < count; ++k) configs.push_back(make(dnn::kEngineConfig));
+    int64_t returned = 0;
+    check_dnn(api.GetAttribute(heuristics, dnn::kHeurResults, dnn::kTypeDescriptor, count,
+                               &returned, configs.data()),
+              what);
+    for (int64_t k = 0; k < returned; ++k) {
+      if (!tf32 && !f64) {
+        void* engine = make(dnn::kEngine);
+        int64_t got = 0;
+        if (api.GetAttribute(configs[static_cast<size_t>(k)], dnn::kConfigEngine,
+                             dnn::kTypeDescriptor, 1, &got, &engine) != 0) {
+          continue;
+        }
+        int notes[32] = {};
+        int64_t n_notes = 0;
+        if (api.GetAttribute(engine, dnn::kEngineNotes, dnn::kTypeNumericalNote, 32, &n_notes,
+                             notes) != 0) {
+          continue;
+        }
+        bool tensor_core = false;
+        for (int64_t j = 0; j < n_notes; ++j) {
+          tensor_core = tensor_core || notes[j] == dnn::kNoteTensorCore ||
+                        notes[j] == dnn::kNoteDownConvertInputs;
+        }
+        if (tensor_core) continue;
+      }
+      void* candidate = make(dnn::kPlan);
+      set(candidate, dnn::kPlanHandle, dnn::kTypeHandle, 1, &dnn_handle_);
+      set(candidate, dnn::kPlanConfig, dnn::kTypeDescriptor, 1, &configs[static_cast<size_t>(k)]);
+      if (api.Finalize(candidate) != 0) continue;
+      int64_t workspace = 0, got = 0;
+      check_dnn(
+          api.GetAttribute(candidate, dnn::kPlanWorkspace, dnn::kTypeInt64, 1, &got, &workspace),
+          what);
+      if (workspace > static_cast<int64_t>(library_workspace_bytes_)) continue;
+      plan.plan = candidate;
+      plan.workspace = workspace;
+      return;
+    }
+    kiln_rt::fail("%s: cuDNN has no engine for this convolution%s", what,
+                  tf32 || f64 ? "" : " without tensor cores (--precision fp32)");
+  }
+
   CUstream stream_ = nullptr;
   CUmodule module_ = nullptr;
   std::vector<CUfunction> functions_;
@@ -429,6 +1108,12 @@ class RunState {
   std::vector<Check> checks_;  // this run's index checks, numbered as the kernel reports them
   char* arena_ = nullptr;
   size_t arena_bytes_ = 0;
+  size_t library_offset_ = 0;           // where the libraries' workspace starts in the arena
+  size_t library_workspace_bytes_ = 0;  // 0: the model runs no product or convolution
+  void* blas_handle_ = nullptr;         // cublasLtHandle_t, made at the first product
+  std::vector<MatMulPlan> plans_;       // per call site
+  void* dnn_handle_ = nullptr;          // cudnnHandle_t, made at the first convolution
+  std::vector<ConvPlan> conv_plans_;    // per call site
   std::vector<void*> constants_;
 };
 

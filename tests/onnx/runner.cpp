@@ -26,6 +26,7 @@
 //
 // Usage: kiln_onnx_runner DATA_DIR CACHE_DIR [--cases LIST] [--core LIST] [--jobs N]
 //                         [--exclusions FILE] [--by-opset yes] [--device cpu|cuda]
+// (--device cuda: matrix products in float32, --precision fp32, as the tolerances below assume)
 //
 // With `--by-opset yes` the table counts each op per opset of the cases using it (the ONNX
 // 1.23 node suite writes each case at its op's newest version), then the cases per opset; a
@@ -198,6 +199,9 @@ CaseResult run_case(const fs::path& data_dir, const std::string& name, const fs:
     driver::CompileOptions options;
     options.cache_dir = cache_dir;
     options.device = g_device;
+    // The suite's tolerances are float32's: matrix products on the GPU compute in float32, not
+    // TF32 (ir/device.h).
+    options.precision = ir::Precision::kFp32;
     const auto& graph_inputs = model.graph->inputs();
     const auto& graph_outputs = model.graph->outputs();
     auto read_inputs = [&](const fs::path& set) {

@@ -161,7 +161,9 @@ class DeviceCodegen {
 };
 
 /// The backend of `device`; what it caches (the CUDA backend's cubins) goes under `cache_dir`.
+/// `precision`: the arithmetic of the GPU's matrix products (ir/device.h).
 std::unique_ptr<DeviceCodegen> make_device_codegen(ir::Device device,
-                                                   const std::filesystem::path& cache_dir);
+                                                   const std::filesystem::path& cache_dir,
+                                                   ir::Precision precision);
 
 }  // namespace kiln::codegen

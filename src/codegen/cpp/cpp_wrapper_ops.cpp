@@ -38,6 +38,9 @@ struct CppWrapperOps::Call {
   const ir::View& input(size_t k) const { return *in.at(k); }
 
   void operator()(const ir::MatMulCall& call) {
+    // Only the CUDA backend fuses activations into a matrix product (cuBLASLt epilogues).
+    KILN_CHECK(call.activation == ir::MatMulActivation::kNone,
+               "matmul {}: an activation epilogue on the CPU", buffer.name);
     out.linef("const kiln_rt::View a = {};", view_init(input(0)));
     out.linef("const kiln_rt::View b = {};", view_init(input(1)));
     bool has_c = in.size() > 2 && in[2].has_value();

@@ -1,7 +1,8 @@
 #pragma once
 /// The CUDA backend behind the DeviceCodegen interface: the scheduler hooks of CudaBackend,
-/// CUDA kernels of cuda_kernel.h (compiled by NVRTC when the wrapper is written), and the
-/// wrapper's CUDA operations (cuda_wrapper_ops.h). The generated units are host C++ built with
+/// CUDA kernels of cuda_kernel.h (compiled by NVRTC when the wrapper is written), matrix
+/// products through cuBLASLt with its epilogues (cuda_matmul.h), and the wrapper's CUDA
+/// operations (cuda_wrapper_ops.h). The generated units are host C++ built with
 /// g++ like the CPU's: the wrapper loads the CUDA driver at run time, so building needs no GPU.
 
 #include <filesystem>
@@ -16,7 +17,8 @@ class CudaCodegen final : public DeviceCodegen {
  public:
   /// Fails with a clear error when this Kiln was built without the CUDA toolkit. Cubins are
   /// cached under `cache_dir` (the compile's code cache).
-  explicit CudaCodegen(std::filesystem::path cache_dir);
+  /// `precision`: the compute type of the cuBLASLt matrix products.
+  CudaCodegen(std::filesystem::path cache_dir, ir::Precision precision);
   ir::Device device() const override { return ir::Device::kCuda; }
   const sched::Backend& scheduling() const override { return backend_; }
   /// Kernel groups, inputs and constants; library calls on the host-fallback list
@@ -32,6 +34,7 @@ class CudaCodegen final : public DeviceCodegen {
   CudaBackend backend_;
   CppCodegen host_;  // library calls and the host build
   std::filesystem::path cache_dir_;
+  ir::Precision precision_;
 };
 
 }  // namespace kiln::codegen

@@ -8,6 +8,7 @@
 #include "codegen/cpp/cpp_body.h"
 #include "codegen/cpp/cpp_kernel.h"
 #include "codegen/cpp/cpp_ops.h"
+#include "codegen/cuda/cuda_matmul.h"
 #include "support/error.h"
 #include "support/identifier.h"
 #include "support/log.h"
@@ -372,6 +373,11 @@ std::optional<std::string> CudaBackend::can_fuse_horizontal(const sched::NodeInf
                                                             const sched::NodeInfo& node2,
                                                             const sched::KernelGroup& fused) const {
   return CppBackend().can_fuse_horizontal(node1, node2, fused);
+}
+
+bool CudaBackend::fuse_library_epilogue(const ir::Program& program, const ir::Buffer& product,
+                                        ir::Buffer& consumer) const {
+  return fuse_matmul_epilogue(program, product, consumer);
 }
 
 }  // namespace kiln::codegen

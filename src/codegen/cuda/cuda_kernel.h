@@ -42,6 +42,10 @@ class CudaBackend final : public sched::Backend {
   std::optional<std::string> can_fuse_horizontal(const sched::NodeInfo& node1,
                                                  const sched::NodeInfo& node2,
                                                  const sched::KernelGroup& fused) const override;
+  /// A bias and Relu or Gelu after a matrix product become its cuBLASLt epilogue
+  /// (cuda_matmul.h).
+  bool fuse_library_epilogue(const ir::Program& program, const ir::Buffer& product,
+                             ir::Buffer& consumer) const override;
 };
 
 }  // namespace kiln::codegen

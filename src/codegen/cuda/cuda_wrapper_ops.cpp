@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "codegen/cpp/cpp_host_text.h"
+#include "codegen/cuda/cuda_conv.h"
+#include "codegen/cuda/cuda_matmul.h"
 #include "codegen/cuda/host_fallback.h"
 #include "codegen/cuda/nvrtc_compile.h"
 #include "support/error.h"
@@ -31,6 +33,14 @@ std::string launch_dims(const std::array<sym::Expr, 3>& dims) {
 
 }  // namespace
 
+void CudaWrapperOps::note(const ir::ExternCall& call) {
+  if (call.as<ir::MatMulCall>() != nullptr || call.as<ir::ConvCall>() != nullptr) {
+    uses_workspace_ = true;
+    return;
+  }
+  host_->note(call);
+}
+
 void CudaWrapperOps::write_includes(IndentedBuffer& out, bool uses_control) {
   host_->write_includes(out, uses_control);
   out.line("#include \"kiln_rt_cuda.h\"");
@@ -45,6 +55,8 @@ void CudaWrapperOps::write_workspace(IndentedBuffer& out) {
   out.line("state.cuda.begin_run(kCubins, sizeof kCubins / sizeof kCubins[0], kKernelNames,");
   out.line("                     sizeof kKernelNames / sizeof kKernelNames[0]);");
   out.line("kiln_cuda::DeviceWorkspace ws(state.cuda.memory());");
+  if (uses_workspace_)
+    out.line("state.cuda.reserve_library_workspace();  // cuBLASLt's and cuDNN's, in the arena");
 }
 
 void CudaWrapperOps::write_input_data(IndentedBuffer& out, size_t k, const std::string& ctype,
@@ -184,6 +196,19 @@ void CudaWrapperOps::write_kernel_call(IndentedBuffer& out, const std::string& l
 
 void CudaWrapperOps::write_library_call(IndentedBuffer& out, const ir::Buffer& buffer,
                                         const ir::Program& program) {
+  if (buffer.device == ir::Device::kCuda && buffer.call.as<ir::MatMulCall>() != nullptr) {
+    write_cuda_matmul(out, buffer, matmul_sites_++, precision_,
+                      fmt::format("matmul ({})", origins_text(buffer)));
+    return;
+  }
+  if (buffer.device == ir::Device::kCuda && buffer.call.as<ir::ConvCall>() != nullptr) {
+    write_cuda_conv(out, buffer, conv_sites_++, precision_,
+                    fmt::format("conv ({})", origins_text(buffer)));
+    return;
+  }
+  // lower/nn.cpp gives no GEMM choice (a CPU template's packed weights) for CUDA.
+  KILN_CHECK(buffer.call.as<ir::GemmCall>() == nullptr,
+             "gemm {}: a CPU GEMM choice in a program lowered for CUDA", buffer.name);
   const std::optional<std::string_view> reason = cuda_host_fallback(buffer.call.op);
   if (buffer.device != ir::Device::kCpu || !reason) {
     internal_error("{} of buffer {} has no GPU emission and is not on the host-fallback list",

@@ -1,7 +1,8 @@
 #pragma once
 /// The wrapper's CUDA operations (codegen/common/device_codegen.h WrapperOps), for the runtime
 /// of kiln_rt_cuda.h: the kernels of all graphs compiled by NVRTC into cubins embedded in the
-/// wrapper (one per target architecture, nvrtc_compile.h), a launch function per kernel that
+/// wrapper (one per target architecture, nvrtc_compile.h), matrix products through cuBLASLt
+/// (cuda_matmul.h), a launch function per kernel that
 /// evaluates its LaunchSpec and queues the kernel on the run state's stream, and storage in
 /// device memory: the planned arena, a workspace (stream-ordered allocations), inputs copied in
 /// when a run starts, constants uploaded once per run state, outputs copied back to the host
@@ -24,13 +25,19 @@ namespace kiln::codegen {
 
 class CudaWrapperOps final : public WrapperOps {
  public:
-  /// `host` writes the library calls (the CPU's WrapperOps); `prelude` starts the CUDA unit;
-  /// cubins are cached under `cache_dir`/cuda.
+  /// `host` writes the library calls on the host (the CPU's WrapperOps); `prelude` starts the
+  /// CUDA unit; cubins are cached under `cache_dir`/cuda; `precision` is that of the matrix
+  /// products.
   CudaWrapperOps(std::unique_ptr<WrapperOps> host, std::string prelude,
-                 std::filesystem::path cache_dir)
-      : host_(std::move(host)), prelude_(std::move(prelude)), cache_dir_(std::move(cache_dir)) {}
+                 std::filesystem::path cache_dir, ir::Precision precision)
+      : host_(std::move(host)),
+        prelude_(std::move(prelude)),
+        cache_dir_(std::move(cache_dir)),
+        precision_(precision) {}
 
-  void note(const ir::ExternCall& call) override { host_->note(call); }
+  /// Matrix products run on cuBLASLt and convolutions on cuDNN (no OpenBLAS or oneDNN to link);
+  /// the other calls' needs are the host's.
+  void note(const ir::ExternCall& call) override;
   void write_includes(IndentedBuffer& out, bool uses_control) override;
   void write_run_state_members(IndentedBuffer& out) override;
   void write_workspace(IndentedBuffer& out) override;
@@ -80,6 +87,10 @@ class CudaWrapperOps final : public WrapperOps {
   std::unique_ptr<WrapperOps> host_;
   std::string prelude_;
   std::filesystem::path cache_dir_;
+  ir::Precision precision_;
+  bool uses_workspace_ = false;  // a product or convolution: the arena keeps their workspace
+  int matmul_sites_ = 0;         // matrix product calls written so far
+  int conv_sites_ = 0;           // convolution calls written so far
   std::vector<std::pair<std::string, std::string>> device_sources_;
   /// Model input buffers: (index, element type).
   std::map<std::string, std::pair<size_t, std::string>> inputs_;

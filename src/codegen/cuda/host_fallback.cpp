@@ -6,16 +6,12 @@ std::optional<std::string_view> cuda_host_fallback(const ir::LibraryCall& call) 
   using Reason = std::optional<std::string_view>;
   return std::visit(
       ir::Overloaded{
-          // Matrix products and convolutions: until the cuBLASLt and cuDNN choices exist.
-          [](const ir::MatMulCall&) -> Reason {
-            return "matrix product: OpenBLAS on the host until cuBLASLt is a choice";
-          },
-          [](const ir::GemmCall&) -> Reason {
-            return "GEMM choice: a host template or OpenBLAS until cuBLASLt is a choice";
-          },
-          [](const ir::ConvCall&) -> Reason {
-            return "convolution: oneDNN or a host template until cuDNN is a choice";
-          },
+          // Matrix products run on cuBLASLt and convolutions on cuDNN (codegen/cuda/
+          // cuda_matmul.h, cuda_conv.h); GEMM and convolution choices (CPU templates with packed
+          // weights) are never made for CUDA (lower/nn.cpp, driver/compile.cpp).
+          [](const ir::MatMulCall&) -> Reason { return std::nullopt; },
+          [](const ir::GemmCall&) -> Reason { return std::nullopt; },
+          [](const ir::ConvCall&) -> Reason { return std::nullopt; },
           // Ops whose work is sequential or data-dependent in shape, small next to the model.
           [](const ir::TopKCall&) -> Reason {
             return "TopK: a partial sort per row, no GPU selection kernel yet";

@@ -1,7 +1,7 @@
 // The parts of the public C++ API (include/kiln/kiln.h, libkiln.so) that need no compile:
 // kiln::bench_figures' nearest-rank percentiles, and the errors of kiln::compile_bytes and of
-// CompileOptions::dims, which are found before anything is compiled. Compiling and running
-// through this API is tested by tests/embed and tests/python.
+// CompileOptions::dims, device and precision, which are found before anything is compiled.
+// Compiling and running through this API is tested by tests/embed and tests/python.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -70,6 +70,30 @@ TEST(CompileDims, ANegativeSizeIsRefused) {
   } catch (const kiln::Error& e) {
     EXPECT_EQ(e.code(), KILN_ERROR_INVALID_ARGUMENT);
     EXPECT_NE(std::string(e.what()).find("'batch' = -1 is negative"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CompileDevice, AnUnknownDeviceOrPrecisionIsRefused) {
+  kiln::CompileOptions options;
+  options.device = "gpu";
+  try {
+    kiln::compile(kMlp, options);
+    FAIL() << "expected kiln::Error";
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.code(), KILN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("device 'gpu': expected cpu or cuda"), std::string::npos)
+        << e.what();
+  }
+  options.device = "cuda";
+  options.precision = "fp16";
+  try {
+    kiln::compile(kMlp, options);
+    FAIL() << "expected kiln::Error";
+  } catch (const kiln::Error& e) {
+    EXPECT_EQ(e.code(), KILN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("precision 'fp16': expected fp32 or tf32"),
+              std::string::npos)
         << e.what();
   }
 }

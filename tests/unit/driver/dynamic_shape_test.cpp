@@ -19,6 +19,7 @@
 
 #include "driver/compile.h"
 #include "graph/graph.h"
+#include "model_builder.h"
 #include "support/error.h"
 
 namespace kiln::driver {
@@ -33,46 +34,7 @@ using sym::Expr;
 
 const Expr kBatch = Expr::symbol("batch");
 
-/// Builds a small ai.onnx model node by node.
-class ModelBuilder {
- public:
-  ModelBuilder() {
-    model.graph = std::make_unique<graph::Graph>("main");
-    model.ir_version = 8;
-    model.opsets[""] = kOpset;
-  }
-
-  Value* input(const std::string& name, DType dtype, graph::Shape shape) {
-    Value* v = model.graph->add_value(name, Type::tensor(dtype, std::move(shape)));
-    model.graph->add_input(v);
-    return v;
-  }
-  Value* constant(Tensor t) {
-    Value* v = model.graph->add_value(fresh("c"), Type::tensor(t.dtype(), std::nullopt));
-    model.graph->set_initializer(v, std::make_shared<Tensor>(std::move(t)));
-    return v;
-  }
-  Value* ints(std::vector<int64_t> values, std::vector<int64_t> dims) {
-    Tensor t(DType::kInt64, std::move(dims));
-    std::copy(values.begin(), values.end(), t.mutable_values<int64_t>().begin());
-    return constant(std::move(t));
-  }
-  Value* op(const std::string& op, std::vector<Value*> inputs,
-            std::map<std::string, graph::AttributeValue> attrs = {}, std::string name = "") {
-    Value* out = model.graph->add_value(fresh("v"), Type());
-    model.graph->add_node(name.empty() ? fresh(op) : name, op, "", kOpset, std::move(inputs), {out},
-                          std::move(attrs));
-    return out;
-  }
-  void output(Value* v) { model.graph->add_output(v); }
-
-  graph::Model model;
-
- private:
-  static constexpr int64_t kOpset = 13;
-  std::string fresh(const std::string& prefix) { return prefix + std::to_string(next_++); }
-  int next_ = 0;
-};
+using test_models::ModelBuilder;
 
 /// Deterministic values in [-1, 1) that are not a simple pattern.
 float wave(int64_t i, int64_t salt) {

@@ -408,6 +408,37 @@ TEST(InterpreterTest, MatmulReadsTransposedViews) {
   EXPECT_EQ(values_of<double>(out.at("y")), (std::vector<double>{5, 7, 7, 10}));
 }
 
+TEST(InterpreterTest, MatmulAppliesItsFusedActivation) {
+  // The CUDA backend's cuBLASLt epilogues: act(A @ B + bias) with Relu, then tanh-Gelu.
+  for (ir::MatMulActivation act : {ir::MatMulActivation::kRelu, ir::MatMulActivation::kGeluTanh}) {
+    ProgramBuilder pb;
+    pb.input("a", DType::kFloat64, {1, 2});
+    pb.input("b", DType::kFloat64, {2, 2});
+    pb.input("bias", DType::kFloat64, {2});
+    Buffer& y = pb.external("y", DType::kFloat64, {1, 2});
+    ir::MatMulCall call{1.0, 1.0};
+    call.activation = act;
+    y.call.op = call;
+    y.call.inputs = {View{"a", DType::kFloat64, Layout::contiguous({1, 2})},
+                     View{"b", DType::kFloat64, Layout::contiguous({2, 2})},
+                     View{"bias", DType::kFloat64, Layout{{1, 2}, {0, 1}, 0}}};
+    pb.output(y);
+    auto out = interpret(pb.program,
+                         {{"a", make_tensor<double>(DType::kFloat64, {1, 2}, {1, 2})},
+                          {"b", make_tensor<double>(DType::kFloat64, {2, 2}, {1, -1, 0.25, -2})},
+                          {"bias", make_tensor<double>(DType::kFloat64, {2}, {0.5, 1})}});
+    // A @ B + bias = [1.5 + 0.5, -5 + 1] = [2, -4].
+    const std::vector<double> got = values_of<double>(out.at("y"));
+    if (act == ir::MatMulActivation::kRelu) {
+      EXPECT_EQ(got, (std::vector<double>{2, 0}));
+    } else {
+      // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) at 2 and -4 (Python's math module).
+      EXPECT_NEAR(got[0], 1.954597694087775, 1e-12);
+      EXPECT_NEAR(got[1], -7.024594819227126e-05, 1e-15);
+    }
+  }
+}
+
 TEST(InterpreterTest, ConvWithPaddingStrideAndGroups) {
   // X [1, 2, 3, 3], W [2, 1, 2, 2] (group 2), pads 1 on each side, stride 2 -> out [1, 2, 2, 2].
   ProgramBuilder pb;

@@ -1,0 +1,200 @@
+#include "codegen/cuda/cuda_matmul.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <functional>
+#include <optional>
+
+#include "codegen/cpp/cpp_host_text.h"
+#include "sched/template_epilogue.h"
+#include "support/error.h"
+
+namespace kiln::codegen {
+
+using ir::MatMulActivation;
+using ir::OpCode;
+using ir::ValueId;
+
+namespace {
+
+/// Matches the body of a pointwise consumer of a matrix product against the epilogues
+/// cuBLASLt computes. `z` is the product plus the bias (or the product alone); the stored value
+/// must be z, relu(z) or gelu_tanh(z) written as lower/activation.cpp writes it.
+class EpilogueMatcher {
+ public:
+  EpilogueMatcher(const ir::LoopBody& body, ValueId product, std::optional<ValueId> bias)
+      : body_(body), product_(product), bias_(bias) {}
+
+  /// The activation when the stored value `v` is one of the forms.
+  std::optional<MatMulActivation> activation(ValueId v) const {
+    if (bias_ && is_z(v)) return MatMulActivation::kNone;
+    const ir::Op& op = body_.op(v);
+    if (op.code == OpCode::kRelu && is_z(op.operands[0])) return MatMulActivation::kRelu;
+    if (is_gelu_tanh(v)) return MatMulActivation::kGeluTanh;
+    return std::nullopt;
+  }
+
+ private:
+  /// The product, or the product plus the bias when there is one.
+  bool is_z(ValueId v) const {
+    if (!bias_) return v == product_;
+    const ir::Op& op = body_.op(v);
+    return op.code == OpCode::kAdd && ((op.operands[0] == product_ && op.operands[1] == *bias_) ||
+                                       (op.operands[1] == product_ && op.operands[0] == *bias_));
+  }
+  bool is_constant(ValueId v, double value) const {
+    const ir::Op& op = body_.op(v);
+    return op.code == OpCode::kConstant && std::abs(op.float_value - value) <= 1e-12;
+  }
+  /// `v` is `code`(f, g) with f and g matching in either order.
+  bool is_binary(ValueId v, OpCode code, const std::function<bool(ValueId)>& f,
+                 const std::function<bool(ValueId)>& g) const {
+    const ir::Op& op = body_.op(v);
+    if (op.code != code) return false;
+    return (f(op.operands[0]) && g(op.operands[1])) || (f(op.operands[1]) && g(op.operands[0]));
+  }
+  /// 0.5 z * (1 + tanh(sqrt(2/pi) * (z + 0.044715 z^3))).
+  bool is_gelu_tanh(ValueId v) const {
+    auto z = [this](ValueId w) { return is_z(w); };
+    auto constant = [this](double c) { return [this, c](ValueId w) { return is_constant(w, c); }; };
+    auto square = [&](ValueId w) { return is_binary(w, OpCode::kMul, z, z); };
+    auto cube = [&](ValueId w) { return is_binary(w, OpCode::kMul, square, z); };
+    auto inner = [&](ValueId w) {
+      return is_binary(w, OpCode::kAdd, z, [&](ValueId u) {
+        return is_binary(u, OpCode::kMul, cube, constant(0.044715));
+      });
+    };
+    auto tanh = [&](ValueId w) {
+      const ir::Op& op = body_.op(w);
+      return op.code == OpCode::kTanh &&
+             is_binary(op.operands[0], OpCode::kMul, inner, constant(std::sqrt(2.0 / M_PI)));
+    };
+    auto half_z = [&](ValueId w) { return is_binary(w, OpCode::kMul, z, constant(0.5)); };
+    auto one_plus_tanh = [&](ValueId w) { return is_binary(w, OpCode::kAdd, constant(1.0), tanh); };
+    return is_binary(v, OpCode::kMul, half_z, one_plus_tanh);
+  }
+
+  const ir::LoopBody& body_;
+  ValueId product_;
+  std::optional<ValueId> bias_;
+};
+
+}  // namespace
+
+bool fuse_matmul_epilogue(const ir::Program& program, const ir::Buffer& product,
+                          ir::Buffer& consumer) {
+  const ir::MatMulCall* call = product.call.as<ir::MatMulCall>();
+  if (call == nullptr || call->activation != MatMulActivation::kNone ||
+      product.call.inputs.size() != 2 || product.dtype != graph::DType::kFloat32 ||
+      consumer.kind != ir::BufferKind::kComputed || consumer.is_reduction() ||
+      consumer.dtype != graph::DType::kFloat32 || consumer.layout.sizes != product.layout.sizes ||
+      !consumer.layout.is_contiguous() || !product.layout.is_contiguous() ||
+      consumer.body.sizes() != product.layout.sizes) {
+    return false;
+  }
+  // cuBLASLt's epilogues need K > 0 (an empty sum is written as zeros without one).
+  const std::optional<int64_t> depth = product.call.inputs[0]->layout.sizes.back().as_integer();
+  if (!depth || *depth <= 0) return false;
+  const ir::LoopBody& body = consumer.body;
+  const sym::Expr identity = sched::elementwise_index(program, product.layout, body);
+  const sym::Expr stored_at = sched::elementwise_index(program, consumer.layout, body);
+  const sym::Expr& column = body.vars().back();
+  std::optional<ValueId> loaded, bias, stored;
+  std::string bias_buffer;
+  for (size_t id = 0; id < body.ops().size(); ++id) {
+    const auto v = static_cast<ValueId>(id);
+    const ir::Op& op = body.op(v);
+    if (op.code == OpCode::kLoad) {
+      if (op.mask != ir::kNoValue || op.buffer_dtype != graph::DType::kFloat32 ||
+          op.dtype != graph::DType::kFloat32) {
+        return false;
+      }
+      if (op.buffer == product.name && op.index == identity && !loaded) {
+        loaded = v;
+      } else if (op.buffer != product.name && op.index == column && !bias) {
+        bias = v;  // element n of a buffer: a bias vector over the columns
+        bias_buffer = op.buffer;
+      } else {
+        return false;
+      }
+    } else if (op.code == OpCode::kStore) {
+      if (stored || op.index != stored_at) return false;
+      stored = op.operands[0];
+    }
+  }
+  if (!loaded || !stored) return false;
+  const std::optional<MatMulActivation> activation =
+      EpilogueMatcher(body, *loaded, bias).activation(*stored);
+  if (!activation) return false;
+  ir::MatMulCall fused = *call;
+  fused.activation = *activation;
+  consumer.kind = ir::BufferKind::kExtern;
+  consumer.call = product.call;
+  if (bias) {
+    // out = act(alpha * A @ B + 1 * C) with C the bias broadcast over every dim but the last.
+    fused.beta = 1.0;
+    ir::Layout layout;
+    layout.sizes = product.layout.sizes;
+    layout.strides.assign(layout.sizes.size(), sym::Expr(0));
+    layout.strides.back() = sym::Expr(1);
+    layout.offset = sym::Expr(0);
+    consumer.call.inputs.push_back(ir::View{bias_buffer, graph::DType::kFloat32, layout});
+  }
+  consumer.call.op = fused;
+  for (const ir::Origin& o : product.origins) consumer.add_origin(o);
+  return true;
+}
+
+void write_cuda_matmul(IndentedBuffer& out, const ir::Buffer& buffer, int site,
+                       ir::Precision precision, const std::string& label) {
+  const ir::MatMulCall& call = *buffer.call.as<ir::MatMulCall>();
+  const auto& in = buffer.call.inputs;
+  KILN_CHECK(in.size() >= 2 && in[0] && in[1], "matmul {}: expected inputs A and B", buffer.name);
+  KILN_CHECK(buffer.dtype == graph::DType::kFloat32 || buffer.dtype == graph::DType::kFloat64,
+             "matmul {}: cuBLASLt products are float32 or float64, not {}", buffer.name,
+             graph::dtype_name(buffer.dtype));
+  const ir::View &a = *in[0], &b = *in[1];
+  const size_t rank = buffer.layout.rank();
+  KILN_CHECK(a.layout.rank() == rank && b.layout.rank() == rank,
+             "matmul {}: operands of rank {} and {} for an output of rank {}", buffer.name,
+             a.layout.rank(), b.layout.rank(), rank);
+  // Input 2 on the GPU is only ever the bias fuse_matmul_epilogue adds.
+  const bool bias = in.size() > 2 && in[2].has_value();
+  KILN_CHECK(!bias || call.beta == 1.0, "matmul {}: a C other than a fused bias on CUDA",
+             buffer.name);
+  std::string epilogue = "kNone";
+  switch (call.activation) {
+    case ir::MatMulActivation::kNone:
+      epilogue = bias ? "kBias" : "kNone";
+      break;
+    case ir::MatMulActivation::kRelu:
+      epilogue = bias ? "kReluBias" : "kRelu";
+      break;
+    case ir::MatMulActivation::kGeluTanh:
+      epilogue = bias ? "kGeluBias" : "kGelu";
+      break;
+  }
+  const std::string t = ctype(buffer.dtype);
+  out.linef("// cuBLASLt, {} compute{}",
+            buffer.dtype == graph::DType::kFloat64 ? "float64"
+            : precision == ir::Precision::kTf32    ? "TF32"
+                                                   : "float32",
+            epilogue == "kNone" ? "" : ", epilogue " + epilogue.substr(1));
+  out.linef("const int64_t sizes[] = {{{}}};", dims_list(buffer.layout.sizes));
+  out.linef("const int64_t a_strides[] = {{{}}};", dims_list(a.layout.strides));
+  out.linef("const int64_t b_strides[] = {{{}}};", dims_list(b.layout.strides));
+  out.linef("const int64_t out_strides[] = {{{}}};", dims_list(buffer.layout.strides));
+  out.linef(
+      "const kiln_cuda::MatMulShape shape{{{}, sizes, {}, a_strides, b_strides, out_strides}};",
+      rank, cexpr(a.layout.sizes[rank - 1]));
+  out.linef(
+      "state.cuda.matmul<{}>({}, shape, {}, {}, {}, {}, kiln_cuda::Epilogue::{}, {}, {}, {});", t,
+      site, data_pointer(a), data_pointer(b), buffer.name, call.alpha, epilogue,
+      bias ? data_pointer(*in[2]) : "nullptr", precision == ir::Precision::kTf32 ? "true" : "false",
+      cpp_quote(label));
+  // A profiled run waits for each call, so that its event times the product, not its launch.
+  out.linef("if (profile != nullptr) state.cuda.synchronize({});", cpp_quote(label));
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,618 @@
+// Matrix products and convolutions on the GPU through cuBLASLt and cuDNN
+// (codegen/cuda/cuda_matmul.h, cuda_conv.h). Without a GPU: the wrapper of MatMul and Gemm models
+// compiled for CUDA calls cuBLASLt with transposes folded into the strides it passes, broadcast
+// batch dims as stride 0, a bias and Relu or tanh-Gelu fused as the epilogue (and an erf-Gelu
+// not), the compute type of --precision, and no wait for the GPU; a Conv is one cuDNN call with
+// its bias and Relu one kernel after it. With a GPU: products of awkward shapes (1 x 1, vectors,
+// K = 1, odd sizes, broadcast and partly broadcast batches, transposed and strided operands,
+// float64, fused epilogues) and convolutions (1-D to 3-D, strided, dilated, asymmetric padding,
+// grouped, depthwise, 1 x 1, float64) match a reference computed here in double, at fp32 within
+// float32's rounding and at tf32 within TF32's. Without the toolkit or a device the tests skip
+// and say why.
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "codegen/cuda/nvrtc_compile.h"
+#include "driver/compile.h"
+#include "model_builder.h"
+#include "support/files.h"
+
+namespace kiln::driver {
+namespace {
+
+namespace fs = std::filesystem;
+using graph::DType;
+using graph::Tensor;
+using graph::Value;
+using test_models::ModelBuilder;
+
+constexpr int64_t kOpset = 20;  // Gelu's first version
+
+/// A temporary directory removed at the end of the test.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "kiln-cuda-matmul-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
+bool has_cuda_device() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return false;
+  auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(lib, "cuInit"));
+  auto count = reinterpret_cast<int (*)(int*)>(dlsym(lib, "cuDeviceGetCount"));
+  int n = 0;
+  return init != nullptr && count != nullptr && init(0) == 0 && count(&n) == 0 && n > 0;
+}
+
+size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+CompiledModel compile_cuda(const graph::Model& model, const fs::path& dir,
+                           ir::Precision precision) {
+  CompileOptions options;
+  options.device = ir::Device::kCuda;
+  options.precision = precision;
+  options.dump_dir = dir / "dump";
+  options.cache_dir = dir / "cache";
+  return compile(model, options);
+}
+
+/// The wrapper of `model` compiled for CUDA (kernels for sm_90 only).
+std::string cuda_wrapper(const graph::Model& model, const fs::path& dir,
+                         ir::Precision precision = ir::Precision::kTf32) {
+  setenv("KILN_CUDA_ARCHS", "90", 1);
+  compile_cuda(model, dir, precision);
+  unsetenv("KILN_CUDA_ARCHS");
+  return files::read(dir / "dump" / "5_wrapper.cpp");
+}
+
+/// Deterministic values in [-1, 1) that are not a simple pattern.
+double wave(int64_t i, int64_t salt) {
+  return std::sin(0.37 * static_cast<double>(i) + 1.3 * salt);
+}
+
+Tensor tensor(DType dtype, std::vector<int64_t> dims, int64_t salt) {
+  Tensor t(dtype, std::move(dims));
+  if (dtype == DType::kFloat64) {
+    auto v = t.mutable_values<double>();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = wave(static_cast<int64_t>(i), salt);
+  } else {
+    auto v = t.mutable_values<float>();
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<float>(wave(static_cast<int64_t>(i), salt));
+  }
+  return t;
+}
+
+std::vector<double> as_doubles(const Tensor& t) {
+  std::vector<double> out;
+  if (t.dtype() == DType::kFloat64) {
+    for (double v : t.values<double>()) out.push_back(v);
+  } else {
+    for (float v : t.values<float>()) out.push_back(v);
+  }
+  return out;
+}
+
+/// A dense tensor in double for the references: dims and row-major values.
+struct Dense {
+  std::vector<int64_t> dims;
+  std::vector<double> values;
+  double at(const std::vector<int64_t>& index) const {
+    int64_t flat = 0;
+    for (size_t d = 0; d < dims.size(); ++d) flat = flat * dims[d] + index[d];
+    return values[static_cast<size_t>(flat)];
+  }
+};
+
+/// numpy.matmul in double (1-D operands lifted and their dim dropped), and the sum of |a * b|
+/// over each element's K terms (the scale of its rounding error).
+std::pair<Dense, std::vector<double>> matmul_reference(Dense a, Dense b) {
+  const bool vec_a = a.dims.size() == 1, vec_b = b.dims.size() == 1;
+  if (vec_a) a.dims.insert(a.dims.begin(), 1);
+  if (vec_b) b.dims.push_back(1);
+  const size_t ra = a.dims.size(), rb = b.dims.size(), rank = std::max(ra, rb);
+  std::vector<int64_t> batch(rank - 2, 1);
+  for (size_t d = 0; d + 2 < rank; ++d) {
+    const int64_t da = d + ra >= rank ? a.dims[d + ra - rank] : 1;
+    const int64_t db = d + rb >= rank ? b.dims[d + rb - rank] : 1;
+    batch[d] = std::max(da, db);
+  }
+  const int64_t m = a.dims[ra - 2], k = a.dims[ra - 1], n = b.dims[rb - 1];
+  Dense out;
+  out.dims = batch;
+  out.dims.push_back(m);
+  out.dims.push_back(n);
+  std::vector<double> scale;
+  int64_t batches = 1;
+  for (int64_t s : batch) batches *= s;
+  for (int64_t flat = 0; flat < batches; ++flat) {
+    std::vector<int64_t> bi(batch.size());
+    for (size_t d = batch.size(), rest = static_cast<size_t>(flat); d-- > 0;) {
+      bi[d] = static_cast<int64_t>(rest % static_cast<size_t>(batch[d]));
+      rest /= static_cast<size_t>(batch[d]);
+    }
+    auto operand_index = [&](const Dense& x, size_t r) {
+      std::vector<int64_t> index;
+      for (size_t d = rank - r; d + 2 < rank; ++d)
+        index.push_back(x.dims[d - (rank - r)] == 1 ? 0 : bi[d]);
+      return index;
+    };
+    std::vector<int64_t> ia = operand_index(a, ra), ib = operand_index(b, rb);
+    ia.resize(ra);
+    ib.resize(rb);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0, abs_sum = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          ia[ra - 2] = i;
+          ia[ra - 1] = p;
+          ib[rb - 2] = p;
+          ib[rb - 1] = j;
+          const double term = a.at(ia) * b.at(ib);
+          sum += term;
+          abs_sum += std::abs(term);
+        }
+        out.values.push_back(sum);
+        scale.push_back(abs_sum);
+      }
+    }
+  }
+  if (vec_b) out.dims.pop_back();
+  if (vec_a) out.dims.erase(out.dims.end() - (vec_b ? 1 : 2));
+  return {out, scale};
+}
+
+Dense dense(const Tensor& t) { return {t.dims(), as_doubles(t)}; }
+
+/// The transpose of the last two dims.
+Dense transposed(const Dense& x) {
+  Dense out = x;
+  const size_t r = x.dims.size();
+  std::swap(out.dims[r - 1], out.dims[r - 2]);
+  const int64_t rows = x.dims[r - 2], cols = x.dims[r - 1];
+  const int64_t blocks = static_cast<int64_t>(x.values.size()) / std::max<int64_t>(rows * cols, 1);
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        out.values[static_cast<size_t>(blk * rows * cols + j * rows + i)] =
+            x.values[static_cast<size_t>(blk * rows * cols + i * cols + j)];
+      }
+    }
+  }
+  return out;
+}
+
+double gelu_tanh(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+/// ONNX Conv in double (X [N, C, ...], W [M, C / group, ...], no bias), and the sum of |x w| over
+/// each output's terms.
+std::pair<Dense, std::vector<double>> conv_reference(const Dense& x, const Dense& w, int64_t group,
+                                                     const std::vector<int64_t>& strides,
+                                                     const std::vector<int64_t>& pads,
+                                                     const std::vector<int64_t>& dilations) {
+  const size_t spatial = x.dims.size() - 2;
+  const int64_t n = x.dims[0], c = x.dims[1], m = w.dims[0], cg = w.dims[1];
+  Dense out;
+  out.dims = {n, m};
+  for (size_t d = 0; d < spatial; ++d) {
+    const int64_t span = dilations[d] * (w.dims[2 + d] - 1) + 1;
+    out.dims.push_back((x.dims[2 + d] + pads[d] + pads[spatial + d] - span) / strides[d] + 1);
+  }
+  std::vector<double> scale;
+  std::vector<int64_t> o(out.dims.size(), 0);
+  const int64_t per_group = m / group;
+  for (bool more = true; more;) {
+    double sum = 0, abs_sum = 0;
+    const int64_t g = o[1] / per_group;
+    std::vector<int64_t> kk(spatial, 0);
+    for (int64_t ci = 0; ci < cg; ++ci) {
+      for (bool taps = true; taps;) {
+        std::vector<int64_t> xi = {o[0], g * cg + ci};
+        bool inside = true;
+        for (size_t d = 0; d < spatial; ++d) {
+          const int64_t at = o[2 + d] * strides[d] - pads[d] + kk[d] * dilations[d];
+          inside = inside && at >= 0 && at < x.dims[2 + d];
+          xi.push_back(at);
+        }
+        if (inside) {
+          std::vector<int64_t> wi = {o[1], ci};
+          wi.insert(wi.end(), kk.begin(), kk.end());
+          const double term = x.at(xi) * w.at(wi);
+          sum += term;
+          abs_sum += std::abs(term);
+        }
+        size_t d = spatial;
+        while (d > 0 && ++kk[d - 1] == w.dims[1 + d]) kk[--d] = 0;
+        taps = d > 0;
+      }
+    }
+    (void)c;
+    out.values.push_back(sum);
+    scale.push_back(abs_sum);
+    size_t d = o.size();
+    while (d > 0 && ++o[d - 1] == out.dims[d - 1]) o[--d] = 0;
+    more = d > 0;
+  }
+  return {out, scale};
+}
+
+/// One product: its model (inputs x0, x1, ...), the inputs' dims, and its reference from them.
+struct Case {
+  const char* name;
+  std::vector<std::vector<int64_t>> inputs;
+  std::function<void(ModelBuilder&, const std::vector<Value*>&)> build;
+  std::function<std::pair<Dense, std::vector<double>>(const std::vector<Dense>&)> reference;
+  DType dtype = DType::kFloat32;
+};
+
+/// MatMul(x0, x1).
+Case matmul_case(const char* name, std::vector<int64_t> a, std::vector<int64_t> b,
+                 DType dtype = DType::kFloat32) {
+  return {name,
+          {std::move(a), std::move(b)},
+          [](ModelBuilder& m, const std::vector<Value*>& x) {
+            m.output(m.op("MatMul", {x[0], x[1]}));
+          },
+          [](const std::vector<Dense>& x) { return matmul_reference(x[0], x[1]); },
+          dtype};
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> c = {
+      matmul_case("one_by_one", {1, 1}, {1, 1}),
+      matmul_case("k_is_one", {6, 1}, {1, 5}),
+      matmul_case("odd_sizes", {17, 33}, {33, 9}),
+      matmul_case("row_times_wide_matrix", {1, 300}, {300, 257}),
+      matmul_case("tall_times_column", {1000, 3}, {3, 1}),
+      matmul_case("vector_dot_vector", {7}, {7}),
+      matmul_case("matrix_times_vector", {5, 8}, {8}),
+      matmul_case("vector_times_matrix", {8}, {8, 3}),
+      matmul_case("batch_broadcast_both_ways", {2, 1, 5, 7}, {3, 7, 4}),
+      matmul_case("attention_scores", {2, 4, 9, 16}, {2, 4, 16, 9}),
+      // B broadcast in the inner batch dim only: the outer dim is looped, the inner one batched.
+      matmul_case("partly_broadcast_batch", {3, 2, 5, 6}, {3, 1, 6, 7}),
+      matmul_case("float64", {6, 5}, {5, 3}, DType::kFloat64),
+      matmul_case("float64_batched", {4, 3, 5}, {5, 2}, DType::kFloat64),
+  };
+  // A transposed by a Transpose node: a view with swapped strides, folded into the op.
+  c.push_back(
+      {"transposed_operand",
+       {{7, 5}, {7, 3}},
+       [](ModelBuilder& m, const std::vector<Value*>& x) {
+         Value* t = m.op("Transpose", {x[0]}, {{"perm", std::vector<int64_t>{1, 0}}});
+         m.output(m.op("MatMul", {t, x[1]}));
+       },
+       [](const std::vector<Dense>& x) { return matmul_reference(transposed(x[0]), x[1]); }});
+  // Attention's head split: [B, S, H, D] permuted to [B, H, S, D] (batch strides that do not
+  // merge, rows of stride H * D).
+  c.push_back({"permuted_heads",
+               {{2, 6, 3, 4}, {2, 3, 4, 6}},
+               [](ModelBuilder& m, const std::vector<Value*>& x) {
+                 Value* q = m.op("Transpose", {x[0]}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+                 m.output(m.op("MatMul", {q, x[1]}));
+               },
+               [](const std::vector<Dense>& x) {
+                 Dense q;
+                 q.dims = {2, 3, 6, 4};
+                 for (int64_t b = 0; b < 2; ++b)
+                   for (int64_t h = 0; h < 3; ++h)
+                     for (int64_t s = 0; s < 6; ++s)
+                       for (int64_t d = 0; d < 4; ++d) q.values.push_back(x[0].at({b, s, h, d}));
+                 return matmul_reference(q, x[1]);
+               }});
+  // Every second column of A: a stride cuBLASLt cannot read, made contiguous first.
+  c.push_back({"column_stride_two",
+               {{5, 12}, {6, 4}},
+               [](ModelBuilder& m, const std::vector<Value*>& x) {
+                 Value* s = m.op("Slice", {x[0], m.ints({0}, {1}), m.ints({12}, {1}),
+                                           m.ints({1}, {1}), m.ints({2}, {1})});
+                 m.output(m.op("MatMul", {s, x[1]}));
+               },
+               [](const std::vector<Dense>& x) {
+                 Dense s;
+                 s.dims = {5, 6};
+                 for (int64_t i = 0; i < 5; ++i)
+                   for (int64_t j = 0; j < 6; ++j) s.values.push_back(x[0].at({i, 2 * j}));
+                 return matmul_reference(s, x[1]);
+               }});
+  // Gemm with both transposes, alpha, and a bias C of [N] (fused as cuBLASLt's BIAS epilogue).
+  c.push_back({"gemm_transposes_alpha_bias",
+               {{6, 4}, {5, 6}, {5}},
+               [](ModelBuilder& m, const std::vector<Value*>& x) {
+                 m.output(m.op("Gemm", {x[0], x[1], x[2]},
+                               {{"transA", int64_t{1}}, {"transB", int64_t{1}}, {"alpha", 0.5f}}));
+               },
+               [](const std::vector<Dense>& x) {
+                 auto [out, scale] = matmul_reference(transposed(x[0]), transposed(x[1]));
+                 for (size_t i = 0; i < out.values.size(); ++i) {
+                   out.values[i] = 0.5 * out.values[i] + x[2].values[i % 5];
+                   scale[i] = 0.5 * scale[i] + 1;
+                 }
+                 return std::make_pair(out, scale);
+               }});
+  // Gemm with a full C and beta: a pointwise kernel after the product.
+  c.push_back({"gemm_beta_matrix",
+               {{4, 3}, {3, 5}, {4, 5}},
+               [](ModelBuilder& m, const std::vector<Value*>& x) {
+                 m.output(m.op("Gemm", {x[0], x[1], x[2]}, {{"beta", 0.25f}}));
+               },
+               [](const std::vector<Dense>& x) {
+                 auto [out, scale] = matmul_reference(x[0], x[1]);
+                 for (size_t i = 0; i < out.values.size(); ++i) {
+                   out.values[i] += 0.25 * x[2].values[i];
+                   scale[i] += 1;
+                 }
+                 return std::make_pair(out, scale);
+               }});
+  // MatMul, Add of a bias vector, Relu: cuBLASLt's RELU_BIAS epilogue, batched.
+  c.push_back({"matmul_bias_relu",
+               {{3, 10, 16}, {16, 24}, {24}},
+               [](ModelBuilder& m, const std::vector<Value*>& x) {
+                 m.output(m.op("Relu", {m.op("Add", {m.op("MatMul", {x[0], x[1]}), x[2]})}));
+               },
+               [](const std::vector<Dense>& x) {
+                 auto [out, scale] = matmul_reference(x[0], x[1]);
+                 for (size_t i = 0; i < out.values.size(); ++i) {
+                   out.values[i] = std::max(0.0, out.values[i] + x[2].values[i % 24]);
+                   scale[i] += 1;
+                 }
+                 return std::make_pair(out, scale);
+               }});
+  // MatMul then tanh-Gelu: cuBLASLt's GELU epilogue.
+  c.push_back({"matmul_gelu_tanh",
+               {{10, 32}, {32, 20}},
+               [](ModelBuilder& m, const std::vector<Value*>& x) {
+                 m.output(m.op("Gelu", {m.op("MatMul", {x[0], x[1]})},
+                               {{"approximate", std::string("tanh")}}));
+               },
+               [](const std::vector<Dense>& x) {
+                 auto [out, scale] = matmul_reference(x[0], x[1]);
+                 for (double& v : out.values) v = gelu_tanh(v);
+                 return std::make_pair(out, scale);
+               }});
+  // Convolutions on cuDNN (the same file: the same harness; all run at both precisions).
+  struct ConvCase {
+    const char* name;
+    std::vector<int64_t> x, w;
+    int64_t group;
+    std::vector<int64_t> strides, pads, dilations;
+    bool bias_relu;
+    DType dtype = DType::kFloat32;
+  };
+  const std::vector<ConvCase> convs = {
+      {"conv2d_strided_dilated_bias_relu",
+       {2, 3, 9, 11},
+       {4, 3, 3, 3},
+       1,
+       {2, 1},
+       {1, 0, 2, 1},
+       {1, 2},
+       true},
+      {"conv1d_grouped", {1, 4, 20}, {6, 2, 5}, 2, {3}, {2, 2}, {1}, false},
+      {"conv3d",
+       {1, 2, 5, 6, 4},
+       {3, 2, 3, 2, 2},
+       1,
+       {1, 1, 1},
+       {1, 1, 1, 1, 0, 1},
+       {1, 1, 1},
+       true},
+      {"conv2d_depthwise", {1, 8, 7, 7}, {8, 1, 3, 3}, 8, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},
+      {"conv2d_one_by_one", {3, 16, 5, 5}, {32, 16, 1, 1}, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false},
+      {"conv2d_float64",
+       {1, 3, 6, 5},
+       {2, 3, 3, 3},
+       1,
+       {1, 1},
+       {1, 1, 1, 1},
+       {1, 1},
+       true,
+       DType::kFloat64},
+  };
+  for (const ConvCase& v : convs) {
+    std::vector<std::vector<int64_t>> inputs = {v.x, v.w};
+    if (v.bias_relu) inputs.push_back({v.w[0]});
+    c.push_back({v.name, inputs,
+                 [v](ModelBuilder& m, const std::vector<Value*>& x) {
+                   std::vector<Value*> in = {x[0], x[1]};
+                   if (v.bias_relu) in.push_back(x[2]);
+                   Value* y = m.op("Conv", in,
+                                   {{"group", v.group},
+                                    {"strides", v.strides},
+                                    {"pads", v.pads},
+                                    {"dilations", v.dilations}});
+                   m.output(v.bias_relu ? m.op("Relu", {y}) : y);
+                 },
+                 [v](const std::vector<Dense>& x) {
+                   auto [out, scale] =
+                       conv_reference(x[0], x[1], v.group, v.strides, v.pads, v.dilations);
+                   if (v.bias_relu) {
+                     int64_t inner = 1;
+                     for (size_t d = 2; d < out.dims.size(); ++d) inner *= out.dims[d];
+                     for (size_t i = 0; i < out.values.size(); ++i) {
+                       const int64_t channel = static_cast<int64_t>(i) / inner % out.dims[1];
+                       out.values[i] =
+                           std::max(0.0, out.values[i] + x[2].values[static_cast<size_t>(channel)]);
+                       scale[i] += 1;
+                     }
+                   }
+                   return std::make_pair(out, scale);
+                 },
+                 v.dtype});
+  }
+  return c;
+}
+
+/// Builds `c`'s model with inputs x0, x1, ... of its dims.
+graph::Model build(const Case& c) {
+  ModelBuilder m(kOpset);
+  std::vector<Value*> inputs;
+  for (size_t k = 0; k < c.inputs.size(); ++k) {
+    graph::Shape shape;
+    for (int64_t d : c.inputs[k]) shape.push_back(sym::Expr(d));
+    std::string name = "x";  // (not "x" + ...: GCC 12 warns wrongly about that, -Wrestrict)
+    name += std::to_string(k);
+    inputs.push_back(m.input(name, c.dtype, shape));
+  }
+  c.build(m, inputs);
+  return std::move(m.model);
+}
+
+/// Runs `c` on the GPU at `precision` and compares with its reference: each element within
+/// `relative` times the sum of its |a * b| terms (plus 1e-6).
+void run_and_compare(const Case& c, ir::Precision precision, double relative) {
+  TempDir dir;
+  CompiledModel compiled = compile_cuda(build(c), dir.path, precision);
+  std::vector<Tensor> inputs;
+  std::vector<Dense> dense_inputs;
+  for (size_t k = 0; k < c.inputs.size(); ++k) {
+    inputs.push_back(tensor(c.dtype, c.inputs[k], static_cast<int64_t>(k)));
+    dense_inputs.push_back(dense(inputs.back()));
+  }
+  // Twice: the second run reuses the call sites' plans.
+  for (int run = 0; run < 2; ++run) {
+    std::vector<Tensor> y = compiled.run(inputs);
+    ASSERT_EQ(y.size(), 1u);
+    auto [want, scale] = c.reference(dense_inputs);
+    ASSERT_EQ(y[0].dims(), want.dims) << c.name;
+    const std::vector<double> got = as_doubles(y[0]);
+    ASSERT_EQ(got.size(), want.values.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want.values[i], relative * scale[i] + 1e-6)
+          << c.name << " at " << i << " (run " << run << ")";
+    }
+  }
+}
+
+class CudaMatMulRun : public ::testing::TestWithParam<Case> {};
+
+// float32 at --precision fp32: float32 rounding of each term and of the sum (2^-24 per
+// operation, summed over at most K + 1 operations, bounded by 1e-6 per unit of sum |a b| for
+// K <= 300 here, with room); float64 the same bound, far looser than needed.
+TEST_P(CudaMatMulRun, Fp32MatchesADoubleReference) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device";
+  run_and_compare(GetParam(), ir::Precision::kFp32, 2e-5);
+}
+
+// TF32 rounds each input to 10 mantissa bits (relative 2^-11 each, so about 1e-3 per term):
+// the bound is 2e-3 per unit of sum |a b|.
+TEST_P(CudaMatMulRun, Tf32MatchesADoubleReferenceWithinTf32Rounding) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device";
+  run_and_compare(GetParam(), ir::Precision::kTf32, 2e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaMatMulRun, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return std::string(info.param.name);
+                         });
+
+const Case& named(const std::string& name) {
+  static const std::vector<Case> all = cases();
+  for (const Case& c : all) {
+    if (name == c.name) return c;
+  }
+  throw std::runtime_error("no case " + name);
+}
+
+TEST(CudaMatMul, GemmIsOneCublasLtCallWithItsBiasFusedAndItsTransposesFolded) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const std::string wrapper = cuda_wrapper(build(named("gemm_transposes_alpha_bias")), dir.path);
+  EXPECT_EQ(count(wrapper, "state.cuda.matmul<float>("), 1u) << wrapper;
+  EXPECT_NE(wrapper.find("kiln_cuda::Epilogue::kBias"), std::string::npos) << wrapper;
+  // A is [6, 4] read as its transpose [4, 6]: strides {1, 4}; B [5, 6] as [6, 5]: {1, 6}.
+  EXPECT_NE(wrapper.find("const int64_t a_strides[] = {1, 4};"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("const int64_t b_strides[] = {1, 6};"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("state.cuda.reserve_library_workspace();"), std::string::npos);
+  // Nothing on the host, no kernel (the bias is the epilogue), no wait but a profiled run's.
+  EXPECT_EQ(wrapper.find("// on the host"), std::string::npos) << wrapper;
+  EXPECT_EQ(wrapper.find("launch_cuda"), std::string::npos) << wrapper;
+  EXPECT_EQ(count(wrapper, "synchronize("),
+            count(wrapper, "if (profile != nullptr) state.cuda.synchronize("));
+}
+
+TEST(CudaMatMul, BiasReluAndTanhGeluFuseButErfGeluDoesNot) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const std::string relu = cuda_wrapper(build(named("matmul_bias_relu")), dir.path / "relu");
+  EXPECT_NE(relu.find("kiln_cuda::Epilogue::kReluBias"), std::string::npos) << relu;
+  EXPECT_EQ(relu.find("launch_cuda"), std::string::npos) << relu;
+  const std::string gelu = cuda_wrapper(build(named("matmul_gelu_tanh")), dir.path / "gelu");
+  EXPECT_NE(gelu.find("kiln_cuda::Epilogue::kGelu,"), std::string::npos) << gelu;
+  EXPECT_EQ(gelu.find("launch_cuda"), std::string::npos) << gelu;
+  // The erf form is not cuBLASLt's: a kernel of its own after the product.
+  Case erf = named("matmul_gelu_tanh");
+  erf.build = [](ModelBuilder& m, const std::vector<Value*>& x) {
+    m.output(m.op("Gelu", {m.op("MatMul", {x[0], x[1]})}));
+  };
+  const std::string plain = cuda_wrapper(build(erf), dir.path / "erf");
+  EXPECT_NE(plain.find("kiln_cuda::Epilogue::kNone"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("launch_cuda"), std::string::npos) << plain;
+}
+
+TEST(CudaMatMul, BroadcastBatchDimsAreZeroStrides) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const std::string wrapper = cuda_wrapper(build(named("batch_broadcast_both_ways")), dir.path);
+  // A [2, 1, 5, 7] and B [3, 7, 4] over the output [2, 3, 5, 4].
+  EXPECT_NE(wrapper.find("const int64_t a_strides[] = {35, 0, 7, 1};"), std::string::npos)
+      << wrapper;
+  EXPECT_NE(wrapper.find("const int64_t b_strides[] = {0, 28, 4, 1};"), std::string::npos)
+      << wrapper;
+  EXPECT_NE(wrapper.find("const int64_t sizes[] = {2, 3, 5, 4};"), std::string::npos) << wrapper;
+}
+
+TEST(CudaConv, ConvolutionIsACudnnCallWithItsBiasAndReluOneKernelAfterIt) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const std::string wrapper =
+      cuda_wrapper(build(named("conv2d_strided_dilated_bias_relu")), dir.path);
+  EXPECT_EQ(count(wrapper, "state.cuda.conv<float>("), 1u) << wrapper;
+  EXPECT_NE(wrapper.find("// cuDNN convolution, TF32 allowed"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("const int64_t pads_begin[] = {1, 0};"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("const int64_t pads_end[] = {2, 1};"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("const int64_t dilations[] = {1, 2};"), std::string::npos) << wrapper;
+  EXPECT_EQ(wrapper.find("// on the host"), std::string::npos) << wrapper;
+  // Bias and Relu: one kernel.
+  EXPECT_EQ(count(wrapper, "static void launch_cuda_"), 1u) << wrapper;
+  EXPECT_EQ(count(wrapper, "synchronize("),
+            count(wrapper, "if (profile != nullptr) state.cuda.synchronize("));
+}
+
+TEST(CudaMatMul, PrecisionPicksTheComputeType) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const graph::Model model = build(named("odd_sizes"));
+  const std::string tf32 = cuda_wrapper(model, dir.path / "tf32", ir::Precision::kTf32);
+  EXPECT_NE(tf32.find("// cuBLASLt, TF32 compute"), std::string::npos) << tf32;
+  EXPECT_NE(tf32.find("nullptr, true, \"matmul ("), std::string::npos) << tf32;
+  const std::string fp32 = cuda_wrapper(model, dir.path / "fp32", ir::Precision::kFp32);
+  EXPECT_NE(fp32.find("// cuBLASLt, float32 compute"), std::string::npos) << fp32;
+  EXPECT_NE(fp32.find("nullptr, false, \"matmul ("), std::string::npos) << fp32;
+}
+
+}  // namespace
+}  // namespace kiln::driver

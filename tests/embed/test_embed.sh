@@ -46,8 +46,10 @@ cmake --build "$SCRATCH/embed-build" >"$SCRATCH/embed-build.log" 2>&1 ||
 grep -q "warning" "$SCRATCH/embed-build.log" && { cat "$SCRATCH/embed-build.log"; fail "warnings"; }
 EMBED_RUN="$SCRATCH/embed-build/embed_run"
 EMBED_COMPILE="$SCRATCH/embed-build/embed_compile"
-ldd "$EMBED_RUN" | grep -q libkiln && { ldd "$EMBED_RUN"; fail "embed_run links a Kiln library"; }
-ldd "$EMBED_COMPILE" | grep -q "libkiln.so.* => $PREFIX/lib/" ||
+# grep without -q below: it reads all of ldd's output, where grep -q may exit at its first match
+# while ldd still writes, and ldd's SIGPIPE then fails the pipeline under pipefail.
+ldd "$EMBED_RUN" | grep libkiln >/dev/null && { ldd "$EMBED_RUN"; fail "embed_run links a Kiln library"; }
+ldd "$EMBED_COMPILE" | grep "libkiln.so.* => $PREFIX/lib/" >/dev/null ||
   { ldd "$EMBED_COMPILE"; fail "embed_compile does not load the installed libkiln.so"; }
 
 "$PYTHON" "$HERE/make_embed_model.py" "$SCRATCH/model" || fail "make_embed_model.py failed"
@@ -81,7 +83,7 @@ compile_and_ship() {
     cp "$built/model.weights" "$ship/"
   fi
   rm -rf "$built"
-  if ldd "$ship/model.so" | grep -q libkiln; then
+  if ldd "$ship/model.so" | grep libkiln >/dev/null; then
     ldd "$ship/model.so"
     fail "the model library ($weights weights) depends on a Kiln library"
   fi
@@ -106,7 +108,7 @@ step "kiln::compile through libkiln.so (embed_compile)"
   { cat "$SCRATCH/api.log"; fail "embed_compile failed"; }
 "$PYTHON" "$HERE/compare_outputs.py" "$SCRATCH/ref_b3" "$SCRATCH/api/out" ||
   fail "kiln::compile's model differs from kiln run"
-ldd "$SCRATCH/api/model.so" | grep -q libkiln && fail "kiln::compile's library depends on Kiln"
+ldd "$SCRATCH/api/model.so" | grep libkiln >/dev/null && fail "kiln::compile's library depends on Kiln"
 
 step "kiln::compile of a bad model"
 echo "not a model" >"$SCRATCH/bad.onnx"

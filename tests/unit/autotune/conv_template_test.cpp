@@ -105,42 +105,21 @@ std::vector<ConvConfig> small_block_configs() {
   return runnable;
 }
 
-// Y = conv(X, W) + bias in double, then (with `residual`) max(y + residual, 0), with each
-// element's tolerance.
+// Y = conv(X, W) + bias in double (test_util.h), then (with `residual`) max(y + residual, 0),
+// with each element's tolerance.
 void expect_matches(const ConvProblem& p, const std::vector<float>& x, const std::vector<float>& w,
                     const std::vector<float>& bias, const float* residual,
                     const std::vector<float>& y, const std::string& what) {
   const double eps = std::numeric_limits<float>::epsilon();
-  const int64_t oh = p.oh(), ow = p.ow();
+  const ReferenceConv reference = reference_conv(p, x, w, bias);
   int failures = 0;
-  for (int64_t b = 0; b < p.n; ++b) {
-    for (int64_t m = 0; m < p.m; ++m) {
-      for (int64_t i = 0; i < oh; ++i) {
-        for (int64_t j = 0; j < ow; ++j) {
-          double sum = bias[m], magnitude = std::abs(bias[m]);
-          for (int64_t c = 0; c < p.c; ++c) {
-            for (int64_t ki = 0; ki < p.kh; ++ki) {
-              const int64_t ii = i * p.stride_h - p.pad_top + ki * p.dilation_h;
-              if (ii < 0 || ii >= p.h) continue;
-              for (int64_t kj = 0; kj < p.kw; ++kj) {
-                const int64_t jj = j * p.stride_w - p.pad_left + kj * p.dilation_w;
-                if (jj < 0 || jj >= p.w) continue;
-                const double term = double{x[((b * p.c + c) * p.h + ii) * p.w + jj]} *
-                                    w[((m * p.c + c) * p.kh + ki) * p.kw + kj];
-                sum += term;
-                magnitude += std::abs(term);
-              }
-            }
-          }
-          const int64_t at = ((b * p.m + m) * oh + i) * ow + j;
-          if (residual != nullptr) sum = std::max(sum + residual[at], 0.0);
-          const double tolerance = 8 * eps * std::sqrt(double(p.depth())) * (magnitude + 1) + 1e-30;
-          if (!(std::abs(y[at] - sum) <= tolerance) && ++failures <= 3) {
-            ADD_FAILURE() << what << ": Y[" << b << ", " << m << ", " << i << ", " << j
-                          << "] = " << y[at] << ", expected " << sum;
-          }
-        }
-      }
+  for (size_t at = 0; at < y.size(); ++at) {
+    double expected = reference.y[at];
+    if (residual != nullptr) expected = std::max(expected + residual[at], 0.0);
+    const double tolerance =
+        8 * eps * std::sqrt(double(p.depth())) * (reference.magnitude[at] + 1) + 1e-30;
+    if (!(std::abs(y[at] - expected) <= tolerance) && ++failures <= 3) {
+      ADD_FAILURE() << what << ": Y[" << at << "] = " << y[at] << ", expected " << expected;
     }
   }
   EXPECT_EQ(failures, 0) << what;

@@ -189,8 +189,8 @@ std::vector<std::pair<std::string, std::string>> values(const ConvProblem& p,
                      {{"GROUP", fmt::format("constexpr int64_t kG = {};\n", p.group)},
                       {"DEPTH", "kC / kG * kKH * kKW"}});
   }
-  const std::string pass = substitute_placeholders(
-      std::string(kBiasPass), {{"EXPR", epilogue.empty() ? "v" : "(" + epilogue.expr + ")"}});
+  const std::string pass =
+      substitute_placeholders(std::string(kBiasPass), {{"EXPR", epilogue_value(epilogue)}});
   return {{"CONSTANTS", substitute_placeholders(std::string(kConstants), constants)},
           {"WDIMS", p.group == 1 ? "{kM, kC, kKH, kKW}" : "{kG, kM / kG, kC / kG, kKH, kKW}"},
           {"WTAG", p.group == 1 ? "oihw" : "goihw"},

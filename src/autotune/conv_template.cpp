@@ -210,7 +210,7 @@ void render_row(IndentedBuffer& out, const ConvConfig& config, const ConvProblem
       out.line("const float bq = bias[q];");
       out.line("for (int64_t n = 0; n < kOW; ++n) {");
       out.line("    const float v = acc[n * kOCB + q] + bq;");
-      out.linef("    y[n] = {};", epilogue.empty() ? "v" : "(" + epilogue.expr + ")");
+      out.linef("    y[n] = {};", epilogue_value(epilogue));
       out.line("}");
     }
     out.line("}");

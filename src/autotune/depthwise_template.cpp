@@ -87,7 +87,7 @@ void render_row(IndentedBuffer& out, const ConvProblem& p, const TemplateEpilogu
     out.line("float* y = Y + m * kOW;");
     out.line("for (int64_t n = 0; n < kOW; ++n) {");
     out.line("    const float v = acc[n];");
-    out.linef("    y[n] = {};", epilogue.empty() ? "v" : "(" + epilogue.expr + ")");
+    out.linef("    y[n] = {};", epilogue_value(epilogue));
     out.line("}");
   }
   out.line("}");

@@ -290,7 +290,7 @@ void render_entry(IndentedBuffer& out, const GemmConfig& config, const GemmProbl
     out.line("for (int64_t m = 0; m < M; ++m) {");
     out.line("    for (int64_t n = 0; n < kN; ++n) {");
     out.line("        const float v = 0.0f;");
-    out.linef("        C[m * kN + n] = {};", epilogue.empty() ? "v" : "(" + epilogue.expr + ")");
+    out.linef("        C[m * kN + n] = {};", epilogue_value(epilogue));
     out.line("    }");
     out.line("}");
     return;

@@ -58,6 +58,11 @@ void render_conv_constants(Buffer& out, const Problem& p) {
             p.oh(), p.ow());
 }
 
+/// The stored value of a template's output: "v" (the sum) without an epilogue, else "(expr)".
+inline std::string epilogue_value(const TemplateEpilogue& epilogue) {
+  return epilogue.empty() ? "v" : "(" + epilogue.expr + ")";
+}
+
 /// ", a0, a1": the epilogue's inputs as arguments.
 inline std::string epilogue_call_args(const TemplateEpilogue& epilogue) {
   std::string text;

@@ -305,7 +305,7 @@ void render_output_transform(IndentedBuffer& out, const TemplateEpilogue& epilog
           out.line("for (int64_t j = 0; j < cols; ++j) {");
           out.line("    const int64_t n = tj * 4 + j;");
           out.line("    const float v = y[i * 4 + j][q];");
-          out.linef("    yr[n] = {};", epilogue.empty() ? "v" : "(" + epilogue.expr + ")");
+          out.linef("    yr[n] = {};", epilogue_value(epilogue));
           out.line("}");
         }
         out.line("}");

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "codegen/cuda/nvrtc_compile.h"
+#include "cuda_test_util.h"
 #include "driver/compile.h"
 #include "onnx/importer.h"
 #include "support/error.h"
@@ -26,36 +27,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// A temporary directory removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "kiln-cuda-test-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
-
-/// True when the CUDA driver finds a device (what the wrappers need to run).
-bool has_cuda_device() {
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return false;
-  auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(lib, "cuInit"));
-  auto count = reinterpret_cast<int (*)(int*)>(dlsym(lib, "cuDeviceGetCount"));
-  int n = 0;
-  return init != nullptr && count != nullptr && init(0) == 0 && count(&n) == 0 && n > 0;
-}
-
-/// How often `needle` occurs in `text`.
-size_t count(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
+using namespace cuda_test;  // NOLINT: the shared fixtures
 
 CompiledModel compile_for_cuda(const std::string& suite_case, const fs::path& dump) {
   graph::Model model = onnx::import_model(fs::path(KILN_TEST_DATA_DIR) / suite_case / "model.onnx");

@@ -1,0 +1,47 @@
+#pragma once
+// What the CUDA driver tests share: a scratch directory, whether a GPU is there, and counting
+// occurrences in generated text.
+
+#include <dlfcn.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+namespace kiln::driver::cuda_test {
+
+/// A temporary directory removed at the end of the test.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "kiln-cuda-test-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+
+/// True when the CUDA driver finds a device (what the wrappers need to run).
+inline bool has_cuda_device() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return false;
+  auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(lib, "cuInit"));
+  auto count = reinterpret_cast<int (*)(int*)>(dlsym(lib, "cuDeviceGetCount"));
+  int n = 0;
+  return init != nullptr && count != nullptr && init(0) == 0 && count(&n) == 0 && n > 0;
+}
+
+/// How often `needle` occurs in `text`.
+inline size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace kiln::driver::cuda_test

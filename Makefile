@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 
-.PHONY: all deps configure build install demo bench bench-gemm bench-conv bench-resnet-conv bench-ort bench-compile test test-sanitize fuzz format clean
+.PHONY: all deps configure build install demo bench bench-gemm bench-conv bench-resnet-conv bench-ort bench-compile test test-cuda-compile test-sanitize fuzz format clean
 
 all: build
 
@@ -70,6 +70,12 @@ bench-compile: deps configure
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# NVRTC compiles the CUDA kernels of every ONNX suite case, as `kiln run --device cuda` would
+# generate them, for sm_80 and sm_90 (no GPU needed; needs the CUDA toolkit). `make test` runs a
+# 220-case sample of it (onnx.cuda_compile).
+test-cuda-compile: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target test-cuda-compile
 
 # The unit tests, the command-line tests and a 220-case sample of the ONNX suite
 # (tests/onnx/sanitize_cases.txt) under AddressSanitizer and UndefinedBehaviorSanitizer, the

@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 
-.PHONY: all deps configure build install demo bench bench-gemm bench-conv bench-resnet-conv bench-ort bench-compile test test-cuda-compile test-sanitize fuzz format clean
+.PHONY: all deps configure build install demo bench bench-gemm bench-conv bench-resnet-conv bench-ort bench-cuda bench-compile test test-cuda-compile test-sanitize fuzz format clean
 
 all: build
 
@@ -55,6 +55,16 @@ bench-conv: deps configure
 bench-ort: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln
 	bash bench/ort/run.sh $(BUILD_DIR)
+
+# On a machine with an NVIDIA GPU, PyTorch, onnx and onnxruntime: Kiln's latency on bench/ort's
+# ResNet-50-shaped CNN and BERT-base-shaped encoder next to PyTorch eager and torch.compile at fp32
+# and TF32, Kiln's outputs against onnxruntime's, the generated kernels' bandwidth against the
+# GPU's copy, and compute-sanitizer on both models (scripts/device_bench_cuda.sh). For a GPU
+# machine without Kiln's build dependencies, scripts/device_bundle.sh packs this build and
+# `STAGES=bench run.sh` runs the same script there.
+bench-cuda: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln kiln_cuda_pointwise_bench
+	bash scripts/device_bench_cuda.sh $(BUILD_DIR)/bin
 
 # The convolution choices at ResNet-50's Conv layers, selected in max mode: each layer's chosen
 # choice, heuristic, best template, oneDNN and im2col + OpenBLAS (bench/resnet_conv_bench.cpp).

@@ -38,8 +38,12 @@ models=$out/models
 cache=$out/cache
 model_list=
 [[ $parts == *" models "* || $parts == *" sanitize "* ]] && model_list="resnet50 bert"
-[ -n "$model_list" ] && timeout 120 "$py" "$make_models" "$models" >"$out/make_models.log" 2>&1 ||
-  { echo "make_models.py failed:"; tail -5 "$out/make_models.log"; exit 1; }
+if [ -n "$model_list" ] &&
+  ! timeout 120 "$py" "$make_models" "$models" >"$out/make_models.log" 2>&1; then
+  echo "make_models.py failed:"
+  tail -5 "$out/make_models.log"
+  exit 1
+fi
 
 [[ $parts == *" models "* ]] || model_list=
 for model in $model_list; do

@@ -22,6 +22,9 @@ using sched::MemberKind;
 
 /// Threads per block of a pointwise kernel.
 constexpr int64_t kPointwiseThreads = 256;
+/// Elements per thread of a pointwise kernel, kPointwiseThreads apart (each load instruction of
+/// a warp stays contiguous): an unrolled loop, so each thread has this many loads in flight.
+constexpr int64_t kPointwiseElements = 4;
 /// Threads per block of a reduction kernel at most (a whole number of warps, at most 32 of
 /// them: kiln_block_reduce keeps one value per warp in shared memory).
 constexpr int64_t kReduceThreads = 256;
@@ -29,7 +32,7 @@ constexpr int64_t kReduceThreads = 256;
 /// kWarpRows rows to a block: the combine is shuffles only, with no block barrier, and short
 /// rows do not leave most of a block idle. Longer rows, and rows of symbolic length, take a
 /// block each.
-constexpr int64_t kWarpRowMax = 256;
+constexpr int64_t kWarpRowMax = 1024;
 constexpr int64_t kWarpRows = 4;
 
 /// How a reduction kernel maps rows to threads: a warp per row (rows_per_block rows, one per
@@ -76,6 +79,9 @@ class CudaKernelBuilder {
   void emit_pointwise(IndentedBuffer& out);
   void emit_reduction(IndentedBuffer& out, const ReduceConfig& config);
   void emit_row_loop(IndentedBuffer& out, MemberEmitter& m);
+  /// blockDim.x of a reduction kernel, written as a literal in its row loops: with a static row
+  /// length the compiler unrolls them and issues their loads together.
+  int64_t row_threads_ = kReduceThreads;
   void emit_block_combine(IndentedBuffer& out, MemberEmitter& m);
 
   const sched::ScheduleItem& item_;
@@ -126,16 +132,24 @@ void CudaKernelBuilder::split_index(IndentedBuffer& out, const std::string& flat
 }
 
 void CudaKernelBuilder::emit_pointwise(IndentedBuffer& out) {
-  out.line("const int64_t xindex = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;");
-  out.linef("if (xindex >= {}) return;", ctx_.cpp(group_.numel()));
-  split_index(out, "xindex", group_.vars, group_.sizes);
-  LoopPass pass;
-  for (auto& m : members_) m->emit_loop_body(out, pass);
+  out.linef("const int64_t xbase = static_cast<int64_t>(blockIdx.x) * {} + threadIdx.x;",
+            kPointwiseThreads * kPointwiseElements);
+  out.line("#pragma unroll");
+  out.linef("for (int kiln_e = 0; kiln_e < {}; ++kiln_e) {{", kPointwiseElements);
+  {
+    auto _ = out.scope();
+    out.linef("const int64_t xindex = xbase + kiln_e * {};", kPointwiseThreads);
+    out.linef("if (xindex >= {}) break;", ctx_.cpp(group_.numel()));
+    split_index(out, "xindex", group_.vars, group_.sizes);
+    LoopPass pass;
+    for (auto& m : members_) m->emit_loop_body(out, pass);
+  }
+  out.line("}");
 }
 
 void CudaKernelBuilder::emit_row_loop(IndentedBuffer& out, MemberEmitter& m) {
-  out.linef("for (int64_t rindex = threadIdx.x; rindex < {}; rindex += blockDim.x) {{",
-            ctx_.cpp(group_.reduce_numel()));
+  out.linef("for (int64_t rindex = threadIdx.x; rindex < {}; rindex += {}) {{",
+            ctx_.cpp(group_.reduce_numel()), row_threads_);
   {
     auto _ = out.scope();
     split_index(out, "rindex", group_.reduce_vars, group_.reduce_sizes);
@@ -274,6 +288,7 @@ GeneratedKernel CudaKernelBuilder::build() {
   if (group_.is_reduction()) {
     const ReduceConfig config = reduce_config(ctx_.analyzer.simplify(group_.reduce_numel()));
     threads = config.threads;
+    row_threads_ = config.threads;
     emit_reduction(body, config);
     if (config.rows_per_block > 0) {
       threads *= config.rows_per_block;
@@ -285,7 +300,8 @@ GeneratedKernel CudaKernelBuilder::build() {
     launch.block[0] = sym::Expr(config.threads);
   } else {
     emit_pointwise(body);
-    launch.grid[0] = sym::ceil_div(group_.numel(), sym::Expr(kPointwiseThreads));
+    launch.grid[0] =
+        sym::ceil_div(group_.numel(), sym::Expr(kPointwiseThreads * kPointwiseElements));
   }
   launch.grid[0] = ctx_.analyzer.simplify(launch.grid[0]);
   if (!group_.is_reduction()) launch.block[0] = sym::Expr(threads);

@@ -4,12 +4,14 @@
 ///
 /// The members' bodies are the C++ backend's scalar emission (cpp_body.h: the same op table,
 /// loads, stores and kernel-local storage); what differs is the structure around them:
-/// - a pointwise kernel runs one thread per element of its P space (a flat index split into the
-///   group's variables), in blocks of kPointwiseThreads;
-/// - a reduction kernel is persistent: one warp (rows of at most 256 elements known when
+/// - a pointwise kernel runs each thread over kPointwiseElements elements of its P space (a flat
+///   index split into the group's variables), kPointwiseThreads apart so that each load of a
+///   warp stays contiguous, in an unrolled loop (its loads in flight together);
+/// - a reduction kernel is persistent: one warp (rows of at most 1024 elements known when
 ///   compiling, 4 rows to a block) or one block of up to 256 threads (longer or symbolic rows)
 ///   per output row (P). The row's threads take its R elements in turn, blockDim.x apart (a
-///   looped reduction for rows longer than the block), each accumulating its share; then the
+///   looped reduction for rows longer than the block; the stride is a literal, so static rows'
+///   loops unroll), each accumulating its share; then the
 ///   accumulators are combined by warp shuffles and, across a block's warps, through shared
 ///   memory (sums, extrema, Welford, arg-extrema with their tie rules), always lower lanes and
 ///   warps first, so every thread gets the same bits. Members over P x R keep per-element values

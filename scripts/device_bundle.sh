@@ -153,40 +153,40 @@ export KILN_CACHE_DIR=/tmp/kiln-cache
 check=$prefix/share/kiln/check
 stages=" ${STAGES:-tests sanitize suite} "
 if [[ $stages == *" tests "* ]]; then
-echo "== the CUDA driver tests (tests/unit/driver/cuda_*_test.cpp)"
-(cd /tmp && "$prefix/bin/kiln_driver_tests" --gtest_filter="${GTEST_FILTER:-*Cuda*}" 2>&1 |
-  grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[==========\] [0-9]+ tests|Failure|rror' | tail -40)
+  echo "== the CUDA driver tests (tests/unit/driver/cuda_*_test.cpp)"
+  (cd /tmp && "$prefix/bin/kiln_driver_tests" --gtest_filter="${GTEST_FILTER:-*Cuda*}" 2>&1 |
+    grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[==========\] [0-9]+ tests|Failure|rror' | tail -40)
 fi
 sanitize=${2:-}
 if [[ $stages == *" sanitize "* ]]; then
-sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
-if [ -z "$sanitizer" ]; then
-  echo "== compute-sanitizer: not found on this machine"
-else
-  if [ -z "$sanitize" ]; then
-    # Every fourth core case (about 130, every op family), with host fallbacks among them.
-    sanitize=/tmp/sanitize_cases.txt
-    sed 's/#.*//' "$check/core_cases.txt" | awk 'NF && (n++ % 4 == 0) {print $1}' >"$sanitize"
-    printf 'node/%s\n' test_top_k test_nonzero_example test_gathernd_example_int32 >>"$sanitize"
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+  if [ -z "$sanitizer" ]; then
+    echo "== compute-sanitizer: not found on this machine"
+  else
+    if [ -z "$sanitize" ]; then
+      # Every fourth core case (about 130, every op family), with host fallbacks among them.
+      sanitize=/tmp/sanitize_cases.txt
+      sed 's/#.*//' "$check/core_cases.txt" | awk 'NF && (n++ % 4 == 0) {print $1}' >"$sanitize"
+      printf 'node/%s\n' test_top_k test_nonzero_example test_gathernd_example_int32 >>"$sanitize"
+    fi
+    echo "== compute-sanitizer memcheck ($(wc -l <"$sanitize") cases)"
+    "$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 \
+      "$prefix/bin/kiln_onnx_runner" "$data" /tmp/kiln-sanitize-cache --cases "$sanitize" \
+      --device cuda --jobs 8 2>&1 | grep -E "ERROR SUMMARY|========= (Invalid|Program hit)|passed|FAIL" | tail -15
+    echo "compute-sanitizer exit status: ${PIPESTATUS[0]}"
   fi
-  echo "== compute-sanitizer memcheck ($(wc -l <"$sanitize") cases)"
-  "$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 \
-    "$prefix/bin/kiln_onnx_runner" "$data" /tmp/kiln-sanitize-cache --cases "$sanitize" \
-    --device cuda --jobs 8 2>&1 | grep -E "ERROR SUMMARY|========= (Invalid|Program hit)|passed|FAIL" | tail -15
-  echo "compute-sanitizer exit status: ${PIPESTATUS[0]}"
-fi
 fi
 cases=${1:-}
 if [[ $stages == *" suite "* ]]; then
-if [ -z "$cases" ]; then
-  cases=/tmp/all_cases.txt
-  (cd "$data" && ls -d node/* pytorch-converted/* pytorch-operator/* simple/* >"$cases")
-fi
-echo "== suite with --device cuda ($(wc -l <"$cases") cases)"
-timeout "${SUITE_SECONDS:-420}" "$check/device_cuda_check.sh" "$prefix" "$cases" "$data" >/tmp/suite.log 2>&1
-echo "suite exit status: $?"
-grep -v -E '^nodes |^ +[A-Za-z0-9_]+ +[0-9]+ +[0-9]+ +0 *$' /tmp/suite.log | tail -60
-[ -n "${OUT:-}" ] && cp /tmp/suite.log "$OUT/" || true
+  if [ -z "$cases" ]; then
+    cases=/tmp/all_cases.txt
+    (cd "$data" && ls -d node/* pytorch-converted/* pytorch-operator/* simple/* >"$cases")
+  fi
+  echo "== suite with --device cuda ($(wc -l <"$cases") cases)"
+  timeout "${SUITE_SECONDS:-420}" "$check/device_cuda_check.sh" "$prefix" "$cases" "$data" >/tmp/suite.log 2>&1
+  echo "suite exit status: $?"
+  grep -v -E '^nodes |^ +[A-Za-z0-9_]+ +[0-9]+ +[0-9]+ +0 *$' /tmp/suite.log | tail -60
+  [ -n "${OUT:-}" ] && cp /tmp/suite.log "$OUT/" || true
 fi
 if [[ $stages == *" bench "* ]]; then
   echo "== make bench-cuda (scripts/device_bench_cuda.sh)"

@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 
-.PHONY: all deps configure build install demo bench bench-gemm bench-conv bench-resnet-conv bench-ort bench-compile test test-sanitize fuzz format clean
+.PHONY: all deps configure build install demo bench bench-gemm bench-conv bench-resnet-conv bench-ort bench-cuda bench-compile test test-cuda-compile test-sanitize fuzz format clean
 
 all: build
 
@@ -56,6 +56,16 @@ bench-ort: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln
 	bash bench/ort/run.sh $(BUILD_DIR)
 
+# On a machine with an NVIDIA GPU, PyTorch, onnx and onnxruntime: Kiln's latency on bench/ort's
+# ResNet-50-shaped CNN and BERT-base-shaped encoder next to PyTorch eager and torch.compile at fp32
+# and TF32, Kiln's outputs against onnxruntime's, the generated kernels' bandwidth against the
+# GPU's copy, and compute-sanitizer on both models (scripts/device_bench_cuda.sh). For a GPU
+# machine without Kiln's build dependencies, scripts/device_bundle.sh packs this build and
+# `STAGES=bench run.sh` runs the same script there.
+bench-cuda: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln kiln_cuda_pointwise_bench
+	bash scripts/device_bench_cuda.sh $(BUILD_DIR)/bin
+
 # The convolution choices at ResNet-50's Conv layers, selected in max mode: each layer's chosen
 # choice, heuristic, best template, oneDNN and im2col + OpenBLAS (bench/resnet_conv_bench.cpp).
 bench-resnet-conv: deps configure
@@ -70,6 +80,12 @@ bench-compile: deps configure
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# NVRTC compiles the CUDA kernels of every ONNX suite case, as `kiln run --device cuda` would
+# generate them, for sm_80 and sm_90 (no GPU needed; needs the CUDA toolkit). `make test` runs a
+# 220-case sample of it (onnx.cuda_compile).
+test-cuda-compile: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target test-cuda-compile
 
 # The unit tests, the command-line tests and a 220-case sample of the ONNX suite
 # (tests/onnx/sanitize_cases.txt) under AddressSanitizer and UndefinedBehaviorSanitizer, the

@@ -13,7 +13,9 @@
 #                   beyond the compiler's and the C library's (g++ -M on every runtime header)
 #   onnx-data.tar.xz  the ONNX 1.12 backend suite's data (unpacked where the tests look for it)
 #   run.sh          unpacks all that (syslibs into /, so: a scratch machine only) and runs
-#                   scripts/device_cuda_check.sh, then compute-sanitizer on a few cases
+#                   the stages of STAGES (default "tests sanitize suite"): the driver's CUDA
+#                   tests, compute-sanitizer on a few cases, scripts/device_cuda_check.sh; and
+#                   "bench": scripts/device_bench_cuda.sh (make bench-cuda)
 #   nvrtc.tar.xz    the toolkit's NVRTC, used only when the machine has none (run.sh looks for a
 #                   libnvrtc.so.<major> there first, PyTorch's wheels included); NVRTC=no
 #                   leaves it out
@@ -31,9 +33,13 @@ trap 'rm -rf "$work"' EXIT
 prefix=$work/kiln
 cmake --install "$build" --prefix "$prefix" >/dev/null
 cp "$build/bin/kiln_onnx_runner" "$build/bin/kiln_driver_tests" "$prefix/bin/"
+[ -f "$build/bin/kiln_cuda_pointwise_bench" ] && cp "$build/bin/kiln_cuda_pointwise_bench" "$prefix/bin/"
 mkdir -p "$prefix/share/kiln/check"
-cp "$here/scripts/device_cuda_check.sh" "$here/tests/onnx/core_cases.txt" \
-  "$here/tests/onnx/exclusions.txt" "$prefix/share/kiln/check/"
+cp "$here/scripts/device_cuda_check.sh" "$here/scripts/device_bench_cuda.sh" \
+  "$here/bench/ort/make_models.py" "$here/bench/cuda/torch_bench.py" \
+  "$here/tests/onnx/core_cases.txt" "$here/tests/onnx/exclusions.txt" \
+  "$here/tests/onnx/cuda_refusals.txt" "$here/tests/onnx/sanitize_cases.txt" \
+  "$prefix/share/kiln/check/"
 strip --strip-unneeded "$prefix"/bin/* 2>/dev/null || true
 
 # 2. System files, listed with absolute paths.
@@ -110,9 +116,12 @@ fi
 cat >"$out/run.sh" <<'EOF'
 #!/bin/bash
 # Unpacks the bundle of scripts/device_bundle.sh (system files into /: a scratch machine only)
-# and runs the CUDA checks: the driver tests' CUDA tests, compute-sanitizer memcheck on the
-# cases of SANITIZE (default a few), then the ONNX suite with --device cuda on the cases of
-# CASES (default the whole suite), stopped after SUITE_SECONDS (default 420).
+# and runs the stages of STAGES (default "tests sanitize suite"; any of those and "bench"):
+#   tests     the driver tests' CUDA tests (GTEST_FILTER, default '*Cuda*')
+#   sanitize  compute-sanitizer memcheck on the cases of SANITIZE_FILE (default a few)
+#   suite     the ONNX suite with --device cuda on the cases of CASES_FILE (default the whole
+#             suite), stopped after SUITE_SECONDS (default 420)
+#   bench     scripts/device_bench_cuda.sh: make bench-cuda (logs under $OUT/bench-cuda)
 #   run.sh [CASES_FILE] [SANITIZE_FILE]
 set -uo pipefail
 bundle=$(cd "$(dirname "$0")" && pwd)
@@ -142,36 +151,47 @@ for pattern in 'libcublasLt.so.1[23]' 'libcudnn.so.9'; do
 done
 export KILN_CACHE_DIR=/tmp/kiln-cache
 check=$prefix/share/kiln/check
-echo "== the CUDA driver tests (tests/unit/driver/cuda_compile_test.cpp, cuda_library_test.cpp)"
-(cd /tmp && "$prefix/bin/kiln_driver_tests" --gtest_filter='*Cuda*' 2>&1 |
-  grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[==========\] [0-9]+ tests|Failure|rror' | tail -40)
+stages=" ${STAGES:-tests sanitize suite} "
+if [[ $stages == *" tests "* ]]; then
+  echo "== the CUDA driver tests (tests/unit/driver/cuda_*_test.cpp)"
+  (cd /tmp && "$prefix/bin/kiln_driver_tests" --gtest_filter="${GTEST_FILTER:-*Cuda*}" 2>&1 |
+    grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[==========\] [0-9]+ tests|Failure|rror' | tail -40)
+fi
 sanitize=${2:-}
-sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
-if [ -z "$sanitizer" ]; then
-  echo "== compute-sanitizer: not found on this machine"
-else
-  if [ -z "$sanitize" ]; then
-    # Every fourth core case (about 130, every op family), with host fallbacks among them.
-    sanitize=/tmp/sanitize_cases.txt
-    sed 's/#.*//' "$check/core_cases.txt" | awk 'NF && (n++ % 4 == 0) {print $1}' >"$sanitize"
-    printf 'node/%s\n' test_top_k test_nonzero_example test_gathernd_example_int32 >>"$sanitize"
+if [[ $stages == *" sanitize "* ]]; then
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+  if [ -z "$sanitizer" ]; then
+    echo "== compute-sanitizer: not found on this machine"
+  else
+    if [ -z "$sanitize" ]; then
+      # Every fourth core case (about 130, every op family), with host fallbacks among them.
+      sanitize=/tmp/sanitize_cases.txt
+      sed 's/#.*//' "$check/core_cases.txt" | awk 'NF && (n++ % 4 == 0) {print $1}' >"$sanitize"
+      printf 'node/%s\n' test_top_k test_nonzero_example test_gathernd_example_int32 >>"$sanitize"
+    fi
+    echo "== compute-sanitizer memcheck ($(wc -l <"$sanitize") cases)"
+    "$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 \
+      "$prefix/bin/kiln_onnx_runner" "$data" /tmp/kiln-sanitize-cache --cases "$sanitize" \
+      --device cuda --jobs 8 2>&1 | grep -E "ERROR SUMMARY|========= (Invalid|Program hit)|passed|FAIL" | tail -15
+    echo "compute-sanitizer exit status: ${PIPESTATUS[0]}"
   fi
-  echo "== compute-sanitizer memcheck ($(wc -l <"$sanitize") cases)"
-  "$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 \
-    "$prefix/bin/kiln_onnx_runner" "$data" /tmp/kiln-sanitize-cache --cases "$sanitize" \
-    --device cuda --jobs 8 2>&1 | grep -E "ERROR SUMMARY|========= (Invalid|Program hit)|passed|FAIL" | tail -15
-  echo "compute-sanitizer exit status: ${PIPESTATUS[0]}"
 fi
 cases=${1:-}
-if [ -z "$cases" ]; then
-  cases=/tmp/all_cases.txt
-  (cd "$data" && ls -d node/* pytorch-converted/* pytorch-operator/* simple/* >"$cases")
+if [[ $stages == *" suite "* ]]; then
+  if [ -z "$cases" ]; then
+    cases=/tmp/all_cases.txt
+    (cd "$data" && ls -d node/* pytorch-converted/* pytorch-operator/* simple/* >"$cases")
+  fi
+  echo "== suite with --device cuda ($(wc -l <"$cases") cases)"
+  timeout "${SUITE_SECONDS:-420}" "$check/device_cuda_check.sh" "$prefix" "$cases" "$data" >/tmp/suite.log 2>&1
+  echo "suite exit status: $?"
+  grep -v -E '^nodes |^ +[A-Za-z0-9_]+ +[0-9]+ +[0-9]+ +0 *$' /tmp/suite.log | tail -60
+  [ -n "${OUT:-}" ] && cp /tmp/suite.log "$OUT/" || true
 fi
-echo "== suite with --device cuda ($(wc -l <"$cases") cases)"
-timeout "${SUITE_SECONDS:-420}" "$check/device_cuda_check.sh" "$prefix" "$cases" "$data" >/tmp/suite.log 2>&1
-echo "suite exit status: $?"
-grep -v -E '^nodes |^ +[A-Za-z0-9_]+ +[0-9]+ +[0-9]+ +0 *$' /tmp/suite.log | tail -60
-[ -n "${OUT:-}" ] && cp /tmp/suite.log "$OUT/" || true
+if [[ $stages == *" bench "* ]]; then
+  echo "== make bench-cuda (scripts/device_bench_cuda.sh)"
+  bash "$check/device_bench_cuda.sh" "$prefix/bin"
+fi
 EOF
 chmod +x "$out/run.sh"
 du -ch "$out"/*.tar.xz | tail -1

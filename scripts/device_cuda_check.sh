@@ -20,4 +20,5 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 nvidia-smi -L
 "$build/bin/kiln_onnx_runner" "$data" "$cache" --cases "$cases" --core "$lists/core_cases.txt" \
-  --exclusions "$lists/exclusions.txt" --device cuda --jobs "$(nproc)"
+  --exclusions "$lists/exclusions.txt" --refusals "$lists/cuda_refusals.txt" --device cuda \
+  --jobs "$(nproc)"

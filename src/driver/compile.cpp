@@ -187,6 +187,18 @@ std::vector<codecache::SourceUnit> source_units(const codegen::WrapperSource& so
 
 }  // namespace
 
+GeneratedSources generate_sources(const graph::Model& model, const CompileOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  Generated g = generate(model, options, std::nullopt, Dumper(options.dump_dir));
+  GeneratedSources result;
+  for (const auto& [name, text] : g.source.units) result.units[name] = text;
+  for (const auto& [name, text] : g.source.device_sources) result.device_sources[name] = text;
+  fill_stats(g, result.stats);
+  result.stats.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
 CompiledModel compile(const graph::Model& model, const CompileOptions& options) {
   auto start = std::chrono::steady_clock::now();
   ++g_compiles;

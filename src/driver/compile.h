@@ -109,6 +109,17 @@ class CompiledModel {
 /// in the code cache) → load.
 CompiledModel compile(const graph::Model& model, const CompileOptions& options);
 
+/// What a compile generates, without building or loading it: the host units and the device
+/// sources. With device cuda the kernels are compiled by NVRTC all the same (the wrapper embeds
+/// their cubins; KILN_CUDA_ARCHS picks the architectures), so this checks that a model's CUDA
+/// kernels compile on a machine without a GPU (kiln_onnx_runner --compile-only).
+struct GeneratedSources {
+  std::map<std::string, std::string> units;           // host C++ units by file name
+  std::map<std::string, std::string> device_sources;  // "kernels.cu" and the like
+  CompileStats stats;
+};
+GeneratedSources generate_sources(const graph::Model& model, const CompileOptions& options);
+
 /// `kiln compile`: a self-contained model library with the C API of include/kiln/runtime.h.
 struct LibraryOptions {
   CompileOptions compile;

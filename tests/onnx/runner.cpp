@@ -26,7 +26,17 @@
 //
 // Usage: kiln_onnx_runner DATA_DIR CACHE_DIR [--cases LIST] [--core LIST] [--jobs N]
 //                         [--exclusions FILE] [--by-opset yes] [--device cpu|cuda]
+//                         [--refusals FILE] [--compile-only yes]
 // (--device cuda: matrix products in float32, --precision fp32, as the tolerances below assume)
+//
+// --refusals FILE: cases the device refuses by name (tests/onnx/cuda_refusals.txt, each with its
+// reason); like exclusions they must still fail, and count as skipped, but they are not added to
+// a --cases list.
+// --compile-only yes: each case is lowered, scheduled and generated (driver::generate_sources)
+// but not built, loaded or run; with --device cuda that includes NVRTC compiling the case's
+// kernels for the architectures of KILN_CUDA_ARCHS, so a machine without a GPU checks that they
+// compile. A case passes when it generates; excluded cases are skipped unrun (their reasons are
+// about values, not kernels).
 //
 // With `--by-opset yes` the table counts each op per opset of the cases using it (the ONNX
 // 1.23 node suite writes each case at its op's newest version), then the cases per opset; a
@@ -151,6 +161,7 @@ struct CaseResult {
   int64_t opset = 0;  // the model's ai.onnx opset
   bool passed = false;
   bool excluded = false;
+  bool unrun = false;  // an excluded case --compile-only skips
   std::string message;
   std::map<std::string, int> nodes_per_device;  // CompileStats::nodes_per_device
 };
@@ -175,6 +186,8 @@ int64_t model_opset(const fs::path& path) {
 
 /// Where the kernels run (--device cpu|cuda).
 ir::Device g_device = ir::Device::kCpu;
+/// --compile-only yes: generate (and, on CUDA, NVRTC-compile) without building or running.
+bool g_compile_only = false;
 
 CaseResult run_case(const fs::path& data_dir, const std::string& name, const fs::path& cache_dir,
                     bool strict) {
@@ -223,6 +236,12 @@ CaseResult run_case(const fs::path& data_dir, const std::string& name, const fs:
           options.lowering.structured_inputs[name] = first[k];
         }
       }
+    }
+    if (g_compile_only) {
+      driver::GeneratedSources sources = driver::generate_sources(model, options);
+      result.nodes_per_device = sources.stats.nodes_per_device;
+      result.passed = true;
+      return result;
     }
     driver::CompiledModel compiled = driver::compile(model, options);
     result.nodes_per_device = compiled.stats().nodes_per_device;
@@ -289,6 +308,7 @@ void print_report(const std::vector<CaseResult>& results, double seconds, bool b
   std::map<std::pair<std::string, std::string>, std::pair<int, int>> per_op;
   std::map<std::string, std::pair<int, int>> per_opset;
   for (const CaseResult& r : results) {
+    if (r.unrun) continue;
     std::string opset = by_opset ? opset_label(r) : "";
     for (const std::string& op : r.ops) {
       (r.passed ? per_op[{op, opset}].first : per_op[{op, opset}].second)++;
@@ -333,7 +353,8 @@ void print_report(const std::vector<CaseResult>& results, double seconds, bool b
       ++skipped;
     } else if (r.excluded) {
       ++failed;
-      fmt::print("FAIL {}: passes while excluded; remove it from the exclusions\n", r.name);
+      fmt::print("FAIL {}: passes while excluded; remove it from the exclusions or refusals\n",
+                 r.name);
     } else if (r.passed) {
       ++passed;
     } else {
@@ -376,7 +397,8 @@ std::vector<std::string> all_cases(const fs::path& data_dir) {
 int main(int argc, char** argv) {
   const char* usage =
       "usage: kiln_onnx_runner DATA_DIR CACHE_DIR [--cases LIST] [--core LIST] [--jobs N] "
-      "[--exclusions FILE] [--by-opset yes] [--device cpu|cuda]\n";
+      "[--exclusions FILE] [--by-opset yes] [--device cpu|cuda] [--refusals FILE] "
+      "[--compile-only yes]\n";
   if (argc < 3 || argc % 2 != 1) {
     fmt::print(stderr, "{}", usage);
     return 2;
@@ -384,7 +406,7 @@ int main(int argc, char** argv) {
   try {
     fs::path data_dir = argv[1], cache_dir = argv[2];
     unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
-    std::string exclusions, list, core_list;
+    std::string exclusions, list, core_list, refusals;
     bool by_opset = false;
     for (int k = 3; k + 1 < argc; k += 2) {
       std::string option = argv[k], value = argv[k + 1];
@@ -398,6 +420,10 @@ int main(int argc, char** argv) {
         core_list = value;
       } else if (option == "--by-opset") {
         by_opset = value == "yes";
+      } else if (option == "--refusals") {
+        refusals = value;
+      } else if (option == "--compile-only") {
+        g_compile_only = value == "yes";
       } else if (option == "--device" && ir::device_from_name(value)) {
         g_device = *ir::device_from_name(value);
       } else {
@@ -411,12 +437,19 @@ int main(int argc, char** argv) {
     } else {
       for (const auto& [name, comment] : read_cases(list)) cases.push_back(name);
     }
-    std::set<std::string> excluded, core;
+    std::set<std::string> excluded, refused, core;
     if (!exclusions.empty()) {
       for (const auto& [name, comment] : read_cases(exclusions)) {
         check_exclusion_class(name, comment);
         excluded.insert(name);
         if (!list.empty()) cases.push_back(name);
+      }
+    }
+    if (!refusals.empty()) {
+      for (const auto& [name, comment] : read_cases(refusals)) {
+        if (comment.empty())
+          throw UserError(fmt::format("refusal '{}' must give its reason after '#'", name));
+        refused.insert(name);
       }
     }
     if (!core_list.empty()) {
@@ -429,8 +462,15 @@ int main(int argc, char** argv) {
     for (unsigned w = 0; w < jobs; ++w) {
       workers.emplace_back([&] {
         for (size_t i; (i = next++) < cases.size();) {
-          results[i] = run_case(data_dir, cases[i], cache_dir, core.count(cases[i]) > 0);
-          results[i].excluded = excluded.count(cases[i]) > 0;
+          const bool is_refused = refused.count(cases[i]) > 0;
+          const bool is_excluded = excluded.count(cases[i]) > 0 || is_refused;
+          if (g_compile_only && is_excluded && !is_refused) {
+            results[i].name = cases[i];
+            results[i].unrun = true;
+          } else {
+            results[i] = run_case(data_dir, cases[i], cache_dir, core.count(cases[i]) > 0);
+          }
+          results[i].excluded = is_excluded;
         }
       });
     }

@@ -22,18 +22,38 @@ using sched::MemberKind;
 
 /// Threads per block of a pointwise kernel.
 constexpr int64_t kPointwiseThreads = 256;
-/// Threads per block of a reduction kernel at most (a power of two: the combining tree halves
-/// it); kiln_block_reduce's shared array holds this many values.
+/// Elements per thread of a pointwise kernel, kPointwiseThreads apart (each load instruction of
+/// a warp stays contiguous): an unrolled loop, so each thread has this many loads in flight.
+constexpr int64_t kPointwiseElements = 4;
+/// Threads per block of a reduction kernel at most (a whole number of warps, at most 32 of
+/// them: kiln_block_reduce keeps one value per warp in shared memory).
 constexpr int64_t kReduceThreads = 256;
+/// Rows of at most this many elements (known when compiling) are reduced by one warp each,
+/// kWarpRows rows to a block: the combine is shuffles only, with no block barrier, and short
+/// rows do not leave most of a block idle. Longer rows, and rows of symbolic length, take a
+/// block each.
+constexpr int64_t kWarpRowMax = 1024;
+constexpr int64_t kWarpRows = 4;
 
-/// The block size of a reduction over `r` elements: the smallest power of two from 32 that
-/// covers a short static row, else kReduceThreads.
-int64_t reduce_threads(const sym::Expr& r) {
+/// How a reduction kernel maps rows to threads: a warp per row (rows_per_block rows, one per
+/// threadIdx.y) or a block of `threads` per row (rows_per_block 0). Either way threadIdx.x
+/// walks the row, blockDim.x at a time (a looped reduction for rows longer than the block).
+struct ReduceConfig {
+  int64_t threads = kReduceThreads;  // blockDim.x
+  int64_t rows_per_block = 0;        // blockDim.y of a warp-per-row kernel
+};
+
+/// The heuristic: a warp per row for short static rows; else a block per row whose size is
+/// the smallest power of two from 64 that covers the row, kReduceThreads for long or symbolic
+/// rows.
+ReduceConfig reduce_config(const sym::Expr& r) {
   std::optional<int64_t> n = r.as_integer();
-  if (!n) return kReduceThreads;
-  int64_t threads = 32;
-  while (threads < *n && threads < kReduceThreads) threads *= 2;
-  return threads;
+  if (n && *n <= kWarpRowMax) return {32, kWarpRows};
+  ReduceConfig config;
+  if (!n) return config;
+  config.threads = 64;
+  while (config.threads < *n && config.threads < kReduceThreads) config.threads *= 2;
+  return config;
 }
 
 class CudaKernelBuilder {
@@ -57,8 +77,11 @@ class CudaKernelBuilder {
   void split_index(IndentedBuffer& out, const std::string& flat, const std::vector<sym::Expr>& vars,
                    const std::vector<sym::Expr>& sizes);
   void emit_pointwise(IndentedBuffer& out);
-  void emit_reduction(IndentedBuffer& out);
+  void emit_reduction(IndentedBuffer& out, const ReduceConfig& config);
   void emit_row_loop(IndentedBuffer& out, MemberEmitter& m);
+  /// blockDim.x of a reduction kernel, written as a literal in its row loops: with a static row
+  /// length the compiler unrolls them and issues their loads together.
+  int64_t row_threads_ = kReduceThreads;
   void emit_block_combine(IndentedBuffer& out, MemberEmitter& m);
 
   const sched::ScheduleItem& item_;
@@ -109,16 +132,24 @@ void CudaKernelBuilder::split_index(IndentedBuffer& out, const std::string& flat
 }
 
 void CudaKernelBuilder::emit_pointwise(IndentedBuffer& out) {
-  out.line("const int64_t xindex = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;");
-  out.linef("if (xindex >= {}) return;", ctx_.cpp(group_.numel()));
-  split_index(out, "xindex", group_.vars, group_.sizes);
-  LoopPass pass;
-  for (auto& m : members_) m->emit_loop_body(out, pass);
+  out.linef("const int64_t xbase = static_cast<int64_t>(blockIdx.x) * {} + threadIdx.x;",
+            kPointwiseThreads * kPointwiseElements);
+  out.line("#pragma unroll");
+  out.linef("for (int kiln_e = 0; kiln_e < {}; ++kiln_e) {{", kPointwiseElements);
+  {
+    auto _ = out.scope();
+    out.linef("const int64_t xindex = xbase + kiln_e * {};", kPointwiseThreads);
+    out.linef("if (xindex >= {}) break;", ctx_.cpp(group_.numel()));
+    split_index(out, "xindex", group_.vars, group_.sizes);
+    LoopPass pass;
+    for (auto& m : members_) m->emit_loop_body(out, pass);
+  }
+  out.line("}");
 }
 
 void CudaKernelBuilder::emit_row_loop(IndentedBuffer& out, MemberEmitter& m) {
-  out.linef("for (int64_t rindex = threadIdx.x; rindex < {}; rindex += blockDim.x) {{",
-            ctx_.cpp(group_.reduce_numel()));
+  out.linef("for (int64_t rindex = threadIdx.x; rindex < {}; rindex += {}) {{",
+            ctx_.cpp(group_.reduce_numel()), row_threads_);
   {
     auto _ = out.scope();
     split_index(out, "rindex", group_.reduce_vars, group_.reduce_sizes);
@@ -174,14 +205,17 @@ void CudaKernelBuilder::emit_block_combine(IndentedBuffer& out, MemberEmitter& m
   }
 }
 
-void CudaKernelBuilder::emit_reduction(IndentedBuffer& out) {
+void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& config) {
+  const bool warp_rows = config.rows_per_block > 0;
+  // A warp-per-row kernel's rows each have their own scratch arrays: row threadIdx.y's start
+  // at kiln_row_smem.
+  const std::string base = warp_rows ? "kiln_row_smem" : "kiln_smem";
   std::vector<std::string> scratch;
   for (const auto& [name, storage] : ctx_.locals) {
     if (storage != LocalStorage::kScratch) continue;
     const std::string t(cpp_compute_type(ctx_.local_dtypes.at(name)));
-    scratch.push_back(
-        fmt::format("{0}* const {1} = reinterpret_cast<{0}*>(kiln_smem + {2});  // {3}", t,
-                    ctx_.local_names.at(name), ctx_.cpp(shared_bytes_), name));
+    scratch.push_back(fmt::format("{0}* const {1} = reinterpret_cast<{0}*>({4} + {2});  // {3}", t,
+                                  ctx_.local_names.at(name), ctx_.cpp(shared_bytes_), name, base));
     // Each array starts 16-byte aligned.
     sym::Expr bytes =
         group_.reduce_numel() *
@@ -190,8 +224,20 @@ void CudaKernelBuilder::emit_reduction(IndentedBuffer& out) {
         ctx_.analyzer.simplify(shared_bytes_ + sym::ceil_div(bytes, sym::Expr(16)) * sym::Expr(16));
   }
   if (!scratch.empty()) out.line("extern __shared__ __align__(16) unsigned char kiln_smem[];");
+  if (!scratch.empty() && warp_rows) {
+    out.linef("unsigned char* const kiln_row_smem = kiln_smem + threadIdx.y * ({});",
+              ctx_.cpp(shared_bytes_));
+    shared_bytes_ = ctx_.analyzer.simplify(shared_bytes_ * sym::Expr(config.rows_per_block));
+  }
   for (const std::string& line : scratch) out.line(line);
-  out.line("const int64_t xindex = blockIdx.x;");
+  if (warp_rows) {
+    // A whole warp leaves together past the last row: the warp's shuffles need all its lanes,
+    // and no block barrier follows.
+    out.line("const int64_t xindex = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;");
+    out.linef("if (xindex >= {}) return;", ctx_.cpp(group_.numel()));
+  } else {
+    out.line("const int64_t xindex = blockIdx.x;");
+  }
   split_index(out, "xindex", group_.vars, group_.sizes);
   for (const auto& [name, storage] : ctx_.locals) {
     if (storage != LocalStorage::kScalar) continue;
@@ -240,15 +286,25 @@ GeneratedKernel CudaKernelBuilder::build() {
     body.line("if (kiln_error.code != 0) return;  // an index check failed: read no index");
   }
   if (group_.is_reduction()) {
-    threads = reduce_threads(group_.reduce_numel());
-    emit_reduction(body);
-    launch.grid[0] = group_.numel();
+    const ReduceConfig config = reduce_config(ctx_.analyzer.simplify(group_.reduce_numel()));
+    threads = config.threads;
+    row_threads_ = config.threads;
+    emit_reduction(body, config);
+    if (config.rows_per_block > 0) {
+      threads *= config.rows_per_block;
+      launch.block[1] = sym::Expr(config.rows_per_block);
+      launch.grid[0] = sym::ceil_div(group_.numel(), sym::Expr(config.rows_per_block));
+    } else {
+      launch.grid[0] = group_.numel();
+    }
+    launch.block[0] = sym::Expr(config.threads);
   } else {
     emit_pointwise(body);
-    launch.grid[0] = sym::ceil_div(group_.numel(), sym::Expr(kPointwiseThreads));
+    launch.grid[0] =
+        sym::ceil_div(group_.numel(), sym::Expr(kPointwiseThreads * kPointwiseElements));
   }
   launch.grid[0] = ctx_.analyzer.simplify(launch.grid[0]);
-  launch.block[0] = sym::Expr(threads);
+  if (!group_.is_reduction()) launch.block[0] = sym::Expr(threads);
   launch.shared_bytes = shared_bytes_;
   GeneratedKernel kernel = assemble_kernel(item_, signature(threads), body, args_);
   kernel.launch = launch;
@@ -325,19 +381,46 @@ extern "C" __global__ void kiln_check_indices_i64(const int64_t* indices, int64_
   kiln_check_indices(indices, count, size, has_ignored, ignored, check);
 }
 
-// Combines every thread's `value` with `combine` in a shared-memory tree (blockDim.x a power of
-// two, at most 256); every thread gets the result.
+// `value` of lane (this lane ^ mask), as 32-bit words (any trivially copyable T: sums,
+// Welford states, arg-extrema).
+template <typename T>
+__device__ T kiln_shfl_xor(T value, int mask) {
+  constexpr int kWords = (sizeof(T) + 3) / 4;
+  unsigned words[kWords] = {};
+  memcpy(words, &value, sizeof(T));
+  for (int w = 0; w < kWords; ++w) words[w] = __shfl_xor_sync(0xffffffffu, words[w], mask);
+  T other;
+  memcpy(&other, words, sizeof(T));
+  return other;
+}
+
+// Combines the 32 lanes' values of a warp in a butterfly of shuffles; every lane gets the
+// result. Each step combines the lower lane's value with the higher one's in that order on
+// both lanes, so the lanes agree bit for bit (Welford's combine is not symmetric in rounding).
+template <typename T, typename Combine>
+__device__ T kiln_warp_reduce(T value, Combine combine) {
+  const unsigned lane = threadIdx.x & 31u;
+  for (int mask = 16; mask > 0; mask /= 2) {
+    const T other = kiln_shfl_xor(value, mask);
+    value = (lane & mask) ? combine(other, value) : combine(value, other);
+  }
+  return value;
+}
+
+// Combines the `value` of every thread of the row (blockDim.x threads, a whole number of warps,
+// at most 32 warps); every thread gets the result. A row of one warp (a warp-per-row kernel) is
+// shuffles only; a longer one combines each warp's result from shared memory, in warp order,
+// the same on every thread.
 template <typename T, typename Combine>
 __device__ T kiln_block_reduce(T value, Combine combine) {
-  __shared__ __align__(16) unsigned char raw[256 * sizeof(T)];
+  value = kiln_warp_reduce(value, combine);
+  if (blockDim.x == 32) return value;
+  __shared__ __align__(16) unsigned char raw[32 * sizeof(T)];
   T* slots = reinterpret_cast<T*>(raw);
-  slots[threadIdx.x] = value;
+  if ((threadIdx.x & 31u) == 0) slots[threadIdx.x / 32] = value;
   __syncthreads();
-  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) slots[threadIdx.x] = combine(slots[threadIdx.x], slots[threadIdx.x + half]);
-    __syncthreads();
-  }
   T result = slots[0];
+  for (unsigned w = 1; w < blockDim.x / 32; ++w) result = combine(result, slots[w]);
   __syncthreads();
   return result;
 }

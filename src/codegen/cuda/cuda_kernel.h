@@ -4,14 +4,21 @@
 ///
 /// The members' bodies are the C++ backend's scalar emission (cpp_body.h: the same op table,
 /// loads, stores and kernel-local storage); what differs is the structure around them:
-/// - a pointwise kernel runs one thread per element of its P space (a flat index split into the
-///   group's variables), in blocks of kPointwiseThreads;
-/// - a reduction kernel runs one block per output row (P): the block's threads take the row's R
-///   elements in turn, each accumulating its share, then the accumulators are combined in a
-///   shared-memory tree (sums, extrema, Welford, arg-extrema with their tie rules); members over
-///   P x R keep per-element values in dynamic shared memory (R elements each). Every thread
-///   computes a row's results and stores them (the same values), so a later member of the row
-///   reads a result its own thread wrote: members need no barrier between them.
+/// - a pointwise kernel runs each thread over kPointwiseElements elements of its P space (a flat
+///   index split into the group's variables), kPointwiseThreads apart so that each load of a
+///   warp stays contiguous, in an unrolled loop (its loads in flight together);
+/// - a reduction kernel is persistent: one warp (rows of at most 1024 elements known when
+///   compiling, 4 rows to a block) or one block of up to 256 threads (longer or symbolic rows)
+///   per output row (P). The row's threads take its R elements in turn, blockDim.x apart (a
+///   looped reduction for rows longer than the block; the stride is a literal, so static rows'
+///   loops unroll), each accumulating its share; then the
+///   accumulators are combined by warp shuffles and, across a block's warps, through shared
+///   memory (sums, extrema, Welford, arg-extrema with their tie rules), always lower lanes and
+///   warps first, so every thread gets the same bits. Members over P x R keep per-element values
+///   in dynamic shared memory (R elements per row). Every thread computes a row's results and
+///   stores them (the same values), so a later member of the row reads a result its own thread
+///   wrote: members need no barrier between them, and Softmax or LayerNormalization is one
+///   kernel.
 /// Sizes are int64_t kernel arguments; the LaunchSpec gives grid and block as expressions of
 /// them.
 

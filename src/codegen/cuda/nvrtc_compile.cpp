@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -94,6 +95,40 @@ std::string nvrtc_version() {
   return fmt::format("{}.{}", major, minor);
 }
 
+/// The kernels NVRTC's errors fall in: for each "kernels.cu(LINE): error" of `log`, the name of
+/// the last __global__ function that starts at or before LINE of `source` ("the prelude" before
+/// the first), each once, in the log's order.
+std::string kernels_with_errors(const std::string& source, const std::string& log) {
+  std::vector<std::string> starts;  // per source line (1-based at index 1): the kernel it is in
+  starts.push_back("");
+  std::string current = "the prelude";
+  std::istringstream lines(source);
+  for (std::string line; std::getline(lines, line);) {
+    size_t global = line.find("__global__");
+    if (global != std::string::npos) {
+      size_t paren = line.find('(', global);
+      size_t begin = line.rfind(' ', paren == std::string::npos ? line.size() : paren);
+      if (paren != std::string::npos && begin != std::string::npos && begin > global)
+        current = line.substr(begin + 1, paren - begin - 1);
+    }
+    starts.push_back(current);
+  }
+  std::vector<std::string> names;
+  const std::string marker = "kernels.cu(";
+  for (size_t at = log.find(marker); at != std::string::npos; at = log.find(marker, at + 1)) {
+    size_t close = log.find(')', at);
+    if (close == std::string::npos || log.compare(close, 9, "): error:") != 0) continue;
+    size_t line = std::strtoul(log.c_str() + at + marker.size(), nullptr, 10);
+    if (line == 0 || line >= starts.size()) continue;
+    if (std::find(names.begin(), names.end(), starts[line]) == names.end())
+      names.push_back(starts[line]);
+  }
+  if (names.empty()) return "(no error line names a kernel)";
+  std::string text;
+  for (const std::string& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
 std::string compile_one(const std::string& source, int arch) {
   const auto& headers = nvrtc_std_headers();
   std::vector<const char*> names, contents;
@@ -118,7 +153,9 @@ std::string compile_one(const std::string& source, int arch) {
   if (log_size > 0) nvrtc().GetProgramLog(program, log.data());
   if (result != NVRTC_SUCCESS) {
     nvrtc().DestroyProgram(&program);
-    internal_error("NVRTC could not compile the generated CUDA kernels for sm_{}:\n{}", arch, log);
+    internal_error(
+        "NVRTC could not compile the generated CUDA kernels for sm_{} (errors in {}):\n{}", arch,
+        kernels_with_errors(source, log), log);
   }
   size_t size = 0;
   check_nvrtc(nvrtc().GetCUBINSize(program, &size), "nvrtcGetCUBINSize");

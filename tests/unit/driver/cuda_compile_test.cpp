@@ -147,6 +147,26 @@ TEST(CudaCompile, WithoutTheToolkitCudaIsRefused) {
   }
 }
 
+// A kernel NVRTC rejects fails the compile with NVRTC's log and the names of the kernels its
+// errors are in (generated code must compile; onnx.cuda_compile relies on the name).
+TEST(CudaCompile, AnNvrtcErrorNamesTheKernel) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const std::string source =
+      "extern \"C\" __global__ void kiln_good(float* p) { p[threadIdx.x] = 1.0f; }\n"
+      "extern \"C\" __global__ void kiln_bad(float* p) {\n"
+      "  p[threadIdx.x] = not_declared;\n"
+      "}\n";
+  try {
+    codegen::nvrtc_compile(source, {90}, dir.path);
+    ADD_FAILURE() << "NVRTC compiled an undeclared identifier";
+  } catch (const std::exception& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("for sm_90 (errors in kiln_bad)"), std::string::npos) << message;
+    EXPECT_NE(message.find("not_declared"), std::string::npos) << message;
+  }
+}
+
 TEST(CudaRun, SoftmaxOnTheGpuMatchesAReference) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
   if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device";

@@ -391,8 +391,16 @@ TensorValue GraphLowering::settle(TensorValue value, const graph::Value& out) {
   if (std::optional<TensorValue> folded = fold_constant(ctx_, value)) return *folded;
   int uses = use_count(out, graph_);
   int ops = value.body->compute_op_count();
-  if (uses > 1 && ops > 0) return ctx_.realize(value, fmt::format("{} users", uses));
-  if (ops > ctx_.options().max_inline_ops) return ctx_.realize(value, "large body");
+  // A value over channels-last buffers is stored channels-last too (lower/nn.cpp).
+  const bool last = ctx_.reads_channels_last(value);
+  if (uses > 1 && ops > 0) {
+    const std::string reason = fmt::format("{} users", uses);
+    return last ? ctx_.realize_channels_last(value, reason) : ctx_.realize(value, reason);
+  }
+  if (ops > ctx_.options().max_inline_ops) {
+    return last ? ctx_.realize_channels_last(value, "large body")
+                : ctx_.realize(value, "large body");
+  }
   return value;
 }
 
@@ -480,7 +488,29 @@ void GraphLowering::bind_outputs() {
   }
 }
 
-ir::Program lower_graph(const graph::Graph& graph, const LoweringOptions& options) {
+namespace {
+
+// Whether `graph` has a depthwise convolution: W [M, 1, ...] with group > 1.
+bool has_depthwise_conv(const graph::Graph& graph) {
+  for (const auto& node : graph.nodes()) {
+    if (node->op_type() != "Conv" || !node->domain().empty() || node->attr_int("group", 1) < 2)
+      continue;
+    const graph::Value* w = node->input(1);
+    if (w == nullptr || !w->type().shape || w->type().shape->size() < 2) continue;
+    if ((*w->type().shape)[1] == sym::Expr(1)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+ir::Program lower_graph(const graph::Graph& graph, const LoweringOptions& given) {
+  LoweringOptions options = given;
+  if (options.conv_layout == ConvLayout::kAuto) {
+    options.conv_layout = has_depthwise_conv(graph) && options.device == ir::Device::kCpu
+                              ? ConvLayout::kChannelsLast
+                              : ConvLayout::kNchw;
+  }
   BranchSpecializer specializer(graph);
   for (;;) {
     try {

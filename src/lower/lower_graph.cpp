@@ -362,16 +362,20 @@ void GraphLowering::lower_node(const graph::Node& node) {
     inputs.emplace_back(lookup(*in));
   }
   std::vector<TensorValue> outputs = lowering->fn(ctx_, node, inputs);
-  // Lazy outputs remember every node folded into them: this one and its lazy inputs'.
+  // Lazy outputs remember every node folded into them: this one and its lazy inputs'. A view
+  // of a buffer (a channels-last one read as NCHW included) folds no node.
+  auto stored = [&](const TensorValue& v) {
+    if (ctx_.as_buffer(v)) return true;
+    return ctx_.reads_channels_last(v) && ctx_.as_buffer(ctx_.to_channels_last(v)).has_value();
+  };
   std::vector<ir::Origin> origins = {{node.name(), node.op_type()}};
   for (const auto& in : inputs) {
-    if (in && !ctx_.as_buffer(*in))
-      origins.insert(origins.end(), in->origins.begin(), in->origins.end());
+    if (in && !stored(*in)) origins.insert(origins.end(), in->origins.begin(), in->origins.end());
   }
   std::sort(origins.begin(), origins.end());
   origins.erase(std::unique(origins.begin(), origins.end()), origins.end());
   for (TensorValue& out : outputs) {
-    if (!ctx_.as_buffer(out)) out.origins = origins;
+    if (!stored(out)) out.origins = origins;
   }
   for (size_t k = 0; k < node.outputs().size(); ++k) {
     const graph::Value* out = node.outputs()[k];

@@ -1,6 +1,7 @@
 #include "autotune/conv_choice.h"
 
 #include "autotune/depthwise_template.h"
+#include "autotune/nhwc_conv_template.h"
 #include "autotune/template_text.h"
 #include "autotune/winograd_template.h"
 
@@ -44,7 +45,7 @@ constexpr std::string_view kBiasPass = R"(    // The bias and the epilogue, in a
 // call (and again if the weight pointer changes); a mutex serializes calls, which share the
 // primitive's scratchpad.
 constexpr std::string_view kOnednnSource = R"(// Kiln convolution choice: oneDNN convolution_forward
-// Y = epilogue(@PROBLEM@ + bias), NCHW
+// Y = epilogue(@PROBLEM@ + bias), @ACT@
 #include <dnnl.hpp>
 
 #include <algorithm>
@@ -74,8 +75,8 @@ extern "C" void @NAME@(const float* X, const float* Wp, float* Y@PARAMS@) {
         std::lock_guard<std::mutex> lock(s.mutex);
         dnnl::stream stream(s.engine);
         if (s.source != Wp) {
-            s.src_md = dnnl::memory::desc({kN, kC, kH, kW}, dt::f32, tag::nchw);
-            s.dst_md = dnnl::memory::desc({kN, kM, kOH, kOW}, dt::f32, tag::nchw);
+            s.src_md = dnnl::memory::desc({kN, kC, kH, kW}, dt::f32, tag::@ACT@);
+            s.dst_md = dnnl::memory::desc({kN, kM, kOH, kOW}, dt::f32, tag::@ACT@);
             s.bias_md = dnnl::memory::desc({kM}, dt::f32, tag::x);
             const dnnl::memory::desc user_w_md(@WDIMS@, dt::f32, tag::@WTAG@);
             const dnnl::memory::desc any_w_md(@WDIMS@, dt::f32, tag::any);
@@ -170,6 +171,19 @@ extern "C" void @NAME@(const float* X, const float* Wp, float* Y@PARAMS@) {
 @EPILOGUE@}
 )";
 
+// The same pass over a channels-last Y: rows of M channels, one per output pixel.
+constexpr std::string_view kBiasPassNhwc = R"(    // The bias and the epilogue, in a pass over Y.
+    const float* bias = Wp + kM * kDepth;
+    #pragma omp parallel for if (kN * kM * kOH * kOW >= (int64_t{1} << 16))
+    for (int64_t m = 0; m < kN * kOH * kOW; ++m) {
+        float* y = Y + m * kM;
+        for (int64_t n = 0; n < kM; ++n) {
+            const float v = y[n] + bias[n];
+            y[n] = @EXPR@;
+        }
+    }
+)";
+
 std::vector<std::pair<std::string, std::string>> values(const ConvProblem& p,
                                                         const std::string& function_name,
                                                         const TemplateEpilogue& epilogue) {
@@ -190,11 +204,13 @@ std::vector<std::pair<std::string, std::string>> values(const ConvProblem& p,
                       {"DEPTH", "kC / kG * kKH * kKW"}});
   }
   const std::string pass =
-      substitute_placeholders(std::string(kBiasPass), {{"EXPR", epilogue_value(epilogue)}});
+      substitute_placeholders(std::string(p.channels_last ? kBiasPassNhwc : kBiasPass),
+                              {{"EXPR", epilogue_value(epilogue)}});
   return {{"CONSTANTS", substitute_placeholders(std::string(kConstants), constants)},
           {"WDIMS", p.group == 1 ? "{kM, kC, kKH, kKW}" : "{kG, kM / kG, kC / kG, kKH, kKW}"},
           {"WTAG", p.group == 1 ? "oihw" : "goihw"},
           {"PROBLEM", p.text()},
+          {"ACT", p.channels_last ? "nhwc" : "nchw"},
           {"NAME", function_name},
           {"PARAMS", epilogue_params(epilogue)},
           {"EPILOGUE", pass}};
@@ -212,8 +228,21 @@ std::vector<float> plain_weight(const ConvProblem& p, const float* w, const floa
 }
 
 // The oneDNN source applies the bias itself; only the epilogue is a pass.
-std::string onednn_epilogue(const TemplateEpilogue& epilogue) {
+std::string onednn_epilogue(const ConvProblem& p, const TemplateEpilogue& epilogue) {
   if (epilogue.empty()) return "";
+  if (p.channels_last) {
+    return fmt::format(
+        "    // The epilogue, in a pass over Y.\n"
+        "    #pragma omp parallel for if (kN * kM * kOH * kOW >= (int64_t{{1}} << 16))\n"
+        "    for (int64_t m = 0; m < kN * kOH * kOW; ++m) {{\n"
+        "        float* y = Y + m * kM;\n"
+        "        for (int64_t n = 0; n < kM; ++n) {{\n"
+        "            const float v = y[n];\n"
+        "            y[n] = ({});\n"
+        "        }}\n"
+        "    }}\n",
+        epilogue.expr);
+  }
   return fmt::format(
       "    // The epilogue, in a pass over Y.\n"
       "    #pragma omp parallel for if (kN * kM * kOH * kOW >= (int64_t{{1}} << 16))\n"
@@ -232,6 +261,8 @@ class LibraryChoice final : public ConvChoice {
   LibraryChoice(const ConvProblem& problem, bool onednn) : problem_(problem), onednn_(onednn) {
     check_conv_problem(problem);
     KILN_CHECK(onednn || problem.group == 1, "im2col choice: {} is grouped", problem.text());
+    KILN_CHECK(onednn || !problem.channels_last, "im2col choice: {} is channels-last",
+               problem.text());
   }
   std::string name() const override { return onednn_ ? "onednn" : "im2col-openblas"; }
   std::string backend() const override { return "extern"; }
@@ -242,7 +273,7 @@ class LibraryChoice final : public ConvChoice {
                      const TemplateEpilogue& epilogue) const override {
     auto v = values(problem_, function_name, epilogue);
     if (onednn_) {
-      v.back().second = onednn_epilogue(epilogue);
+      v.back().second = onednn_epilogue(problem_, epilogue);
       return substitute_placeholders(std::string(kOnednnSource), v);
     }
     return substitute_placeholders(std::string(kIm2colSource), v);
@@ -264,6 +295,7 @@ class TemplateChoice final : public ConvChoice {
       : config_(config), problem_(problem) {
     check_conv_config(config);
     check_conv_problem(problem);
+    KILN_CHECK(!problem.channels_last, "conv template: {} is channels-last", problem.text());
   }
   std::string name() const override { return "template " + config_.name(); }
   std::string backend() const override { return "template"; }
@@ -287,7 +319,8 @@ class DepthwiseChoice final : public ConvChoice {
  public:
   DepthwiseChoice(TemplateIsa isa, const ConvProblem& problem) : isa_(isa), problem_(problem) {
     check_conv_problem(problem);
-    KILN_CHECK(problem.depthwise(), "depthwise choice: {} is not depthwise", problem.text());
+    KILN_CHECK(problem.depthwise() && !problem.channels_last,
+               "depthwise choice: {} is not a depthwise NCHW convolution", problem.text());
   }
   std::string name() const override { return std::string(kDepthwisePrefix) + isa_name(isa_); }
   std::string backend() const override { return "template"; }
@@ -313,8 +346,8 @@ class WinogradChoice final : public ConvChoice {
  public:
   WinogradChoice(TemplateIsa isa, const ConvProblem& problem) : isa_(isa), problem_(problem) {
     check_conv_problem(problem);
-    KILN_CHECK(winograd_applies(problem), "winograd choice: {} is not a 3x3 stride-1 convolution",
-               problem.text());
+    KILN_CHECK(winograd_applies(problem) && !problem.channels_last,
+               "winograd choice: {} is not a 3x3 stride-1 convolution", problem.text());
   }
   std::string name() const override { return std::string(kWinogradPrefix) + isa_name(isa_); }
   std::string backend() const override { return "template"; }
@@ -328,6 +361,72 @@ class WinogradChoice final : public ConvChoice {
   const ConvProblem& problem() const override { return problem_; }
 
   static constexpr std::string_view kWinogradPrefix = "winograd ";
+
+ private:
+  TemplateIsa isa_;
+  ConvProblem problem_;
+};
+
+// The channels-last 1x1 convolution as the GEMM template (autotune/nhwc_conv_template.h): W^T
+// packed for its config, then the bias.
+class NhwcPointwiseChoice final : public ConvChoice {
+ public:
+  NhwcPointwiseChoice(const GemmConfig& config, const ConvProblem& problem)
+      : config_(config), problem_(problem) {
+    check_gemm_config(config);
+    check_conv_problem(problem);
+    KILN_CHECK(nhwc_pointwise_applies(problem),
+               "pointwise choice: {} is not a channels-last 1x1 convolution", problem.text());
+  }
+  std::string name() const override { return std::string(kPrefix) + config_.name(); }
+  std::string backend() const override { return "template"; }
+  std::vector<float> prepare(const float* w, const float* bias) const override {
+    return prepack_nhwc_pointwise(config_, problem_, w, bias);
+  }
+  std::string render(const std::string& function_name,
+                     const TemplateEpilogue& epilogue) const override {
+    return render_nhwc_pointwise(config_, problem_, function_name, epilogue);
+  }
+  int64_t weight_offset(int64_t m, int64_t t) const override {
+    return nhwc_pointwise_weight_offset(config_, problem_, m, t);
+  }
+  int64_t bias_offset(int64_t m) const override {
+    return nhwc_pointwise_bias_offset(config_, problem_, m);
+  }
+  const ConvProblem& problem() const override { return problem_; }
+
+  static constexpr std::string_view kPrefix = "pointwise-nhwc ";
+
+ private:
+  GemmConfig config_;
+  ConvProblem problem_;
+};
+
+// The channels-last depthwise template (autotune/nhwc_conv_template.h): W tap-major, then the
+// bias.
+class NhwcDepthwiseChoice final : public ConvChoice {
+ public:
+  NhwcDepthwiseChoice(TemplateIsa isa, const ConvProblem& problem) : isa_(isa), problem_(problem) {
+    check_conv_problem(problem);
+    KILN_CHECK(nhwc_depthwise_applies(problem),
+               "depthwise choice: {} is not a channels-last depthwise convolution", problem.text());
+  }
+  std::string name() const override { return std::string(kPrefix) + isa_name(isa_); }
+  std::string backend() const override { return "template"; }
+  std::vector<float> prepare(const float* w, const float* bias) const override {
+    return prepack_nhwc_depthwise(problem_, w, bias);
+  }
+  std::string render(const std::string& function_name,
+                     const TemplateEpilogue& epilogue) const override {
+    return render_nhwc_depthwise(isa_, problem_, function_name, epilogue);
+  }
+  int64_t weight_offset(int64_t m, int64_t t) const override { return t * problem_.m + m; }
+  int64_t bias_offset(int64_t m) const override {
+    return problem_.kh * problem_.kw * problem_.m + m;
+  }
+  const ConvProblem& problem() const override { return problem_; }
+
+  static constexpr std::string_view kPrefix = "depthwise-nhwc ";
 
  private:
   TemplateIsa isa_;
@@ -351,7 +450,59 @@ std::vector<ConvChoicePtr> grouped_choices(const ConvProblem& problem, TemplateI
   return choices;
 }
 
+// Channels-last problems: the pointwise or depthwise template first, then oneDNN on nhwc, then
+// the pointwise template's other GEMM configs.
+std::vector<ConvChoicePtr> channels_last_choices(const ConvProblem& problem, int threads,
+                                                 TemplateIsa isa) {
+  std::vector<ConvChoicePtr> choices;
+  if (nhwc_depthwise_applies(problem)) {
+    choices.push_back(std::make_shared<NhwcDepthwiseChoice>(isa, problem));
+  }
+  std::vector<GemmConfig> configs;
+  if (nhwc_pointwise_applies(problem)) {
+    const GemmConfig first = nhwc_pointwise_config(problem, threads, isa);
+    choices.push_back(std::make_shared<NhwcPointwiseChoice>(first, problem));
+    for (const GemmConfig& config : gemm_configs(problem.n * problem.h * problem.w,
+                                                 {.n = problem.m, .k = problem.c}, threads, isa)) {
+      if (!(config == first)) configs.push_back(config);
+    }
+  }
+  choices.push_back(make_conv_onednn_choice(problem));
+  for (const GemmConfig& config : configs) {
+    choices.push_back(std::make_shared<NhwcPointwiseChoice>(config, problem));
+  }
+  return choices;
+}
+
+// The pointwise choice whose config is named `config_name`: one of the configs gemm_configs
+// proposes for some thread count and ISA (the name does not say which).
+ConvChoicePtr pointwise_choice_named(const std::string& config_name, const ConvProblem& problem) {
+  for (TemplateIsa isa : {TemplateIsa::kAvx512, TemplateIsa::kAvx2}) {
+    for (int threads : {1, 2, 4, 8, 16, 32, 64, 128}) {
+      for (const GemmConfig& config : gemm_configs(
+               problem.n * problem.h * problem.w, {.n = problem.m, .k = problem.c}, threads, isa)) {
+        if (config.name() == config_name) {
+          return std::make_shared<NhwcPointwiseChoice>(config, problem);
+        }
+      }
+    }
+  }
+  internal_error("unknown pointwise convolution config '{}'", config_name);
+}
+
 }  // namespace
+
+int64_t ConvChoice::weight_offset(int64_t m, int64_t t) const {
+  const ConvConfig* config = template_config();
+  const int64_t ocb = config ? config->ocb : 1;
+  return (m / ocb * problem().depth() + t) * ocb + m % ocb;
+}
+
+int64_t ConvChoice::bias_offset(int64_t m) const {
+  const ConvConfig* config = template_config();
+  const int64_t ocb = config ? config->ocb : 1;
+  return ceil_div(problem().m, ocb) * ocb * problem().depth() + m;
+}
 
 std::string ConvChoice::hash_key() const {
   Sha256 hash;
@@ -376,6 +527,7 @@ ConvChoicePtr make_conv_template_choice(const ConvConfig& config, const ConvProb
 }
 
 std::vector<ConvChoicePtr> conv_choices(const ConvProblem& problem, int threads, TemplateIsa isa) {
+  if (problem.channels_last) return channels_last_choices(problem, threads, isa);
   if (problem.group != 1) return grouped_choices(problem, isa);
   const std::vector<ConvConfig> configs = conv_configs(problem, threads, isa);
   // oneDNN is the heuristic for 1x1 convolutions over images of 28 x 28 or more: its blocked
@@ -414,6 +566,13 @@ ConvChoicePtr make_conv_choice(const std::string& name, const ConvProblem& probl
   if (name.rfind(DepthwiseChoice::kDepthwisePrefix, 0) == 0) {
     return std::make_shared<DepthwiseChoice>(
         isa_after_prefix(name, DepthwiseChoice::kDepthwisePrefix), problem);
+  }
+  if (name.rfind(NhwcDepthwiseChoice::kPrefix, 0) == 0) {
+    return std::make_shared<NhwcDepthwiseChoice>(
+        isa_after_prefix(name, NhwcDepthwiseChoice::kPrefix), problem);
+  }
+  if (name.rfind(NhwcPointwiseChoice::kPrefix, 0) == 0) {
+    return pointwise_choice_named(name.substr(NhwcPointwiseChoice::kPrefix.size()), problem);
   }
   if (name.rfind(WinogradChoice::kWinogradPrefix, 0) == 0) {
     return std::make_shared<WinogradChoice>(isa_after_prefix(name, WinogradChoice::kWinogradPrefix),

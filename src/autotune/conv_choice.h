@@ -8,7 +8,8 @@
 ///                                   [, const float* <epilogue argument>]...);
 ///
 /// X [N, C, H, W] and Y [N, M, OH, OW] contiguous; the epilogue (TemplateEpilogue) sees v (the
-/// biased sum), m = (b * M + oc) * OH + oh and n = ow. The choices:
+/// biased sum), m = (b * M + oc) * OH + oh and n = ow (a channels-last problem: X [N, H, W, C],
+/// Y [N, OH, OW, M], m = (b * OH + oh) * OW + ow and n = oc). The choices:
 ///   onednn    oneDNN convolution_forward (weights reordered into its blocked layout on the
 ///             first call and kept), the epilogue in a pass over Y after the call
 ///   im2col    im2col into a per-thread buffer (none for 1x1 stride-1 unpadded convolutions, which
@@ -17,6 +18,8 @@
 ///             epilogue fused
 ///   depthwise the depthwise template (autotune/depthwise_template.h) for group == C, the bias
 ///             and the epilogue fused; W as it is
+///   pointwise-nhwc, depthwise-nhwc  the channels-last templates (autotune/nhwc_conv_template.h)
+///             for a channels-last problem, whose other choice is oneDNN on nhwc
 ///   winograd  the Winograd F(4x4, 3x3) template (autotune/winograd_template.h) for 3x3
 ///             stride-1 convolutions, the bias and the epilogue fused; W as it is (transformed
 ///             on the first call)
@@ -55,6 +58,12 @@ class ConvChoice {
 
   virtual ChoiceLinkage linkage() const { return {}; }
 
+  /// Where prepare() puts W[m, t] (t < problem().depth(), the weight row's index) and the bias of
+  /// output channel m in the prepared weight: the template's blocked panels, else W as it is.
+  /// The pointwise and depthwise channels-last choices override them.
+  virtual int64_t weight_offset(int64_t m, int64_t t) const;
+  virtual int64_t bias_offset(int64_t m) const;
+
   /// The template config of a template choice; nullptr for the others.
   virtual const ConvConfig* template_config() const { return nullptr; }
 
@@ -73,8 +82,8 @@ ConvChoicePtr make_conv_template_choice(const ConvConfig& config, const ConvProb
 /// 3x3 stride-1 convolutions with 784 or more output pixels and 32 or more channels in and out;
 /// else the template at conv_default_config; oneDNN for 1x1 convolutions with 784 or
 /// more output pixels, or when no config fits), then the other of the two, im2col + OpenBLAS,
-/// Winograd where it applies and the other template configs. A grouped problem has the depthwise template first (when it is
-/// depthwise) and oneDNN.
+/// Winograd where it applies and the other template configs. A grouped problem has the depthwise
+/// template first (when it is depthwise) and oneDNN.
 std::vector<ConvChoicePtr> conv_choices(const ConvProblem& problem, int threads,
                                         TemplateIsa isa = host_template_isa());
 

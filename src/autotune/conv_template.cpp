@@ -318,19 +318,34 @@ std::string ConvProblem::text() const {
   }
   if (dilation_h != 1 || dilation_w != 1) extra += fmt::format(", d{}x{}", dilation_h, dilation_w);
   if (group != 1) extra += fmt::format(", g{}", group);
+  if (channels_last) extra += ", nhwc";
   return fmt::format("conv({}x{}x{}x{}, {}x{}x{}x{}, {})", n, c, h, w, m, c / group, kh, kw, extra);
 }
 
 std::vector<int64_t> conv_problem_ints(const ConvProblem& p) {
-  return {p.n,         p.c,          p.h,          p.w,       p.m,        p.kh,
-          p.kw,        p.stride_h,   p.stride_w,   p.pad_top, p.pad_left, p.pad_bottom,
-          p.pad_right, p.dilation_h, p.dilation_w, p.group};
+  return {p.n,
+          p.c,
+          p.h,
+          p.w,
+          p.m,
+          p.kh,
+          p.kw,
+          p.stride_h,
+          p.stride_w,
+          p.pad_top,
+          p.pad_left,
+          p.pad_bottom,
+          p.pad_right,
+          p.dilation_h,
+          p.dilation_w,
+          p.group,
+          p.channels_last ? 1 : 0};
 }
 
 ConvProblem conv_problem_from_ints(const std::vector<int64_t>& v) {
-  KILN_CHECK(v.size() == 16, "a convolution problem has 16 sizes, found {}", v.size());
-  return {v[0], v[1], v[2],  v[3],  v[4],  v[5],  v[6],  v[7],
-          v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15]};
+  KILN_CHECK(v.size() == 17, "a convolution problem has 17 values, found {}", v.size());
+  return {v[0], v[1],  v[2],  v[3],  v[4],  v[5],  v[6],  v[7],      v[8],
+          v[9], v[10], v[11], v[12], v[13], v[14], v[15], v[16] != 0};
 }
 
 void check_conv_problem(const ConvProblem& p) {

@@ -46,6 +46,9 @@ struct ConvProblem {
   int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
   int64_t dilation_h = 1, dilation_w = 1;
   int64_t group = 1;
+  /// Channels-last activations: X [N, H, W, C] and Y [N, OH, OW, M] (nhwc_conv_template.h);
+  /// else X [N, C, H, W] and Y [N, M, OH, OW].
+  bool channels_last = false;
 
   int64_t oh() const {
     return (h + pad_top + pad_bottom - dilation_h * (kh - 1) - 1) / stride_h + 1;
@@ -59,15 +62,15 @@ struct ConvProblem {
   bool depthwise() const { return group > 1 && group == c; }
   /// 2 * N * M * OH * OW * depth().
   double flops() const;
-  /// "conv(1x64x56x56, 64x64x3x3, s1, p1)", with ", g96" when grouped: the problem as the
-  /// AUTOTUNE log names it.
+  /// "conv(1x64x56x56, 64x64x3x3, s1, p1)", with ", g96" when grouped and ", nhwc" when
+  /// channels-last: the problem as the AUTOTUNE log names it.
   std::string text() const;
   bool operator==(const ConvProblem&) const = default;
 };
 
-/// The 16 sizes of a problem in declaration order (N, C, H, W, M, KH, KW, strides, pads top,
-/// left, bottom, right, dilations, group), as IR attributes and benchmark requests carry it; and
-/// back (throws InternalError on a wrong count).
+/// The 17 values of a problem in declaration order (N, C, H, W, M, KH, KW, strides, pads top,
+/// left, bottom, right, dilations, group, channels_last as 0 or 1), as IR attributes and benchmark
+/// requests carry it; and back (throws InternalError on a wrong count).
 std::vector<int64_t> conv_problem_ints(const ConvProblem& problem);
 ConvProblem conv_problem_from_ints(const std::vector<int64_t>& values);
 

@@ -19,6 +19,7 @@ struct CompileArgs {
   std::string dump_dir;
   std::string cache_dir;
   std::string autotune;
+  std::string conv_layout = "auto";
 };
 
 std::string bytes_text(const std::string& bytes) {
@@ -43,6 +44,13 @@ int compile_model(const CompileArgs& args) {
   options.compile.cache_dir = args.cache_dir;
   if (!args.autotune.empty())
     options.compile.autotune = autotune::parse_autotune_mode(args.autotune, "--autotune");
+  if (args.conv_layout == "nchw") {
+    options.compile.lowering.conv_layout = lower::ConvLayout::kNchw;
+  } else if (args.conv_layout == "nhwc") {
+    options.compile.lowering.conv_layout = lower::ConvLayout::kChannelsLast;
+  } else if (args.conv_layout != "auto") {
+    user_error("--conv-layout {}: expected auto, nchw or nhwc", args.conv_layout);
+  }
   const driver::LibraryResult r = driver::compile_library(model, options);
 
   fmt::print("library: {} (target {})\n", r.library.string(), r.target);
@@ -93,6 +101,9 @@ void add_compile_command(CLI::App& app, CommandAction& chosen) {
                   "the code cache (default: KILN_CACHE_DIR or ~/.cache/kiln)");
   cmd->add_option("--autotune", args->autotune,
                   "GEMM algorithm selection: off, default or max (see kiln run --help)");
+  cmd->add_option("--conv-layout", args->conv_layout,
+                  "activations of 1x1 and depthwise convolutions: auto (channels-last when the "
+                  "model has depthwise convolutions), nchw or nhwc");
   cmd->callback([args, &chosen] { chosen = [args] { return compile_model(*args); }; });
 }
 

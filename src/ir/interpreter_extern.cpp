@@ -201,10 +201,9 @@ ConvParams conv_params(const ConvCall& call, size_t spatial) {
 }
 
 /// conv with a choice (lower/conv_select.h): inputs X and the weight as the choice prepared it
-/// for its problem: with the template's output-channel block ocb, the weight is [ceil(M / ocb)]
-/// [C * KH * KW][ocb] (channels past M zero), then the bias padded to a multiple of ocb (the
-/// other choices: ocb 1, W as is, then the bias). A grouped problem's output channel m reads the
-/// C / G input channels of its group.
+/// for its problem (ConvChoice::weight_offset and bias_offset say where W[m, t] and the bias
+/// are). A grouped problem's output channel m reads the C / G input channels of its group. A
+/// channels-last problem has X [N, H, W, C] and the output [N, OH, OW, M].
 void run_conv_prepared(const Buffer& buffer, const autotune::ConvChoice& choice, Storages& storages,
                        const sym::Binding& binding) {
   const ExternCall& call = buffer.call;
@@ -212,23 +211,24 @@ void run_conv_prepared(const Buffer& buffer, const autotune::ConvChoice& choice,
   Operand w = operand(call, 1, storages, binding);
   const autotune::ConvProblem& p = choice.problem();
   const int64_t channels = p.c / p.group, h = p.h, wd = p.w, m_count = p.m, kh = p.kh, kw = p.kw;
-  const autotune::ConvConfig* config = choice.template_config();
-  const int64_t ocb = config ? config->ocb : 1, depth = p.depth();
-  const int64_t blocks = (m_count + ocb - 1) / ocb;
+  const bool last = p.channels_last;
   ConcreteLayout out_layout = concretize(buffer.layout, binding);
   Storage& out = storages.at(buffer.name);
   for_each_index(out_layout.sizes, [&](const std::vector<int64_t>& o) {
-    const int64_t m = o[1], j = m / ocb, q = m % ocb, first = m / (m_count / p.group) * channels;
-    double sum = w.real_at({blocks * ocb * depth + m});
+    const int64_t m = last ? o[3] : o[1], oh = last ? o[1] : o[2], ow = last ? o[2] : o[3];
+    const int64_t first = m / (m_count / p.group) * channels;
+    double sum = w.real_at({choice.bias_offset(m)});
     for (int64_t c = 0; c < channels; ++c) {
       for (int64_t ki = 0; ki < kh; ++ki) {
-        const int64_t i = o[2] * p.stride_h - p.pad_top + ki * p.dilation_h;
+        const int64_t i = oh * p.stride_h - p.pad_top + ki * p.dilation_h;
         if (i < 0 || i >= h) continue;
         for (int64_t kj = 0; kj < kw; ++kj) {
-          const int64_t jj = o[3] * p.stride_w - p.pad_left + kj * p.dilation_w;
+          const int64_t jj = ow * p.stride_w - p.pad_left + kj * p.dilation_w;
           if (jj < 0 || jj >= wd) continue;
           const int64_t t = (c * kh + ki) * kw + kj;
-          sum += x.real_at({o[0], first + c, i, jj}) * w.real_at({(j * depth + t) * ocb + q});
+          const double xv =
+              last ? x.real_at({o[0], i, jj, first + c}) : x.real_at({o[0], first + c, i, jj});
+          sum += xv * w.real_at({choice.weight_offset(m, t)});
         }
       }
     }
@@ -249,23 +249,33 @@ void run_conv(const Buffer& buffer, const ConvCall& params, Storages& storages,
   size_t rank = x.rank();
   KILN_CHECK(rank >= 3 && rank <= 5 && w.rank() == rank && out_layout.sizes.size() == rank,
              "conv ranks X {} W {} out {}", rank, w.rank(), out_layout.sizes.size());
+  // A channels-last call (2-D): X [N, H, W, C] and the output [N, OH, OW, M], read and written
+  // here through their NCHW indices.
+  const bool last = params.channels_last;
+  KILN_CHECK(!last || rank == 4, "a channels-last conv of rank {}", rank);
+  auto nchw = [&](const std::vector<int64_t>& v) {
+    return last ? std::vector<int64_t>{v[0], v[3], v[1], v[2]} : v;
+  };
+  auto physical = [&](const std::vector<int64_t>& v) {
+    return last ? std::vector<int64_t>{v[0], v[2], v[3], v[1]} : v;
+  };
+  const std::vector<int64_t> x_sizes = nchw(x.layout.sizes), out_sizes = nchw(out_layout.sizes);
   size_t spatial = rank - 2;
   ConvParams p = conv_params(params, spatial);
   int64_t out_channels = w.layout.sizes[0];
   int64_t group_channels = w.layout.sizes[1];
-  KILN_CHECK(x.layout.sizes[1] == group_channels * p.group && out_channels % p.group == 0,
-             "conv channels: X has {}, W {} x group {}", x.layout.sizes[1], group_channels,
-             p.group);
+  KILN_CHECK(x_sizes[1] == group_channels * p.group && out_channels % p.group == 0,
+             "conv channels: X has {}, W {} x group {}", x_sizes[1], group_channels, p.group);
   for (size_t d = 0; d < spatial; ++d) {
-    int64_t extent = x.layout.sizes[2 + d] + p.pads[d] + p.pads[spatial + d] -
+    int64_t extent = x_sizes[2 + d] + p.pads[d] + p.pads[spatial + d] -
                      p.dilations[d] * (w.layout.sizes[2 + d] - 1) - 1;
-    KILN_CHECK(out_layout.sizes[2 + d] == extent / p.strides[d] + 1,
-               "conv output dim {} is {}, expected {}", d, out_layout.sizes[2 + d],
+    KILN_CHECK(out_sizes[2 + d] == extent / p.strides[d] + 1,
+               "conv output dim {} is {}, expected {}", d, out_sizes[2 + d],
                extent / p.strides[d] + 1);
   }
   std::vector<int64_t> kernel_sizes(w.layout.sizes.begin() + 2, w.layout.sizes.end());
   Storage& out = storages.at(buffer.name);
-  for_each_index(out_layout.sizes, [&](const std::vector<int64_t>& o) {
+  for_each_index(out_sizes, [&](const std::vector<int64_t>& o) {
     int64_t m = o[1];
     int64_t g = m / (out_channels / p.group);
     double sum = has_bias ? bias.real_at({m}) : 0.0;
@@ -278,14 +288,14 @@ void run_conv(const Buffer& buffer, const ConvCall& params, Storages& storages,
       for_each_index(kernel_sizes, [&](const std::vector<int64_t>& k) {
         for (size_t d = 0; d < spatial; ++d) {
           int64_t pos = o[2 + d] * p.strides[d] - p.pads[d] + k[d] * p.dilations[d];
-          if (pos < 0 || pos >= x.layout.sizes[2 + d]) return;
+          if (pos < 0 || pos >= x_sizes[2 + d]) return;
           xi[2 + d] = pos;
           wi[2 + d] = k[d];
         }
-        sum += x.real_at(xi) * w.real_at(wi);
+        sum += x.real_at(physical(xi)) * w.real_at(wi);
       });
     }
-    write_output(out, out_layout, o, sum, buffer.name);
+    write_output(out, out_layout, physical(o), sum, buffer.name);
   });
 }
 

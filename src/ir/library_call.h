@@ -61,6 +61,8 @@ struct ConvCall {
   std::vector<int64_t> dilations;
   int64_t group = 1;
   int relu_post_ops = 0;
+  /// Channels-last (2-D only): X is [N, H, W, C] and the output [N, OH, OW, M] (lower/nn.cpp).
+  bool channels_last = false;
   autotune::ConvChoicePtr choice;
   std::string name() const { return "conv"; }
 };

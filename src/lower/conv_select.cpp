@@ -56,10 +56,13 @@ std::optional<autotune::ConvProblem> template_problem(const ir::Program& program
   const std::vector<int64_t>&strides = call->strides, &pads = call->pads,
         &dilations = call->dilations;
   autotune::ConvProblem p;
+  // A channels-last call's X is [N, H, W, C] and its output [N, OH, OW, M].
+  p.channels_last = call->channels_last;
+  const size_t c_dim = p.channels_last ? 3 : 1, h_dim = p.channels_last ? 1 : 2;
   p.n = xs[0];
-  p.c = xs[1];
-  p.h = xs[2];
-  p.w = xs[3];
+  p.c = xs[c_dim];
+  p.h = xs[h_dim];
+  p.w = xs[h_dim + 1];
   p.m = ws[0];
   p.kh = ws[2];
   p.kw = ws[3];
@@ -79,7 +82,8 @@ std::optional<autotune::ConvProblem> template_problem(const ir::Program& program
   }
   if (p.n <= 0 || p.c <= 0 || p.h <= 0 || p.w <= 0 || p.m <= 0 || p.oh() <= 0 || p.ow() <= 0)
     return std::nullopt;
-  if (static_size(conv.layout.sizes[2]) != p.oh() || static_size(conv.layout.sizes[3]) != p.ow())
+  if (static_size(conv.layout.sizes[h_dim]) != p.oh() ||
+      static_size(conv.layout.sizes[h_dim + 1]) != p.ow())
     return std::nullopt;
   return p;
 }
@@ -97,6 +101,17 @@ bool is_read(const ir::Program& program, const std::string& name) {
 
 autotune::ConvChoicePtr choose(const autotune::ConvProblem& problem,
                                const LoweringOptions& options) {
+  // A forced choice names an NCHW implementation: a channels-last convolution takes its
+  // heuristic choice instead, unless oneDNN is forced (it takes either layout).
+  if (problem.channels_last && !options.conv_choice.empty() && options.conv_choice != "onednn") {
+    autotune::ConvSelectRequest request;
+    request.problem = problem;
+    request.threads = options.threads;
+    request.mode = autotune::AutotuneMode::kOff;
+    request.code_cache_dir = options.code_cache_dir;
+    request.isa = options.template_isa;
+    return autotune::select_conv(request).choice;
+  }
   if (options.conv_choice == "template") {
     const std::optional<autotune::ConvConfig> config = autotune::conv_default_config(
         problem, options.threads, options.template_isa.value_or(autotune::host_template_isa()));

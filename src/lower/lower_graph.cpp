@@ -362,16 +362,20 @@ void GraphLowering::lower_node(const graph::Node& node) {
     inputs.emplace_back(lookup(*in));
   }
   std::vector<TensorValue> outputs = lowering->fn(ctx_, node, inputs);
-  // Lazy outputs remember every node folded into them: this one and its lazy inputs'.
+  // Lazy outputs remember every node folded into them: this one and its lazy inputs'. A view
+  // of a buffer (a channels-last one read as NCHW included) folds no node.
+  auto stored = [&](const TensorValue& v) {
+    if (ctx_.as_buffer(v)) return true;
+    return ctx_.reads_channels_last(v) && ctx_.as_buffer(ctx_.to_channels_last(v)).has_value();
+  };
   std::vector<ir::Origin> origins = {{node.name(), node.op_type()}};
   for (const auto& in : inputs) {
-    if (in && !ctx_.as_buffer(*in))
-      origins.insert(origins.end(), in->origins.begin(), in->origins.end());
+    if (in && !stored(*in)) origins.insert(origins.end(), in->origins.begin(), in->origins.end());
   }
   std::sort(origins.begin(), origins.end());
   origins.erase(std::unique(origins.begin(), origins.end()), origins.end());
   for (TensorValue& out : outputs) {
-    if (!ctx_.as_buffer(out)) out.origins = origins;
+    if (!stored(out)) out.origins = origins;
   }
   for (size_t k = 0; k < node.outputs().size(); ++k) {
     const graph::Value* out = node.outputs()[k];
@@ -391,8 +395,16 @@ TensorValue GraphLowering::settle(TensorValue value, const graph::Value& out) {
   if (std::optional<TensorValue> folded = fold_constant(ctx_, value)) return *folded;
   int uses = use_count(out, graph_);
   int ops = value.body->compute_op_count();
-  if (uses > 1 && ops > 0) return ctx_.realize(value, fmt::format("{} users", uses));
-  if (ops > ctx_.options().max_inline_ops) return ctx_.realize(value, "large body");
+  // A value over channels-last buffers is stored channels-last too (lower/nn.cpp).
+  const bool last = ctx_.reads_channels_last(value);
+  if (uses > 1 && ops > 0) {
+    const std::string reason = fmt::format("{} users", uses);
+    return last ? ctx_.realize_channels_last(value, reason) : ctx_.realize(value, reason);
+  }
+  if (ops > ctx_.options().max_inline_ops) {
+    return last ? ctx_.realize_channels_last(value, "large body")
+                : ctx_.realize(value, "large body");
+  }
   return value;
 }
 
@@ -480,7 +492,29 @@ void GraphLowering::bind_outputs() {
   }
 }
 
-ir::Program lower_graph(const graph::Graph& graph, const LoweringOptions& options) {
+namespace {
+
+// Whether `graph` has a depthwise convolution: W [M, 1, ...] with group > 1.
+bool has_depthwise_conv(const graph::Graph& graph) {
+  for (const auto& node : graph.nodes()) {
+    if (node->op_type() != "Conv" || !node->domain().empty() || node->attr_int("group", 1) < 2)
+      continue;
+    const graph::Value* w = node->input(1);
+    if (w == nullptr || !w->type().shape || w->type().shape->size() < 2) continue;
+    if ((*w->type().shape)[1] == sym::Expr(1)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+ir::Program lower_graph(const graph::Graph& graph, const LoweringOptions& given) {
+  LoweringOptions options = given;
+  if (options.conv_layout == ConvLayout::kAuto) {
+    options.conv_layout = has_depthwise_conv(graph) && options.device == ir::Device::kCpu
+                              ? ConvLayout::kChannelsLast
+                              : ConvLayout::kNchw;
+  }
   BranchSpecializer specializer(graph);
   for (;;) {
     try {

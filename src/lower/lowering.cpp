@@ -1,5 +1,7 @@
 #include "lower/lowering.h"
 
+#include <array>
+
 #include <fmt/format.h>
 
 #include <set>
@@ -230,6 +232,49 @@ std::optional<std::string> LoweringContext::as_buffer(const TensorValue& value) 
   if (buffer->layout.sizes != value.shape) return std::nullopt;
   if (op.index != buffer->layout.index(value.body->vars())) return std::nullopt;
   return buffer->name;
+}
+
+namespace {
+
+// `value` with its dims reordered: dim k of the result is dim perm[k] of `value`.
+TensorValue permuted(LoweringContext& ctx, const TensorValue& value,
+                     const std::array<size_t, 4>& perm) {
+  KILN_CHECK(value.rank() == 4, "a channels-last view of a rank-{} value", value.rank());
+  std::vector<sym::Expr> shape;
+  for (size_t k : perm) shape.push_back(value.shape[k]);
+  TensorValue out =
+      ctx.pointwise(value.dtype, shape, [&](LoopBody& body, const std::vector<sym::Expr>& index) {
+        std::vector<sym::Expr> at(4);
+        for (size_t k = 0; k < 4; ++k) at[perm[k]] = index[k];
+        return ctx.load_at(body, value, at);
+      });
+  out.origins = value.origins;
+  return out;
+}
+
+}  // namespace
+
+TensorValue LoweringContext::to_channels_last(const TensorValue& value) {
+  return permuted(*this, value, {0, 2, 3, 1});
+}
+
+TensorValue LoweringContext::from_channels_last(const TensorValue& value) {
+  return permuted(*this, value, {0, 3, 1, 2});
+}
+
+bool LoweringContext::reads_channels_last(const TensorValue& value) const {
+  if (!value.body || value.rank() != 4) return false;
+  for (const ir::Op& op : value.body->ops()) {
+    if (op.code == ir::OpCode::kLoad && channels_last_.count(op.buffer)) return true;
+  }
+  return false;
+}
+
+TensorValue LoweringContext::realize_channels_last(const TensorValue& value,
+                                                   std::string_view reason) {
+  TensorValue realized = realize(to_channels_last(value), reason);
+  mark_channels_last(*as_buffer(realized));
+  return from_channels_last(realized);
 }
 
 TensorValue LoweringContext::realize(const TensorValue& value, std::string_view reason, bool copy) {

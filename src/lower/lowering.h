@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,18 @@ struct TensorValue {
   const std::vector<sym::Expr>& known_ints(std::string_view what) const;
 };
 
+/// The activation layout of 2-D convolutions (lower/nn.cpp).
+enum class ConvLayout {
+  /// Channels-last when the graph has a depthwise convolution (MobileNet's chains of 1x1 and
+  /// depthwise layers), else NCHW.
+  kAuto,
+  kNchw,
+  /// The 1x1 (stride 1, unpadded, ungrouped) and depthwise float32 convolutions on the CPU run on
+  /// channels-last activations (ir::ConvCall::channels_last), with the values between them kept
+  /// channels-last, so that a chain of them needs no reorder; the other convolutions stay NCHW.
+  kChannelsLast,
+};
+
 /// Per-compile options that change lowering decisions.
 struct LoweringOptions {
   /// A lazy value whose body has more compute ops than this is realized before being inlined
@@ -92,6 +105,7 @@ struct LoweringOptions {
   /// selecting: "onednn", "im2col-openblas", "template" (its default config) or a template
   /// choice's full name. Empty: algorithm selection. For benches and tests.
   std::string conv_choice;
+  ConvLayout conv_layout = ConvLayout::kAuto;
   /// The device the program is lowered for. On CUDA, matrix products are always an
   /// ir::MatMulCall (cuBLASLt) over views it can read, never a CPU GEMM choice, and Gemm's
   /// beta * C is a pointwise consumer of the product (the CUDA backend fuses a bias into the
@@ -171,6 +185,20 @@ class LoweringContext {
   /// The buffer name if `value` is exactly a load of a whole buffer in its own layout.
   std::optional<std::string> as_buffer(const TensorValue& value) const;
 
+  // --- Channels-last values (LoweringOptions::conv_layout) -----------------------------------
+
+  /// The rank-4 `value` [N, C, H, W] as a lazy [N, H, W, C] view, and back.
+  TensorValue to_channels_last(const TensorValue& value);
+  TensorValue from_channels_last(const TensorValue& value);
+  /// Records that `buffer` holds a [N, H, W, C] tensor that NCHW values read through
+  /// from_channels_last.
+  void mark_channels_last(const std::string& buffer) { channels_last_.insert(buffer); }
+  /// Whether `value` (rank 4) loads a buffer that mark_channels_last recorded: such a value is
+  /// realized channels-last, so that its loads and its store run in the same order.
+  bool reads_channels_last(const TensorValue& value) const;
+  /// Materializes `value` [N, C, H, W] into a [N, H, W, C] buffer and returns its NCHW view.
+  TensorValue realize_channels_last(const TensorValue& value, std::string_view reason);
+
   /// A fresh size symbol ("dyn<N>") bound at run time as `size` says (its symbol is set here).
   sym::Expr dynamic_size(ir::DynamicSize size);
   /// A fresh buffer name ("buf<N>").
@@ -200,6 +228,7 @@ class LoweringContext {
   GraphLowering* graph_lowering_ = nullptr;
   int next_buffer_ = 0;
   std::map<std::string, bool> foldable_buffers_;
+  std::set<std::string> channels_last_;
 };
 
 /// A lowering function: the node's inputs (nullopt for omitted optional inputs) to its outputs.

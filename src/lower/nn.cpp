@@ -342,6 +342,26 @@ std::vector<TensorValue> lower_gemm(LoweringContext& ctx, const graph::Node& nod
   })};
 }
 
+// Whether a convolution runs channels-last (LoweringOptions::conv_layout): a 2-D float32 one on
+// the CPU that is 1x1, stride 1, unpadded and ungrouped (a GEMM on channels-last activations) or
+// depthwise with one output channel per input channel (each pixel a sum of channel vectors).
+bool runs_channels_last(LoweringContext& ctx, const TensorValue& x, const TensorValue& w,
+                        int64_t group, const std::vector<int64_t>& kernel,
+                        const WindowGeometry& g) {
+  if (ctx.options().conv_layout != ConvLayout::kChannelsLast ||
+      ctx.options().device != ir::Device::kCpu || x.rank() != 4 || x.dtype != DType::kFloat32) {
+    return false;
+  }
+  auto all = [](const std::vector<int64_t>& values, int64_t v) {
+    return std::all_of(values.begin(), values.end(), [&](int64_t e) { return e == v; });
+  };
+  if (group == 1) {
+    return all(kernel, 1) && all(g.strides, 1) && all(g.pads, 0);
+  }
+  return w.shape[1] == sym::Expr(1) && w.shape[0] == sym::Expr(group) &&
+         x.shape[1] == sym::Expr(group);
+}
+
 std::vector<TensorValue> lower_conv(LoweringContext& ctx, const graph::Node& node,
                                     const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "X");
@@ -372,7 +392,12 @@ std::vector<TensorValue> lower_conv(LoweringContext& ctx, const graph::Node& nod
   WindowGeometry g = window_geometry(ctx, node, spatial, kernel, false);
   std::vector<Expr> shape = {x.shape[0], w.shape[0]};
   shape.insert(shape.end(), g.out.begin(), g.out.end());
-  std::vector<std::optional<ir::View>> views = {ctx.as_view(x, true), ctx.as_view(w, true)};
+  // Channels-last: X read as [N, H, W, C] (a view of a channels-last buffer as it is; anything
+  // else is reordered as it is realized), the output [N, OH, OW, M] read through its NCHW view.
+  const bool last = runs_channels_last(ctx, x, w, group, kernel, g);
+  if (last) shape = {shape[0], shape[2], shape[3], shape[1]};
+  std::vector<std::optional<ir::View>> views = {
+      ctx.as_view(last ? ctx.to_channels_last(x) : x, true), ctx.as_view(w, true)};
   if (bias != nullptr && bias->rank() != 1)
     ctx.fail("expected a 1-D bias, found " + graph::shape_str(bias->shape));
   // On CUDA the bias is a pointwise consumer of the cuDNN convolution, so that it fuses with
@@ -384,7 +409,12 @@ std::vector<TensorValue> lower_conv(LoweringContext& ctx, const graph::Node& nod
   call.pads = g.pads;
   call.dilations = g.dilations;
   call.group = group;
+  call.channels_last = last;
   TensorValue out = ctx.extern_call(std::move(call), x.dtype, shape, std::move(views));
+  if (last) {
+    ctx.mark_channels_last(*ctx.as_buffer(out));
+    return {ctx.from_channels_last(out)};
+  }
   if (bias == nullptr || !cuda) return {out};
   return {ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& index) {
     return body.binary(OpCode::kAdd, ctx.load_at(body, out, index),

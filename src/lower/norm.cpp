@@ -272,9 +272,13 @@ std::optional<TensorValue> fold_into_conv(LoweringContext& ctx, const graph::Nod
     return std::nullopt;
   }
   std::optional<std::string> name = ctx.as_buffer(x);
+  // A channels-last convolution's output is read through an NCHW view (lower/nn.cpp).
+  const bool last = !name && x.rank() == 4 && ctx.reads_channels_last(x);
+  if (last) name = ctx.as_buffer(ctx.to_channels_last(x));
   const ir::Buffer* conv = name ? ctx.program().find(*name) : nullptr;
   if (conv == nullptr || conv->kind != ir::BufferKind::kExtern ||
-      conv->call.as<ir::ConvCall>() == nullptr) {
+      conv->call.as<ir::ConvCall>() == nullptr ||
+      conv->call.as<ir::ConvCall>()->channels_last != last) {
     return std::nullopt;
   }
   const ir::ExternCall& call = conv->call;
@@ -312,7 +316,11 @@ std::optional<TensorValue> fold_into_conv(LoweringContext& ctx, const graph::Nod
   std::vector<std::optional<ir::View>> views = {call.inputs[0],
                                                 ctx.as_view(ctx.from_constant(new_weight), true),
                                                 ctx.as_view(ctx.from_constant(new_bias), true)};
-  return ctx.extern_call(call.op, DType::kFloat32, conv->layout.sizes, std::move(views));
+  TensorValue folded =
+      ctx.extern_call(call.op, DType::kFloat32, conv->layout.sizes, std::move(views));
+  if (!last) return folded;
+  ctx.mark_channels_last(*ctx.as_buffer(folded));
+  return ctx.from_channels_last(folded);
 }
 
 std::vector<TensorValue> lower_batch_norm(LoweringContext& ctx, const graph::Node& node,

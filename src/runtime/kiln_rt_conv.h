@@ -27,6 +27,9 @@ struct ConvParams {
   int64_t dilation[3] = {1, 1, 1};
   int64_t pad_begin[3] = {0, 0, 0};
   int64_t pad_end[3] = {0, 0, 0};
+  /// 1: channels-last activations (2-D: X [N, H, W, C], out [N, OH, OW, M]); an int64_t, so that
+  /// operator== compares no padding.
+  int64_t channels_last = 0;
 
   bool operator==(const ConvParams& o) const { return std::memcmp(this, &o, sizeof(*this)) == 0; }
 };
@@ -135,7 +138,10 @@ class ConvSite {
   void build(const ConvParams& p, bool has_bias, const std::string& post_ops) {
     using tag = dnnl::memory::format_tag;
     using dt = dnnl::memory::data_type;
-    const tag act = p.spatial == 1 ? tag::ncw : p.spatial == 2 ? tag::nchw : tag::ncdhw;
+    const tag act = p.channels_last  ? tag::nhwc
+                    : p.spatial == 1 ? tag::ncw
+                    : p.spatial == 2 ? tag::nchw
+                                     : tag::ncdhw;
     const tag wt = p.spatial == 1 ? tag::oiw : p.spatial == 2 ? tag::oihw : tag::oidhw;
     const tag gwt = p.spatial == 1 ? tag::goiw : p.spatial == 2 ? tag::goihw : tag::goidhw;
     src_md_ = dnnl::memory::desc(dims_of(p, p.n, p.c, p.in), dt::f32, act);
@@ -154,7 +160,8 @@ class ConvSite {
     // convolutions let oneDNN pick the activation layout and reorder around the call; 1x1
     // convolutions stay on NCHW, where the reorders cost about what they save (made blocked too,
     // ResNet-50 took 10% more CPU time; bench/ort/run.sh).
-    const bool blocked = p.kernel[0] * p.kernel[1] * p.kernel[2] > 1;
+    // Channels-last activations are a layout oneDNN's direct convolutions take as they are.
+    const bool blocked = p.kernel[0] * p.kernel[1] * p.kernel[2] > 1 && !p.channels_last;
     const dnnl::memory::desc conv_src_md =
         blocked ? dnnl::memory::desc(src_md_.dims(), dt::f32, tag::any) : src_md_;
     const dnnl::memory::desc conv_dst_md =

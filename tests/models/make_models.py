@@ -28,6 +28,14 @@ Writes, each into its own folder under OUT_DIR:
             stride-1 convolutions are large enough for the Winograd template to be the heuristic
             choice: Conv (32 -> 40, bias, pads 1), BatchNormalization, Relu, Conv (40 -> 32, pads
             1), Add(x), Relu; 30 columns leave partial tiles. Files: model.onnx, x.npy, y.npy.
+  mobilenet/ x: float32[2, 3, 15, 13] -> y: float32[2, 40, 8, 7]. MobileNetV2's blocks at awkward
+            sizes, which Kiln runs channels-last (lower/nn.cpp): a 3x3 stride-2 stem, a depthwise
+            3x3 (19 channels), a 1x1 projection, an inverted residual block (1x1 expand to 37,
+            depthwise 3x3, 1x1 project, Add), a 1x1 to 40; each Conv followed by a
+            BatchNormalization and most by ReLU6 as Clip(0, 6). Files: model.onnx, x.npy, y.npy.
+  mobilenet_dyn/ the same network with x: float32[batch, 3, 15, 13], ending in
+            GlobalAveragePool and Flatten: y float32[batch, 40]. Files: model.onnx,
+            x_b{1,2}.npy, y_b{1,2}.npy.
 """
 import os
 import sys
@@ -226,6 +234,79 @@ def winograd_reference(p, x):
     return relu(c2 + x)
 
 
+MOBILENET_CONVS = (  # name, input channels, output channels, kernel, stride, group
+    ("stem", 3, 19, 3, 2, 1), ("dw1", 19, 19, 3, 1, 19), ("pw1", 19, 21, 1, 1, 1),
+    ("expand", 21, 37, 1, 1, 1), ("dw2", 37, 37, 3, 1, 37), ("project", 37, 21, 1, 1, 1),
+    ("head", 21, 40, 1, 1, 1))
+
+
+def mobilenet_params(rng):
+    params = {}
+    for name, cin, cout, k, _, group in MOBILENET_CONVS:
+        fan_in = cin // group * k * k
+        params[name + ".w"] = (np.sqrt(2 / fan_in) *
+                               rng.standard_normal((cout, cin // group, k, k))).astype(np.float32)
+        params[name + ".scale"] = (1 + 0.2 * rng.standard_normal(cout)).astype(np.float32)
+        params[name + ".bias"] = (0.1 * rng.standard_normal(cout)).astype(np.float32)
+        params[name + ".mean"] = (0.1 * rng.standard_normal(cout)).astype(np.float32)
+        params[name + ".var"] = rng.uniform(0.5, 1.5, cout).astype(np.float32)
+    params["zero"] = np.array(0, dtype=np.float32)
+    params["six"] = np.array(6, dtype=np.float32)
+    return params
+
+
+def mobilenet_model(params, batch, pool):
+    nodes = []
+    convs = {c[0]: c for c in MOBILENET_CONVS}
+
+    def conv_bn(name, x, clip=True):
+        _, _, _, k, stride, group = convs[name]
+        nodes.append(helper.make_node("Conv", [x, name + ".w"], [name + ".c"], kernel_shape=[k, k],
+                                      strides=[stride, stride], pads=[k // 2] * 4, group=group,
+                                      name=name))
+        nodes.append(helper.make_node(
+            "BatchNormalization", [name + ".c"] + [name + s for s in (".scale", ".bias", ".mean",
+                                                                    ".var")],
+            [name + ".n"], epsilon=1e-5, name=name + "_bn"))
+        if not clip:
+            return name + ".n"
+        nodes.append(helper.make_node("Clip", [name + ".n", "zero", "six"], [name + ".r"],
+                                      name=name + "_clip"))
+        return name + ".r"
+
+    y = conv_bn("pw1", conv_bn("dw1", conv_bn("stem", "x")), clip=False)
+    block = conv_bn("project", conv_bn("dw2", conv_bn("expand", y)), clip=False)
+    nodes.append(helper.make_node("Add", [block, y], ["res"], name="residual"))
+    head = conv_bn("head", "res")
+    if pool:
+        nodes.append(helper.make_node("GlobalAveragePool", [head], ["pooled"], name="pool"))
+        nodes.append(helper.make_node("Flatten", ["pooled"], ["y"], name="flatten"))
+        return finish(nodes, "mobilenet_dyn", [batch, 3, 15, 13], [batch, 40], params)
+    nodes.append(helper.make_node("Identity", [head], ["y"], name="out"))
+    return finish(nodes, "mobilenet", [batch, 3, 15, 13], [batch, 40, 8, 7], params)
+
+
+def mobilenet_reference(p, x, pool):
+    p = {k: v.astype(np.float64) for k, v in p.items()}
+    convs = {c[0]: c for c in MOBILENET_CONVS}
+
+    def conv_bn(name, x, clip=True):
+        _, cin, cout, k, stride, group = convs[name]
+        w = p[name + ".w"]
+        if group == 1:
+            c = conv2d(x, w, np.zeros(cout), pads=(k // 2,) * 4, strides=(stride, stride))
+        else:  # depthwise: each channel with its own filter
+            c = np.concatenate([conv2d(x[:, i:i + 1], w[i:i + 1], np.zeros(1), pads=(k // 2,) * 4,
+                                       strides=(stride, stride)) for i in range(cout)], axis=1)
+        n = batch_norm(c, p[name + ".scale"], p[name + ".bias"], p[name + ".mean"],
+                       p[name + ".var"], 1e-5)
+        return np.clip(n, 0, 6) if clip else n
+
+    y = conv_bn("pw1", conv_bn("dw1", conv_bn("stem", x.astype(np.float64))), clip=False)
+    head = conv_bn("head", conv_bn("project", conv_bn("dw2", conv_bn("expand", y)), clip=False) + y)
+    return head.mean(axis=(2, 3)) if pool else head
+
+
 def control_model():
     f = TensorProto.FLOAT
     scalar = lambda name, t: helper.make_tensor_value_info(name, t, [])
@@ -395,6 +476,19 @@ def main(out):
     x = rng.uniform(-1, 1, (2, 32, 28, 30)).astype(np.float32)
     write(folder, "x.npy", x)
     write(folder, "y.npy", winograd_reference(params, x))
+
+    params = mobilenet_params(rng)
+    folder = os.path.join(out, "mobilenet")
+    save(mobilenet_model(params, 2, pool=False), folder)
+    x = rng.uniform(-1, 1, (2, 3, 15, 13)).astype(np.float32)
+    write(folder, "x.npy", x)
+    write(folder, "y.npy", mobilenet_reference(params, x, pool=False))
+    folder = os.path.join(out, "mobilenet_dyn")
+    save(mobilenet_model(params, "batch", pool=True), folder)
+    for batch in (1, 2):
+        x = rng.uniform(-1, 1, (batch, 3, 15, 13)).astype(np.float32)
+        write(folder, f"x_b{batch}.npy", x)
+        write(folder, f"y_b{batch}.npy", mobilenet_reference(params, x, pool=True))
 
 
 if __name__ == "__main__":

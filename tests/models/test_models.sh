@@ -3,7 +3,7 @@
 # the same MLP with a dynamic batch (run at batch 1, 3, 8 and 0), a small CNN (Conv with
 # bias, pads and stride, BatchNormalization, Relu, MaxPool, Conv, GlobalAveragePool, Flatten,
 # Gemm), a residual block whose 3x3 convolutions run as the Winograd template (checked at atol
-# 1e-4), a model with data-dependent If and Loop (nested), and one whose shapes are computed from
+# 1e-4), MobileNetV2's blocks channels-last (static and dynamic batch), a model with data-dependent If and Loop (nested), and one whose shapes are computed from
 # data (Reshape, Expand, Tile, ConstantOfShape, TopK, Range; with a bad shape: a clear error),
 # with seeded weights, inputs and expected outputs computed in numpy; and a transformer block
 # at opset 20 with a model-local function (make_transformer.py), a causal attention block at
@@ -57,6 +57,24 @@ KILN_LOG=autotune "$KILN" run "$M/winograd/model.onnx" --input "x=$M/winograd/x.
   { cat "$out/stderr"; fail "winograd: the two convolutions did not run as Winograd"; }
 "$PYTHON" "$HERE/compare.py" "$M/winograd/y.npy" "$out/y.npy" 1e-4 ||
   fail "winograd: output differs from numpy"
+# MobileNetV2's blocks at awkward sizes run channels-last (the model has depthwise layers): the
+# 1x1 and depthwise convolutions as the channels-last templates, the stem in NCHW; with a dynamic
+# batch they run on oneDNN's nhwc convolutions.
+echo "== mobilenet"
+out="$SCRATCH/out/mobilenet"
+mkdir -p "$out"
+KILN_LOG=autotune "$KILN" run "$M/mobilenet/model.onnx" --input "x=$M/mobilenet/x.npy" \
+  --output-dir "$out" --cache-dir "$CACHE" --autotune off >"$out/stdout" 2>"$out/stderr" ||
+  { cat "$out/stderr"; fail "mobilenet: kiln run failed"; }
+[ "$(grep -c "nhwc) runs as 'pointwise-nhwc" "$out/stderr")" -eq 4 ] &&
+  [ "$(grep -c "nhwc) runs as 'depthwise-nhwc" "$out/stderr")" -eq 2 ] ||
+  { cat "$out/stderr"; fail "mobilenet: the 1x1 and depthwise convolutions did not run channels-last"; }
+"$PYTHON" "$HERE/compare.py" "$M/mobilenet/y.npy" "$out/y.npy" ||
+  fail "mobilenet: output differs from numpy"
+for b in 1 2; do
+  run_case "mobilenet_dyn_b$b" "$M/mobilenet_dyn/model.onnx" "$M/mobilenet_dyn/x_b$b.npy" \
+    "$M/mobilenet_dyn/y_b$b.npy"
+done
 for b in 1 3 8 0; do
   run_case "mlp_dyn_b$b" "$M/mlp_dyn/model.onnx" "$M/mlp_dyn/x_b$b.npy" "$M/mlp_dyn/y_b$b.npy"
 done

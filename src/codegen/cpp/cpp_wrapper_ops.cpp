@@ -76,17 +76,21 @@ struct CppWrapperOps::Call {
     const ir::View& w = input(1);
     bool has_bias = in.size() > 2 && in[2].has_value();
     const size_t spatial = x.layout.rank() - 2;
+    // A channels-last call's X and output are [N, H, W, C] and [N, OH, OW, M].
+    const size_t channel_dim = call.channels_last ? x.layout.rank() - 1 : 1;
+    const size_t first_spatial = call.channels_last ? 1 : 2;
     out.line("kiln_rt::ConvParams p;");
     out.linef("p.spatial = {};", spatial);
     out.linef("p.n = {}; p.c = {}; p.m = {}; p.group = {};", cexpr(x.layout.sizes[0]),
-              cexpr(x.layout.sizes[1]), cexpr(w.layout.sizes[0]), call.group);
+              cexpr(x.layout.sizes[channel_dim]), cexpr(w.layout.sizes[0]), call.group);
+    if (call.channels_last) out.line("p.channels_last = 1;");
     const std::vector<int64_t>&strides = call.strides, &dilations = call.dilations,
           &pads = call.pads;
     for (size_t k = 0; k < spatial; ++k) {
       size_t slot = 3 - spatial + k;
       out.linef("p.in[{}] = {}; p.kernel[{}] = {}; p.out[{}] = {};", slot,
-                cexpr(x.layout.sizes[2 + k]), slot, cexpr(w.layout.sizes[2 + k]), slot,
-                cexpr(buffer.layout.sizes[2 + k]));
+                cexpr(x.layout.sizes[first_spatial + k]), slot, cexpr(w.layout.sizes[2 + k]), slot,
+                cexpr(buffer.layout.sizes[first_spatial + k]));
       out.linef("p.stride[{}] = {}; p.dilation[{}] = {}; p.pad_begin[{}] = {}; p.pad_end[{}] = {};",
                 slot, k < strides.size() ? strides[k] : 1, slot,
                 k < dilations.size() ? dilations[k] : 1, slot, k < pads.size() ? pads[k] : 0, slot,

@@ -11,7 +11,8 @@ void write_cuda_conv(IndentedBuffer& out, const ir::Buffer& buffer, int site,
                      ir::Precision precision, const std::string& label) {
   const ir::ConvCall& call = *buffer.call.as<ir::ConvCall>();
   const auto& in = buffer.call.inputs;
-  KILN_CHECK(in.size() == 2 && in[0] && in[1] && call.choice == nullptr && call.relu_post_ops == 0,
+  KILN_CHECK(in.size() == 2 && in[0] && in[1] && call.choice == nullptr &&
+                 call.relu_post_ops == 0 && !call.channels_last,
              "conv {}: on CUDA, expected X and W only, no choice, no post-ops", buffer.name);
   KILN_CHECK(buffer.dtype == graph::DType::kFloat32 || buffer.dtype == graph::DType::kFloat64,
              "conv {}: cuDNN convolutions are float32 or float64, not {}", buffer.name,

@@ -1,0 +1,64 @@
+#pragma once
+/// Convolution templates on channels-last activations (ConvProblem::channels_last: X [N, H, W, C]
+/// and Y [N, OH, OW, M], contiguous), the layout lower/nn.cpp gives the 1x1 and depthwise
+/// convolutions of a network with depthwise layers, so that chains of them need no reorder:
+///
+///   pointwise  a 1x1, stride-1, unpadded, ungrouped convolution is the GEMM
+///              Y[N * H * W, M] = X[N * H * W, C] @ W^T[C, M]: the GEMM template
+///              (gemm_template.h) on X as it is, with W^T packed for it at compile time and the
+///              bias added in its epilogue
+///   depthwise  group == C == M: per output pixel, a sum over the kernel taps of vectors of
+///              channels (W packed tap-major, [KH * KW][M], so each tap's weights are one
+///              contiguous vector run), register blocks of channels, the epilogue as they are
+///              stored
+///
+/// Both render, as every convolution choice,
+///
+///   extern "C" void <name>(const float* X, const float* Wp, float* Y
+///                          [, const float* <epilogue argument>]...);
+///
+/// with the epilogue at m = (b * OH + oh) * OW + ow (the output pixel) and n = oc (the channel),
+/// the (row, column) of Y seen as a matrix. Tested in
+/// tests/unit/autotune/nhwc_conv_template_test.cpp.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autotune/conv_template.h"
+
+namespace kiln::autotune {
+
+/// Whether `problem` is a channels-last 1x1, stride-1, unpadded, ungrouped convolution.
+bool nhwc_pointwise_applies(const ConvProblem& problem);
+
+/// Whether `problem` is a channels-last depthwise convolution with one output channel per input
+/// channel.
+bool nhwc_depthwise_applies(const ConvProblem& problem);
+
+/// The GEMM config of the pointwise template for `problem` on `threads` threads.
+GemmConfig nhwc_pointwise_config(const ConvProblem& problem, int threads, TemplateIsa isa);
+
+/// The pointwise template's weight: W^T [C, M] packed by prepack_b for `config`, then the bias
+/// (M floats; zeros when `bias` is null).
+std::vector<float> prepack_nhwc_pointwise(const GemmConfig& config, const ConvProblem& problem,
+                                          const float* w, const float* bias);
+
+/// Where prepack_nhwc_pointwise puts W[m, c] (`bias_offset`: the bias of m).
+int64_t nhwc_pointwise_weight_offset(const GemmConfig& config, const ConvProblem& problem,
+                                     int64_t m, int64_t c);
+int64_t nhwc_pointwise_bias_offset(const GemmConfig& config, const ConvProblem& problem, int64_t m);
+
+std::string render_nhwc_pointwise(const GemmConfig& config, const ConvProblem& problem,
+                                  const std::string& function_name,
+                                  const TemplateEpilogue& epilogue = {});
+
+/// The depthwise template's weight: W [M, 1, KH, KW] transposed to [KH * KW][M], then the bias.
+std::vector<float> prepack_nhwc_depthwise(const ConvProblem& problem, const float* w,
+                                          const float* bias);
+
+std::string render_nhwc_depthwise(TemplateIsa isa, const ConvProblem& problem,
+                                  const std::string& function_name,
+                                  const TemplateEpilogue& epilogue = {});
+
+}  // namespace kiln::autotune

@@ -1,0 +1,225 @@
+// The channels-last convolution choices (src/autotune/nhwc_conv_template.h and oneDNN on nhwc):
+// each rendered, compiled through the code cache, called on its prepared weight with X
+// [N, H, W, C] and compared with the double-precision NCHW convolution of test_util.h, at
+// awkward sizes (channels off the vector and off the depthwise block, odd widths, width 1,
+// batch 2, stride 2, dilation, asymmetric padding), plain and with a residual Add + Clip(0, 6)
+// epilogue; and where prepare() puts each weight (ConvChoice::weight_offset, which the
+// interpreter reads).
+//
+// Tolerance: 8 * eps(float32) * sqrt(depth) * (sum_k |x * w| + |bias| + 1).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "autotune/conv_choice.h"
+#include "autotune/nhwc_conv_template.h"
+#include "codecache/code_cache.h"
+#include "codecache/loaded_library.h"
+#include "support/error.h"
+
+#include "test_util.h"
+
+namespace kiln::autotune {
+namespace {
+
+using namespace test;  // NOLINT: the shared fixtures
+
+namespace fs = std::filesystem;
+using ConvFn = void(const float*, const float*, float*);
+using ConvResidualFn = void(const float*, const float*, float*, const float*);
+
+ConvProblem problem(int64_t n, int64_t c, int64_t h, int64_t w, int64_t m, int64_t k,
+                    int64_t stride, int64_t pad, int64_t group, int64_t dilation = 1) {
+  return {.n = n,
+          .c = c,
+          .h = h,
+          .w = w,
+          .m = m,
+          .kh = k,
+          .kw = k,
+          .stride_h = stride,
+          .stride_w = stride,
+          .pad_top = pad,
+          .pad_left = pad,
+          .pad_bottom = pad,
+          .pad_right = pad,
+          .dilation_h = dilation,
+          .dilation_w = dilation,
+          .group = group,
+          .channels_last = true};
+}
+
+std::vector<ConvProblem> problems() {
+  std::vector<ConvProblem> all = {
+      problem(2, 19, 5, 7, 37, 1, 1, 0, 1),       // 1x1: channels off the vector, batch 2
+      problem(1, 3, 1, 1, 5, 1, 1, 0, 1),         // 1x1 on one pixel
+      problem(1, 70, 9, 11, 24, 1, 1, 0, 1),      // 1x1 projection
+      problem(1, 37, 9, 13, 37, 3, 1, 1, 37),     // depthwise 3x3 off the block
+      problem(2, 70, 10, 7, 70, 3, 2, 1, 70),     // stride 2, batch 2, a block and a tail
+      problem(1, 16, 12, 9, 16, 5, 1, 2, 16, 2),  // 5x5 dilation 2
+      problem(1, 96, 4, 4, 96, 3, 1, 1, 96),      // channels a multiple of both blocks
+  };
+  ConvProblem asymmetric = problem(1, 9, 8, 1, 9, 3, 1, 0, 9);  // width 1
+  asymmetric.pad_top = 2;
+  asymmetric.pad_left = 1;
+  asymmetric.pad_right = 1;
+  all.push_back(asymmetric);
+  return all;
+}
+
+// X [N, H, W, C] to [N, C, H, W].
+std::vector<float> to_nchw(const ConvProblem& p, const std::vector<float>& x) {
+  std::vector<float> out(x.size());
+  for (int64_t b = 0; b < p.n; ++b)
+    for (int64_t i = 0; i < p.h; ++i)
+      for (int64_t j = 0; j < p.w; ++j)
+        for (int64_t c = 0; c < p.c; ++c)
+          out[static_cast<size_t>(((b * p.c + c) * p.h + i) * p.w + j)] =
+              x[static_cast<size_t>(((b * p.h + i) * p.w + j) * p.c + c)];
+  return out;
+}
+
+// Y [N, OH, OW, M] against the NCHW reference, then (with `residual`, also [N, OH, OW, M])
+// min(max(y + residual, 0), 6).
+void expect_matches(const ConvProblem& p, const std::vector<float>& x, const std::vector<float>& w,
+                    const std::vector<float>& bias, const float* residual,
+                    const std::vector<float>& y, const std::string& what) {
+  const double eps = std::numeric_limits<float>::epsilon();
+  const ReferenceConv reference = reference_conv(p, to_nchw(p, x), w, bias);
+  int failures = 0;
+  for (int64_t b = 0; b < p.n; ++b) {
+    for (int64_t i = 0; i < p.oh(); ++i) {
+      for (int64_t j = 0; j < p.ow(); ++j) {
+        for (int64_t m = 0; m < p.m; ++m) {
+          const size_t at = static_cast<size_t>(((b * p.oh() + i) * p.ow() + j) * p.m + m);
+          const size_t ref = static_cast<size_t>(((b * p.m + m) * p.oh() + i) * p.ow() + j);
+          double expected = reference.y[ref];
+          if (residual != nullptr) expected = std::min(std::max(expected + residual[at], 0.0), 6.0);
+          const double tolerance =
+              8 * eps * std::sqrt(double(p.depth())) * (reference.magnitude[ref] + 1) + 1e-30;
+          if (!(std::abs(y[at] - expected) <= tolerance) && ++failures <= 3) {
+            ADD_FAILURE() << what << ": Y[" << b << ", " << i << ", " << j << ", " << m
+                          << "] = " << y[at] << ", expected " << expected;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0) << what;
+}
+
+// The heuristic choice of a problem on both ISAs (where this CPU runs them) and oneDNN; the
+// pointwise template's other GEMM configs render through the same code.
+std::vector<ConvChoicePtr> all_choices(const ConvProblem& p) {
+  std::vector<ConvChoicePtr> choices = conv_choices(p, omp_get_max_threads(), TemplateIsa::kAvx2);
+  choices.resize(2);
+  if (host_template_isa() == TemplateIsa::kAvx512) {
+    choices.push_back(conv_choices(p, omp_get_max_threads(), TemplateIsa::kAvx512).front());
+  }
+  return choices;
+}
+
+TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
+  const ConvProblem pointwise = problem(1, 32, 56, 56, 96, 1, 1, 0, 1);
+  EXPECT_EQ(pointwise.text(), "conv(1x32x56x56, 96x32x1x1, s1, nhwc)");
+  EXPECT_EQ(conv_problem_from_ints(conv_problem_ints(pointwise)), pointwise);
+  std::vector<ConvChoicePtr> choices = conv_choices(pointwise, 2, TemplateIsa::kAvx512);
+  ASSERT_GE(choices.size(), 3u);
+  EXPECT_EQ(choices[0]->name().rfind("pointwise-nhwc avx512", 0), 0u) << choices[0]->name();
+  EXPECT_EQ(choices[1]->name(), "onednn");
+  for (const ConvChoicePtr& c : choices) {
+    EXPECT_EQ(make_conv_choice(c->name(), pointwise)->hash_key(), c->hash_key()) << c->name();
+  }
+  const ConvProblem depthwise = problem(1, 96, 112, 112, 96, 3, 2, 1, 96);
+  choices = conv_choices(depthwise, 2, TemplateIsa::kAvx2);
+  ASSERT_EQ(choices.size(), 2u);
+  EXPECT_EQ(choices[0]->name(), "depthwise-nhwc avx2");
+  EXPECT_EQ(choices[1]->name(), "onednn");
+  for (const ConvChoicePtr& c : choices) {
+    EXPECT_EQ(make_conv_choice(c->name(), depthwise)->hash_key(), c->hash_key()) << c->name();
+  }
+  // The NCHW implementations refuse channels-last problems.
+  EXPECT_THROW(make_conv_im2col_choice(pointwise), InternalError);
+  EXPECT_THROW(make_conv_choice("depthwise avx2", depthwise), InternalError);
+  EXPECT_THROW(make_conv_choice("pointwise-nhwc avx2_1x1", pointwise), InternalError);
+  EXPECT_THROW(make_conv_choice("depthwise-nhwc avx2", pointwise), InternalError);
+}
+
+// prepare() puts W[m, t] and the bias where weight_offset and bias_offset say, for every choice
+// (the interpreter reads prepared weights through them), NCHW template choices included.
+TEST(NhwcConvTemplate, WeightOffsetsMatchPrepare) {
+  std::vector<ConvProblem> all = problems();
+  ConvProblem nchw = problem(1, 21, 9, 9, 35, 3, 1, 1, 1);
+  nchw.channels_last = false;
+  all.push_back(nchw);
+  for (const ConvProblem& p : all) {
+    std::vector<ConvChoicePtr> choices = conv_choices(p, 2, TemplateIsa::kAvx512);
+    for (const ConvChoicePtr& c : conv_choices(p, 2, TemplateIsa::kAvx2)) choices.push_back(c);
+    std::vector<float> w(static_cast<size_t>(p.m * p.depth())), bias(static_cast<size_t>(p.m));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i + 1);
+    for (size_t i = 0; i < bias.size(); ++i) bias[i] = -static_cast<float>(i + 1);
+    for (const ConvChoicePtr& c : choices) {
+      const std::vector<float> prepared = c->prepare(w.data(), bias.data());
+      int failures = 0;
+      for (int64_t m = 0; m < p.m; ++m) {
+        ASSERT_LT(c->bias_offset(m), static_cast<int64_t>(prepared.size()));
+        if (prepared[static_cast<size_t>(c->bias_offset(m))] != bias[static_cast<size_t>(m)])
+          ++failures;
+        for (int64_t t = 0; t < p.depth(); ++t) {
+          const int64_t at = c->weight_offset(m, t);
+          ASSERT_LT(at, static_cast<int64_t>(prepared.size()));
+          if (prepared[static_cast<size_t>(at)] != w[static_cast<size_t>(m * p.depth() + t)])
+            ++failures;
+        }
+      }
+      EXPECT_EQ(failures, 0) << c->name() << " at " << p.text();
+    }
+  }
+}
+
+TEST(NhwcConvTemplate, EveryChoiceIsCorrectAtAwkwardSizes) {
+  codecache::CodeCache cache(fresh_dir() / "code");
+  for (const ConvProblem& p : problems()) {
+    const std::vector<ConvChoicePtr> choices = all_choices(p);
+    TemplateEpilogue epilogue{.expr = {}, .args = {"e0"}};
+    epilogue.expr = "std::min(std::max(v + e0[m * " + std::to_string(p.m) + " + n], 0.0f), 6.0f)";
+    std::vector<codecache::LibrarySpec> specs;
+    for (const ConvChoicePtr& choice : choices) {
+      codecache::CompilerConfig config;
+      const ChoiceLinkage link = choice->linkage();
+      config.include_dirs.assign(link.include_dirs.begin(), link.include_dirs.end());
+      config.libraries = link.libraries;
+      specs.push_back({{{"conv.cpp", choice->render("conv")},
+                        {"fused.cpp", choice->render("conv_fused", epilogue)}},
+                       config});
+    }
+    const std::vector<fs::path> paths = cache.compile_many(specs);
+    const std::vector<float> x = random_matrix(p.n, p.c * p.h * p.w, 3);
+    const std::vector<float> w = random_matrix(p.m, p.depth(), 4);
+    const std::vector<float> bias = random_matrix(1, p.m, 5);
+    const size_t out_size = static_cast<size_t>(p.n * p.m * p.oh() * p.ow());
+    std::vector<float> residual = random_matrix(1, static_cast<int64_t>(out_size), 6);
+    for (float& r : residual) r *= 8;  // reach both ends of the Clip
+    for (size_t i = 0; i < choices.size(); ++i) {
+      const std::string what = choices[i]->name() + " at " + p.text();
+      const std::vector<float> prepared = choices[i]->prepare(w.data(), bias.data());
+      codecache::LoadedLibrary library(paths[i]);
+      std::vector<float> y(out_size, std::numeric_limits<float>::quiet_NaN());
+      library.symbol<ConvFn>("conv")(x.data(), prepared.data(), y.data());
+      expect_matches(p, x, w, bias, nullptr, y, what);
+      std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
+      library.symbol<ConvResidualFn>("conv_fused")(x.data(), prepared.data(), y.data(),
+                                                   residual.data());
+      expect_matches(p, x, w, bias, residual.data(), y, what + " + residual Clip");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::autotune

@@ -19,6 +19,7 @@ struct CompileArgs {
   std::string dump_dir;
   std::string cache_dir;
   std::string autotune;
+  bool no_fuse_attention = false;
 };
 
 std::string bytes_text(const std::string& bytes) {
@@ -41,6 +42,7 @@ int compile_model(const CompileArgs& args) {
   options.find_dependencies = true;
   options.compile.dump_dir = args.dump_dir;
   options.compile.cache_dir = args.cache_dir;
+  options.compile.lowering.fuse_attention = !args.no_fuse_attention;
   if (!args.autotune.empty())
     options.compile.autotune = autotune::parse_autotune_mode(args.autotune, "--autotune");
   const driver::LibraryResult r = driver::compile_library(model, options);
@@ -93,6 +95,9 @@ void add_compile_command(CLI::App& app, CommandAction& chosen) {
                   "the code cache (default: KILN_CACHE_DIR or ~/.cache/kiln)");
   cmd->add_option("--autotune", args->autotune,
                   "GEMM algorithm selection: off, default or max (see kiln run --help)");
+  cmd->add_flag("--no-fuse-attention", args->no_fuse_attention,
+                "run attention (MatMul, scale, mask, Softmax, MatMul) node by node instead of "
+                "as one fused kernel");
   cmd->callback([args, &chosen] { chosen = [args] { return compile_model(*args); }; });
 }
 

@@ -117,8 +117,36 @@ inline float hsum(Vec a) { return a; }
 inline constexpr int kMR = 4;
 inline constexpr int kNR = kWidth * kKeyVectors;
 inline constexpr int64_t kBlockQ = 32;
-inline constexpr int64_t kBlockK = kNR >= 64 ? kNR : 64;
+inline constexpr int64_t kBlockK = 128;
 static_assert(kBlockQ % kMR == 0 && kBlockK % kNR == 0 && kBlockK % kWidth == 0);
+
+/// s[c] = mask[c * stride] == keep ? s[c] : fill for c < n (a Where on the scores).
+inline void apply_bool_mask(float* s, const bool* mask, int64_t stride, int64_t n, bool keep,
+                            float fill) {
+  int64_t c = 0;
+  if (stride == 1) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    const Vec f = vset(fill);
+    for (; c + 16 <= n; c += 16) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(mask + c));
+      const __mmask16 set = _mm_test_epi8_mask(bytes, bytes);
+      const __mmask16 kept = keep ? set : static_cast<__mmask16>(~set);
+      vstore(s + c, _mm512_mask_blend_ps(kept, f, vload(s + c)));
+    }
+#elif defined(__AVX2__) && !defined(__AVX512F__)
+    const Vec f = vset(fill);
+    for (; c + 8 <= n; c += 8) {
+      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mask + c));
+      const __m256 unset = _mm256_castsi256_ps(
+          _mm256_cmpeq_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_setzero_si256()));
+      // blendv takes its second operand where `unset` is set.
+      vstore(s + c, keep ? _mm256_blendv_ps(vload(s + c), f, unset)
+                         : _mm256_blendv_ps(f, vload(s + c), unset));
+    }
+#endif
+  }
+  for (; c < n; ++c) s[c] = mask[c * stride] == keep ? s[c] : fill;
+}
 
 /// c[kMR x NV vectors] (row stride ldc) = (c +) a[kMR x k] (row stride lda) @ b[k x NV vectors]
 /// (row stride ldb).
@@ -262,19 +290,31 @@ inline void task(const AttentionArgs& a, int64_t flat, int64_t qb0, int64_t qb1,
 
     for (int64_t j0 = 0; j0 < lk; j0 += kBlockK) {
       const int64_t n = std::min<int64_t>(kBlockK, lk - j0);
-      if (can_skip) {
-        bool skip = true;
-        for (int64_t r = 0; r < rows && skip; ++r) {
-          if (!(m[r] > a.fill + 128.0f)) skip = false;
-          const bool* mr = bool_mask + (i0 + r) * mrs + j0 * mcs;
-          for (int64_t c = 0; c < n && skip; ++c) skip = mr[c * mcs] != keep_value;
+      const int64_t tile_panels = (n + kNR - 1) / kNR;
+      // Panels whose keys a bool mask hides from every row of the block (a causal mask's upper
+      // triangle) need no product: Where replaces those scores with `fill` whatever they are.
+      bool hidden[kBlockK / kNR] = {};
+      int64_t last_live = -1;  // the last panel some row sees
+      for (int64_t p = 0; p < tile_panels; ++p) {
+        bool all = bool_mask != nullptr;
+        const int64_t c0 = p * kNR, c1 = std::min<int64_t>(n, c0 + kNR);
+        for (int64_t r = 0; r < rows && all; ++r) {
+          const bool* mr = bool_mask + (i0 + r) * mrs + (j0 + c0) * mcs;
+          for (int64_t c = 0; c < c1 - c0 && all; ++c) all = mr[c * mcs] != keep_value;
         }
+        hidden[p] = all;
+        if (!all) last_live = p;
+      }
+      if (can_skip && last_live < 0) {
+        // Every score of the tile is fill: it adds exp(fill - m) = 0 once each max exceeds it.
+        bool skip = true;
+        for (int64_t r = 0; r < rows && skip; ++r) skip = m[r] > a.fill + 128.0f;
         if (skip) continue;
       }
       // Scores of the tile: S[r, c] = Q[r, :] . K^T[:, j0 + c] over whole panels.
-      const int64_t tile_panels = (n + kNR - 1) / kNR;
       for (int64_t r0 = 0; r0 < rows_p; r0 += kMR) {
         for (int64_t p = 0; p < tile_panels; ++p) {
+          if (hidden[p]) continue;
           micro_kernel<kKeyVectors>(d, w.qp.data() + r0 * d, d,
                                     w.kp.data() + (j0 / kNR + p) * d * kNR, kNR,
                                     s + r0 * kBlockK + p * kNR, kBlockK, false);
@@ -282,15 +322,29 @@ inline void task(const AttentionArgs& a, int64_t flat, int64_t qb0, int64_t qb1,
       }
       // Scale and mask, then the online softmax of each row; P overwrites S.
       const int64_t n_vec = (n + kWidth - 1) / kWidth * kWidth;
+      const Vec scale = vset(a.scale);
       for (int64_t r = 0; r < rows; ++r) {
         float* sr = s + r * kBlockK;
-        for (int64_t c = 0; c < n; ++c) sr[c] *= a.scale;
+        for (int64_t c = 0; c < n_vec; c += kWidth) vstore(sr + c, vmul(vload(sr + c), scale));
         if (bool_mask != nullptr) {
           const bool* mr = bool_mask + (i0 + r) * mrs + j0 * mcs;
-          for (int64_t c = 0; c < n; ++c) sr[c] = mr[c * mcs] == keep_value ? sr[c] : a.fill;
+          for (int64_t p = 0; p < tile_panels; ++p) {
+            const int64_t c0 = p * kNR, c1 = std::min<int64_t>(n, c0 + kNR);
+            if (hidden[p]) {
+              std::fill(sr + c0, sr + c1, a.fill);
+            } else {
+              apply_bool_mask(sr + c0, mr + c0 * mcs, mcs, c1 - c0, keep_value, a.fill);
+            }
+          }
         } else if (add_mask != nullptr) {
           const float* mr = add_mask + (i0 + r) * mrs + j0 * mcs;
-          for (int64_t c = 0; c < n; ++c) sr[c] += mr[c * mcs];
+          if (mcs == 1) {
+            int64_t c = 0;
+            for (; c + kWidth <= n; c += kWidth) vstore(sr + c, vadd(vload(sr + c), vload(mr + c)));
+            for (; c < n; ++c) sr[c] += mr[c];
+          } else {
+            for (int64_t c = 0; c < n; ++c) sr[c] += mr[c * mcs];
+          }
         }
         for (int64_t c = n; c < n_vec; ++c) sr[c] = neg_inf;
         Vec mx = vset(neg_inf);
@@ -319,6 +373,14 @@ inline void task(const AttentionArgs& a, int64_t flat, int64_t qb0, int64_t qb1,
       }
       // Padding rows (past `rows`) hold the scores of zero queries, 0: they add 0 @ V.
       for (int64_t r = rows; r < rows_p; ++r) std::fill(s + r * kBlockK, s + r * kBlockK + n, 0.f);
+      // Hidden panels after the last live one add exactly 0 @ V when every row's max exceeds
+      // fill by 128 (exp underflows to 0): the product stops at the last live panel.
+      int64_t n_pv = n;
+      if (can_skip && last_live + 1 < tile_panels) {
+        bool zero = true;
+        for (int64_t r = 0; r < rows && zero; ++r) zero = m[r] > a.fill + 128.0f;
+        if (zero) n_pv = std::min<int64_t>(n, (last_live + 1) * kNR);
+      }
       // O += P @ V[j0 : j0 + n].
       for (int64_t r0 = 0; r0 < rows_p; r0 += kMR) {
         for (int vc = 0; vc < out_vectors; vc += kKeyVectors) {
@@ -326,9 +388,9 @@ inline void task(const AttentionArgs& a, int64_t flat, int64_t qb0, int64_t qb1,
           const float* bv = w.vp.data() + j0 * dvp + vc * kWidth;
           float* ov = o + r0 * dvp + vc * kWidth;
           if (nv == kKeyVectors) {
-            micro_kernel<kKeyVectors>(n, s + r0 * kBlockK, kBlockK, bv, dvp, ov, dvp, true);
+            micro_kernel<kKeyVectors>(n_pv, s + r0 * kBlockK, kBlockK, bv, dvp, ov, dvp, true);
           } else {
-            micro_kernel_n(nv, n, s + r0 * kBlockK, kBlockK, bv, dvp, ov, dvp);
+            micro_kernel_n(nv, n_pv, s + r0 * kBlockK, kBlockK, bv, dvp, ov, dvp);
           }
         }
       }

@@ -75,6 +75,18 @@ bool broadcasts_to(const std::vector<Expr>& shape, const std::vector<Expr>& targ
   return true;
 }
 
+/// Whether every element of `value` comes from constants (its loads read constant buffers only):
+/// then the node-by-node path folds the attention into a constant when compiling.
+bool reads_only_constants(LoweringContext& ctx, const TensorValue& value) {
+  if (!value.body) return value.known || value.known_float;
+  for (const ir::Op& op : value.body->ops()) {
+    if (op.code != ir::OpCode::kLoad) continue;
+    const ir::Buffer* buffer = ctx.program().find(op.buffer);
+    if (buffer == nullptr || buffer->kind != ir::BufferKind::kConstant) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::optional<TensorValue> fuse_attention(LoweringContext& ctx, const graph::Node& matmul,
@@ -152,6 +164,10 @@ std::optional<TensorValue> fuse_attention(LoweringContext& ctx, const graph::Nod
     if (t->dtype != DType::kFloat32 || t->rank() < 2 || t->rank() > m.rank()) return std::nullopt;
   }
   if (m.shape != sv.shape) return std::nullopt;
+  if (reads_only_constants(ctx, q) && reads_only_constants(ctx, kt) &&
+      reads_only_constants(ctx, vv)) {
+    return std::nullopt;
+  }
   const size_t r = m.rank();
   const Expr& lq = m.shape[r - 2];
   const Expr& lk = m.shape[r - 1];

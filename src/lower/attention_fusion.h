@@ -11,8 +11,8 @@
 /// broadcasts to the scores' shape without changing it; Q, K^T and V have rank at least 2 and
 /// their batch dims broadcast to the scores' and the output's, which agree; Q, K^T and V are not
 /// all constants (then the node-by-node path folds the whole attention when compiling). Anything
-/// else lowers node by node as before. The nodes before the final MatMul have been lowered by then; their
-/// buffers, read by nothing, are removed by the scheduler's dead-node elimination.
+/// else lowers node by node as before. The nodes before the final MatMul have been lowered by
+/// then; their buffers, read by nothing, are removed by the scheduler's dead-node elimination.
 ///
 /// Tests: tests/models (attention blocks against numpy, fused and not), aot variants.
 

@@ -20,6 +20,7 @@ struct CompileArgs {
   std::string cache_dir;
   std::string autotune;
   std::string conv_layout = "auto";
+  bool no_fuse_attention = false;
 };
 
 std::string bytes_text(const std::string& bytes) {
@@ -42,6 +43,7 @@ int compile_model(const CompileArgs& args) {
   options.find_dependencies = true;
   options.compile.dump_dir = args.dump_dir;
   options.compile.cache_dir = args.cache_dir;
+  options.compile.lowering.fuse_attention = !args.no_fuse_attention;
   if (!args.autotune.empty())
     options.compile.autotune = autotune::parse_autotune_mode(args.autotune, "--autotune");
   if (args.conv_layout == "nchw") {
@@ -104,6 +106,9 @@ void add_compile_command(CLI::App& app, CommandAction& chosen) {
   cmd->add_option("--conv-layout", args->conv_layout,
                   "activations of 1x1 and depthwise convolutions: auto (channels-last when the "
                   "model has depthwise convolutions), nchw or nhwc");
+  cmd->add_flag("--no-fuse-attention", args->no_fuse_attention,
+                "run attention (MatMul, scale, mask, Softmax, MatMul) node by node instead of "
+                "as one fused kernel");
   cmd->callback([args, &chosen] { chosen = [args] { return compile_model(*args); }; });
 }
 

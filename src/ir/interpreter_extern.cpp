@@ -333,6 +333,82 @@ void run_gemm(const Buffer& buffer, const GemmCall& params, Storages& storages,
   });
 }
 
+/// attention: per output row, the scores s_j = mask(scale * Q[.., i, :] . K^T[.., :, j]), their
+/// softmax (in double; a row of -inf scores gives NaN, as Softmax does) and its product with V.
+/// The views are broadcast to the output's batch dims already.
+void run_attention(const Buffer& buffer, const AttentionCall& params, Storages& storages,
+                   const sym::Binding& binding) {
+  const ExternCall& call = buffer.call;
+  Operand q = operand(call, 0, storages, binding);
+  Operand kt = operand(call, 1, storages, binding);
+  Operand v = operand(call, 2, storages, binding);
+  const bool masked = params.mask != AttentionMask::kNone;
+  Operand mask = masked ? operand(call, 3, storages, binding) : Operand{};
+  ConcreteLayout out_layout = concretize(buffer.layout, binding);
+  const size_t rank = out_layout.sizes.size();
+  KILN_CHECK(rank >= 2 && q.rank() == rank && kt.rank() == rank && v.rank() == rank,
+             "attention ranks Q {} K^T {} V {} out {}", q.rank(), kt.rank(), v.rank(), rank);
+  const int64_t d = q.layout.sizes[rank - 1], lk = kt.layout.sizes[rank - 1];
+  const int64_t dv = out_layout.sizes[rank - 1];
+  std::vector<int64_t> row_shape(out_layout.sizes.begin(), out_layout.sizes.end() - 1);
+  Storage& out = storages.at(buffer.name);
+  for_each_index(row_shape, [&](const std::vector<int64_t>& row) {
+    std::vector<int64_t> at = row;
+    at.push_back(0);
+    std::vector<double> s(static_cast<size_t>(lk));
+    double max = -INFINITY;
+    for (int64_t j = 0; j < lk; ++j) {
+      double dot = 0;
+      std::vector<int64_t> qi = at, ki = at;
+      ki[rank - 2] = 0;
+      for (int64_t k = 0; k < d; ++k) {
+        qi[rank - 1] = k;
+        ki[rank - 2] = k;
+        ki[rank - 1] = j;
+        dot += q.real_at(qi) * kt.real_at(ki);
+      }
+      double x = params.scale * dot;
+      if (masked) {
+        std::vector<int64_t> mi = at;
+        mi[rank - 1] = j;
+        const double m = mask.real_at(mi);
+        switch (params.mask) {
+          case AttentionMask::kKeepWhereTrue:
+            x = m != 0 ? x : params.fill;
+            break;
+          case AttentionMask::kKeepWhereFalse:
+            x = m != 0 ? params.fill : x;
+            break;
+          case AttentionMask::kAdd:
+            x += m;
+            break;
+          case AttentionMask::kNone:
+            break;
+        }
+      }
+      s[static_cast<size_t>(j)] = x;
+      max = std::max(max, x);
+    }
+    double sum = 0;
+    for (double& x : s) {
+      x = std::exp(x - max);
+      sum += x;
+    }
+    for (int64_t c = 0; c < dv; ++c) {
+      double value = 0;
+      std::vector<int64_t> vi = at;
+      vi[rank - 1] = c;
+      for (int64_t j = 0; j < lk; ++j) {
+        vi[rank - 2] = j;
+        value += s[static_cast<size_t>(j)] * v.real_at(vi);
+      }
+      at[rank - 1] = c;
+      // No keys: the product over an empty axis, 0.
+      write_output(out, out_layout, at, lk == 0 ? 0.0 : value / sum, buffer.name);
+    }
+  });
+}
+
 }  // namespace
 
 void run_extern(const Buffer& buffer, Storages& storages, const sym::Binding& binding) {
@@ -346,6 +422,7 @@ void run_extern(const Buffer& buffer, Storages& storages, const sym::Binding& bi
                  [&](const MatMulCall& c) { run_matmul(buffer, c, storages, binding); },
                  [&](const GemmCall& c) { run_gemm(buffer, c, storages, binding); },
                  [&](const ConvCall& c) { run_conv(buffer, c, storages, binding); },
+                 [&](const AttentionCall& c) { run_attention(buffer, c, storages, binding); },
                  [&](const TopKCall& c) { none(c); },
                  [&](const RnnCall& c) { none(c); },
                  [&](const DetCall& c) { none(c); },

@@ -67,6 +67,26 @@ struct ConvCall {
   std::string name() const { return "conv"; }
 };
 
+/// Scaled dot-product attention as one fused kernel (lower/attention_fusion.cpp recognizes the
+/// pattern MatMul(Q, K^T) [* or / scale] [mask] Softmax(last axis) MatMul(., V) in float32):
+///   out[..., i, :] = sum_j softmax_j(s[..., i, j]) V[..., j, :],  s = mask(scale * Q K^T)
+/// with the mask one of `mask`'s kinds. Inputs: Q [..., Lq, D], K^T [..., D, Lk], V [..., Lk, Dv]
+/// (views broadcast to the output's batch dims, strides of 0 for broadcast ones) and, with a
+/// mask, the mask as a view broadcast to [..., Lq, Lk]. The output is contiguous [..., Lq, Dv].
+/// Rows whose every score is -inf give NaN, as the unfused Softmax does.
+enum class AttentionMask : uint8_t {
+  kNone,
+  kKeepWhereTrue,   // bool: s where mask, else `fill` (Where(mask, s, fill))
+  kKeepWhereFalse,  // bool: `fill` where mask, else s (Where(mask, fill, s))
+  kAdd,             // float32: s + mask
+};
+struct AttentionCall {
+  double scale = 1.0;  // a Div by c becomes a product by 1 / c (within an ulp of the score)
+  AttentionMask mask = AttentionMask::kNone;
+  double fill = 0.0;
+  std::string name() const { return "attention"; }
+};
+
 /// The indices of the top k along `axis` (k is the output's size there), best first.
 struct TopKCall {
   int64_t axis = 0;
@@ -213,10 +233,10 @@ struct ControlResultCall {
 
 /// Every kind of library call: the registry.
 using LibraryCall =
-    std::variant<MatMulCall, GemmCall, ConvCall, TopKCall, RnnCall, DetCall, RoiAlignCall,
-                 TfIdfCall, UniqueCall, NmsCall, ShapeValuesCall, ReshapeDimsCall, ExpandDimsCall,
-                 RangeCountCall, CountNonZeroCall, NonZeroPositionsCall, IfCall, LoopCall, ScanCall,
-                 ControlResultCall>;
+    std::variant<MatMulCall, GemmCall, ConvCall, AttentionCall, TopKCall, RnnCall, DetCall,
+                 RoiAlignCall, TfIdfCall, UniqueCall, NmsCall, ShapeValuesCall, ReshapeDimsCall,
+                 ExpandDimsCall, RangeCountCall, CountNonZeroCall, NonZeroPositionsCall, IfCall,
+                 LoopCall, ScanCall, ControlResultCall>;
 
 /// The kind's name, for dumps, comments and profile labels (never for dispatch).
 inline std::string library_call_name(const LibraryCall& call) {

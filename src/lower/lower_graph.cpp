@@ -11,6 +11,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "lower/attention_fusion.h"
 #include "lower/branch_specialization.h"
 #include "lower/constant_fold.h"
 #include "lower/graph_lowering.h"
@@ -352,6 +353,17 @@ void GraphLowering::lower_node(const graph::Node& node) {
       (node.opset() < lowering->min_opset || node.opset() > lowering->max_opset)) {
     ctx_.fail(fmt::format("opset {} of {} is not supported (Kiln supports opsets {} to {})",
                           node.opset(), node.op_type(), lowering->min_opset, lowering->max_opset));
+  }
+  // Attention written node by node, ending at this MatMul, as one fused kernel.
+  if (node.domain().empty() && node.op_type() == "MatMul") {
+    std::optional<TensorValue> fused = fuse_attention(
+        ctx_, node, [&](const graph::Value& v) -> const TensorValue& { return lookup(v); },
+        [&](const graph::Value& v) { return use_count(v, graph_); });
+    if (fused) {
+      log::write(log::Category::kFusion, "{}: attention fused into one kernel", node.describe());
+      env_[node.outputs()[0]] = settle(std::move(*fused), *node.outputs()[0]);
+      return;
+    }
   }
   std::vector<std::optional<TensorValue>> inputs;
   for (const graph::Value* in : node.inputs()) {

@@ -111,6 +111,9 @@ struct LoweringOptions {
   /// beta * C is a pointwise consumer of the product (the CUDA backend fuses a bias into the
   /// call as a cuBLASLt epilogue).
   ir::Device device = ir::Device::kCpu;
+  /// Attention written node by node (MatMul, scale, mask, Softmax, MatMul) runs as one fused CPU
+  /// kernel where lower/attention_fusion.h recognizes it; off: node by node.
+  bool fuse_attention = true;
 };
 
 inline constexpr int64_t kMaxSpecializedElements = 8;

@@ -26,25 +26,6 @@ namespace {
 
 bool uses_extern_gemm(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64; }
 
-/// `layout` right-aligned onto `sizes`: missing leading dims and size-1 dims that broadcast get
-/// stride 0.
-ir::Layout broadcast_layout(const ir::Layout& layout, const std::vector<Expr>& sizes) {
-  ir::Layout out;
-  out.offset = layout.offset;
-  size_t skip = sizes.size() - layout.rank();
-  for (size_t k = 0; k < sizes.size(); ++k) {
-    out.sizes.push_back(sizes[k]);
-    if (k < skip) {
-      out.strides.push_back(0);
-      continue;
-    }
-    const Expr& own = layout.sizes[k - skip];
-    out.strides.push_back(own == Expr(1) && sizes[k] != Expr(1) ? Expr(0)
-                                                                : layout.strides[k - skip]);
-  }
-  return out;
-}
-
 /// Swaps the last two dims of a view (a transpose without a copy).
 void transpose_last_two(ir::Layout& layout) {
   size_t r = layout.rank();

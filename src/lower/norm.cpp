@@ -1,13 +1,15 @@
 /// Normalization lowerings: LayerNormalization, RMSNormalization, BatchNormalization (inference),
 /// InstanceNormalization, GroupNormalization, MeanVarianceNormalization and LpNormalization. Mean
-/// and variance come from Welford reductions (numerically sound, unlike E[x^2] - E[x]^2), then a
-/// pointwise normalize * scale + bias that consumers inline.
+/// and variance come from Welford reductions (numerically sound, unlike E[x^2] - E[x]^2), or for
+/// LayerNormalization from the two-pass sum(x) / n and sum((x - mean)^2) / n (see moments()),
+/// then a pointwise normalize * scale + bias that consumers inline.
 ///
 /// Tests: tests/unit/lower/suite_ops_test.cpp (ONNX node suite through the interpreter).
 
 #include <fmt/format.h>
 
 #include <functional>
+#include <optional>
 
 #include "lower/elementwise.h"
 #include "lower/op_util.h"
@@ -41,25 +43,63 @@ struct Moments {
   }
 };
 
-Moments moments(LoweringContext& ctx, const TensorValue& x, std::vector<bool> reduced, DType acc) {
+/// With `two_pass` (LayerNormalization), mean = sum(x) / n, then var = sum((x - mean)^2) / n:
+/// the textbook two-pass form, exact up to the sums' rounding (the centered squares cannot
+/// cancel), and fast: each pass is a vector add or FMA per element, where Welford's update
+/// divides by the running count on the loop-carried chain (measured on the encoder's
+/// LayerNorms: see the commit). Its two loops read a row that the first brought into L1. Without
+/// it, the Welford reductions (one divide per element, but sound over very long reductions such
+/// as BatchNormalization's N x H x W in float32).
+Moments moments(LoweringContext& ctx, const TensorValue& x, std::vector<bool> reduced, DType acc,
+                bool two_pass = false) {
   std::vector<Expr> keep_shape, reduce_shape;
   for (size_t d = 0; d < x.rank(); ++d) {
     keep_shape.push_back(reduced[d] ? Expr(1) : x.shape[d]);
     if (reduced[d]) reduce_shape.push_back(x.shape[d]);
   }
   if (reduce_shape.empty()) reduce_shape.push_back(1);
-  auto element = [&](LoopBody& body, const std::vector<Expr>& index, const std::vector<Expr>& r) {
+  auto input_index = [&](const std::vector<Expr>& index, const std::vector<Expr>& r) {
     std::vector<Expr> in = index;
     size_t j = 0;
     for (size_t d = 0; d < reduced.size(); ++d) {
       if (reduced[d]) in[d] = r[j++];
     }
-    return body.cast(ctx.load_at(body, x, in), acc);
+    return in;
+  };
+  auto element = [&](LoopBody& body, const std::vector<Expr>& index, const std::vector<Expr>& r) {
+    return body.cast(ctx.load_at(body, x, input_index(index, r)), acc);
   };
   Moments m;
   m.reduced = reduced;  // `element` reads `reduced` until both reductions are built
-  m.mean = ctx.reduction(acc, keep_shape, reduce_shape, ReductionType::kWelfordMean, element);
-  m.var = ctx.reduction(acc, keep_shape, reduce_shape, ReductionType::kWelfordVar, element);
+  if (!two_pass) {
+    m.mean = ctx.reduction(acc, keep_shape, reduce_shape, ReductionType::kWelfordMean, element);
+    m.var = ctx.reduction(acc, keep_shape, reduce_shape, ReductionType::kWelfordVar, element);
+    return m;
+  }
+  const Expr count = sym::product(reduce_shape);
+  // sum / n (0 / 0 = NaN over an empty reduction, as Welford's result): a product by the
+  // constant 1 / n when n is known (within an ulp of the quotient; the kernels' vector loops take
+  // it), else a division by the size at run time.
+  const std::optional<int64_t> known_count = count.as_integer();
+  auto per_element = [&](const TensorValue& sum) {
+    return ctx.pointwise(acc, keep_shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+      ValueId total = ctx.load_at(body, sum, index);
+      if (known_count && *known_count > 0) {
+        return body.binary(OpCode::kMul, total,
+                           body.constant(1.0 / static_cast<double>(*known_count), acc));
+      }
+      return body.binary(OpCode::kDiv, total, body.cast(body.index_expr(count), acc));
+    });
+  };
+  m.mean = per_element(ctx.reduction(acc, keep_shape, reduce_shape, ReductionType::kSum, element));
+  const TensorValue mean = m.mean;
+  m.var = per_element(ctx.reduction(
+      acc, keep_shape, reduce_shape, ReductionType::kSum,
+      [&](LoopBody& body, const std::vector<Expr>& index, const std::vector<Expr>& r) {
+        ValueId diff =
+            body.binary(OpCode::kSub, element(body, index, r), ctx.load_at(body, mean, index));
+        return body.binary(OpCode::kMul, diff, diff);
+      }));
   return m;
 }
 
@@ -94,7 +134,7 @@ std::vector<TensorValue> lower_layer_norm(LoweringContext& ctx, const graph::Nod
   std::vector<bool> reduced(x.rank(), false);
   for (int64_t d = axis; d < rank; ++d) reduced[static_cast<size_t>(d)] = true;
   DType acc = stash_dtype(x.dtype);
-  Moments m = moments(ctx, x, reduced, acc);
+  Moments m = moments(ctx, x, reduced, acc, /*two_pass=*/true);
   TensorValue y =
       ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& index) {
         ValueId v = body.cast(ctx.load_at(body, x, index), acc);

@@ -313,4 +313,21 @@ std::optional<double> known_scalar(const TensorValue& v) {
   return std::nullopt;
 }
 
+ir::Layout broadcast_layout(const ir::Layout& layout, const std::vector<sym::Expr>& sizes) {
+  ir::Layout out;
+  out.offset = layout.offset;
+  size_t skip = sizes.size() - layout.rank();
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    out.sizes.push_back(sizes[k]);
+    if (k < skip) {
+      out.strides.push_back(0);
+      continue;
+    }
+    const sym::Expr& own = layout.sizes[k - skip];
+    out.strides.push_back(
+        own == sym::Expr(1) && sizes[k] != sym::Expr(1) ? sym::Expr(0) : layout.strides[k - skip]);
+  }
+  return out;
+}
+
 }  // namespace kiln::lower

@@ -137,6 +137,10 @@ TensorValue concat_values(LoweringContext& ctx, const std::vector<const TensorVa
 /// contents are not known at compile time.
 std::optional<double> known_scalar(const TensorValue& v);
 
+/// `layout` right-aligned onto `sizes`: missing leading dims and size-1 dims that broadcast get
+/// stride 0 (a matrix product's or attention's operand broadcast over batch dims).
+ir::Layout broadcast_layout(const ir::Layout& layout, const std::vector<sym::Expr>& sizes);
+
 /// Static dims of a shape, or an empty optional when any dim is symbolic.
 std::optional<std::vector<int64_t>> static_shape(const std::vector<sym::Expr>& shape);
 

@@ -201,6 +201,60 @@ TEST(ModelLibrary, AttentionBlockEachVariantMatchesNumpy) {
   }
 }
 
+// tests/models/make_fused_attention.py's four fused attentions (a Div scale, a causal Where, a
+// padding Where(mask, -inf, s) whose all-hidden rows give NaN, an additive mask; heads of 20 and
+// 12; dynamic batch and sequence) and one left unfused, in each variant at sequences 67 and 130:
+// the AVX2 form of runtime/kiln_rt_attention.h runs here too. NaN where numpy has NaN, else
+// within rtol 1e-4, atol 1e-5.
+TEST(ModelLibrary, FusedAttentionEachVariantMatchesNumpy) {
+  const fs::path dir = scratch() / "fused_attention";
+  const std::string command =
+      "/usr/bin/python3 '" KILN_TESTS_DIR "/models/make_fused_attention.py' '" + dir.string() + "'";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  driver::LibraryOptions options;
+  options.output = scratch() / "fused_attention.so";
+  options.compile.cache_dir = fs::path(KILN_BUILD_DIR) / "test-tmp" / "aot" / "cache";
+  options.compile.autotune = autotune::AutotuneMode::kOff;
+  const fs::path library =
+      driver::compile_library(onnx::import_model(dir / "model.onnx"), options).library;
+  for (const char* features : {"", "avx,avx2,fma,bmi,bmi2,f16c"}) {
+    Loaded m;
+    if (*features != '\0') ::setenv("KILN_CPU_FEATURES", features, 1);
+    load(library, m);
+    ::unsetenv("KILN_CPU_FEATURES");
+    ASSERT_NE(m.model, nullptr);
+    EXPECT_EQ(kiln_model_variant(m.model), *features != '\0' ? "x86-64-v3" : best_variant());
+    for (const char* c : {"s67", "s130"}) {
+      SCOPED_TRACE(std::string("variant ") + kiln_model_variant(m.model) + ", case " + c);
+      const auto read = [&](const char* name) {
+        return onnx::read_tensor_file(dir / (std::string(c) + "_" + name + ".npy"));
+      };
+      std::vector<graph::Tensor> inputs;
+      for (const char* name : {"q", "k", "v", "w", "causal", "pad", "addmask"})
+        inputs.push_back(read(name));
+      std::vector<kiln_tensor> in;
+      for (const graph::Tensor& t : inputs) in.push_back(tensor_of(t));
+      kiln_tensor out[5] = {};
+      ASSERT_EQ(message_of(kiln_model_run(m.model, in.data(), in.size(), out, 5)), "");
+      const char* names[5] = {"a", "b", "c", "d", "e"};
+      for (int k = 0; k < 5; ++k) {
+        const graph::Tensor want = read(names[k]);
+        std::span<const float> w = want.values<float>();
+        const auto* got = static_cast<const float*>(out[k].data);
+        for (size_t i = 0; i < w.size(); ++i) {
+          if (std::isnan(w[i])) {
+            ASSERT_TRUE(std::isnan(got[i])) << "output " << names[k] << " element " << i;
+          } else {
+            ASSERT_NEAR(got[i], w[i], 1e-5 + 1e-4 * std::fabs(w[i]))
+                << "output " << names[k] << " element " << i;
+          }
+        }
+      }
+      for (kiln_tensor& t : out) kiln_free(t.data);
+    }
+  }
+}
+
 TEST(ModelLibrary, MatchesNumpyWithLibraryAndCallerBuffers) {
   Loaded m;
   load(conv_matmul_library(), m);

@@ -147,6 +147,33 @@ for b in 2 1 0; do
   done
 done
 
+# Attention in the forms lower/attention_fusion.h fuses into one kernel (make_fused_attention.py:
+# a Div scale, a causal Where mask, a padding mask whose all-hidden rows give NaN, an additive
+# mask; 2 heads of 20 and of 12), with batch and sequence dynamic: one compile serves sequences
+# of 67, 130, 5 and 0. The log must show a, b, c and d fused and e (its mask's shape not
+# provably the scores') not; NaNs must sit where numpy's are.
+"$PYTHON" "$HERE/make_fused_attention.py" "$M/fused_attention" ||
+  fail "make_fused_attention.py failed"
+for c in s67 s130 s5 s0; do
+  out="$SCRATCH/out/fused_attention_$c"
+  mkdir -p "$out"
+  echo "== fused_attention_$c"
+  inputs=()
+  for name in q k v w causal pad addmask; do
+    inputs+=(--input "$name=$M/fused_attention/${c}_$name.npy")
+  done
+  KILN_LOG=fusion "$KILN" run "$M/fused_attention/model.onnx" "${inputs[@]}" --output-dir "$out" \
+    --cache-dir "$CACHE" >"$out/stdout" 2>"$out/stderr" ||
+    { cat "$out/stderr"; fail "fused_attention_$c: kiln run failed"; }
+  fused="$(sed -n "s/.*node '\(.\)' (MatMul): attention fused into one kernel/\1/p" "$out/stderr" |
+    sort | tr -d '\n')"
+  [ "$fused" = abcd ] || fail "fused_attention_$c: fused '$fused', expected abcd"
+  for name in a b c d e; do
+    "$PYTHON" "$HERE/make_fused_attention.py" --check "$M/fused_attention/${c}_$name.npy" \
+      "$out/$name.npy" || fail "fused_attention_$c: output $name differs from numpy"
+  done
+done
+
 # Casts and a quantization through float8e4m3fn and int4 inside one graph (make_small_types.py):
 # each consumer sees the rounded (or wrapped) value, against a reference that enumerates float8.
 "$PYTHON" "$HERE/make_small_types.py" "$M/small_types" || fail "make_small_types.py failed"

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "autotune/choice.h"
 #include "autotune/conv_choice.h"
 #include "codegen/cpp/cpp_epilogue.h"
@@ -131,6 +133,37 @@ struct CppWrapperOps::Call {
               buffer.call.product.empty() ? "no epilogue" : "epilogue fused");
     out.linef("{}({}, {}, {}{});", name, data_pointer(input(0)), data_pointer(input(1)),
               buffer.name, args);
+  }
+
+  /// The fused attention kernel (kiln_rt_attention.h): its operands as views of the output's
+  /// rank, the sizes and the mask's kind.
+  void operator()(const ir::AttentionCall& call) {
+    const size_t rank = buffer.layout.rank();
+    const ir::View &q = input(0), &kt = input(1), &v = input(2);
+    out.line("kiln_rt::AttentionArgs args;");
+    out.linef("args.batch_rank = {};", rank - 2);
+    for (size_t k = 0; k + 2 < rank; ++k)
+      out.linef("args.batch[{}] = {};", k, cexpr(buffer.layout.sizes[k]));
+    out.linef("args.lq = {}; args.lk = {}; args.d = {}; args.dv = {};",
+              cexpr(buffer.layout.sizes[rank - 2]), cexpr(kt.layout.sizes[rank - 1]),
+              cexpr(q.layout.sizes[rank - 1]), cexpr(v.layout.sizes[rank - 1]));
+    out.linef("args.q = {};", view_init(q));
+    out.linef("args.kt = {};", view_init(kt));
+    out.linef("args.v = {};", view_init(v));
+    if (call.mask != ir::AttentionMask::kNone) out.linef("args.mask = {};", view_init(input(3)));
+    out.linef("args.mask_kind = {};", static_cast<int>(call.mask));
+    out.linef("args.scale = static_cast<float>({});", call.scale);
+    out.linef("args.fill = {};", float_literal(call.fill));
+    out.linef("kiln_rt::attention(args, {});", buffer.name);
+  }
+
+  /// A float constant as C++ text (infinities spelled out).
+  static std::string float_literal(double x) {
+    if (std::isinf(x)) {
+      return x > 0 ? "std::numeric_limits<float>::infinity()"
+                   : "-std::numeric_limits<float>::infinity()";
+    }
+    return fmt::format("static_cast<float>({})", x);
   }
 
   void operator()(const ir::TopKCall& call) {
@@ -330,6 +363,7 @@ void CppWrapperOps::note(const ir::ExternCall& call) {
   std::visit(ir::Overloaded{
                  [&](const ir::MatMulCall&) { needs_.uses_blas = true; },
                  [&](const ir::ConvCall&) { needs_.uses_dnnl = true; },
+                 [&](const ir::AttentionCall&) { uses_attention_ = true; },
                  [&](const ir::IfCall&) {},
                  [&](const ir::LoopCall&) {},
                  [&](const ir::ScanCall&) {},
@@ -344,6 +378,7 @@ void CppWrapperOps::write_includes(IndentedBuffer& out, bool uses_control) {
   out.line("#include \"kiln_rt.h\"");
   if (needs_.uses_blas) out.line("#include \"kiln_rt_blas.h\"");
   if (uses_library_) out.line("#include \"kiln_rt_library.h\"");
+  if (uses_attention_) out.line("#include \"kiln_rt_attention.h\"");
   if (uses_control) out.line("#include \"kiln_rt_control.h\"");
   if (needs_.uses_dnnl) {
     out.line("#define KILN_RT_WITH_DNNL 1");

@@ -63,8 +63,9 @@ class CppWrapperOps final : public WrapperOps {
   friend struct Call;
   std::string kernel_prelude_;
   BuildNeeds needs_;
-  bool uses_library_ = false;  // kiln_rt_library.h kernels (TopK, RNN, NMS, ...)
-  int conv_sites_ = 0;         // RunState holds kiln_rt::ConvSite conv[conv_sites_]
+  bool uses_library_ = false;    // kiln_rt_library.h kernels (TopK, RNN, NMS, ...)
+  bool uses_attention_ = false;  // kiln_rt_attention.h's fused attention
+  int conv_sites_ = 0;           // RunState holds kiln_rt::ConvSite conv[conv_sites_]
   /// Declarations of the choice functions, and their translation units, in order.
   std::vector<std::string> declarations_;
   std::vector<std::pair<std::string, std::string>> units_;

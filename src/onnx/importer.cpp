@@ -532,15 +532,18 @@ graph::Model import_model_from_bytes(std::string_view bytes, const std::string& 
   return model;
 }
 
-graph::Model import_model(const fs::path& path) {
+graph::Model import_model(const fs::path& path, ImportStats* stats) {
   std::string source = path.string();
   std::error_code ec;
   if (!fs::exists(path, ec)) user_error("{}: no such file", source);
   if (fs::is_directory(path, ec)) user_error("{}: is a directory, expected an .onnx file", source);
-  std::string bytes = files::read(path);
   fs::path dir = path.parent_path();
   if (dir.empty()) dir = ".";
-  return import_model_from_bytes(bytes, source, dir);
+  // Mapped, not read into a string: the parser reads the bytes from the page cache, and the
+  // mapping is gone once the protobuf is parsed (import_model_from_bytes keeps no view of it).
+  const files::MappedFile file(path);
+  if (stats != nullptr) stats->model_bytes_mapped = file.bytes().size();
+  return import_model_from_bytes(file.bytes(), source, dir);
 }
 
 }  // namespace kiln::onnx

@@ -317,6 +317,11 @@ struct ConstantUnion {
   uint64_t shared_bytes = 0;  // what the first variant's constants take
 };
 
+/// The name of embedded weights in the cache's weights folder: their checksum and size.
+std::string blob_file_name(const codegen::WeightsBlob& weights) {
+  return fmt::format("{:016x}-{}.weights", weights.checksum, weights.payload_bytes);
+}
+
 ConstantUnion unite_constants(const std::vector<const codegen::WrapperSource*>& sources) {
   ConstantUnion result;
   // By byte size: tensors of different content differ early, so comparing is cheap.
@@ -432,19 +437,16 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
     fs::create_directories(blob_dir);
     const fs::path unnamed = blob_dir / fmt::format("unnamed-{}.weights", ::getpid());
     codegen::write_weights_file(unnamed, constants.all, weights);
-  }
-  const std::string blob_name =
-      fmt::format("{:016x}-{}.weights", weights.checksum, weights.payload_bytes);
-  if (!options.external_weights) {
-    // Equal contents under an equal name: a file already there is as good as this one.
-    const fs::path unnamed = blob_dir / fmt::format("unnamed-{}.weights", ::getpid());
+    // Named once the checksum is known; equal contents under an equal name, so replacing a file
+    // already there changes nothing.
     std::error_code ec;
-    fs::rename(unnamed, blob_dir / blob_name, ec);
+    fs::rename(unnamed, blob_dir / blob_file_name(weights), ec);
     if (ec) {
       fs::remove(unnamed, ec);
-      user_error("{}: cannot store the weights: {}", (blob_dir / blob_name).string(), ec.message());
+      user_error("{}: cannot store the weights: {}", blob_dir.string(), ec.message());
     }
   }
+  const std::string blob_name = blob_file_name(weights);
   codegen::ModelApiOptions api;
   api.target = options.target;
   api.embed_weights = !options.external_weights;

@@ -38,24 +38,23 @@ weights=$(awk '/^weights_bytes/ {print $2}' make.log)
 output=$(awk '/^output/ {print $2}' make.log)
 ls -ls big.onnx big_a.bin big_b.bin
 
-# Peak resident memory of a command, in bytes, from /usr/bin/time -v's "Maximum resident set
-# size (kbytes)"; the command's own output goes to the terminal.
-peak_rss() {
-  local log=$1
+# Runs a command under /usr/bin/time -v (its report in STEP.time) and records its peak resident
+# memory in bytes ("Maximum resident set size (kbytes)") and its wall time.
+declare -A peaks walls
+measure() {
+  local step=$1
   shift
-  /usr/bin/time -v -o "$log" "$@"
-  awk -F': ' '/Maximum resident set size/ {print $2 * 1024}' "$log"
+  /usr/bin/time -v -o "$step.time" "$@"
+  peaks[$step]=$(awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2 * 1024}' "$step.time")
+  walls[$step]=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$step.time")
 }
-declare -A peaks
 
 echo "== kiln compile big.onnx --weights external -o big.so"
-peaks[compile]=$(peak_rss compile.time "$kiln" compile big.onnx --weights external -o big.so |
-  tee /dev/stderr | tail -1)
-ls -l big.so big.weights
+measure compile "$kiln" compile big.onnx --weights external -o big.so
+ls -ls big.so big.weights
 
 echo "== kiln run big.so --input x=x.npy"
-peaks[run]=$(peak_rss run.time "$kiln" run big.so --input x=x.npy --output-dir out |
-  tee /dev/stderr | tail -1)
+measure run "$kiln" run big.so --input x=x.npy --output-dir out
 
 echo "== checking the output against numpy"
 "$python" - "out/$output.npy" expected.npy <<'EOF'
@@ -69,7 +68,7 @@ print(f"output {got.shape}: max |kiln - numpy| / max |numpy| = {err:.2e} (tolera
 sys.exit(0 if got.shape == want.shape and err <= 1e-4 else 1)
 EOF
 
-echo "== peak resident memory (/usr/bin/time -v), weights $weights bytes"
+echo "== peak resident memory (/usr/bin/time -v), weights $weights bytes ($(awk -v w="$weights" 'BEGIN {printf "%.0f", w / 1048576}') MiB)"
 status=0
 for step in compile run; do
   ratio=$(awk -v p="${peaks[$step]}" -v w="$weights" 'BEGIN {printf "%.3f", p / w}')
@@ -78,7 +77,8 @@ for step in compile run; do
     verdict="FAIL (above $max_ratio)"
     status=1
   fi
-  printf '%-8s peak RSS %6.0f MiB = %s x the weights: %s\n' "$step" \
-    "$(awk -v p="${peaks[$step]}" 'BEGIN {print p / 1048576}')" "$ratio" "$verdict"
+  printf '%-8s peak RSS %6.0f MiB = %s x the weights (wall %s): %s\n' "$step" \
+    "$(awk -v p="${peaks[$step]}" 'BEGIN {print p / 1048576}')" "$ratio" "${walls[$step]}" \
+    "$verdict"
 done
 exit $status

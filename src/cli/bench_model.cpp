@@ -27,6 +27,8 @@ BenchModel load_onnx_model(const std::string& path, const BenchLoadOptions& opti
     bench.inputs.push_back(
         {spec.onnx_name, spec.dtype, spec.shape, indexed_axis_size(*compiled, spec)});
   }
+  for (const ir::OutputSpec& spec : compiled->outputs())
+    bench.output_names.push_back(spec.onnx_name);
   bench.run = [compiled](const std::vector<graph::Tensor>& inputs) {
     return compiled->run(inputs);
   };
@@ -79,6 +81,11 @@ BenchModel load_library_model(const std::string& path, const BenchLoadOptions& o
     declared.push_back({input.name, graph::Type::tensor(input.dtype, input.shape)});
   bench.given = read_given_inputs(options.inputs, declared, "--input");
   const size_t outputs = kiln_model_output_count(raw);
+  for (size_t k = 0; k < outputs; ++k) {
+    kiln_value_info info;
+    check(kiln_model_output_info(raw, k, &info), path);
+    bench.output_names.push_back(info.name);
+  }
   bench.run = [model, path, outputs](const std::vector<graph::Tensor>& inputs) {
     std::vector<kiln_tensor> in(inputs.size()), out(outputs);
     for (size_t k = 0; k < inputs.size(); ++k) {

@@ -43,10 +43,11 @@ struct BenchModel {
   std::function<std::vector<graph::Tensor>(const std::vector<graph::Tensor>&)> run;
   /// Runs it once recording one event per kernel or library call.
   std::function<std::vector<TraceEvent>(const std::vector<graph::Tensor>&)> profiled_run;
-  double compile_seconds = 0;  // compiling or loading it
-  bool cache_hit = false;      // the compiled code came from the code cache
-  std::string summary;         // what was compiled: "53 kernels, 54 library calls"
-  GivenInputs given;           // the inputs given as files (BenchLoadOptions::inputs)
+  double compile_seconds = 0;             // compiling or loading it
+  bool cache_hit = false;                 // the compiled code came from the code cache
+  std::string summary;                    // what was compiled: "53 kernels, 54 library calls"
+  std::vector<std::string> output_names;  // the outputs run() returns, in order
+  GivenInputs given;                      // the inputs given as files (BenchLoadOptions::inputs)
 };
 
 struct BenchLoadOptions {

@@ -1,16 +1,19 @@
 // `kiln run MODEL --input NAME=FILE ...`: compile (or hit the code cache), run once (or, with
 // --repeat N, a warm-up run and N timed runs), write and summarize the outputs.
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <random>
 #include <sstream>
 
 #include "autotune/select.h"
+#include "cli/bench_model.h"
 #include "cli/commands.h"
 #include "cli/model_inputs.h"
 #include "driver/compile.h"
@@ -149,7 +152,96 @@ ir::Device parse_device(const std::string& name) {
   return *device;
 }
 
+/// Runs a model once (or, with --repeat, a warm-up run and N timed runs) on the given inputs and
+/// seeded random ones for the others, prints the timings and `notes`, and writes the outputs.
+int run_and_write(
+    const RunArgs& args, const std::vector<BenchInput>& specs,
+    std::map<std::string, std::shared_ptr<const graph::Tensor>>& given,
+    const std::function<std::vector<graph::Tensor>(const std::vector<graph::Tensor>&)>& run,
+    const std::vector<std::string>& output_names, int threads,
+    const std::vector<std::string>& notes) {
+  sym::Binding binding;
+  for (const std::string& item : args.dims) {
+    auto [name, value] = split_assignment(item, "--dim");
+    binding[name] = std::stoll(value);
+  }
+  std::vector<graph::Tensor> inputs;
+  for (const BenchInput& spec : specs) {
+    auto it = given.find(spec.name);
+    if (it != given.end()) {
+      inputs.push_back(*it->second);
+      given.erase(it);
+      continue;
+    }
+    std::vector<int64_t> dims = concrete_dims(spec.shape, binding);
+    std::mt19937_64 rng(args.seed + inputs.size());
+    inputs.push_back(random_tensor(spec.dtype, dims,
+                                   random_integer_bound(spec.indexed_axis_size, binding), rng));
+    fmt::print("input {}: not given, using seeded random {} {}\n", spec.name,
+               graph::dtype_name(spec.dtype), dims_text(dims));
+  }
+
+  // Each timed run starts with the previous outputs released, so only the run is timed.
+  auto timed_run = [&](std::vector<graph::Tensor>& outputs) {
+    outputs.clear();
+    auto start = std::chrono::steady_clock::now();
+    outputs = run(inputs);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  std::vector<graph::Tensor> outputs;
+  double first_ms = timed_run(outputs);
+  if (args.repeat == 0) {
+    fmt::print("ran in {:.3f} ms\n", first_ms);
+  } else {
+    std::vector<double> ms(static_cast<size_t>(args.repeat));
+    for (double& t : ms) t = timed_run(outputs);
+    std::sort(ms.begin(), ms.end());
+    size_t n = ms.size();
+    double median = n % 2 == 1 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+    fmt::print(
+        "first run (warm-up) {:.3f} ms; {} timed runs: min {:.3f} ms, median {:.3f} ms ({} "
+        "OpenMP threads)\n",
+        first_ms, n, ms.front(), median, threads);
+  }
+  for (const std::string& note : notes) fmt::print("{}\n", note);
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const std::string& name = output_names.at(k);
+    // numpy has no bfloat16, float8, float4 or 4- and 2-bit types: those go to a TensorProto.
+    graph::DType dtype = outputs[k].dtype();
+    bool numpy_lacks = dtype == graph::DType::kBFloat16 || graph::is_small_float(dtype) ||
+                       graph::is_small_integer(dtype);
+    fs::path path = fs::path(args.output_dir) / (file_name(name) + (numpy_lacks ? ".pb" : ".npy"));
+    onnx::write_tensor_file(outputs[k], path, name);
+    fmt::print("output {}: {} -> {}\n", name, onnx::tensor_summary(outputs[k]), path.string());
+  }
+  return 0;
+}
+
+/// `kiln run model.so`: a library built by `kiln compile`, loaded through its C API (its
+/// weights mapped, embedded or beside it) and run as run_model runs an ONNX model.
+int run_library(const RunArgs& args) {
+  // What only a compile uses has no meaning for a library already built.
+  for (auto [given, option] : {std::pair{!args.dump_dir.empty(), "--dump"},
+                               {!args.autotune.empty(), "--autotune"},
+                               {args.print_kernels, "--print-kernels"},
+                               {args.device != "cpu", "--device"}}) {
+    if (given) {
+      user_error("{}: {} applies to compiling an ONNX model; {} is a compiled library", args.model,
+                 option, args.model);
+    }
+  }
+  BenchLoadOptions options;
+  options.cache_dir = args.cache_dir;
+  options.inputs = args.inputs;
+  BenchModel model = load_bench_model(args.model, options);
+  fmt::print("loaded {} ({:.2f} s)\n", model.summary, model.compile_seconds);
+  return run_and_write(args, model.inputs, model.given.tensors, model.run, model.output_names,
+                       omp_get_max_threads(), {});
+}
+
 int run_model(const RunArgs& args) {
+  if (args.model.ends_with(".so")) return run_library(args);
   graph::Model model = onnx::import_model(args.model);
   driver::CompileOptions options;
   options.dump_dir = args.dump_dir;
@@ -178,64 +270,20 @@ int run_model(const RunArgs& args) {
   if (args.print_kernels) print_kernels(options.dump_dir, options.device);
   temp_dump.reset();
 
-  sym::Binding binding;
-  for (const std::string& item : args.dims) {
-    auto [name, value] = split_assignment(item, "--dim");
-    binding[name] = std::stoll(value);
-  }
-  std::vector<graph::Tensor> inputs;
+  std::vector<BenchInput> specs;
   for (const ir::InputSpec& spec : compiled.inputs()) {
-    auto it = given.find(spec.onnx_name);
-    if (it != given.end()) {
-      inputs.push_back(*it->second);
-      given.erase(it);
-      continue;
-    }
-    std::vector<int64_t> dims = concrete_dims(spec.shape, binding);
-    std::mt19937_64 rng(args.seed + inputs.size());
-    inputs.push_back(random_tensor(
-        spec.dtype, dims, random_integer_bound(indexed_axis_size(compiled, spec), binding), rng));
-    fmt::print("input {}: not given, using seeded random {} {}\n", spec.onnx_name,
-               graph::dtype_name(spec.dtype), dims_text(dims));
+    specs.push_back({spec.onnx_name, spec.dtype, spec.shape, indexed_axis_size(compiled, spec)});
   }
-
-  // Each timed run starts with the previous outputs released, so only the run is timed.
-  auto timed_run = [&](std::vector<graph::Tensor>& outputs) {
-    outputs.clear();
-    auto start = std::chrono::steady_clock::now();
-    outputs = compiled.run(inputs);
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-        .count();
-  };
-  std::vector<graph::Tensor> outputs;
-  double first_ms = timed_run(outputs);
-  if (args.repeat == 0) {
-    fmt::print("ran in {:.3f} ms\n", first_ms);
-  } else {
-    std::vector<double> ms(static_cast<size_t>(args.repeat));
-    for (double& t : ms) t = timed_run(outputs);
-    std::sort(ms.begin(), ms.end());
-    size_t n = ms.size();
-    double median = n % 2 == 1 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
-    fmt::print(
-        "first run (warm-up) {:.3f} ms; {} timed runs: min {:.3f} ms, median {:.3f} ms ({} "
-        "OpenMP threads)\n",
-        first_ms, n, ms.front(), median, stats.threads);
-  }
+  std::vector<std::string> output_names;
+  for (const ir::OutputSpec& spec : compiled.outputs()) output_names.push_back(spec.onnx_name);
+  std::vector<std::string> notes;
   for (const ir::BoundaryValue& b : compiled.output_values()) {
-    if (!b.present) fmt::print("output {}: an empty optional\n", b.onnx_name);
+    if (!b.present) notes.push_back(fmt::format("output {}: an empty optional", b.onnx_name));
   }
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    const std::string& name = compiled.outputs()[k].onnx_name;
-    // numpy has no bfloat16, float8, float4 or 4- and 2-bit types: those go to a TensorProto.
-    graph::DType dtype = outputs[k].dtype();
-    bool numpy_lacks = dtype == graph::DType::kBFloat16 || graph::is_small_float(dtype) ||
-                       graph::is_small_integer(dtype);
-    fs::path path = fs::path(args.output_dir) / (file_name(name) + (numpy_lacks ? ".pb" : ".npy"));
-    onnx::write_tensor_file(outputs[k], path, name);
-    fmt::print("output {}: {} -> {}\n", name, onnx::tensor_summary(outputs[k]), path.string());
-  }
-  return 0;
+  return run_and_write(
+      args, specs, given,
+      [&](const std::vector<graph::Tensor>& inputs) { return compiled.run(inputs); }, output_names,
+      stats.threads, notes);
 }
 
 }  // namespace
@@ -243,8 +291,12 @@ int run_model(const RunArgs& args) {
 void add_run_command(CLI::App& app, CommandAction& chosen) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd =
-      app.add_subcommand("run", "Compile a model (or find it in the code cache) and run it");
-  cmd->add_option("model", args->model, "the ONNX model")->required();
+      app.add_subcommand("run",
+                         "Compile a model (or find it in the code cache), or load a library "
+                         "built by kiln compile, and run it");
+  cmd->add_option("model", args->model,
+                  "the ONNX model, or a library built by kiln compile (model.so)")
+      ->required();
   cmd->add_option("--input", args->inputs, "NAME=FILE (.npy or .pb); inputs not given are random");
   cmd->add_option("--dim", args->dims, "SYMBOL=VALUE for the shapes of random inputs (default 1)");
   cmd->add_option("--output-dir", args->output_dir,

@@ -329,6 +329,11 @@ struct ConstantUnion {
   uint64_t shared_bytes = 0;  // what the first variant's constants take
 };
 
+/// The name of embedded weights in the cache's weights folder: their checksum and size.
+std::string blob_file_name(const codegen::WeightsBlob& weights) {
+  return fmt::format("{:016x}-{}.weights", weights.checksum, weights.payload_bytes);
+}
+
 ConstantUnion unite_constants(const std::vector<const codegen::WrapperSource*>& sources) {
   ConstantUnion result;
   // By byte size: tensors of different content differ early, so comparing is cheap.
@@ -340,8 +345,13 @@ ConstantUnion unite_constants(const std::vector<const codegen::WrapperSource*>& 
       const size_t n = tensor->nbytes();
       std::vector<size_t>& same = by_size[n];
       auto found = std::find_if(same.begin(), same.end(), [&](size_t k) {
-        return result.all[k] == tensor || (result.all[k]->dtype() == tensor->dtype() &&
-                                           std::memcmp(result.all[k]->data(), bytes, n) == 0);
+        if (result.all[k] == tensor) return true;
+        if (result.all[k]->dtype() != tensor->dtype()) return false;
+        const bool equal = std::memcmp(result.all[k]->data(), bytes, n) == 0;
+        // Equal weights were read whole: give the pages of mapped ones back.
+        result.all[k]->release_pages();
+        tensor->release_pages();
+        return equal;
       });
       if (found != same.end()) {
         indices.push_back(*found);
@@ -420,10 +430,35 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
   std::vector<const codegen::WrapperSource*> sources;
   for (const Generated& v : variants) sources.push_back(&v.source);
   const ConstantUnion constants = unite_constants(sources);
+  // The weights file is written before the model's unit is generated: the unit records the
+  // payload's checksum, which is known once the payload has streamed through it. External
+  // weights go to their place beside the library; embedded ones to the cache's weights folder
+  // under a name made of their checksum and size (the assembler includes them from there).
   codegen::WeightsBlob weights = codegen::layout_weights(constants.all);
   const fs::path blob_dir = g.cache_dir / "weights";
-  const std::string blob_name =
-      fmt::format("{:016x}-{}.weights", weights.checksum(), weights.payload_bytes());
+  const fs::path& output = options.output;
+  fs::path weights_path;
+  if (options.external_weights) {
+    if (output.empty()) user_error("external weights need an output path");
+    fs::path stem = output;
+    if (stem.extension() == ".so") stem.replace_extension();
+    weights_path = stem.string() + ".weights";
+    if (weights_path.has_parent_path()) fs::create_directories(weights_path.parent_path());
+    codegen::write_weights_file(weights_path, constants.all, weights);
+  } else {
+    fs::create_directories(blob_dir);
+    const fs::path unnamed = blob_dir / fmt::format("unnamed-{}.weights", ::getpid());
+    codegen::write_weights_file(unnamed, constants.all, weights);
+    // Named once the checksum is known; equal contents under an equal name, so replacing a file
+    // already there changes nothing.
+    std::error_code ec;
+    fs::rename(unnamed, blob_dir / blob_file_name(weights), ec);
+    if (ec) {
+      fs::remove(unnamed, ec);
+      user_error("{}: cannot store the weights: {}", blob_dir.string(), ec.message());
+    }
+  }
+  const std::string blob_name = blob_file_name(weights);
   codegen::ModelApiOptions api;
   api.target = options.target;
   api.embed_weights = !options.external_weights;
@@ -439,36 +474,22 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
   const std::string model_api = codegen::generate_model_api(*g.program, weights, api);
   Dumper(dump_dir).write("5_model_api.cpp", model_api);
   if (api.embed_weights) {
-    if (!fs::exists(blob_dir / blob_name)) {
-      files::write_atomic(blob_dir / blob_name,
-                          std::string_view(reinterpret_cast<const char*>(weights.file.data()),
-                                           weights.file.size()));
-    }
     config.flags.insert(config.flags.end(),
                         {"-Xassembler", "-I", "-Xassembler", blob_dir.string()});
   }
   const fs::path built = cache.compile_shared_library({{"model_api.cpp", model_api}}, config);
 
   LibraryResult result;
-  const fs::path& output = options.output;
   if (output.empty()) {  // the library stays in the code cache
-    if (options.external_weights) user_error("external weights need an output path");
     result.library = built;
   } else {
     if (output.has_parent_path()) fs::create_directories(output.parent_path());
     copy_atomic(built, output);
     result.library = output;
   }
-  if (options.external_weights) {
-    fs::path stem = output;
-    if (stem.extension() == ".so") stem.replace_extension();
-    result.weights = stem.string() + ".weights";
-    files::write_atomic(
-        result.weights,
-        std::string_view(reinterpret_cast<const char*>(weights.file.data()), weights.file.size()));
-  }
-  result.weights_bytes = weights.payload_bytes();
-  result.variant_weights_bytes = weights.payload_bytes() - constants.shared_bytes;
+  result.weights = weights_path;
+  result.weights_bytes = weights.payload_bytes;
+  result.variant_weights_bytes = weights.payload_bytes - constants.shared_bytes;
   result.target = options.target;
   for (size_t v = 0; v < targets.size(); ++v)
     result.variants.push_back({targets[v].name, targets[v].features, fs::file_size(images[v])});

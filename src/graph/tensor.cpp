@@ -6,6 +6,10 @@
 #include <limits>
 #include <new>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "runtime/kiln_small_types.h"
 #include "support/error.h"
 
@@ -87,6 +91,60 @@ Tensor::Tensor(DType dtype, std::vector<int64_t> dims, std::shared_ptr<const voi
   size_t expected = checked_nbytes(dtype_, dims_);
   KILN_CHECK(nbytes == expected, "borrowed tensor has {} bytes, dims need {}", nbytes, expected);
   KILN_CHECK(data != nullptr || nbytes == 0, "borrowed tensor data is null");
+}
+
+Tensor Tensor::mapped(DType dtype, std::vector<int64_t> dims, std::shared_ptr<const void> owner,
+                      const void* data, size_t nbytes) {
+  Tensor t(dtype, std::move(dims), std::move(owner), data, nbytes);
+  t.mapped_ = true;
+  return t;
+}
+
+void Tensor::release_pages() const {
+  if (!mapped_ || nbytes_ == 0) return;
+  // The whole pages the bytes touch: the mapping covers them (see mapped()), and for a read-only
+  // private file mapping MADV_DONTNEED only forgets them (there are no private copies to lose).
+  static const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(data_) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data_) + nbytes_ + page - 1) / page * page;
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+Tensor Tensor::spilled(DType dtype, std::vector<int64_t> dims, const void* data,
+                       const std::filesystem::path& dir) {
+  const size_t nbytes = checked_nbytes(dtype, dims);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  // O_TMPFILE: a file with no name, gone when the last mapping of it is; where the file system
+  // lacks it, a named file unlinked at once.
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    std::string name = (dir / "kiln-spill-XXXXXX").string();
+    fd = ::mkostemp(name.data(), O_CLOEXEC);
+    if (fd >= 0) ::unlink(name.c_str());
+  }
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    user_error("{}: cannot {} a temporary file of {} bytes for a prepacked weight: {}",
+               dir.string(), what, nbytes, std::strerror(err));
+  };
+  if (fd < 0) fail("create");
+  const auto* bytes = static_cast<const char*>(data);
+  for (size_t done = 0; done < nbytes;) {
+    const ssize_t n = ::write(fd, bytes + done, nbytes - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("write");
+    done += static_cast<size_t>(n);
+  }
+  const size_t map_bytes = nbytes == 0 ? 1 : nbytes;
+  if (nbytes == 0 && ::ftruncate(fd, 1) != 0) fail("write");
+  void* base = ::mmap(nullptr, map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (base == MAP_FAILED) fail("map");
+  ::close(fd);
+  std::shared_ptr<const void> mapping(
+      base, [map_bytes](const void* p) { ::munmap(const_cast<void*>(p), map_bytes); });
+  return mapped(dtype, std::move(dims), std::move(mapping), base, nbytes);
 }
 
 Tensor Tensor::strings(std::vector<int64_t> dims, std::vector<std::string> values) {

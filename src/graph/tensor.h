@@ -2,9 +2,12 @@
 /// A concrete host tensor: dtype, static dims, and contiguous row-major bytes. Used for
 /// initializers, constants folded at compile time, and the inputs and outputs of runs. The bytes
 /// may be owned or borrowed from a memory mapping (external data), kept alive by `storage`.
+/// A tensor over a read-only file mapping (Tensor::mapped) may give its pages back to the kernel
+/// once read (release_pages): a model's weights then need not all be resident at once.
 /// String tensors hold their elements in `strings` instead of bytes.
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,6 +25,17 @@ class Tensor {
   /// A tensor over bytes owned by `owner` (e.g. a memory mapping).
   Tensor(DType dtype, std::vector<int64_t> dims, std::shared_ptr<const void> owner,
          const void* data, size_t nbytes);
+  /// A tensor over a read-only, private memory mapping of a file that `owner` unmaps. The
+  /// mapping must cover the pages `data` .. `data + nbytes` touch, and nothing may write to it.
+  static Tensor mapped(DType dtype, std::vector<int64_t> dims, std::shared_ptr<const void> owner,
+                       const void* data, size_t nbytes);
+  /// A mapped tensor (see mapped()) over a copy of `data` (the bytes `dims` of `dtype` need) in
+  /// an unlinked temporary file of `dir`: the bytes live in the page cache, which the kernel
+  /// may write back and evict, instead of in this process's memory (compile time keeps large
+  /// prepacked weights so until it writes them out). Throws UserError naming `dir` when the file
+  /// cannot be written (e.g. the disk is full).
+  static Tensor spilled(DType dtype, std::vector<int64_t> dims, const void* data,
+                        const std::filesystem::path& dir);
   /// A string tensor.
   static Tensor strings(std::vector<int64_t> dims, std::vector<std::string> values);
 
@@ -31,6 +45,13 @@ class Tensor {
   int64_t numel() const;
   size_t nbytes() const { return nbytes_; }
   const void* data() const { return data_; }
+  /// Whether the bytes are a read-only file mapping (Tensor::mapped).
+  bool is_mapped() const { return mapped_; }
+  /// For a mapped tensor, drops its pages from this process's resident memory (madvise
+  /// MADV_DONTNEED): they stay in the page cache, and a later read maps them again. Nothing for
+  /// other tensors. Callers that have read a large weight once (to pack it, to write it out)
+  /// call this so that a model's weights are not all resident together.
+  void release_pages() const;
   /// Mutable bytes; only for tensors that own them (throws InternalError otherwise).
   void* mutable_data();
   template <typename T>
@@ -53,6 +74,7 @@ class Tensor {
   std::shared_ptr<const void> storage_;
   const void* data_ = nullptr;
   bool owned_ = false;
+  bool mapped_ = false;
   size_t nbytes_ = 0;
   std::vector<std::string> strings_;
 };

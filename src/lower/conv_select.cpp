@@ -6,6 +6,7 @@
 #include <set>
 
 #include "autotune/select.h"
+#include "lower/op_util.h"
 #include "support/log.h"
 
 namespace kiln::lower {
@@ -145,9 +146,8 @@ int select_conv_choices(ir::Program& program, const LoweringOptions& options) {
                               : nullptr;
     const std::vector<float> prepared = choice->prepare(
         w->constant->values<float>().data(), b ? b->constant->values<float>().data() : nullptr);
-    auto tensor = std::make_shared<graph::Tensor>(
-        DType::kFloat32, std::vector<int64_t>{static_cast<int64_t>(prepared.size())});
-    std::copy(prepared.begin(), prepared.end(), tensor->mutable_values<float>().begin());
+    std::shared_ptr<const graph::Tensor> tensor = prepared_weight(options, prepared);
+    w->constant->release_pages();  // read whole to prepare it (external data: mapped)
     auto weight = std::make_unique<ir::Buffer>();
     weight->name = conv.name + "_w";
     weight->kind = ir::BufferKind::kConstant;

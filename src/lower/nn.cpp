@@ -140,14 +140,20 @@ std::optional<TensorValue> template_gemm(LoweringContext& ctx, const TensorValue
   if (weight.dtype() != DType::kFloat32) return std::nullopt;
   const int64_t k = weight.dims()[transpose_b ? 1 : 0], n = weight.dims()[transpose_b ? 0 : 1];
   if (a.shape.back() != Expr(k) || k == 0 || n == 0) return std::nullopt;
-  std::vector<float> b_kn(static_cast<size_t>(k * n));
+  // B as the choice takes it, row-major K x N: the weight itself when it is already so, else a
+  // transposed and scaled copy.
   std::span<const float> w = weight.values<float>();
-  for (int64_t r = 0; r < k; ++r) {
-    for (int64_t c = 0; c < n; ++c) {
-      b_kn[static_cast<size_t>(r * n + c)] =
-          static_cast<float>(alpha) * w[static_cast<size_t>(transpose_b ? c * k + r : r * n + c)];
+  std::vector<float> b_kn;
+  if (transpose_b || alpha != 1.0) {
+    b_kn.resize(static_cast<size_t>(k * n));
+    for (int64_t r = 0; r < k; ++r) {
+      for (int64_t c = 0; c < n; ++c) {
+        b_kn[static_cast<size_t>(r * n + c)] =
+            static_cast<float>(alpha) * w[static_cast<size_t>(transpose_b ? c * k + r : r * n + c)];
+      }
     }
   }
+  const float* b_data = b_kn.empty() ? w.data() : b_kn.data();
   Expr rows = sym::product(std::vector<Expr>(a.shape.begin(), a.shape.end() - 1));
   // Algorithm selection (autotune/select.h): the heuristic, the autotune cache or benchmarks,
   // as the options' mode says; a symbolic M selects for a typical 128 rows.
@@ -160,10 +166,10 @@ std::optional<TensorValue> template_gemm(LoweringContext& ctx, const TensorValue
   request.code_cache_dir = ctx.options().code_cache_dir;
   request.isa = ctx.options().template_isa;
   const autotune::GemmChoicePtr choice = autotune::select_gemm(request).choice;
-  std::vector<float> prepared = choice->prepare(b_kn.data(), k, n);
-  auto prepared_tensor = std::make_shared<graph::Tensor>(
-      DType::kFloat32, std::vector<int64_t>{static_cast<int64_t>(prepared.size())});
-  std::copy(prepared.begin(), prepared.end(), prepared_tensor->mutable_values<float>().begin());
+  std::shared_ptr<const graph::Tensor> prepared_tensor =
+      prepared_weight(ctx.options(), choice->prepare(b_data, k, n));
+  // The weight was read whole to prepare it; a mapped one (external data) gives its pages back.
+  weight.release_pages();
   std::vector<Expr> shape = a.shape;
   shape.back() = Expr(n);
   return ctx.extern_call(

@@ -1,11 +1,27 @@
 #include "lower/op_util.h"
 
+#include <algorithm>
 #include <string>
 
 #include "support/error.h"
 #include "sym/analyzer.h"
 
 namespace kiln::lower {
+
+std::shared_ptr<const graph::Tensor> prepared_weight(const LoweringOptions& options,
+                                                     const std::vector<float>& values) {
+  const std::vector<int64_t> dims = {static_cast<int64_t>(values.size())};
+  if (values.size() * sizeof(float) >= kSpillBytes) {
+    const std::filesystem::path dir = options.code_cache_dir.empty()
+                                          ? std::filesystem::temp_directory_path()
+                                          : options.code_cache_dir / "tmp";
+    return std::make_shared<graph::Tensor>(
+        graph::Tensor::spilled(graph::DType::kFloat32, dims, values.data(), dir));
+  }
+  auto tensor = std::make_shared<graph::Tensor>(graph::DType::kFloat32, dims);
+  std::copy(values.begin(), values.end(), tensor->mutable_values<float>().begin());
+  return tensor;
+}
 
 using ir::LoopBody;
 using ir::ValueId;

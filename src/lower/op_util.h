@@ -18,6 +18,17 @@
 
 namespace kiln::lower {
 
+/// Prepared (prepacked) weights of at least this many bytes are kept in a temporary file rather
+/// than in memory until the compile writes them out (prepared_weight).
+inline constexpr size_t kSpillBytes = size_t{64} << 20;
+
+/// A constant float32 [values.size()] holding a weight prepared at compile time (packed for a
+/// GEMM or convolution template): in memory, or, from kSpillBytes up, in an unlinked file under
+/// the code cache (graph::Tensor::spilled), so that a model's prepared weights need not be
+/// resident all together besides the weights they come from.
+std::shared_ptr<const graph::Tensor> prepared_weight(const LoweringOptions& options,
+                                                     const std::vector<float>& values);
+
 /// Maps an output index (one expr per output dim) to the input index it reads.
 using IndexRemap = std::function<std::vector<sym::Expr>(const std::vector<sym::Expr>& out_index)>;
 

@@ -510,9 +510,11 @@ void check_model(const ::onnx::ModelProto& proto, ImportContext& ctx) {
 
 int64_t max_supported_opset() { return graph::kMaxOpset; }
 
-graph::Model import_model_from_bytes(std::string_view bytes, const std::string& source_name,
-                                     const fs::path& model_dir) {
-  ::onnx::ModelProto proto = parse_model(bytes, source_name);
+namespace {
+
+/// import_model_from_bytes after the parse.
+graph::Model import_parsed(::onnx::ModelProto proto, const std::string& source_name,
+                           const fs::path& model_dir) {
   ImportContext ctx;
   ctx.source = source_name;
   ctx.model_dir = model_dir;
@@ -532,15 +534,31 @@ graph::Model import_model_from_bytes(std::string_view bytes, const std::string& 
   return model;
 }
 
-graph::Model import_model(const fs::path& path) {
+}  // namespace
+
+graph::Model import_model_from_bytes(std::string_view bytes, const std::string& source_name,
+                                     const fs::path& model_dir) {
+  return import_parsed(parse_model(bytes, source_name), source_name, model_dir);
+}
+
+graph::Model import_model(const fs::path& path, ImportStats* stats) {
   std::string source = path.string();
   std::error_code ec;
   if (!fs::exists(path, ec)) user_error("{}: no such file", source);
   if (fs::is_directory(path, ec)) user_error("{}: is a directory, expected an .onnx file", source);
-  std::string bytes = files::read(path);
   fs::path dir = path.parent_path();
   if (dir.empty()) dir = ".";
-  return import_model_from_bytes(bytes, source, dir);
+  // Mapped, not read into a string: the parser reads the bytes from the page cache, and the
+  // mapping is gone before the initializers are built, so a model with its weights inside holds
+  // at most two forms of them at once (the file's pages and the parsed protobuf, then the
+  // protobuf and the tensors).
+  ::onnx::ModelProto proto;
+  {
+    const files::MappedFile file(path);
+    if (stats != nullptr) stats->model_bytes_mapped = file.bytes().size();
+    proto = parse_model(file.bytes(), source);
+  }
+  return import_parsed(std::move(proto), source, dir);
 }
 
 }  // namespace kiln::onnx

@@ -32,8 +32,16 @@ namespace kiln::onnx {
 /// The newest ai.onnx opset Kiln accepts (graph::kMaxOpset).
 int64_t max_supported_opset();
 
-/// Imports the model at `path`.
-graph::Model import_model(const std::filesystem::path& path);
+/// What import_model did with the file's bytes (for tests and `kiln info`).
+struct ImportStats {
+  /// The model file's bytes, read through a read-only memory mapping (never copied whole).
+  uint64_t model_bytes_mapped = 0;
+};
+
+/// Imports the model at `path`, reading the file memory-mapped. External data is mapped too
+/// (each initializer borrows its bytes from a mapping of its file: graph::Tensor::is_mapped), at
+/// any offset and length the file holds, past 2^32 included.
+graph::Model import_model(const std::filesystem::path& path, ImportStats* stats = nullptr);
 
 /// Imports a serialized ModelProto held in memory. `source_name` names it in messages;
 /// `model_dir` is where relative external-data locations are resolved.

@@ -283,7 +283,8 @@ Tensor external_tensor(const ::onnx::TensorProto& proto, DType dtype, std::vecto
     std::memcpy(t.mutable_data(), data, static_cast<size_t>(size));
     return t;
   }
-  return Tensor(dtype, std::move(dims), std::move(mapping), data, static_cast<size_t>(size));
+  return Tensor::mapped(dtype, std::move(dims), std::move(mapping), data,
+                        static_cast<size_t>(size));
 }
 
 }  // namespace

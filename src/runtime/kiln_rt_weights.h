@@ -27,38 +27,72 @@ namespace kiln_rt {
 inline constexpr char kWeightsMagic[8] = {'K', 'I', 'L', 'N', 'W', 'T', 'S', '1'};
 inline constexpr size_t kWeightsHeaderBytes = 64;
 
-/// A 64-bit checksum of `bytes` (four independent multiply-rotate lanes over 8-byte words, then
-/// the tail and the length): several GB/s, so checking a large weights file at load is cheap.
-/// Detects truncation and any altered byte with overwhelming probability; not cryptographic.
-inline uint64_t weights_checksum(const void* data, size_t bytes) {
-  constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ull, kPrime2 = 0xC2B2AE3D27D4EB4Full;
-  auto rotl = [](uint64_t x, int r) { return (x << r) | (x >> (64 - r)); };
-  auto mix = [&](uint64_t acc, uint64_t word) { return rotl(acc + word * kPrime2, 31) * kPrime1; };
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  uint64_t lane[4] = {kPrime1 + kPrime2, kPrime2, 0, 0 - kPrime1};
-  size_t i = 0;
-  for (; i + 32 <= bytes; i += 32) {
+/// The 64-bit checksum of a weights payload (four independent multiply-rotate lanes over 8-byte
+/// words, then the tail and the length): several GB/s, so checking a large weights file at load
+/// is cheap. Detects truncation and any altered byte with overwhelming probability; not
+/// cryptographic. Fed in pieces of any size (`kiln compile` streams the payload through it while
+/// writing the file), it gives what weights_checksum gives for the whole.
+class WeightsChecksum {
+ public:
+  void update(const void* data, size_t bytes) {
+    const unsigned char* p = static_cast<const unsigned char*>(data);
+    total_ += bytes;
+    if (pending_ > 0) {  // complete the 32-byte block left over from the last piece
+      const size_t take = bytes < 32 - pending_ ? bytes : 32 - pending_;
+      std::memcpy(block_ + pending_, p, take);
+      pending_ += take;
+      p += take;
+      bytes -= take;
+      if (pending_ < 32) return;
+      consume(block_, lane_);
+      pending_ = 0;
+    }
+    uint64_t lane[4] = {lane_[0], lane_[1], lane_[2], lane_[3]};  // in registers for the loop
+    for (; bytes >= 32; p += 32, bytes -= 32) consume(p, lane);
+    std::memcpy(lane_, lane, sizeof lane);
+    std::memcpy(block_, p, bytes);
+    pending_ = bytes;
+  }
+
+  uint64_t finish() const {
+    uint64_t h = rotl(lane_[0], 1) + rotl(lane_[1], 7) + rotl(lane_[2], 12) + rotl(lane_[3], 18);
+    for (size_t i = 0; i < pending_; ++i) h = rotl(h ^ (block_[i] * kPrime1), 11) * kPrime2;
+    h ^= static_cast<uint64_t>(total_);
+    h ^= h >> 33;
+    h *= kPrime2;
+    h ^= h >> 29;
+    return h;
+  }
+
+ private:
+  static constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ull, kPrime2 = 0xC2B2AE3D27D4EB4Full;
+  static uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+  static void consume(const unsigned char* p, uint64_t* lane) {
     for (int k = 0; k < 4; ++k) {
       uint64_t word;
-      std::memcpy(&word, p + i + 8 * k, 8);
-      lane[k] = mix(lane[k], word);
+      std::memcpy(&word, p + 8 * k, 8);
+      lane[k] = rotl(lane[k] + word * kPrime2, 31) * kPrime1;
     }
   }
-  uint64_t h = rotl(lane[0], 1) + rotl(lane[1], 7) + rotl(lane[2], 12) + rotl(lane[3], 18);
-  for (; i < bytes; ++i) h = rotl(h ^ (p[i] * kPrime1), 11) * kPrime2;
-  h ^= static_cast<uint64_t>(bytes);
-  h ^= h >> 33;
-  h *= kPrime2;
-  h ^= h >> 29;
-  return h;
+
+  uint64_t lane_[4] = {kPrime1 + kPrime2, kPrime2, 0, 0 - kPrime1};
+  unsigned char block_[32] = {};
+  size_t pending_ = 0;  // bytes of block_ not yet consumed (fewer than 32)
+  uint64_t total_ = 0;
+};
+
+/// The checksum of a whole payload (WeightsChecksum over it in one piece).
+inline uint64_t weights_checksum(const void* data, size_t bytes) {
+  WeightsChecksum checksum;
+  checksum.update(data, bytes);
+  return checksum.finish();
 }
 
-/// Fills the 64-byte header for a payload.
-inline void weights_header(unsigned char* header, const void* payload, uint64_t bytes) {
+/// Fills the 64-byte header for a payload of `bytes` bytes with checksum `checksum`.
+inline void weights_header(unsigned char* header, uint64_t bytes, uint64_t checksum) {
   std::memset(header, 0, kWeightsHeaderBytes);
   std::memcpy(header, kWeightsMagic, 8);
   std::memcpy(header + 8, &bytes, 8);
-  const uint64_t checksum = weights_checksum(payload, bytes);
   std::memcpy(header + 16, &checksum, 8);
 }
 
@@ -111,9 +145,28 @@ inline bool map_weights_file(const char* path, const char* library_path, uint64_
   uint64_t header_size = 0, header_checksum = 0;
   std::memcpy(&header_size, bytes + 8, 8);
   std::memcpy(&header_checksum, bytes + 16, 8);
-  if (std::memcmp(bytes, kWeightsMagic, 8) != 0 || header_size != payload_bytes ||
-      header_checksum != checksum ||
-      weights_checksum(bytes + kWeightsHeaderBytes, payload_bytes) != checksum) {
+  // The checksum reads every page; each piece gives its pages back once read (they stay in the
+  // page cache), so the check never holds the file resident whole: a run touches only its
+  // variant's constants, and those pages come back as it reads them. (A library built for
+  // several ISA levels keeps each one's prepacked weights, so the file may be a multiple of
+  // what one variant reads.)
+  bool intact = std::memcmp(bytes, kWeightsMagic, 8) == 0 && header_size == payload_bytes &&
+                header_checksum == checksum;
+  if (intact) {
+    constexpr size_t kPiece = size_t{64} << 20;  // a multiple of the page size
+    WeightsChecksum sum;
+    sum.update(bytes + kWeightsHeaderBytes, payload_bytes < kPiece - kWeightsHeaderBytes
+                                                ? payload_bytes
+                                                : kPiece - kWeightsHeaderBytes);
+    ::madvise(mapping, kPiece < found ? kPiece : found, MADV_DONTNEED);
+    for (size_t at = kPiece; at < found; at += kPiece) {
+      const size_t n = found - at < kPiece ? found - at : kPiece;
+      sum.update(bytes + at, n);
+      ::madvise(const_cast<unsigned char*>(bytes) + at, n, MADV_DONTNEED);
+    }
+    intact = sum.finish() == checksum;
+  }
+  if (!intact) {
     ::munmap(mapping, found);
     std::snprintf(error, error_size,
                   "%s: checksum mismatch: the weights file was altered or belongs to another "

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,6 +25,31 @@ std::string read(const fs::path& path) {
   buffer << in.rdbuf();
   if (in.bad()) user_error("{}: read failed", path.string());
   return std::move(buffer).str();
+}
+
+MappedFile::MappedFile(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) user_error("{}: cannot open file: {}", path.string(), std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    user_error("{}: not a regular file", path.string());
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ > 0) {
+    data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (data_ == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      data_ = nullptr;
+      user_error("{}: cannot map file: {}", path.string(), std::strerror(err));
+    }
+  }
+  ::close(fd);
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(data_, size_);
 }
 
 void write_atomic(const fs::path& path, std::string_view data) {

@@ -3,7 +3,9 @@
 // into caller buffers, concurrent runs, external weights, the errors of a bad library, weights
 // file, ABI, CPU or input, the arena of a chain, and profiling.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -13,10 +15,12 @@
 #include <thread>
 #include <vector>
 
+#include "codegen/wrapper/model_api.h"
 #include "driver/compile.h"
 #include "kiln/runtime.h"
 #include "onnx/importer.h"
 #include "onnx/tensor_file.h"
+#include "runtime/kiln_rt_weights.h"
 
 kiln_status* load_with_abi_999(const char* path);  // abi_other.cpp
 
@@ -353,6 +357,51 @@ TEST(ModelLibrary, RejectsABadInputWithItsNameAndShapes) {
   EXPECT_EQ(code, KILN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(error.find("takes 1 inputs and 2 outputs, 2 and 2 were given"), std::string::npos)
       << error;
+}
+
+// The weights file is written streaming (codegen::write_weights_file): its checksum, fed in
+// pieces, is the one the loader computes over the whole payload, and the file is what
+// map_weights_file accepts, with each constant at its offset and zeros between them. One of the
+// constants is a spilled (file-mapped) tensor, as prepacked weights of big models are.
+TEST(ModelLibrary, WeightsFileIsWrittenStreaming) {
+  std::vector<unsigned char> bytes(10000);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t piece : {1, 7, 31, 32, 33, 1000, 20000}) {
+    kiln_rt::WeightsChecksum sum;
+    for (size_t at = 0; at < bytes.size(); at += piece)
+      sum.update(bytes.data() + at, std::min(piece, bytes.size() - at));
+    EXPECT_EQ(sum.finish(), kiln_rt::weights_checksum(bytes.data(), bytes.size())) << piece;
+  }
+
+  const fs::path dir = fs::path(KILN_BUILD_DIR) / "test-tmp" / "aot" / "weights_streaming";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<std::shared_ptr<const graph::Tensor>> constants;
+  auto plain = std::make_shared<graph::Tensor>(graph::DType::kFloat32, std::vector<int64_t>{5});
+  for (int i = 0; i < 5; ++i) plain->mutable_values<float>()[static_cast<size_t>(i)] = 0.5f * i;
+  constants.push_back(plain);
+  constants.push_back(std::make_shared<graph::Tensor>(graph::Tensor::spilled(
+      graph::DType::kUInt8, {static_cast<int64_t>(bytes.size())}, bytes.data(), dir)));
+  constants.push_back(
+      std::make_shared<graph::Tensor>(graph::DType::kInt64, std::vector<int64_t>{0}));
+  codegen::WeightsBlob blob = codegen::layout_weights(constants);
+  EXPECT_EQ(blob.offsets, (std::vector<uint64_t>{0, 64, 10112}));  // 10000 bytes take 10048
+  EXPECT_EQ(blob.payload_bytes, 10112u);
+  codegen::write_weights_file(dir / "m.weights", constants, blob);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1)
+      << "only m.weights: no temporary file left, the spilled one has no name";
+
+  kiln_rt::WeightsFile file;
+  char error[512] = {};
+  ASSERT_TRUE(kiln_rt::map_weights_file((dir / "m.weights").c_str(), "m.so", blob.payload_bytes,
+                                        blob.checksum, file, error, sizeof error))
+      << error;
+  EXPECT_EQ(std::memcmp(file.payload, plain->data(), 20), 0);
+  EXPECT_EQ(std::count(file.payload + 20, file.payload + 64, 0), 44);
+  EXPECT_EQ(std::memcmp(file.payload + 64, bytes.data(), bytes.size()), 0);
+  EXPECT_EQ(kiln_rt::weights_checksum(file.payload, blob.payload_bytes), blob.checksum);
+  ::munmap(file.mapping, file.mapping_bytes);
+  fs::remove_all(dir);
 }
 
 TEST(ModelLibrary, ExternalWeightsAreMappedAndChecked) {

@@ -1,8 +1,15 @@
 #include "codegen/wrapper/model_api.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "runtime/kiln_rt_weights.h"
+#include "support/error.h"
 #include "support/indented_buffer.h"
 
 namespace kiln::codegen {
@@ -66,29 +73,91 @@ void write_incbin(IndentedBuffer& out, const std::string& symbol, const std::str
 
 }  // namespace
 
-uint64_t WeightsBlob::payload_bytes() const { return file.size() - kiln_rt::kWeightsHeaderBytes; }
-
-uint64_t WeightsBlob::checksum() const {
-  uint64_t value = 0;
-  std::memcpy(&value, file.data() + 16, 8);
-  return value;
-}
-
 WeightsBlob layout_weights(const std::vector<std::shared_ptr<const graph::Tensor>>& constants) {
   WeightsBlob blob;
-  uint64_t size = 0;
   for (const auto& c : constants) {
-    blob.offsets.push_back(size);
-    size += (c->nbytes() + 63) / 64 * 64;
+    blob.offsets.push_back(blob.payload_bytes);
+    blob.payload_bytes += (c->nbytes() + 63) / 64 * 64;
   }
-  blob.file.assign(kiln_rt::kWeightsHeaderBytes + size, 0);
-  unsigned char* payload = blob.file.data() + kiln_rt::kWeightsHeaderBytes;
-  for (size_t k = 0; k < constants.size(); ++k) {
-    if (constants[k]->nbytes() > 0)
-      std::memcpy(payload + blob.offsets[k], constants[k]->data(), constants[k]->nbytes());
-  }
-  kiln_rt::weights_header(blob.file.data(), payload, size);
   return blob;
+}
+
+namespace {
+
+/// Writes all of `bytes` to `fd` (write may take less than it is given); false with errno set
+/// on failure.
+bool write_all(int fd, const unsigned char* bytes, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, bytes, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    bytes += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+void write_weights_file(const std::filesystem::path& path,
+                        const std::vector<std::shared_ptr<const graph::Tensor>>& constants,
+                        WeightsBlob& blob) {
+  namespace fs = std::filesystem;
+  const fs::path temp = path.string() + fmt::format(".tmp-{}", ::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    std::error_code ignored;
+    fs::remove(temp, ignored);
+    user_error("{}: cannot {} the weights file: {}", path.string(), what, std::strerror(err));
+  };
+  if (fd < 0) fail("create");
+  // The header last (its checksum is known once the payload is written): a hole until then.
+  unsigned char header[kiln_rt::kWeightsHeaderBytes] = {};
+  if (::lseek(fd, kiln_rt::kWeightsHeaderBytes, SEEK_SET) < 0) fail("write");
+  kiln_rt::WeightsChecksum checksum;
+  static constexpr unsigned char kZeros[64] = {};
+  uint64_t written = 0;
+  // In pieces, so that a tensor that is written as it is read (the weights of a lazily mapped
+  // file) need not be resident whole before it is written.
+  constexpr size_t kPiece = size_t{64} << 20;
+  for (size_t k = 0; k < constants.size(); ++k) {
+    const graph::Tensor& c = *constants[k];
+    KILN_CHECK(written == blob.offsets.at(k), "weights layout: constant {} at {}, expected {}", k,
+               written, blob.offsets[k]);
+    const auto* bytes = static_cast<const unsigned char*>(c.data());
+    for (size_t at = 0; at < c.nbytes(); at += kPiece) {
+      const size_t n = std::min(kPiece, c.nbytes() - at);
+      checksum.update(bytes + at, n);
+      if (!write_all(fd, bytes + at, n)) fail("write");
+    }
+    const size_t pad = (64 - c.nbytes() % 64) % 64;
+    checksum.update(kZeros, pad);
+    if (!write_all(fd, kZeros, pad)) fail("write");
+    written += c.nbytes() + pad;
+    c.release_pages();
+  }
+  KILN_CHECK(written == blob.payload_bytes, "weights layout: {} bytes written, expected {}",
+             written, blob.payload_bytes);
+  blob.checksum = checksum.finish();
+  kiln_rt::weights_header(header, blob.payload_bytes, blob.checksum);
+  if (::pwrite(fd, header, sizeof header, 0) != static_cast<ssize_t>(sizeof header)) fail("write");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    std::error_code ignored;
+    fs::remove(temp, ignored);
+    user_error("{}: cannot write the weights file: {}", path.string(), std::strerror(err));
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::error_code ignored;
+    fs::remove(temp, ignored);
+    user_error("{}: cannot rename the weights file into place: {}", path.string(),
+               std::strerror(err));
+  }
 }
 
 std::string generate_model_api(const ir::Program& program, const WeightsBlob& weights,
@@ -115,11 +184,11 @@ std::string generate_model_api(const ir::Program& program, const WeightsBlob& we
   out.line("}  // namespace");
   out.line("");
   if (options.embed_weights) {
-    out.linef("// The weights ({} bytes), in read-only data.", weights.payload_bytes());
+    out.linef("// The weights ({} bytes), in read-only data.", weights.payload_bytes);
     write_incbin(out, "kiln_weights", options.weights_file, kiln_rt::kWeightsHeaderBytes);
   } else {
     out.linef("// The weights ({} bytes) are in <stem>.weights beside the library.",
-              weights.payload_bytes());
+              weights.payload_bytes);
   }
   out.line("");
   out.line("// The variants, each a shared library built for its ISA level.");
@@ -145,7 +214,7 @@ std::string generate_model_api(const ir::Program& program, const WeightsBlob& we
   out.line("    static constexpr kiln_rt::api::ModelInfo info = {");
   out.linef("        kInputs, {}, kOutputs, {},", program.inputs.size(), program.outputs.size());
   out.linef("        kVariants, {},", options.variants.size());
-  out.linef("        {}ull, {}ull, {}}};", weights.payload_bytes(), weights.checksum(),
+  out.linef("        {}ull, {}ull, {}}};", weights.payload_bytes, weights.checksum,
             options.embed_weights ? "kiln_weights" : "nullptr");
   out.line("    return info;");
   out.line("}");

@@ -9,6 +9,7 @@
 /// `<stem>.weights` beside the library.
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,15 +19,25 @@
 
 namespace kiln::codegen {
 
-/// The weights file: the 64-byte header, then the payload.
+/// The layout of the weights file: the 64-byte header, then the payload (the constants at
+/// 64-byte aligned offsets, zeros between them).
 struct WeightsBlob {
   std::vector<uint64_t> offsets;  // each constant's offset in the payload
-  std::vector<unsigned char> file;
-  uint64_t payload_bytes() const;
-  uint64_t checksum() const;
+  uint64_t payload_bytes = 0;
+  uint64_t checksum = 0;  // of the payload; set by write_weights_file
 };
 
+/// The offsets and size of the payload holding `constants` (reads none of their bytes).
 WeightsBlob layout_weights(const std::vector<std::shared_ptr<const graph::Tensor>>& constants);
+
+/// Writes the weights file of `blob` to `path` through a temporary name in its directory and a
+/// rename, and sets blob.checksum. The constants are streamed to the file one piece at a time
+/// and each mapped one gives its pages back once written (graph::Tensor::release_pages), so
+/// the file is never held in memory whole. Throws UserError naming the path when it cannot be
+/// written (no partial file is left).
+void write_weights_file(const std::filesystem::path& path,
+                        const std::vector<std::shared_ptr<const graph::Tensor>>& constants,
+                        WeightsBlob& blob);
 
 /// One variant of the model's code.
 struct ModelVariant {

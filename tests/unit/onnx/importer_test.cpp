@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "support/error.h"
@@ -551,12 +554,26 @@ TEST(ImporterTest, ExternalDataIsLoadedRelativeToTheModel) {
       "/usr/bin/python3 " KILN_TESTS_DIR "/unit/onnx/make_external_data_model.py " + dir.string();
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   ASSERT_TRUE(fs::exists(dir / "weights.bin"));
-  graph::Model model = import_model(dir / "model.onnx");
+  ImportStats stats;
+  graph::Model model = import_model(dir / "model.onnx", &stats);
+  // The model file was read through a mapping of all of it, not into a copy.
+  EXPECT_EQ(stats.model_bytes_mapped, fs::file_size(dir / "model.onnx"));
   ASSERT_EQ(model.graph->initializers().size(), 1u);
   const graph::Tensor* w = model.graph->initializers()[0]->initializer();
   ASSERT_NE(w, nullptr);
   EXPECT_EQ(w->dims(), (std::vector<int64_t>{4, 4}));
   EXPECT_EQ(w->values<float>()[15], 15.0f);
+  // The initializer borrows its bytes from a mapping of weights.bin (/proc/self/maps says so).
+  EXPECT_TRUE(w->is_mapped());
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<uintptr_t>(w->data());
+  std::string mapped_file;
+  for (std::string line; std::getline(maps, line);) {
+    uintptr_t begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &begin, &end) == 2 && at >= begin && at < end)
+      mapped_file = line.substr(std::min(line.find('/'), line.size()));
+  }
+  EXPECT_EQ(mapped_file, fs::canonical(dir / "weights.bin").string());
   EXPECT_EQ(model.graph->inputs()[0]->type().str(), "float32[batch, 4]");
 }
 

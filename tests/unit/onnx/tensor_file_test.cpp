@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -338,6 +339,71 @@ TEST(TensorProtoTest, ExternalDataIsMappedAndConfined) {
       {ctx, "12 bytes", "length is 48"});
   expect_user_error([&] { tensor_from_proto(external_proto("", 0, 4, {1}), model, ctx); },
                     {ctx, "empty location"});
+}
+
+/// The path of the file whose mapping holds `address` in this process (/proc/self/maps), or ""
+/// when no file mapping does.
+std::string mapped_file_of(const void* address) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  for (std::string line; std::getline(maps, line);) {
+    uintptr_t begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &begin, &end) != 2 || at < begin || at >= end) {
+      continue;
+    }
+    const size_t slash = line.find('/');
+    return slash == std::string::npos ? "" : line.substr(slash);
+  }
+  return "";
+}
+
+// Offsets and lengths past 2^31 and 2^32 (a sparse file: the holes take no disk, and only the
+// pages read are ever touched), read through a mapping of the file rather than copied.
+TEST(TensorProtoTest, ExternalDataPast4GiBIsMappedNotCopied) {
+  const fs::path dir = scratch("external_4gib");
+  const fs::path path = dir / "big.bin";
+  constexpr int64_t kFar = (int64_t{1} << 32) + 4096 + 8;  // past 2^32, not page aligned
+  constexpr int64_t kLongAt = int64_t{1} << 31;            // a 2^31 + 64 byte tensor from 2^31
+  constexpr int64_t kLongBytes = (int64_t{1} << 31) + 64;
+  const float values[4] = {1.5f, -2.25f, 3.0f, 1e-3f};
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.seekp(kLongAt);
+    out.put('\x11');
+    out.seekp(kLongAt + kLongBytes - 1);
+    out.put('\x22');
+    out.seekp(kFar);
+    out.write(reinterpret_cast<const char*>(values), sizeof values);
+    ASSERT_TRUE(out.good());
+  }
+  ASSERT_EQ(static_cast<int64_t>(fs::file_size(path)), kFar + 16);
+  const std::string ctx = "initializer 'W'";
+
+  Tensor far = tensor_from_proto(external_proto("big.bin", kFar, 16, {2, 2}), dir, ctx);
+  EXPECT_EQ(far.element_as_double(0), 1.5);
+  EXPECT_EQ(far.element_as_double(1), -2.25);
+  EXPECT_EQ(far.element_as_double(3), static_cast<double>(1e-3f));
+  EXPECT_TRUE(far.is_mapped());
+  EXPECT_EQ(mapped_file_of(far.data()), fs::canonical(path).string());
+  // Given back to the kernel, the pages are read again from the file on the next access.
+  far.release_pages();
+  EXPECT_EQ(far.element_as_double(1), -2.25);
+
+  ::onnx::TensorProto long_proto = external_proto("big.bin", kLongAt, kLongBytes, {kLongBytes});
+  long_proto.set_data_type(2);  // uint8
+  Tensor long_tensor = tensor_from_proto(long_proto, dir, ctx);
+  ASSERT_EQ(static_cast<int64_t>(long_tensor.nbytes()), kLongBytes);
+  const auto* bytes = static_cast<const uint8_t*>(long_tensor.data());
+  EXPECT_EQ(bytes[0], 0x11);
+  EXPECT_EQ(bytes[kLongBytes / 2], 0);  // a hole reads as zeros
+  EXPECT_EQ(bytes[kLongBytes - 1], 0x22);
+  EXPECT_TRUE(long_tensor.is_mapped());
+  EXPECT_EQ(mapped_file_of(long_tensor.data()), fs::canonical(path).string());
+
+  // The end of the data is checked against the file past 2^32 too.
+  expect_user_error([&] { tensor_from_proto(external_proto("big.bin", kFar, 32, {8}), dir, ctx); },
+                    {ctx, "past the end", std::to_string(kFar + 16) + " bytes"});
+  fs::remove(path);
 }
 
 // ---------------------------------------------------------------------------------------------

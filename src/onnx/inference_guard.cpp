@@ -81,6 +81,48 @@ void check_conv_pool(InferenceContext& ctx, const std::string& op, size_t data_i
   }
 }
 
+/// Clears what a failed inference function wrote to the node's outputs. ONNX 1.12 keeps the
+/// output types of a node whose inference threw (non-strict mode records the error and goes
+/// on): If's function first copies the then branch's type to each output and throws when the
+/// else branch's does not match, so the If's output would keep one branch's shape. The types
+/// are unknown instead (Kiln's lowering infers them).
+void forget_outputs(InferenceContext& ctx) {
+  for (size_t i = 0; i < ctx.getNumOutputs(); ++i) {
+    if (::onnx::TypeProto* type = ctx.getOutputType(i)) type->Clear();
+  }
+}
+
+/// After ONNX 1.12's If inference: an output's shape holds only where both branches give one
+/// of the same rank. 1.12's function copies the then branch's type to the output and merges the
+/// else branch's into it, but keeps the then branch's shape when the else branch has none (a
+/// value whose shape inference could not tell), so the If's output would claim a rank the
+/// taken branch may not give. The branches' output types are those inference just wrote into
+/// their graphs.
+void forget_one_sided_shapes(InferenceContext& ctx) {
+  const ::onnx::AttributeProto* then_attr = ctx.getAttribute("then_branch");
+  const ::onnx::AttributeProto* else_attr = ctx.getAttribute("else_branch");
+  if (then_attr == nullptr || else_attr == nullptr) return;
+  const ::onnx::GraphProto& then_graph = then_attr->g();
+  const ::onnx::GraphProto& else_graph = else_attr->g();
+  for (size_t i = 0; i < ctx.getNumOutputs(); ++i) {
+    if (static_cast<int>(i) >= then_graph.output_size() ||
+        static_cast<int>(i) >= else_graph.output_size()) {
+      return;
+    }
+    ::onnx::TypeProto* out = ctx.getOutputType(i);
+    if (out == nullptr || !out->has_tensor_type() || !out->tensor_type().has_shape()) continue;
+    auto shape_of = [](const ::onnx::TypeProto& t) -> const ::onnx::TensorShapeProto* {
+      return t.has_tensor_type() && t.tensor_type().has_shape() ? &t.tensor_type().shape()
+                                                                : nullptr;
+    };
+    const ::onnx::TensorShapeProto* a = shape_of(then_graph.output(static_cast<int>(i)).type());
+    const ::onnx::TensorShapeProto* b = shape_of(else_graph.output(static_cast<int>(i)).type());
+    if (a == nullptr || b == nullptr || a->dim_size() != b->dim_size()) {
+      out->mutable_tensor_type()->clear_shape();
+    }
+  }
+}
+
 /// The guard of `op` in the default domain; null for ops it does not guard.
 std::function<void(InferenceContext&)> guard_for(const std::string& op) {
   // The data input and, for convolutions, the weights input.
@@ -127,15 +169,19 @@ class GuardedRegistry final : public ::onnx::ISchemaRegistry {
     std::function<void(InferenceContext&)> guard = guard_for(key);
     std::unique_ptr<::onnx::OpSchema>& copy = guarded_[schema];
     bool shape_data = key == "Shape" || key == "Size";
-    if (!guard && !shape_data) return schema;
     copy = std::make_unique<::onnx::OpSchema>(*schema);
-    if (guard) {
-      copy->TypeAndShapeInferenceFunction(
-          [guard, infer = schema->GetTypeAndShapeInferenceFunction()](InferenceContext& ctx) {
-            guard(ctx);
+    copy->TypeAndShapeInferenceFunction(
+        [guard, is_if = key == "If",
+         infer = schema->GetTypeAndShapeInferenceFunction()](InferenceContext& ctx) {
+          try {
+            if (guard) guard(ctx);
             infer(ctx);
-          });
-    }
+            if (is_if) forget_one_sided_shapes(ctx);
+          } catch (...) {
+            forget_outputs(ctx);
+            throw;
+          }
+        });
     if (shape_data && schema->has_data_propagation_function()) {
       // ONNX 1.12's data propagation of Shape and Size reads the input's shape without checking
       // there is one: an input whose type nothing inferred (the output of an op left to Kiln)

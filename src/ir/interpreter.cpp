@@ -287,6 +287,8 @@ class BodyEvaluator {
         return indirect(op);
       case OpCode::kCast:
         return interp::cast(value(op.operands[0]), body_.dtype(op.operands[0]), op.dtype);
+      case OpCode::kBitCast:
+        return interp::bitcast(value(op.operands[0]), op.bits_from, op.bits_to);
       case OpCode::kWhere:
         return value(op.operands[0]).i != 0 ? value(op.operands[1]) : value(op.operands[2]);
       case OpCode::kReduction:

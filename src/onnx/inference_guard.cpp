@@ -123,6 +123,40 @@ void forget_one_sided_shapes(InferenceContext& ctx) {
   }
 }
 
+/// After ONNX 1.12's pooling inference with ceil_mode: a last window that would start in the end
+/// padding is dropped, as later ONNX versions (and PyTorch) compute the output size; 1.12 keeps
+/// it, and would then refuse a model that declares the output's size (MaxPool of a [2, 2] input
+/// with kernel 1, stride 2: 1.12 infers 2, ONNX 1.23 and the model say 1).
+void drop_windows_starting_in_padding(InferenceContext& ctx) {
+  const ::onnx::AttributeProto* ceil_mode = ctx.getAttribute("ceil_mode");
+  if (ceil_mode == nullptr || ceil_mode->i() == 0) return;
+  const ::onnx::AttributeProto* auto_pad = ctx.getAttribute("auto_pad");
+  if (auto_pad != nullptr && auto_pad->s() != "NOTSET" && auto_pad->s() != "VALID") return;
+  const ::onnx::AttributeProto* strides = ctx.getAttribute("strides");
+  const ::onnx::AttributeProto* pads = ctx.getAttribute("pads");
+  const bool valid = auto_pad != nullptr && auto_pad->s() == "VALID";
+  const ::onnx::TypeProto* in = ctx.getInputType(0);
+  if (in == nullptr || !in->has_tensor_type() || !in->tensor_type().has_shape()) return;
+  const ::onnx::TensorShapeProto& in_shape = in->tensor_type().shape();
+  for (size_t k = 0; k < ctx.getNumOutputs(); ++k) {
+    ::onnx::TypeProto* out = ctx.getOutputType(k);
+    if (out == nullptr || !out->has_tensor_type() || !out->tensor_type().has_shape()) continue;
+    ::onnx::TensorShapeProto* out_shape = out->mutable_tensor_type()->mutable_shape();
+    if (out_shape->dim_size() != in_shape.dim_size()) continue;
+    const int n = in_shape.dim_size() - 2;
+    for (int j = 0; j < n; ++j) {
+      const auto& size = in_shape.dim(j + 2);
+      auto* dim = out_shape->mutable_dim(j + 2);
+      if (!size.has_dim_value() || !dim->has_dim_value()) continue;
+      int64_t stride = strides != nullptr && strides->ints_size() == n ? strides->ints(j) : 1;
+      int64_t begin = !valid && pads != nullptr && pads->ints_size() == 2 * n ? pads->ints(j) : 0;
+      if (stride > 0 && (dim->dim_value() - 1) * stride >= size.dim_value() + begin) {
+        dim->set_dim_value(dim->dim_value() - 1);
+      }
+    }
+  }
+}
+
 /// The guard of `op` in the default domain; null for ops it does not guard.
 std::function<void(InferenceContext&)> guard_for(const std::string& op) {
   // The data input and, for convolutions, the weights input.
@@ -172,11 +206,13 @@ class GuardedRegistry final : public ::onnx::ISchemaRegistry {
     copy = std::make_unique<::onnx::OpSchema>(*schema);
     copy->TypeAndShapeInferenceFunction(
         [guard, is_if = key == "If",
+         is_pool = key == "MaxPool" || key == "AveragePool" || key == "LpPool",
          infer = schema->GetTypeAndShapeInferenceFunction()](InferenceContext& ctx) {
           try {
             if (guard) guard(ctx);
             infer(ctx);
             if (is_if) forget_one_sided_shapes(ctx);
+            if (is_pool) drop_windows_starting_in_padding(ctx);
           } catch (...) {
             forget_outputs(ctx);
             throw;

@@ -443,6 +443,18 @@ Scalar apply_binary(OpCode code, Scalar a, DType at, Scalar b, DType bt, DType o
   return make_int(binary_int(code, a.i, b.i, at), out);
 }
 
+Scalar to_storage(Scalar s, DType from, DType storage) {
+  if (graph::is_small_float(storage)) {
+    float value = static_cast<float>(cast(s, from, DType::kFloat32).f);
+    uint8_t code = graph::float_to_small_float(storage, value);
+    return Scalar{graph::small_float_to_float(storage, code), 0};
+  }
+  if (graph::is_small_integer(storage)) {
+    return Scalar{0, graph::wrap_small_integer(storage, cast(s, from, DType::kInt32).i)};
+  }
+  return cast(s, from, storage);
+}
+
 Scalar bitcast(Scalar s, DType from, DType to) {
   // Through one element of each type, as generated code stores and reads it (little-endian).
   graph::Tensor stored(from, {});

@@ -392,8 +392,9 @@ struct SuiteDirs {
 std::vector<std::string> all_cases(const SuiteDirs& dirs) {
   std::vector<std::string> cases;
   for (const char* suite : {"node", "pytorch-converted", "pytorch-operator", "simple"}) {
-    fs::path root = dirs.case_dir(suite);
-    if (dirs.left_out(std::string(suite) + "/") || !fs::is_directory(root)) continue;
+    const std::string prefix = std::string(suite) + "/";
+    fs::path root = dirs.case_dir(prefix);
+    if (dirs.left_out(prefix) || !fs::is_directory(root)) continue;
     for (const auto& entry : fs::directory_iterator(root)) {
       if (fs::exists(entry.path() / "model.onnx"))
         cases.push_back(std::string(suite) + "/" + entry.path().filename().string());

@@ -22,7 +22,11 @@ AveragePool GlobalAveragePool
 """.split())
 
 # Cases listed but not run, each with its reason (written as comments into the list).
-NOT_RUN = {}
+NOT_RUN = {
+    "node/test_averagepool_2d_ceil_last_window_starts_on_pad":
+        "its expected outputs are written with 4 significant digits (0.1511 for 0.151056), "
+        "outside the core tolerance; it runs at the suite's rtol 1e-3",
+}
 
 
 def graph_ops(graph, ops):

@@ -12,6 +12,8 @@
 #                   (OpenBLAS, oneDNN, SLEEF, with their link-time symlinks) and the headers it includes
 #                   beyond the compiler's and the C library's (g++ -M on every runtime header)
 #   onnx-data.tar.xz  the ONNX 1.12 backend suite's data (unpacked where the tests look for it)
+#   onnx-node-suite.tar.xz  the ONNX 1.23 node suite from ../shared/onnx-node-suite, when it is
+#                   there: the node/ cases of every case list, as `make test` runs them
 #   run.sh          unpacks all that (syslibs into /, so: a scratch machine only) and runs
 #                   the stages of STAGES (default "tests sanitize suite"): the driver's CUDA
 #                   tests, compute-sanitizer on a few cases, scripts/device_cuda_check.sh; and
@@ -103,6 +105,10 @@ cp "$list" "$out/syslibs.txt"
 tar -C / -cf - --no-recursion -T <(sed 's|^/||' "$list") | xz -T2 -4 >"$out/syslibs.tar.xz"
 tar -C "$work" -cf - kiln | xz -T2 -4 >"$out/kiln.tar.xz"
 tar -C /usr/share/libonnx-testdata -cf - data | xz -T2 -4 >"$out/onnx-data.tar.xz"
+rm -f "$out/onnx-node-suite.tar.xz"
+if [ -d "$here/../shared/onnx-node-suite/node" ]; then
+  tar -C "$here/../shared" -cf - onnx-node-suite/node | xz -T2 -4 >"$out/onnx-node-suite.tar.xz"
+fi
 # NVRTC of the toolkit Kiln was built with, for a machine that lacks it.
 nvrtc=$(ls /usr/local/cuda/lib64/libnvrtc.so.[0-9]* 2>/dev/null | head -1 || true)
 [ "${NVRTC:-yes}" = no ] && nvrtc=
@@ -131,6 +137,14 @@ mkdir -p /opt/kiln-bundle && tar -C /opt/kiln-bundle -xJf "$bundle/kiln.tar.xz"
 mkdir -p /usr/share/libonnx-testdata && tar -C /usr/share/libonnx-testdata -xJf "$bundle/onnx-data.tar.xz"
 prefix=/opt/kiln-bundle/kiln
 data=/usr/share/libonnx-testdata/data
+# The ONNX 1.23 node suite, whose cases the lists' node/ names (without it, 1.12's node/).
+node_suite=
+if [ -f "$bundle/onnx-node-suite.tar.xz" ]; then
+  tar -C /opt/kiln-bundle -xJf "$bundle/onnx-node-suite.tar.xz"
+  node_suite=/opt/kiln-bundle/onnx-node-suite
+fi
+node_flags=()
+[ -n "$node_suite" ] && node_flags=(--node-suite "$node_suite")
 # NVRTC: the machine's (its toolkit's, else a Python wheel's), else the bundle's.
 if ! ldconfig -p | grep -q 'libnvrtc\.so\.'; then
   nvrtc=$(find / -xdev -name 'libnvrtc.so.[0-9]*' -not -name '*alt*' 2>/dev/null | head -1)
@@ -172,7 +186,8 @@ if [[ $stages == *" sanitize "* ]]; then
     echo "== compute-sanitizer memcheck ($(wc -l <"$sanitize") cases)"
     "$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 \
       "$prefix/bin/kiln_onnx_runner" "$data" /tmp/kiln-sanitize-cache --cases "$sanitize" \
-      --device cuda --jobs 8 2>&1 | grep -E "ERROR SUMMARY|========= (Invalid|Program hit)|passed|FAIL" | tail -15
+      "${node_flags[@]}" --device cuda --jobs 8 2>&1 |
+      grep -E "ERROR SUMMARY|========= (Invalid|Program hit)|passed|FAIL" | tail -15
     echo "compute-sanitizer exit status: ${PIPESTATUS[0]}"
   fi
 fi
@@ -180,10 +195,12 @@ cases=${1:-}
 if [[ $stages == *" suite "* ]]; then
   if [ -z "$cases" ]; then
     cases=/tmp/all_cases.txt
-    (cd "$data" && ls -d node/* pytorch-converted/* pytorch-operator/* simple/* >"$cases")
+    (cd "${node_suite:-$data}" && ls -d node/*) >"$cases"
+    (cd "$data" && ls -d pytorch-converted/* pytorch-operator/* simple/* >>"$cases")
   fi
   echo "== suite with --device cuda ($(wc -l <"$cases") cases)"
-  timeout "${SUITE_SECONDS:-420}" "$check/device_cuda_check.sh" "$prefix" "$cases" "$data" >/tmp/suite.log 2>&1
+  timeout "${SUITE_SECONDS:-420}" "$check/device_cuda_check.sh" "$prefix" "$cases" "$data" \
+    "$node_suite" >/tmp/suite.log 2>&1
   echo "suite exit status: $?"
   grep -v -E '^nodes |^ +[A-Za-z0-9_]+ +[0-9]+ +[0-9]+ +0 *$' /tmp/suite.log | tail -60
   [ -n "${OUT:-}" ] && cp /tmp/suite.log "$OUT/" || true

@@ -287,6 +287,8 @@ class BodyEvaluator {
         return indirect(op);
       case OpCode::kCast:
         return interp::cast(value(op.operands[0]), body_.dtype(op.operands[0]), op.dtype);
+      case OpCode::kBitCast:
+        return interp::bitcast(value(op.operands[0]), op.bits_from, op.bits_to);
       case OpCode::kWhere:
         return value(op.operands[0]).i != 0 ? value(op.operands[1]) : value(op.operands[2]);
       case OpCode::kReduction:
@@ -316,14 +318,17 @@ class BodyEvaluator {
     if (op.mask != kNoValue && value(op.mask).i == 0) {
       return interp::from_double(op.float_value, op.dtype);
     }
+    // A storage holds its elements as values of the compute dtype (float8 and float4 as float32,
+    // int4 and int2 as int32), already rounded to the element type.
     Scalar v = storage(op).read(sym::evaluate(op.index, binding_), op.buffer);
-    return interp::cast(v, op.buffer_dtype, op.dtype);
+    return interp::cast(v, graph::compute_dtype(op.buffer_dtype), op.dtype);
   }
 
   Scalar store(const Op& op) {
     Scalar v = value(op.operands[0]);
     storage(op).write(sym::evaluate(op.index, binding_),
-                      interp::cast(v, body_.dtype(op.operands[0]), op.buffer_dtype), op.buffer);
+                      interp::to_storage(v, body_.dtype(op.operands[0]), op.buffer_dtype),
+                      op.buffer);
     return v;
   }
 
@@ -466,7 +471,8 @@ graph::Tensor read_output(const OutputSpec& spec, const Program& program, const 
   graph::Tensor out(spec.dtype, dims);
   int64_t k = 0;
   interp::for_each_index(dims, [&](const std::vector<int64_t>& index) {
-    interp::write_element(out, k++, storage.read(layout.at(index), spec.buffer), storage.dtype);
+    interp::write_element(out, k++, storage.read(layout.at(index), spec.buffer),
+                          graph::compute_dtype(storage.dtype));
   });
   return out;
 }

@@ -443,6 +443,36 @@ Scalar apply_binary(OpCode code, Scalar a, DType at, Scalar b, DType bt, DType o
   return make_int(binary_int(code, a.i, b.i, at), out);
 }
 
+Scalar to_storage(Scalar s, DType from, DType storage) {
+  if (graph::is_small_float(storage)) {
+    float value = static_cast<float>(cast(s, from, DType::kFloat32).f);
+    uint8_t code = graph::float_to_small_float(storage, value);
+    return Scalar{graph::small_float_to_float(storage, code), 0};
+  }
+  if (graph::is_small_integer(storage)) {
+    return Scalar{0, graph::wrap_small_integer(storage, cast(s, from, DType::kInt32).i)};
+  }
+  return cast(s, from, storage);
+}
+
+Scalar bitcast(Scalar s, DType from, DType to) {
+  // Through one element of each type, as generated code stores and reads it (little-endian).
+  graph::Tensor stored(from, {});
+  write_element(stored, 0, s, graph::compute_dtype(from));
+  uint64_t bits = 0;
+  std::memcpy(&bits, stored.data(), static_cast<size_t>(graph::dtype_size(from)));
+  const int64_t width = graph::dtype_packed_bits(from);
+  if (width < 64) bits &= (uint64_t{1} << width) - 1;  // a sub-byte type's own bits
+  if (graph::is_small_integer(to)) {
+    bits = static_cast<uint64_t>(graph::wrap_small_integer(to, static_cast<int64_t>(bits)));
+  } else if (to == DType::kBool) {
+    bits = bits != 0;
+  }
+  graph::Tensor read(to, {});
+  std::memcpy(read.mutable_data(), &bits, static_cast<size_t>(graph::dtype_size(to)));
+  return read_element(read, 0);
+}
+
 Scalar read_element(const graph::Tensor& tensor, int64_t k) {
   DType dtype = tensor.dtype();
   if (is_float_dtype(dtype) || graph::is_small_float(dtype)) {

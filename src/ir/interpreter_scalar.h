@@ -36,6 +36,14 @@ double to_double(Scalar s, graph::DType dtype);
 /// and numpy do).
 Scalar cast(Scalar s, graph::DType from, graph::DType to);
 
+/// `s` (of dtype `from`) as a storage of `storage` holds it: cast to `storage`, or for the float8,
+/// float4 and sub-byte integer types rounded or wrapped to the type and kept in its compute dtype.
+Scalar to_storage(Scalar s, graph::DType from, graph::DType storage);
+
+/// ONNX BitCast: `s` (of compute_dtype(from)) stored as `from`, its bits read as `to` (equal bit
+/// widths), as a scalar of compute_dtype(to).
+Scalar bitcast(Scalar s, graph::DType from, graph::DType to);
+
 /// Unary op `code` on `a` of dtype `in`, producing dtype `out`.
 Scalar apply_unary(OpCode code, Scalar a, graph::DType in, graph::DType out);
 /// Binary op `code`; `bt` may differ from `at` only for Pow, Shl, Shr. Integer division or

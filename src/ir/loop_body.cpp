@@ -162,6 +162,19 @@ ValueId LoopBody::cast(ValueId value, DType dtype) {
   return push(std::move(op));
 }
 
+ValueId LoopBody::bitcast(ValueId value, DType from, DType to) {
+  KILN_CHECK(graph::dtype_packed_bits(from) == graph::dtype_packed_bits(to) &&
+                 graph::dtype_packed_bits(from) > 0 && this->dtype(value) == compute_dtype(from),
+             "bitcast from {} to {}", graph::dtype_name(from), graph::dtype_name(to));
+  Op op;
+  op.code = OpCode::kBitCast;
+  op.dtype = compute_dtype(to);
+  op.operands[0] = value;
+  op.bits_from = from;
+  op.bits_to = to;
+  return push(std::move(op));
+}
+
 ValueId LoopBody::unary(OpCode code, ValueId a) {
   KILN_CHECK(op_arity(code) == 1, "{} is not unary", op_name(code));
   Op op;

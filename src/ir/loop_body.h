@@ -63,6 +63,10 @@ struct Op {
   ValueId mask = kNoValue;  // Load: when set, load only where the mask is true
   ReductionType reduction = ReductionType::kSum;  // Reduction
   bool select_last = false;                       // ArgMax/ArgMin: last index on ties
+  // BitCast: the storage types of equal bit width (graph::dtype_packed_bits) whose bits it
+  // reinterprets; `dtype` is compute_dtype(bits_to).
+  graph::DType bits_from = graph::DType::kUndefined;
+  graph::DType bits_to = graph::DType::kUndefined;
 };
 
 class LoopBody {
@@ -93,6 +97,9 @@ class LoopBody {
   /// indices do. Returns the op; its symbol is op(id).symbol.
   ValueId indirect(ValueId value, const sym::Expr& size);
   ValueId cast(ValueId value, graph::DType dtype);
+  /// `value` (of compute_dtype(from)) stored as `from`, its bits read as `to` (ONNX BitCast):
+  /// the two storage types have the same bit width.
+  ValueId bitcast(ValueId value, graph::DType from, graph::DType to);
   ValueId unary(OpCode code, ValueId a);
   ValueId binary(OpCode code, ValueId a, ValueId b);
   ValueId where(ValueId cond, ValueId a, ValueId b);

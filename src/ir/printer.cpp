@@ -42,6 +42,9 @@ std::string op_str(const LoopBody& body, ValueId id) {
                          op.index.str());
     case OpCode::kCast:
       return fmt::format("%{} = cast {} : {}", id, v(op.operands[0]), dt);
+    case OpCode::kBitCast:
+      return fmt::format("%{} = bitcast {} from {} to {} : {}", id, v(op.operands[0]),
+                         graph::dtype_name(op.bits_from), graph::dtype_name(op.bits_to), dt);
     case OpCode::kReduction:
       return fmt::format("%{} = reduction {}{} {} : {}", id, reduction_name(op.reduction),
                          op.select_last ? " last" : "", v(op.operands[0]), dt);

@@ -473,6 +473,25 @@ std::vector<TensorValue> lower_cast(LoweringContext& ctx, const graph::Node& nod
   return {cast_value(ctx, node, x, cast_target(ctx, node))};
 }
 
+/// BitCast-26: the input's bits read as type `to`, of the same bit width (float32 <-> int32,
+/// float16 <-> int16, bool <-> uint8, int4 <-> uint4, ...), elementwise through the loop IR.
+std::vector<TensorValue> lower_bitcast(LoweringContext& ctx, const graph::Node& node,
+                                       const LowerInputs& inputs) {
+  const TensorValue& x = required_input(ctx, inputs, 0, "input");
+  require_dtype(ctx, x.dtype, kAllTypes, "input 'input'");
+  const DType from = x.dtype, to = cast_target(ctx, node);
+  if (graph::dtype_packed_bits(from) != graph::dtype_packed_bits(to)) {
+    ctx.fail(
+        fmt::format("cannot reinterpret {} ({} bits) as {} ({} bits): BitCast needs types "
+                    "of the same bit width",
+                    graph::dtype_name(from), graph::dtype_packed_bits(from), graph::dtype_name(to),
+                    graph::dtype_packed_bits(to)));
+  }
+  return {broadcast_map(ctx, {&x}, to, [from, to](LoopBody& body, const std::vector<ValueId>& e) {
+    return body.bitcast(e[0], from, to);
+  })};
+}
+
 std::vector<TensorValue> lower_identity(LoweringContext& ctx, const graph::Node&,
                                         const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "input");
@@ -561,6 +580,7 @@ void register_elementwise_ops(Registry& registry) {
   registry.add("", "BitwiseNot", {lower_bitwise_not, 18, 18});
   registry.add("", "Where", {lower_where, 9, 17});
   registry.add("", "Cast", {lower_cast, 1, 25});
+  registry.add("", "BitCast", {lower_bitcast, 26, 26});
   registry.add("", "Identity", {lower_identity, 1, 17});
   register_activation_ops(registry);
 }

@@ -1,8 +1,9 @@
-/// GridSample (opset 16) through the loop IR, as PyTorch's grid_sampler defines it (the suite's
-/// expected outputs come from it): each output pixel unnormalizes its grid coordinates
+/// GridSample (opsets 16 and 20) through the loop IR, as PyTorch's grid_sampler defines it (the
+/// suite's expected outputs come from it): each output pixel unnormalizes its grid coordinates
 /// (align_corners or not), applies the padding mode (zeros, border, reflection) and samples the
-/// input with nearest (round half to even), bilinear (4 taps) or bicubic (16 taps, A = -0.75)
-/// interpolation. Taps outside the input contribute 0.
+/// input with nearest (round half to even), linear (2 taps per spatial dim) or bicubic (16 taps,
+/// A = -0.75, images only) interpolation. Taps outside the input contribute 0. GridSample-20
+/// also samples volumes: X [N, C, D, H, W] with a grid [N, D_out, H_out, W_out, 3].
 ///
 /// Tests: the ONNX node suite (tests/onnx).
 
@@ -51,12 +52,15 @@ class GridSampler {
     return m.body.binary(OpCode::kMinimum, m.body.binary(OpCode::kMaximum, v, m.c(0)), last);
   }
 
-  /// x[n, c, y, x] where (y, x) (float, whole numbers) is inside the input, else 0.
-  ValueId tap(const FloatMath& m, const std::vector<Expr>& nc, ValueId yf, ValueId xf) const {
+  /// x[n, c, p...] where p (float, whole numbers; one per spatial dim, outermost first) is inside
+  /// the input, else 0.
+  ValueId tap(const FloatMath& m, const std::vector<Expr>& nc,
+              const std::vector<ValueId>& position) const {
     ValueId inside = ir::kNoValue;
     std::vector<Expr> at = nc;
-    for (auto [v, d] : {std::pair{yf, size_t{2}}, std::pair{xf, size_t{3}}}) {
-      ValueId i = m.body.cast(v, DType::kInt64);
+    for (size_t k = 0; k < position.size(); ++k) {
+      const size_t d = k + 2;
+      ValueId i = m.body.cast(position[k], DType::kInt64);
       ValueId n = m.body.index_expr(x_.shape[d]);
       ValueId ok = m.body.binary(OpCode::kAnd,
                                  m.body.binary(OpCode::kGe, i, m.body.constant(0, DType::kInt64)),
@@ -111,10 +115,15 @@ std::vector<TensorValue> lower_grid_sample(LoweringContext& ctx, const graph::No
   const TensorValue& x = required_input(ctx, inputs, 0, "X");
   const TensorValue& grid = required_input(ctx, inputs, 1, "grid");
   require_dtype(ctx, x.dtype, kFloats, "input 'X'");
-  if (x.rank() != 4 || grid.rank() != 4 || grid.shape[3] != Expr(2)) {
-    ctx.fail(fmt::format("expected X [N, C, H, W] and grid [N, H_out, W_out, 2], found {} and {}{}",
-                         graph::shape_str(x.shape), graph::shape_str(grid.shape),
-                         node.opset() >= 20 ? " (Kiln samples 2-D images only)" : ""));
+  // Images; from opset 20 also volumes (ONNX 20 allows any rank, Kiln samples 2-D and 3-D).
+  const size_t nd = x.rank() >= 2 ? x.rank() - 2 : 0;
+  const bool volumes = node.opset() >= 20;
+  if ((nd != 2 && !(nd == 3 && volumes)) || grid.rank() != x.rank() ||
+      grid.shape.back() != Expr(static_cast<int64_t>(nd))) {
+    ctx.fail(
+        fmt::format("expected X [N, C, H, W] and grid [N, H_out, W_out, 2]{}, found {} and {}",
+                    volumes ? ", or X [N, C, D, H, W] and grid [N, D_out, H_out, W_out, 3]" : "",
+                    graph::shape_str(x.shape), graph::shape_str(grid.shape)));
   }
   // GridSample-20 names the modes after any number of dims: linear and cubic.
   const bool renamed = node.opset() >= 20;
@@ -136,20 +145,27 @@ std::vector<TensorValue> lower_grid_sample(LoweringContext& ctx, const graph::No
     ctx.fail(
         fmt::format("padding_mode must be zeros, border or reflection, found '{}'", padding_name));
   }
+  if (mode == "bicubic" && nd != 2) ctx.fail("the cubic mode samples 4-D inputs (images) only");
   GridSampler sampler(ctx, x, padding, node.attr_int("align_corners", 0) != 0);
   const DType f = compute_dtype(x.dtype);
-  std::vector<Expr> shape = {x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]};
+  std::vector<Expr> shape = {x.shape[0], x.shape[1]};
+  shape.insert(shape.end(), grid.shape.begin() + 1, grid.shape.end() - 1);
   return {ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& o) {
     FloatMath m{body, f};
     std::vector<Expr> nc = {o[0], o[1]};
-    ValueId h = body.cast(body.index_expr(x.shape[2]), f);
-    ValueId w = body.cast(body.index_expr(x.shape[3]), f);
-    auto coord = [&](int64_t k) {
-      return body.cast(ctx.load_at(body, grid, {o[0], o[2], o[3], Expr(k)}), f);
-    };
-    ValueId gx = sampler.unnormalize(m, coord(0), w), gy = sampler.unnormalize(m, coord(1), h);
+    // Spatial dim k of X (outermost first) takes grid coordinate nd - 1 - k: the grid lists
+    // (x, y) or (x, y, z), the innermost dim first.
+    std::vector<ValueId> sizes, g;
+    for (size_t k = 0; k < nd; ++k) {
+      sizes.push_back(body.cast(body.index_expr(x.shape[k + 2]), f));
+      std::vector<Expr> at = {o[0]};
+      at.insert(at.end(), o.begin() + 2, o.end());
+      at.emplace_back(static_cast<int64_t>(nd - 1 - k));
+      g.push_back(sampler.unnormalize(m, body.cast(ctx.load_at(body, grid, at), f), sizes[k]));
+    }
     ValueId result;
     if (mode == "bicubic") {
+      ValueId gy = g[0], gx = g[1], h = sizes[0], w = sizes[1];
       ValueId x0 = m.floor(gx), y0 = m.floor(gy);
       std::vector<ValueId> wx = cubic_weights(m, m.sub(gx, x0));
       std::vector<ValueId> wy = cubic_weights(m, m.sub(gy, y0));
@@ -159,24 +175,36 @@ std::vector<TensorValue> lower_grid_sample(LoweringContext& ctx, const graph::No
         ValueId row = m.c(0);
         for (int j = 0; j < 4; ++j) {
           ValueId xj = sampler.pad(m, m.add(x0, m.c(j - 1)), w);
-          row = m.add(row, m.mul(wx[j], sampler.tap(m, nc, yi, xj)));
+          row = m.add(row, m.mul(wx[j], sampler.tap(m, nc, {yi, xj})));
         }
         result = m.add(result, m.mul(wy[i], row));
       }
     } else {
-      gx = sampler.pad(m, gx, w);
-      gy = sampler.pad(m, gy, h);
+      for (size_t k = 0; k < nd; ++k) g[k] = sampler.pad(m, g[k], sizes[k]);
       if (mode == "nearest") {
-        result = sampler.tap(m, nc, body.unary(OpCode::kRound, gy), body.unary(OpCode::kRound, gx));
+        std::vector<ValueId> at;
+        for (ValueId v : g) at.push_back(body.unary(OpCode::kRound, v));
+        result = sampler.tap(m, nc, at);
       } else {
-        ValueId x0 = m.floor(gx), y0 = m.floor(gy);
-        ValueId tx = m.sub(gx, x0), ty = m.sub(gy, y0);
-        ValueId x1 = m.add(x0, m.c(1)), y1 = m.add(y0, m.c(1));
-        ValueId sx = m.sub(m.c(1), tx), sy = m.sub(m.c(1), ty);
-        result = m.add(m.add(m.mul(m.mul(sy, sx), sampler.tap(m, nc, y0, x0)),
-                             m.mul(m.mul(sy, tx), sampler.tap(m, nc, y0, x1))),
-                       m.add(m.mul(m.mul(ty, sx), sampler.tap(m, nc, y1, x0)),
-                             m.mul(m.mul(ty, tx), sampler.tap(m, nc, y1, x1))));
+        // 2^nd taps: corner `bits` takes floor + 1 along the dims whose bit is set, weighted by
+        // the product of the fractions (t) or their complements (1 - t).
+        std::vector<ValueId> lo, t, s;
+        for (ValueId v : g) {
+          lo.push_back(m.floor(v));
+          t.push_back(m.sub(v, lo.back()));
+          s.push_back(m.sub(m.c(1), t.back()));
+        }
+        result = m.c(0);
+        for (size_t bits = 0; bits < (size_t{1} << nd); ++bits) {
+          std::vector<ValueId> at;
+          ValueId weight = ir::kNoValue;
+          for (size_t k = 0; k < nd; ++k) {
+            const bool up = (bits >> (nd - 1 - k)) & 1;
+            at.push_back(up ? m.add(lo[k], m.c(1)) : lo[k]);
+            weight = weight == ir::kNoValue ? (up ? t[k] : s[k]) : m.mul(weight, up ? t[k] : s[k]);
+          }
+          result = m.add(result, m.mul(weight, sampler.tap(m, nc, at)));
+        }
       }
     }
     return body.cast(result, x.dtype);

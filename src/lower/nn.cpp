@@ -349,6 +349,17 @@ bool runs_channels_last(LoweringContext& ctx, const TensorValue& x, const Tensor
          x.shape[1] == sym::Expr(group);
 }
 
+TensorValue conv_value(LoweringContext& ctx, const graph::Node& node, const TensorValue& x,
+                       const TensorValue& w, const TensorValue* bias);
+
+/// `v` converted to float32, elementwise.
+TensorValue to_float32(LoweringContext& ctx, const TensorValue& v) {
+  return ctx.pointwise(DType::kFloat32, v.shape,
+                       [&](LoopBody& body, const std::vector<Expr>& index) {
+                         return body.cast(ctx.load_at(body, v, index), DType::kFloat32);
+                       });
+}
+
 std::vector<TensorValue> lower_conv(LoweringContext& ctx, const graph::Node& node,
                                     const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "X");
@@ -358,9 +369,33 @@ std::vector<TensorValue> lower_conv(LoweringContext& ctx, const graph::Node& nod
     ctx.fail("expected X and W of the same rank 3 to 5 (1-D to 3-D convolution), found ranks " +
              std::to_string(x.rank()) + " and " + std::to_string(w.rank()));
   }
+  if (w.dtype != x.dtype || (bias != nullptr && bias->dtype != x.dtype)) {
+    ctx.fail(
+        fmt::format("X is {}, W {}{}: they must have the same dtype", graph::dtype_name(x.dtype),
+                    graph::dtype_name(w.dtype),
+                    bias == nullptr ? "" : fmt::format(", B {}", graph::dtype_name(bias->dtype))));
+  }
+  if (x.dtype != DType::kFloat16 && x.dtype != DType::kBFloat16) {
+    return {conv_value(ctx, node, x, w, bias)};
+  }
+  // float16 and bfloat16 convolve in float32 (the library calls take float32 and float64), one
+  // rounding to the storage type at the end.
+  TensorValue xf = to_float32(ctx, x), wf = to_float32(ctx, w);
+  std::optional<TensorValue> bf;
+  if (bias != nullptr) bf = to_float32(ctx, *bias);
+  TensorValue out = conv_value(ctx, node, xf, wf, bf ? &*bf : nullptr);
+  const DType dtype = x.dtype;
+  return {ctx.pointwise(dtype, out.shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+    return body.cast(ctx.load_at(body, out, index), dtype);
+  })};
+}
+
+/// Conv of float32 or float64 operands through the convolution library call.
+TensorValue conv_value(LoweringContext& ctx, const graph::Node& node, const TensorValue& x,
+                       const TensorValue& w, const TensorValue* bias) {
   if (!uses_extern_gemm(x.dtype)) {
     ctx.fail("unsupported dtype " + std::string(graph::dtype_name(x.dtype)) +
-             " (float32 and float64 are supported)");
+             " (float16, bfloat16, float32 and float64 are supported)");
   }
   size_t n = x.rank() - 2;
   std::vector<int64_t> kernel;
@@ -400,13 +435,13 @@ std::vector<TensorValue> lower_conv(LoweringContext& ctx, const graph::Node& nod
   TensorValue out = ctx.extern_call(std::move(call), x.dtype, shape, std::move(views));
   if (last) {
     ctx.mark_channels_last(*ctx.as_buffer(out));
-    return {ctx.from_channels_last(out)};
+    return ctx.from_channels_last(out);
   }
-  if (bias == nullptr || !cuda) return {out};
-  return {ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+  if (bias == nullptr || !cuda) return out;
+  return ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& index) {
     return body.binary(OpCode::kAdd, ctx.load_at(body, out, index),
                        ctx.load_at(body, *bias, {index[1]}));
-  })};
+  });
 }
 
 }  // namespace

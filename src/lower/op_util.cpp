@@ -158,7 +158,11 @@ WindowGeometry window_geometry(LoweringContext& ctx, const graph::Node& node,
     }
     Expr span = spatial[j] + g.pads[j] + g.pads[j + n] - extent;
     Expr steps = ceil_mode ? sym::ceil_div(span, s) : sym::floor_div(span, s);
-    g.out.push_back(ctx.analyzer().simplify(steps + 1));
+    Expr out = steps + 1;
+    // With ceil_mode, a last window that would start in the end padding is dropped (ONNX's
+    // pooling shape rule, as PyTorch's): window k starts at k * s < size + begin pad.
+    if (ceil_mode) out = sym::min(out, sym::ceil_div(spatial[j] + g.pads[j], s));
+    g.out.push_back(ctx.analyzer().simplify(out));
   }
   return g;
 }

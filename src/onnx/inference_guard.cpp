@@ -81,6 +81,82 @@ void check_conv_pool(InferenceContext& ctx, const std::string& op, size_t data_i
   }
 }
 
+/// Clears what a failed inference function wrote to the node's outputs. ONNX 1.12 keeps the
+/// output types of a node whose inference threw (non-strict mode records the error and goes
+/// on): If's function first copies the then branch's type to each output and throws when the
+/// else branch's does not match, so the If's output would keep one branch's shape. The types
+/// are unknown instead (Kiln's lowering infers them).
+void forget_outputs(InferenceContext& ctx) {
+  for (size_t i = 0; i < ctx.getNumOutputs(); ++i) {
+    if (::onnx::TypeProto* type = ctx.getOutputType(i)) type->Clear();
+  }
+}
+
+/// After ONNX 1.12's If inference: an output's shape holds only where both branches give one
+/// of the same rank. 1.12's function copies the then branch's type to the output and merges the
+/// else branch's into it, but keeps the then branch's shape when the else branch has none (a
+/// value whose shape inference could not tell), so the If's output would claim a rank the
+/// taken branch may not give. The branches' output types are those inference just wrote into
+/// their graphs.
+void forget_one_sided_shapes(InferenceContext& ctx) {
+  const ::onnx::AttributeProto* then_attr = ctx.getAttribute("then_branch");
+  const ::onnx::AttributeProto* else_attr = ctx.getAttribute("else_branch");
+  if (then_attr == nullptr || else_attr == nullptr) return;
+  const ::onnx::GraphProto& then_graph = then_attr->g();
+  const ::onnx::GraphProto& else_graph = else_attr->g();
+  for (size_t i = 0; i < ctx.getNumOutputs(); ++i) {
+    if (static_cast<int>(i) >= then_graph.output_size() ||
+        static_cast<int>(i) >= else_graph.output_size()) {
+      return;
+    }
+    ::onnx::TypeProto* out = ctx.getOutputType(i);
+    if (out == nullptr || !out->has_tensor_type() || !out->tensor_type().has_shape()) continue;
+    auto shape_of = [](const ::onnx::TypeProto& t) -> const ::onnx::TensorShapeProto* {
+      return t.has_tensor_type() && t.tensor_type().has_shape() ? &t.tensor_type().shape()
+                                                                : nullptr;
+    };
+    const ::onnx::TensorShapeProto* a = shape_of(then_graph.output(static_cast<int>(i)).type());
+    const ::onnx::TensorShapeProto* b = shape_of(else_graph.output(static_cast<int>(i)).type());
+    if (a == nullptr || b == nullptr || a->dim_size() != b->dim_size()) {
+      out->mutable_tensor_type()->clear_shape();
+    }
+  }
+}
+
+/// After ONNX 1.12's pooling inference with ceil_mode: a last window that would start in the end
+/// padding is dropped, as later ONNX versions (and PyTorch) compute the output size; 1.12 keeps
+/// it, and would then refuse a model that declares the output's size (MaxPool of a [2, 2] input
+/// with kernel 1, stride 2: 1.12 infers 2, ONNX 1.23 and the model say 1).
+void drop_windows_starting_in_padding(InferenceContext& ctx) {
+  const ::onnx::AttributeProto* ceil_mode = ctx.getAttribute("ceil_mode");
+  if (ceil_mode == nullptr || ceil_mode->i() == 0) return;
+  const ::onnx::AttributeProto* auto_pad = ctx.getAttribute("auto_pad");
+  if (auto_pad != nullptr && auto_pad->s() != "NOTSET" && auto_pad->s() != "VALID") return;
+  const ::onnx::AttributeProto* strides = ctx.getAttribute("strides");
+  const ::onnx::AttributeProto* pads = ctx.getAttribute("pads");
+  const bool valid = auto_pad != nullptr && auto_pad->s() == "VALID";
+  const ::onnx::TypeProto* in = ctx.getInputType(0);
+  if (in == nullptr || !in->has_tensor_type() || !in->tensor_type().has_shape()) return;
+  const ::onnx::TensorShapeProto& in_shape = in->tensor_type().shape();
+  for (size_t k = 0; k < ctx.getNumOutputs(); ++k) {
+    ::onnx::TypeProto* out = ctx.getOutputType(k);
+    if (out == nullptr || !out->has_tensor_type() || !out->tensor_type().has_shape()) continue;
+    ::onnx::TensorShapeProto* out_shape = out->mutable_tensor_type()->mutable_shape();
+    if (out_shape->dim_size() != in_shape.dim_size()) continue;
+    const int n = in_shape.dim_size() - 2;
+    for (int j = 0; j < n; ++j) {
+      const auto& size = in_shape.dim(j + 2);
+      auto* dim = out_shape->mutable_dim(j + 2);
+      if (!size.has_dim_value() || !dim->has_dim_value()) continue;
+      int64_t stride = strides != nullptr && strides->ints_size() == n ? strides->ints(j) : 1;
+      int64_t begin = !valid && pads != nullptr && pads->ints_size() == 2 * n ? pads->ints(j) : 0;
+      if (stride > 0 && (dim->dim_value() - 1) * stride >= size.dim_value() + begin) {
+        dim->set_dim_value(dim->dim_value() - 1);
+      }
+    }
+  }
+}
+
 /// The guard of `op` in the default domain; null for ops it does not guard.
 std::function<void(InferenceContext&)> guard_for(const std::string& op) {
   // The data input and, for convolutions, the weights input.
@@ -127,15 +203,21 @@ class GuardedRegistry final : public ::onnx::ISchemaRegistry {
     std::function<void(InferenceContext&)> guard = guard_for(key);
     std::unique_ptr<::onnx::OpSchema>& copy = guarded_[schema];
     bool shape_data = key == "Shape" || key == "Size";
-    if (!guard && !shape_data) return schema;
     copy = std::make_unique<::onnx::OpSchema>(*schema);
-    if (guard) {
-      copy->TypeAndShapeInferenceFunction(
-          [guard, infer = schema->GetTypeAndShapeInferenceFunction()](InferenceContext& ctx) {
-            guard(ctx);
+    copy->TypeAndShapeInferenceFunction(
+        [guard, is_if = key == "If",
+         is_pool = key == "MaxPool" || key == "AveragePool" || key == "LpPool",
+         infer = schema->GetTypeAndShapeInferenceFunction()](InferenceContext& ctx) {
+          try {
+            if (guard) guard(ctx);
             infer(ctx);
-          });
-    }
+            if (is_if) forget_one_sided_shapes(ctx);
+            if (is_pool) drop_windows_starting_in_padding(ctx);
+          } catch (...) {
+            forget_outputs(ctx);
+            throw;
+          }
+        });
     if (shape_data && schema->has_data_propagation_function()) {
       // ONNX 1.12's data propagation of Shape and Size reads the input's shape without checking
       // there is one: an input whose type nothing inferred (the output of an op left to Kiln)

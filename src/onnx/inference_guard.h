@@ -25,7 +25,9 @@ struct GuardFailure {
 };
 
 /// The registry of every ONNX schema, each op the guard knows given an inference function that
-/// checks its preconditions first. Thread-safe; lives for the process.
+/// checks its preconditions first. A default-domain node whose inference fails leaves its outputs'
+/// types unknown (ONNX 1.12 would keep what the function wrote before failing). Thread-safe; lives
+/// for the process.
 const ::onnx::ISchemaRegistry* guarded_schema_registry();
 
 /// The first refusal since the last call on this thread, if any, and forgets it.

@@ -161,6 +161,15 @@ inline uint8_t float_to_f4e2m1(float f) {
   return static_cast<uint8_t>(sign | (magnitude > 0x7u ? 0x7u : magnitude));
 }
 
+/// The bytes of `from` read as a `To` of the same size (ONNX BitCast in generated code).
+template <typename To, typename From>
+inline To bit_cast(From from) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast between types of different sizes");
+  To to;
+  std::memcpy(&to, &from, sizeof to);
+  return to;
+}
+
 // The sub-byte integers: the low 4 or 2 bits of v, sign-extended for the signed ones.
 inline int8_t wrap_int4(int32_t v) {
   return static_cast<int8_t>(static_cast<int32_t>(static_cast<uint32_t>(v) << 28) >> 28);

@@ -3,9 +3,10 @@
 AddressSanitizer and UndefinedBehaviorSanitizer (scripts/test_sanitize.sh): every op the suite's
 passing cases use, each by its smallest case (fewest nodes, then the smallest model file; node/
 cases first), then evenly spaced further cases up to 220 so that common ops are seen with several
-dtypes and attributes. Cases in tests/onnx/exclusions.txt are left out. Deterministic; run with
-Debian's python3 (python3-onnx). The list is committed; rerun when the suite or the exclusions
-change."""
+dtypes and attributes. node/ is the ONNX 1.23 node suite (../shared/onnx-node-suite beside the
+repository, as `make test` runs it), the other folders ONNX 1.12's. Cases in
+tests/onnx/exclusions.txt are left out. Deterministic; run with Debian's python3 (python3-onnx).
+The list is committed; rerun when the suite or the exclusions change."""
 import os
 import sys
 
@@ -13,6 +14,7 @@ import onnx
 
 DATA = "/usr/share/libonnx-testdata/data"
 HERE = os.path.dirname(os.path.abspath(__file__))
+NODE_SUITE = os.path.join(HERE, "..", "..", "..", "shared", "onnx-node-suite")
 TARGET = 220
 
 
@@ -35,9 +37,10 @@ def main():
                 excluded.add(name)
     cases = {}
     for suite in ("node", "pytorch-converted", "pytorch-operator", "simple"):
-        for entry in sorted(os.listdir(os.path.join(DATA, suite))):
+        root = NODE_SUITE if suite == "node" else DATA
+        for entry in sorted(os.listdir(os.path.join(root, suite))):
             name = f"{suite}/{entry}"
-            path = os.path.join(DATA, suite, entry, "model.onnx")
+            path = os.path.join(root, suite, entry, "model.onnx")
             if name in excluded or not os.path.exists(path):
                 continue
             model = onnx.load(path)

@@ -5,14 +5,24 @@
 // CACHE_DIR. Prints a table per op, the failures, the wall time, and last the line
 // `N passed, M failed, K skipped`. Exit status 1 when any case fails.
 //
+// With `--node-suite DIR`, the node/ cases are those of DIR/node (the ONNX 1.23 node suite, a
+// folder beside the ONNX 1.12 one of DATA_DIR) instead of DATA_DIR/node: every case list, the
+// exclusions and the --core list then name the 1.23 cases node/... . When DIR/node is absent the
+// runner says so and leaves out every node/ case (the other folders still run).
+//
+// `--shard K/N` runs every N-th case of the sorted selection, starting at the K-th (1-based), so
+// that N processes (ctest tests) share one suite.
+//
 // With an exclusions file (one case per line, `case  # class: reason`, classes below), the
 // excluded cases run too and must still fail: one that passes fails the run, so the list can only
 // shrink. They count as skipped.
-//   string     string tensors
-//   random     values drawn at random that cannot match (Bernoulli, Dropout training with ratio)
-//   gradient   the Gradient op
-//   suite-bug  expected outputs that contradict the case's own model (recomputed with the suite's
-//              generator, onnx/backend/test/case/node/*.py; the reason says how)
+//   string        string tensors
+//   random        values drawn at random that cannot match (Bernoulli, Dropout training with
+//                 ratio)
+//   gradient      the Gradient op (training)
+//   suite-bug     expected outputs that contradict the case's own model (recomputed with the
+//                 suite's generator, onnx/backend/test/case/node/*.py; the reason says how)
+//   image-decoder the ImageDecoder op (the reason says why)
 //
 // Tolerances (|actual - expected| <= atol + rtol * |expected|, NaN matches NaN):
 //   float32, float64           -> rtol 1e-4, atol 1e-5 for the cases of the --core list (the
@@ -26,7 +36,7 @@
 //
 // Usage: kiln_onnx_runner DATA_DIR CACHE_DIR [--cases LIST] [--core LIST] [--jobs N]
 //                         [--exclusions FILE] [--by-opset yes] [--device cpu|cuda]
-//                         [--refusals FILE] [--compile-only yes]
+//                         [--refusals FILE] [--compile-only yes] [--node-suite DIR] [--shard K/N]
 // (--device cuda: matrix products in float32, --precision fp32, as the tolerances below assume)
 //
 // --refusals FILE: cases the device refuses by name (tests/onnx/cuda_refusals.txt, each with its
@@ -189,13 +199,13 @@ ir::Device g_device = ir::Device::kCpu;
 /// --compile-only yes: generate (and, on CUDA, NVRTC-compile) without building or running.
 bool g_compile_only = false;
 
-CaseResult run_case(const fs::path& data_dir, const std::string& name, const fs::path& cache_dir,
+/// `dir`: the case's folder (model.onnx and test_data_set_N/).
+CaseResult run_case(const fs::path& dir, const std::string& name, const fs::path& cache_dir,
                     bool strict) {
   CaseResult result;
   result.name = name;
-  result.opset = model_opset(data_dir / name / "model.onnx");
+  result.opset = model_opset(dir / "model.onnx");
   try {
-    fs::path dir = data_dir / name;
     graph::Model model = kiln::onnx::import_model(dir / "model.onnx");
     result.ops = model_ops(*model.graph);
     std::vector<fs::path> sets;
@@ -288,12 +298,13 @@ std::vector<std::pair<std::string, std::string>> read_cases(const fs::path& list
 
 /// Exclusions must name an allowed class: `case  # class: reason`.
 void check_exclusion_class(const std::string& name, const std::string& comment) {
-  static const std::set<std::string> kClasses = {"string", "random", "gradient", "suite-bug"};
+  static const std::set<std::string> kClasses = {"string", "random", "gradient", "suite-bug",
+                                                 "image-decoder"};
   std::string cls = comment.substr(0, comment.find(':'));
   if (!kClasses.count(cls) || comment.find(':') == std::string::npos) {
     throw UserError(
         fmt::format("exclusion '{}' must read `# CLASS: reason` with CLASS one of "
-                    "string, random, gradient, suite-bug; found '# {}'",
+                    "string, random, gradient, suite-bug, image-decoder; found '# {}'",
                     name, comment));
   }
 }
@@ -380,12 +391,31 @@ bool all_good(const std::vector<CaseResult>& results) {
 
 }  // namespace
 
+/// Where the cases live: DATA_DIR, and the node suite that replaces DATA_DIR/node.
+struct SuiteDirs {
+  fs::path data_dir;
+  std::optional<fs::path> node_suite;  // --node-suite: a folder holding node/
+  bool node_suite_missing = false;     // --node-suite given but its node/ is not there
+
+  /// The folder of case `name` ("node/test_abs").
+  fs::path case_dir(const std::string& name) const {
+    bool node = name.rfind("node/", 0) == 0;
+    return (node && node_suite ? *node_suite : data_dir) / name;
+  }
+  /// Whether the case is left out because the node suite is missing.
+  bool left_out(const std::string& name) const {
+    return node_suite_missing && name.rfind("node/", 0) == 0;
+  }
+};
+
 /// Every case of the suite: the folders holding a model.onnx, as "node/test_abs".
-std::vector<std::string> all_cases(const fs::path& data_dir) {
+std::vector<std::string> all_cases(const SuiteDirs& dirs) {
   std::vector<std::string> cases;
   for (const char* suite : {"node", "pytorch-converted", "pytorch-operator", "simple"}) {
-    if (!fs::is_directory(data_dir / suite)) continue;
-    for (const auto& entry : fs::directory_iterator(data_dir / suite)) {
+    const std::string prefix = std::string(suite) + "/";
+    fs::path root = dirs.case_dir(prefix);
+    if (dirs.left_out(prefix) || !fs::is_directory(root)) continue;
+    for (const auto& entry : fs::directory_iterator(root)) {
       if (fs::exists(entry.path() / "model.onnx"))
         cases.push_back(std::string(suite) + "/" + entry.path().filename().string());
     }
@@ -394,20 +424,41 @@ std::vector<std::string> all_cases(const fs::path& data_dir) {
   return cases;
 }
 
+/// `--shard K/N` -> {K - 1, N}.
+std::pair<size_t, size_t> parse_shard(const std::string& text) {
+  size_t slash = text.find('/');
+  int k = 0, n = 0;
+  if (slash != std::string::npos) {
+    try {
+      k = std::stoi(text.substr(0, slash));
+      n = std::stoi(text.substr(slash + 1));
+    } catch (const std::exception&) {
+      k = n = 0;
+    }
+  }
+  if (n < 1 || k < 1 || k > n) {
+    throw UserError(fmt::format("--shard must read K/N with 1 <= K <= N, found '{}'", text));
+  }
+  return {static_cast<size_t>(k - 1), static_cast<size_t>(n)};
+}
+
 int main(int argc, char** argv) {
   const char* usage =
       "usage: kiln_onnx_runner DATA_DIR CACHE_DIR [--cases LIST] [--core LIST] [--jobs N] "
       "[--exclusions FILE] [--by-opset yes] [--device cpu|cuda] [--refusals FILE] "
-      "[--compile-only yes]\n";
+      "[--compile-only yes] [--node-suite DIR] [--shard K/N]\n";
   if (argc < 3 || argc % 2 != 1) {
     fmt::print(stderr, "{}", usage);
     return 2;
   }
   try {
-    fs::path data_dir = argv[1], cache_dir = argv[2];
+    SuiteDirs dirs;
+    dirs.data_dir = argv[1];
+    fs::path cache_dir = argv[2];
     unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
     std::string exclusions, list, core_list, refusals;
     bool by_opset = false;
+    std::pair<size_t, size_t> shard = {0, 1};
     for (int k = 3; k + 1 < argc; k += 2) {
       std::string option = argv[k], value = argv[k + 1];
       if (option == "--jobs") {
@@ -426,14 +477,23 @@ int main(int argc, char** argv) {
         g_compile_only = value == "yes";
       } else if (option == "--device" && ir::device_from_name(value)) {
         g_device = *ir::device_from_name(value);
+      } else if (option == "--node-suite") {
+        dirs.node_suite = value;
+      } else if (option == "--shard") {
+        shard = parse_shard(value);
       } else {
         fmt::print(stderr, "{}", usage);
         return 2;
       }
     }
+    if (dirs.node_suite && !fs::is_directory(*dirs.node_suite / "node")) {
+      dirs.node_suite_missing = true;
+      fmt::print("the node suite {} is not there: its cases are skipped\n",
+                 (*dirs.node_suite / "node").string());
+    }
     std::vector<std::string> cases;
     if (list.empty()) {
-      cases = all_cases(data_dir);
+      cases = all_cases(dirs);
     } else {
       for (const auto& [name, comment] : read_cases(list)) cases.push_back(name);
     }
@@ -441,6 +501,14 @@ int main(int argc, char** argv) {
     if (!exclusions.empty()) {
       for (const auto& [name, comment] : read_cases(exclusions)) {
         check_exclusion_class(name, comment);
+        if (dirs.left_out(name)) continue;
+        // A stale name would count as an excluded case that fails. The exclusions name the 1.23
+        // node suite's cases: without --node-suite, those that 1.12's node/ lacks are left out.
+        if (!fs::exists(dirs.case_dir(name) / "model.onnx")) {
+          if (!dirs.node_suite && name.rfind("node/", 0) == 0) continue;
+          throw UserError(fmt::format("exclusion '{}': no such case under {}", name,
+                                      dirs.case_dir(name).parent_path().string()));
+        }
         excluded.insert(name);
         if (!list.empty()) cases.push_back(name);
       }
@@ -455,6 +523,15 @@ int main(int argc, char** argv) {
     if (!core_list.empty()) {
       for (const auto& [name, comment] : read_cases(core_list)) core.insert(name);
     }
+    // One run per case, in a fixed order, so that shards split the same selection.
+    std::sort(cases.begin(), cases.end());
+    cases.erase(std::unique(cases.begin(), cases.end()), cases.end());
+    cases.erase(std::remove_if(cases.begin(), cases.end(),
+                               [&](const std::string& name) { return dirs.left_out(name); }),
+                cases.end());
+    std::vector<std::string> selected;
+    for (size_t i = shard.first; i < cases.size(); i += shard.second) selected.push_back(cases[i]);
+    cases = std::move(selected);
     auto start = std::chrono::steady_clock::now();
     std::vector<CaseResult> results(cases.size());
     std::atomic<size_t> next{0};
@@ -468,7 +545,8 @@ int main(int argc, char** argv) {
             results[i].name = cases[i];
             results[i].unrun = true;
           } else {
-            results[i] = run_case(data_dir, cases[i], cache_dir, core.count(cases[i]) > 0);
+            results[i] = run_case(dirs.case_dir(cases[i]), cases[i], cache_dir,
+                                  core.count(cases[i]) > 0);
           }
           results[i].excluded = is_excluded;
         }

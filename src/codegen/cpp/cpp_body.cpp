@@ -87,6 +87,22 @@ std::string narrow(DType storage, DType from, const std::string& v) {
   return v;
 }
 
+/// ONNX BitCast of `v` (of compute_dtype(op.bits_from)): stored as bits_from, the bytes read as
+/// bits_to's storage type (kiln::bit_cast), a sub-byte type's own bits kept, then widened to the
+/// compute type as a load would.
+std::string bitcast_text(const ir::Op& op, const std::string& v) {
+  DType from = op.bits_from, to = op.bits_to;
+  std::string stored = narrow(from, graph::compute_dtype(from), v);
+  if (to == DType::kBool) return fmt::format("(kiln::bit_cast<uint8_t>({}) != 0)", stored);
+  std::string bits = fmt::format("kiln::bit_cast<{}>({})", graph::dtype_cpp_storage(to), stored);
+  if (graph::is_small_integer(to)) {
+    bits = fmt::format("kiln::wrap_{}({})", graph::dtype_name(to), bits);
+  } else if (to == DType::kFloat4E2M1) {
+    bits = fmt::format("static_cast<uint8_t>({} & 0xF)", bits);
+  }
+  return widen(to, bits);
+}
+
 }  // namespace
 
 std::string KernelContext::tmp(const char* prefix) {
@@ -173,6 +189,8 @@ bool MemberEmitter::op_vectorizable(const ir::Op& op, const sym::Expr& var) cons
       return false;
     case OpCode::kCast:
       return is_vector_dtype(operand_dtype(0));
+    case OpCode::kBitCast:
+      return false;
     case OpCode::kWhere:
       return true;
     case OpCode::kReduction:
@@ -271,6 +289,8 @@ std::string MemberEmitter::scalar_op(const ir::Op& op, const std::vector<std::st
     }
     case OpCode::kCast:
       return fmt::format("static_cast<{}>({})", type, args[0]);
+    case OpCode::kBitCast:
+      return bitcast_text(op, args[0]);
     case OpCode::kWhere:
       return fmt::format("({} ? {} : {})", args[0], args[1], args[2]);
     case OpCode::kIndirect: {

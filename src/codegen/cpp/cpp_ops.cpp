@@ -88,6 +88,7 @@ const CppOpTemplates& cpp_op_templates(OpCode code) {
     case OpCode::kIndexExpr:
     case OpCode::kIndirect:
     case OpCode::kCast:
+    case OpCode::kBitCast:
     case OpCode::kWhere:
     case OpCode::kReduction:
       return kStructural;

@@ -21,16 +21,12 @@
 #include "codecache/loaded_library.h"
 #include "support/error.h"
 
-#include "test_util.h"
+#include "conv_test_util.h"
 
 namespace kiln::autotune {
 namespace {
 
 using namespace test;  // NOLINT: the shared fixtures
-
-namespace fs = std::filesystem;
-using ConvFn = void(const float*, const float*, float*);
-using ConvResidualFn = void(const float*, const float*, float*, const float*);
 
 ConvProblem depthwise(int64_t n, int64_t c, int64_t h, int64_t w, int64_t multiplier, int64_t k,
                       int64_t stride, int64_t pad, int64_t dilation = 1) {
@@ -145,38 +141,13 @@ TEST(DepthwiseTemplate, EveryChoiceIsCorrectAtAwkwardSizes) {
     if (host_template_isa() == TemplateIsa::kAvx512) {
       choices.push_back(make_conv_choice("depthwise avx512", p));
     }
-    TemplateEpilogue epilogue{.expr = {}, .args = {"e0"}};
-    epilogue.expr =
-        "std::min(std::max(v + e0[m * " + std::to_string(p.ow()) + " + n], 0.0f), 6.0f)";
-    std::vector<codecache::LibrarySpec> specs;
-    for (const ConvChoicePtr& choice : choices) {
-      codecache::CompilerConfig config;
-      const ChoiceLinkage link = choice->linkage();
-      config.include_dirs.assign(link.include_dirs.begin(), link.include_dirs.end());
-      config.libraries = link.libraries;
-      specs.push_back({{{"conv.cpp", choice->render("conv")},
-                        {"fused.cpp", choice->render("conv_fused", epilogue)}},
-                       config});
-    }
-    const std::vector<fs::path> paths = cache.compile_many(specs);
-    const std::vector<float> x = random_matrix(p.n, p.c * p.h * p.w, 3);
-    const std::vector<float> w = random_matrix(p.m, p.depth(), 4);
-    const std::vector<float> bias = random_matrix(1, p.m, 5);
-    const size_t out_size = static_cast<size_t>(p.n * p.m * p.oh() * p.ow());
-    std::vector<float> residual = random_matrix(1, static_cast<int64_t>(out_size), 6);
-    for (float& r : residual) r *= 8;  // reach both ends of the Clip
-    for (size_t i = 0; i < choices.size(); ++i) {
-      const std::string what = choices[i]->name() + " at " + p.text();
-      const std::vector<float> prepared = choices[i]->prepare(w.data(), bias.data());
-      codecache::LoadedLibrary library(paths[i]);
-      std::vector<float> y(out_size, std::numeric_limits<float>::quiet_NaN());
-      library.symbol<ConvFn>("conv")(x.data(), prepared.data(), y.data());
-      expect_matches(p, x, w, bias, nullptr, y, what);
-      std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
-      library.symbol<ConvResidualFn>("conv_fused")(x.data(), prepared.data(), y.data(),
-                                                   residual.data());
-      expect_matches(p, x, w, bias, residual.data(), y, what + " + residual Clip");
-    }
+    // Y and the residual are NCHW: the epilogue's row m is a channel's output row, n a column.
+    check_choices_with_residual_clip(
+        cache, p, choices,
+        "std::min(std::max(v + e0[m * " + std::to_string(p.ow()) + " + n], 0.0f), 6.0f)",
+        [&](const std::vector<float>& x, const std::vector<float>& w,
+            const std::vector<float>& bias, const float* residual, const std::vector<float>& y,
+            const std::string& what) { expect_matches(p, x, w, bias, residual, y, what); });
   }
 }
 

@@ -1,0 +1,67 @@
+#pragma once
+// The check the convolution template tests share: every choice of a problem rendered plain and
+// with a residual Add + Clip(0, 6) epilogue, compiled side by side through the code cache, run on
+// seeded inputs and compared by the test's own checker (which knows the layout of X and Y).
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "autotune/conv_choice.h"
+#include "codecache/code_cache.h"
+#include "codecache/loaded_library.h"
+
+#include "test_util.h"
+
+namespace kiln::autotune::test {
+
+using ConvFn = void(const float*, const float*, float*);
+using ConvResidualFn = void(const float*, const float*, float*, const float*);
+
+/// Compares Y with the reference convolution of X, W and bias; with `residual`, with
+/// min(max(y + residual, 0), 6). `what` names the choice and problem in failures.
+using ConvCheck = std::function<void(const std::vector<float>& x, const std::vector<float>& w,
+                                     const std::vector<float>& bias, const float* residual,
+                                     const std::vector<float>& y, const std::string& what)>;
+
+/// Each of `choices` for `p` as "conv" and as "conv_fused" with the epilogue `clip_expr` (which
+/// reads the residual as e0), on X, W, bias in [-1, 1) and a residual in [-8, 8) (so that both
+/// ends of the Clip are reached); Y starts as NaN so that an unwritten element fails.
+inline void check_choices_with_residual_clip(codecache::CodeCache& cache, const ConvProblem& p,
+                                             const std::vector<ConvChoicePtr>& choices,
+                                             const std::string& clip_expr, const ConvCheck& check) {
+  TemplateEpilogue epilogue{.expr = clip_expr, .args = {"e0"}};
+  std::vector<codecache::LibrarySpec> specs;
+  for (const ConvChoicePtr& choice : choices) {
+    codecache::CompilerConfig config;
+    const ChoiceLinkage link = choice->linkage();
+    config.include_dirs.assign(link.include_dirs.begin(), link.include_dirs.end());
+    config.libraries = link.libraries;
+    specs.push_back({{{"conv.cpp", choice->render("conv")},
+                      {"fused.cpp", choice->render("conv_fused", epilogue)}},
+                     config});
+  }
+  const std::vector<std::filesystem::path> paths = cache.compile_many(specs);
+  const std::vector<float> x = random_matrix(p.n, p.c * p.h * p.w, 3);
+  const std::vector<float> w = random_matrix(p.m, p.depth(), 4);
+  const std::vector<float> bias = random_matrix(1, p.m, 5);
+  const size_t out_size = static_cast<size_t>(p.n * p.m * p.oh() * p.ow());
+  std::vector<float> residual = random_matrix(1, static_cast<int64_t>(out_size), 6);
+  for (float& r : residual) r *= 8;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const std::string what = choices[i]->name() + " at " + p.text();
+    const std::vector<float> prepared = choices[i]->prepare(w.data(), bias.data());
+    codecache::LoadedLibrary library(paths[i]);
+    std::vector<float> y(out_size, std::numeric_limits<float>::quiet_NaN());
+    library.symbol<ConvFn>("conv")(x.data(), prepared.data(), y.data());
+    check(x, w, bias, nullptr, y, what);
+    std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
+    library.symbol<ConvResidualFn>("conv_fused")(x.data(), prepared.data(), y.data(),
+                                                 residual.data());
+    check(x, w, bias, residual.data(), y, what + " + residual Clip");
+  }
+}
+
+}  // namespace kiln::autotune::test

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -168,20 +169,23 @@ TEST(ModelLibrary, EachVariantMatchesNumpy) {
   }
 }
 
-// tests/models/make_attention.py's causal attention block (3 heads of 20, sequence 67, dynamic
-// batch; small batched products, a Where mask, transcendental GEMM epilogues, a tied head) in
-// each variant, at batch 2 and 1: the AVX2 forms of those kernels run here too.
-TEST(ModelLibrary, AttentionBlockEachVariantMatchesNumpy) {
-  const fs::path dir = scratch() / "attention";
+/// Writes tests/models/`script`'s model and data into scratch()/`name` and compiles the model
+/// (both variants, autotuning off) to scratch()/`name`.so; returns that library.
+fs::path compile_models_script(const std::string& script, const std::string& name) {
+  const fs::path dir = scratch() / name;
   const std::string command =
-      "/usr/bin/python3 '" KILN_TESTS_DIR "/models/make_attention.py' '" + dir.string() + "'";
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+      "/usr/bin/python3 '" KILN_TESTS_DIR "/models/" + script + "' '" + dir.string() + "'";
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
   driver::LibraryOptions options;
-  options.output = scratch() / "attention.so";
+  options.output = scratch() / (name + ".so");
   options.compile.cache_dir = fs::path(KILN_BUILD_DIR) / "test-tmp" / "aot" / "cache";
   options.compile.autotune = autotune::AutotuneMode::kOff;
-  const fs::path library =
-      driver::compile_library(onnx::import_model(dir / "model.onnx"), options).library;
+  return driver::compile_library(onnx::import_model(dir / "model.onnx"), options).library;
+}
+
+/// `library` loaded with the variant this CPU selects, then with x86-64-v3 forced
+/// (KILN_CPU_FEATURES), each checked to be the variant expected and given to `body`.
+void for_each_variant(const fs::path& library, const std::function<void(Loaded&)>& body) {
   for (const char* features : {"", "avx,avx2,fma,bmi,bmi2,f16c"}) {
     Loaded m;
     if (*features != '\0') ::setenv("KILN_CPU_FEATURES", features, 1);
@@ -189,6 +193,17 @@ TEST(ModelLibrary, AttentionBlockEachVariantMatchesNumpy) {
     ::unsetenv("KILN_CPU_FEATURES");
     ASSERT_NE(m.model, nullptr);
     EXPECT_EQ(kiln_model_variant(m.model), *features != '\0' ? "x86-64-v3" : best_variant());
+    body(m);
+  }
+}
+
+// tests/models/make_attention.py's causal attention block (3 heads of 20, sequence 67, dynamic
+// batch; small batched products, a Where mask, transcendental GEMM epilogues, a tied head) in
+// each variant, at batch 2 and 1: the AVX2 forms of those kernels run here too.
+TEST(ModelLibrary, AttentionBlockEachVariantMatchesNumpy) {
+  const fs::path library = compile_models_script("make_attention.py", "attention");
+  const fs::path dir = scratch() / "attention";
+  for_each_variant(library, [&](Loaded& m) {
     for (const char* batch : {"2", "1"}) {
       SCOPED_TRACE(std::string("variant ") + kiln_model_variant(m.model) + ", batch " + batch);
       const auto read = [&](const char* name) {
@@ -202,7 +217,7 @@ TEST(ModelLibrary, AttentionBlockEachVariantMatchesNumpy) {
       expect_close(static_cast<const float*>(out[1].data), read("z"));
       for (kiln_tensor& t : out) kiln_free(t.data);
     }
-  }
+  });
 }
 
 // tests/models/make_fused_attention.py's four fused attentions (a Div scale, a causal Where, a
@@ -211,23 +226,9 @@ TEST(ModelLibrary, AttentionBlockEachVariantMatchesNumpy) {
 // the AVX2 form of runtime/kiln_rt_attention.h runs here too. NaN where numpy has NaN, else
 // within rtol 1e-4, atol 1e-5.
 TEST(ModelLibrary, FusedAttentionEachVariantMatchesNumpy) {
+  const fs::path library = compile_models_script("make_fused_attention.py", "fused_attention");
   const fs::path dir = scratch() / "fused_attention";
-  const std::string command =
-      "/usr/bin/python3 '" KILN_TESTS_DIR "/models/make_fused_attention.py' '" + dir.string() + "'";
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
-  driver::LibraryOptions options;
-  options.output = scratch() / "fused_attention.so";
-  options.compile.cache_dir = fs::path(KILN_BUILD_DIR) / "test-tmp" / "aot" / "cache";
-  options.compile.autotune = autotune::AutotuneMode::kOff;
-  const fs::path library =
-      driver::compile_library(onnx::import_model(dir / "model.onnx"), options).library;
-  for (const char* features : {"", "avx,avx2,fma,bmi,bmi2,f16c"}) {
-    Loaded m;
-    if (*features != '\0') ::setenv("KILN_CPU_FEATURES", features, 1);
-    load(library, m);
-    ::unsetenv("KILN_CPU_FEATURES");
-    ASSERT_NE(m.model, nullptr);
-    EXPECT_EQ(kiln_model_variant(m.model), *features != '\0' ? "x86-64-v3" : best_variant());
+  for_each_variant(library, [&](Loaded& m) {
     for (const char* c : {"s67", "s130"}) {
       SCOPED_TRACE(std::string("variant ") + kiln_model_variant(m.model) + ", case " + c);
       const auto read = [&](const char* name) {
@@ -256,7 +257,7 @@ TEST(ModelLibrary, FusedAttentionEachVariantMatchesNumpy) {
       }
       for (kiln_tensor& t : out) kiln_free(t.data);
     }
-  }
+  });
 }
 
 TEST(ModelLibrary, MatchesNumpyWithLibraryAndCallerBuffers) {

@@ -92,6 +92,25 @@ CompiledModel::~CompiledModel() = default;
 
 namespace {
 
+/// A file written under a temporary name: renamed to its place by commit(), removed when the
+/// compile fails before that.
+struct PartialFile {
+  fs::path path;
+  PartialFile() = default;
+  PartialFile(const PartialFile&) = delete;
+  PartialFile& operator=(const PartialFile&) = delete;
+  ~PartialFile() {
+    std::error_code ec;
+    if (!path.empty()) fs::remove(path, ec);
+  }
+  void commit(const fs::path& to) {
+    std::error_code ec;
+    fs::rename(path, to, ec);
+    if (ec) user_error("{}: cannot store the weights: {}", to.string(), ec.message());
+    path.clear();
+  }
+};
+
 /// What every compile produces before the C++ compiler runs: the program, its schedules and
 /// kernels (the model's first, then its subgraphs'), and the wrapper.
 struct Generated {
@@ -438,13 +457,18 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
   const fs::path blob_dir = g.cache_dir / "weights";
   const fs::path& output = options.output;
   fs::path weights_path;
+  // External weights are written under a name of their own and take their place beside the
+  // library only once it is built and copied, so that a failed compile leaves neither a weights
+  // file without its library nor a library (of an earlier compile) beside weights not its own.
+  PartialFile partial_weights;
   if (options.external_weights) {
     if (output.empty()) user_error("external weights need an output path");
     fs::path stem = output;
     if (stem.extension() == ".so") stem.replace_extension();
     weights_path = stem.string() + ".weights";
     if (weights_path.has_parent_path()) fs::create_directories(weights_path.parent_path());
-    codegen::write_weights_file(weights_path, constants.all, weights);
+    partial_weights.path = weights_path.string() + fmt::format(".partial-{}", ::getpid());
+    codegen::write_weights_file(partial_weights.path, constants.all, weights);
   } else {
     fs::create_directories(blob_dir);
     const fs::path unnamed = blob_dir / fmt::format("unnamed-{}.weights", ::getpid());
@@ -487,6 +511,7 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
     copy_atomic(built, output);
     result.library = output;
   }
+  if (!partial_weights.path.empty()) partial_weights.commit(weights_path);
   result.weights = weights_path;
   result.weights_bytes = weights.payload_bytes;
   result.variant_weights_bytes = weights.payload_bytes - constants.shared_bytes;

@@ -22,7 +22,7 @@
 #include "codecache/loaded_library.h"
 #include "support/error.h"
 
-#include "test_util.h"
+#include "conv_test_util.h"
 
 namespace kiln::autotune {
 namespace {
@@ -30,8 +30,6 @@ namespace {
 using namespace test;  // NOLINT: the shared fixtures
 
 namespace fs = std::filesystem;
-using ConvFn = void(const float*, const float*, float*);
-using ConvResidualFn = void(const float*, const float*, float*, const float*);
 
 codecache::CompilerConfig config_for(const ConvChoice& choice) {
   codecache::CompilerConfig config;
@@ -41,44 +39,25 @@ codecache::CompilerConfig config_for(const ConvChoice& choice) {
   return config;
 }
 
-ConvProblem problem(int64_t n, int64_t c, int64_t h, int64_t w, int64_t m, int64_t k,
-                    int64_t stride, int64_t pad, int64_t dilation = 1) {
-  return {.n = n,
-          .c = c,
-          .h = h,
-          .w = w,
-          .m = m,
-          .kh = k,
-          .kw = k,
-          .stride_h = stride,
-          .stride_w = stride,
-          .pad_top = pad,
-          .pad_left = pad,
-          .pad_bottom = pad,
-          .pad_right = pad,
-          .dilation_h = dilation,
-          .dilation_w = dilation};
-}
-
 // The awkward sizes.
 std::vector<ConvProblem> problems() {
   std::vector<ConvProblem> all = {
-      problem(1, 5, 9, 11, 19, 3, 1, 1),     // 3x3, odd width, channels off every block
-      problem(2, 7, 10, 13, 17, 3, 2, 1),    // stride 2, batch 2
-      problem(2, 12, 5, 7, 33, 1, 1, 0),     // 1x1 (a GEMM)
-      problem(1, 8, 9, 9, 16, 1, 2, 0),      // 1x1 stride 2
-      problem(1, 3, 23, 23, 24, 7, 2, 3),    // ResNet's first layer, small
-      problem(1, 2, 3, 2, 5, 5, 1, 2),       // kernel larger than the image
-      problem(1, 4, 11, 14, 9, 3, 1, 2, 2),  // dilation 2
+      square_conv(1, 5, 9, 11, 19, 3, 1, 1),     // 3x3, odd width, channels off every block
+      square_conv(2, 7, 10, 13, 17, 3, 2, 1),    // stride 2, batch 2
+      square_conv(2, 12, 5, 7, 33, 1, 1, 0),     // 1x1 (a GEMM)
+      square_conv(1, 8, 9, 9, 16, 1, 2, 0),      // 1x1 stride 2
+      square_conv(1, 3, 23, 23, 24, 7, 2, 3),    // ResNet's first layer, small
+      square_conv(1, 2, 3, 2, 5, 5, 1, 2),       // kernel larger than the image
+      square_conv(1, 4, 11, 14, 9, 3, 1, 2, 2),  // dilation 2
   };
-  ConvProblem asymmetric = problem(1, 3, 12, 15, 10, 3, 1, 0);
+  ConvProblem asymmetric = square_conv(1, 3, 12, 15, 10, 3, 1, 0);
   asymmetric.stride_w = 2;
   asymmetric.pad_top = 2;
   asymmetric.pad_left = 1;
   asymmetric.pad_right = 3;
   asymmetric.kw = 2;
   all.push_back(asymmetric);
-  ConvProblem column = problem(1, 3, 6, 1, 9, 1, 1, 0);  // width 1
+  ConvProblem column = square_conv(1, 3, 6, 1, 9, 1, 1, 0);  // width 1
   column.kh = 3;
   column.pad_top = column.pad_bottom = 1;
   all.push_back(column);
@@ -150,7 +129,7 @@ TEST(ConvTemplate, ConfigsAreValidAndTheDefaultComesFirst) {
 }
 
 TEST(ConvTemplate, PrepackRoundTripsAndPadsChannelsWithZeros) {
-  const ConvProblem p = problem(1, 3, 5, 5, 11, 3, 1, 1);
+  const ConvProblem p = square_conv(1, 3, 5, 5, 11, 3, 1, 1);
   const ConvConfig config{.isa = TemplateIsa::kAvx2, .ocb = 8, .owb = 4, .icb = 2};
   const std::vector<float> w = random_matrix(p.m, p.depth(), 1), bias = random_matrix(1, p.m, 2);
   const std::vector<float> packed = prepack_conv_weights(config, p, w.data(), bias.data());
@@ -212,7 +191,7 @@ TEST(ConvChoices, EveryChoiceIsCorrectAtAwkwardSizes) {
 
 TEST(ConvChoices, HeuristicFirstNamesUniqueAndRebuiltFromTheirNames) {
   // Stride 2: the template's default config, then the libraries.
-  const ConvProblem p = problem(1, 64, 56, 56, 64, 3, 2, 1);
+  const ConvProblem p = square_conv(1, 64, 56, 56, 64, 3, 2, 1);
   const std::vector<ConvChoicePtr> choices = conv_choices(p, 2);
   ASSERT_GE(choices.size(), 3u);
   EXPECT_EQ(choices[0]->backend(), "template");
@@ -220,7 +199,7 @@ TEST(ConvChoices, HeuristicFirstNamesUniqueAndRebuiltFromTheirNames) {
   EXPECT_EQ(choices[2]->name(), "im2col-openblas");
   // Stride 1 at 56 x 56 x 64: Winograd first, then the same order.
   const std::vector<ConvChoicePtr> stride1 =
-      conv_choices(problem(1, 64, 56, 56, 64, 3, 1, 1), 2, TemplateIsa::kAvx2);
+      conv_choices(square_conv(1, 64, 56, 56, 64, 3, 1, 1), 2, TemplateIsa::kAvx2);
   ASSERT_GE(stride1.size(), 4u);
   EXPECT_EQ(stride1[0]->name(), "winograd avx2");
   EXPECT_EQ(stride1[1]->backend(), "template");

@@ -20,6 +20,28 @@ namespace kiln::autotune::test {
 using ConvFn = void(const float*, const float*, float*);
 using ConvResidualFn = void(const float*, const float*, float*, const float*);
 
+/// A problem with a square kernel and the same stride, padding and dilation on both axes.
+inline ConvProblem square_conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t m, int64_t k,
+                               int64_t stride, int64_t pad, int64_t dilation = 1,
+                               int64_t group = 1) {
+  return {.n = n,
+          .c = c,
+          .h = h,
+          .w = w,
+          .m = m,
+          .kh = k,
+          .kw = k,
+          .stride_h = stride,
+          .stride_w = stride,
+          .pad_top = pad,
+          .pad_left = pad,
+          .pad_bottom = pad,
+          .pad_right = pad,
+          .dilation_h = dilation,
+          .dilation_w = dilation,
+          .group = group};
+}
+
 /// Compares Y with the reference convolution of X, W and bias; with `residual`, with
 /// min(max(y + residual, 0), 6). `what` names the choice and problem in failures.
 using ConvCheck = std::function<void(const std::vector<float>& x, const std::vector<float>& w,

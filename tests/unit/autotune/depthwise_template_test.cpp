@@ -30,22 +30,7 @@ using namespace test;  // NOLINT: the shared fixtures
 
 ConvProblem depthwise(int64_t n, int64_t c, int64_t h, int64_t w, int64_t multiplier, int64_t k,
                       int64_t stride, int64_t pad, int64_t dilation = 1) {
-  return {.n = n,
-          .c = c,
-          .h = h,
-          .w = w,
-          .m = c * multiplier,
-          .kh = k,
-          .kw = k,
-          .stride_h = stride,
-          .stride_w = stride,
-          .pad_top = pad,
-          .pad_left = pad,
-          .pad_bottom = pad,
-          .pad_right = pad,
-          .dilation_h = dilation,
-          .dilation_w = dilation,
-          .group = c};
+  return square_conv(n, c, h, w, c * multiplier, k, stride, pad, dilation, /*group=*/c);
 }
 
 std::vector<ConvProblem> problems() {

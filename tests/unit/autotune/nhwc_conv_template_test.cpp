@@ -32,23 +32,9 @@ using namespace test;  // NOLINT: the shared fixtures
 
 ConvProblem problem(int64_t n, int64_t c, int64_t h, int64_t w, int64_t m, int64_t k,
                     int64_t stride, int64_t pad, int64_t group, int64_t dilation = 1) {
-  return {.n = n,
-          .c = c,
-          .h = h,
-          .w = w,
-          .m = m,
-          .kh = k,
-          .kw = k,
-          .stride_h = stride,
-          .stride_w = stride,
-          .pad_top = pad,
-          .pad_left = pad,
-          .pad_bottom = pad,
-          .pad_right = pad,
-          .dilation_h = dilation,
-          .dilation_w = dilation,
-          .group = group,
-          .channels_last = true};
+  ConvProblem p = square_conv(n, c, h, w, m, k, stride, pad, dilation, group);
+  p.channels_last = true;
+  return p;
 }
 
 std::vector<ConvProblem> problems() {

@@ -104,8 +104,8 @@ void add_compile_command(CLI::App& app, CommandAction& chosen) {
   cmd->add_option("--autotune", args->autotune,
                   "GEMM algorithm selection: off, default or max (see kiln run --help)");
   cmd->add_option("--conv-layout", args->conv_layout,
-                  "activations of 1x1 and depthwise convolutions: auto (channels-last when the "
-                  "model has depthwise convolutions), nchw or nhwc");
+                  "activations of 2-D convolutions: auto (channels-last when the model has a "
+                  "depthwise convolution or 3 or more float32 2-D ones), nchw or nhwc");
   cmd->add_flag("--no-fuse-attention", args->no_fuse_attention,
                 "run attention (MatMul, scale, mask, Softmax, MatMul) node by node instead of "
                 "as one fused kernel");

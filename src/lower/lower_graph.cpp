@@ -506,16 +506,18 @@ void GraphLowering::bind_outputs() {
 
 namespace {
 
-// Whether `graph` has a depthwise convolution: W [M, 1, ...] with group > 1.
-bool has_depthwise_conv(const graph::Graph& graph) {
+// Whether ConvLayout::kAuto runs `graph` channels-last: it has a depthwise convolution (W
+// [M, 1, ...] with group > 1) or kChannelsLastMinConvs float32 2-D convolutions.
+bool is_convolution_network(const graph::Graph& graph) {
+  int convs = 0;
   for (const auto& node : graph.nodes()) {
-    if (node->op_type() != "Conv" || !node->domain().empty() || node->attr_int("group", 1) < 2)
-      continue;
+    if (node->op_type() != "Conv" || !node->domain().empty()) continue;
     const graph::Value* w = node->input(1);
-    if (w == nullptr || !w->type().shape || w->type().shape->size() < 2) continue;
-    if ((*w->type().shape)[1] == sym::Expr(1)) return true;
+    if (w == nullptr || !w->type().shape || w->type().shape->size() != 4) continue;
+    if (node->attr_int("group", 1) > 1 && (*w->type().shape)[1] == sym::Expr(1)) return true;
+    if (w->type().dtype == graph::DType::kFloat32) ++convs;
   }
-  return false;
+  return convs >= kChannelsLastMinConvs;
 }
 
 }  // namespace
@@ -523,7 +525,7 @@ bool has_depthwise_conv(const graph::Graph& graph) {
 ir::Program lower_graph(const graph::Graph& graph, const LoweringOptions& given) {
   LoweringOptions options = given;
   if (options.conv_layout == ConvLayout::kAuto) {
-    options.conv_layout = has_depthwise_conv(graph) && options.device == ir::Device::kCpu
+    options.conv_layout = is_convolution_network(graph) && options.device == ir::Device::kCpu
                               ? ConvLayout::kChannelsLast
                               : ConvLayout::kNchw;
   }

@@ -68,15 +68,21 @@ struct TensorValue {
 
 /// The activation layout of 2-D convolutions (lower/nn.cpp).
 enum class ConvLayout {
-  /// Channels-last when the graph has a depthwise convolution (MobileNet's chains of 1x1 and
-  /// depthwise layers), else NCHW.
+  /// Channels-last on the CPU when the graph is a network of convolutions: it has a depthwise
+  /// convolution (MobileNet's chains of 1x1 and depthwise layers) or at least
+  /// kChannelsLastMinConvs float32 2-D convolutions (ResNet's chains of 3x3 and 1x1 ones), so that
+  /// the reorders at the chain's ends are paid once; else NCHW.
   kAuto,
   kNchw,
-  /// The 1x1 (stride 1, unpadded, ungrouped) and depthwise float32 convolutions on the CPU run on
-  /// channels-last activations (ir::ConvCall::channels_last), with the values between them kept
-  /// channels-last, so that a chain of them needs no reorder; the other convolutions stay NCHW.
+  /// The ungrouped and depthwise float32 2-D convolutions on the CPU run on channels-last
+  /// activations (ir::ConvCall::channels_last), with the values between them (pointwise ops,
+  /// residual adds, MaxPool, GlobalAveragePool) kept channels-last, so that a chain of them needs
+  /// no reorder; other grouped convolutions stay NCHW.
   kChannelsLast,
 };
+
+/// kAuto's count of 2-D float32 convolutions from which a graph runs channels-last.
+inline constexpr int kChannelsLastMinConvs = 3;
 
 /// Per-compile options that change lowering decisions.
 struct LoweringOptions {

@@ -330,21 +330,16 @@ std::vector<TensorValue> lower_gemm(LoweringContext& ctx, const graph::Node& nod
 }
 
 // Whether a convolution runs channels-last (LoweringOptions::conv_layout): a 2-D float32 one on
-// the CPU that is 1x1, stride 1, unpadded and ungrouped (a GEMM on channels-last activations) or
-// depthwise with one output channel per input channel (each pixel a sum of channel vectors).
+// the CPU that is ungrouped (any kernel, stride, padding and dilation: oneDNN's direct
+// convolutions and the channels-last templates take [N, H, W, C] as it is) or depthwise with one
+// output channel per input channel (each pixel a sum of channel vectors).
 bool runs_channels_last(LoweringContext& ctx, const TensorValue& x, const TensorValue& w,
-                        int64_t group, const std::vector<int64_t>& kernel,
-                        const WindowGeometry& g) {
+                        int64_t group) {
   if (ctx.options().conv_layout != ConvLayout::kChannelsLast ||
       ctx.options().device != ir::Device::kCpu || x.rank() != 4 || x.dtype != DType::kFloat32) {
     return false;
   }
-  auto all = [](const std::vector<int64_t>& values, int64_t v) {
-    return std::all_of(values.begin(), values.end(), [&](int64_t e) { return e == v; });
-  };
-  if (group == 1) {
-    return all(kernel, 1) && all(g.strides, 1) && all(g.pads, 0);
-  }
+  if (group == 1) return true;
   return w.shape[1] == sym::Expr(1) && w.shape[0] == sym::Expr(group) &&
          x.shape[1] == sym::Expr(group);
 }
@@ -416,7 +411,7 @@ TensorValue conv_value(LoweringContext& ctx, const graph::Node& node, const Tens
   shape.insert(shape.end(), g.out.begin(), g.out.end());
   // Channels-last: X read as [N, H, W, C] (a view of a channels-last buffer as it is; anything
   // else is reordered as it is realized), the output [N, OH, OW, M] read through its NCHW view.
-  const bool last = runs_channels_last(ctx, x, w, group, kernel, g);
+  const bool last = runs_channels_last(ctx, x, w, group);
   if (last) shape = {shape[0], shape[2], shape[3], shape[1]};
   std::vector<std::optional<ir::View>> views = {
       ctx.as_view(last ? ctx.to_channels_last(x) : x, true), ctx.as_view(w, true)};

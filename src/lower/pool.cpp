@@ -51,7 +51,8 @@ double lowest_value(DType dtype) {
 }
 
 /// An input of a pool in NC[D...] layout; realized first when it is not a plain (view of a) load,
-/// since overlapping windows read each element several times.
+/// since overlapping windows read each element several times. A value over channels-last buffers
+/// (lower/nn.cpp) is realized channels-last.
 TensorValue pool_input(LoweringContext& ctx, const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "X");
   if (x.rank() < 3) {
@@ -63,7 +64,43 @@ TensorValue pool_input(LoweringContext& ctx, const LowerInputs& inputs) {
   }
   const LoopBody& body = *x.body;
   if (body.ops().size() == 1 && body.op(0).code == OpCode::kLoad) return x;
-  return ctx.realize(x, "pooling input read by overlapping windows");
+  constexpr std::string_view kReason = "pooling input read by overlapping windows";
+  if (ctx.reads_channels_last(x)) return ctx.realize_channels_last(x, kReason);
+  return ctx.realize(x, kReason);
+}
+
+/// Whether a pool of `x` runs channels-last: `x` is a rank-4 view of a channels-last buffer
+/// (lower/nn.cpp). Its result is then a channels-last buffer [N, OH, OW, C] too, so that the
+/// convolutions after it read it without a reorder, and its loops run over C innermost, the
+/// order of the input's memory.
+bool pools_channels_last(LoweringContext& ctx, const TensorValue& x) {
+  return x.rank() == 4 && ctx.reads_channels_last(x) &&
+         ctx.as_buffer(ctx.to_channels_last(x)).has_value();
+}
+
+/// A reduction of a pool over `x` into NCHW `shape` (`fn` takes the output index), in that layout.
+TensorValue nchw_reduction(LoweringContext& ctx, const TensorValue& x, std::vector<Expr> shape,
+                           std::vector<Expr> reduce_shape, ReductionType type,
+                           const LoweringContext::ReductionFn& fn) {
+  return ctx.reduction(x.dtype, std::move(shape), std::move(reduce_shape), type, fn);
+}
+
+/// A reduction of a pool over `x` [N, C, H, W] into NCHW `shape`, whose `fn` takes the NCHW
+/// output index; channels-last when pools_channels_last says so (computed as [N, OH, OW, C] and
+/// returned as its NCHW view).
+TensorValue pool_reduction(LoweringContext& ctx, const TensorValue& x, std::vector<Expr> shape,
+                           std::vector<Expr> reduce_shape, ReductionType type,
+                           const LoweringContext::ReductionFn& fn) {
+  if (!pools_channels_last(ctx, x)) {
+    return nchw_reduction(ctx, x, std::move(shape), std::move(reduce_shape), type, fn);
+  }
+  TensorValue y = ctx.reduction(
+      x.dtype, {shape[0], shape[2], shape[3], shape[1]}, std::move(reduce_shape), type,
+      [&](LoopBody& body, const std::vector<Expr>& index, const std::vector<Expr>& r) {
+        return fn(body, {index[0], index[3], index[1], index[2]}, r);
+      });
+  ctx.mark_channels_last(*ctx.as_buffer(y));
+  return ctx.from_channels_last(y);
 }
 
 /// A window over the spatial dims of a pool's input.
@@ -153,8 +190,9 @@ std::vector<TensorValue> lower_max_pool(LoweringContext& ctx, const graph::Node&
   TensorValue x = pool_input(ctx, inputs);
   Window w = pool_window(ctx, node, x);
   std::vector<Expr> kernel(w.g.kernel.begin(), w.g.kernel.end());
-  TensorValue y = ctx.reduction(
-      x.dtype, pool_shape(x, w.g.out), kernel, ReductionType::kMax,
+  // With Indices, the values stay NCHW as the indices are.
+  TensorValue y = (node.output(1) == nullptr ? pool_reduction : nchw_reduction)(
+      ctx, x, pool_shape(x, w.g.out), kernel, ReductionType::kMax,
       [&](LoopBody& body, const std::vector<Expr>& index, const std::vector<Expr>& r) {
         return window_load(ctx, body, x, w, index, r, lowest_value(x.dtype));
       });
@@ -189,8 +227,8 @@ std::vector<TensorValue> lower_average_pool(LoweringContext& ctx, const graph::N
   }
   std::vector<Expr> kernel(w.g.kernel.begin(), w.g.kernel.end());
   std::vector<Expr> shape = pool_shape(x, w.g.out);
-  TensorValue sum = ctx.reduction(
-      x.dtype, shape, kernel, ReductionType::kSum,
+  TensorValue sum = pool_reduction(
+      ctx, x, shape, kernel, ReductionType::kSum,
       [&](LoopBody& body, const std::vector<Expr>& index, const std::vector<Expr>& r) {
         return window_load(ctx, body, x, w, index, r, 0);
       });
@@ -250,8 +288,8 @@ std::vector<TensorValue> lower_global_pool(LoweringContext& ctx, const LowerInpu
   std::vector<Expr> spatial(x.shape.begin() + 2, x.shape.end());
   std::vector<Expr> shape = {x.shape[0], x.shape[1]};
   shape.resize(x.rank(), Expr(1));
-  TensorValue reduced = ctx.reduction(
-      x.dtype, shape, spatial, type,
+  TensorValue reduced = pool_reduction(
+      ctx, x, shape, spatial, type,
       [&](LoopBody& body, const std::vector<Expr>& index, const std::vector<Expr>& r) {
         std::vector<Expr> at = {index[0], index[1]};
         at.insert(at.end(), r.begin(), r.end());

@@ -260,6 +260,44 @@ TEST(ModelLibrary, FusedAttentionEachVariantMatchesNumpy) {
   });
 }
 
+// tests/models/make_resnet.py's ResNet blocks at awkward sizes (a 7x7 stride-2 stem to 19
+// channels, MaxPool with pads, basic, strided and bottleneck blocks with residual Adds, 37
+// channels, odd widths), which run channels-last end to end: the dynamic-batch model (oneDNN's
+// nhwc convolutions) at batch 2 and 1, and the static batch-2 one (the channels-last 1x1
+// template where it applies), each in each variant, so that the AVX2 forms run here too.
+// Within rtol 1e-4, atol 1e-5 of numpy.
+TEST(ModelLibrary, ResNetBlocksChannelsLastEachVariantMatchesNumpy) {
+  const fs::path dynamic = compile_models_script("make_resnet.py", "resnet");
+  const fs::path dir = scratch() / "resnet";
+  driver::LibraryOptions options;
+  options.output = scratch() / "resnet_b2.so";
+  options.compile.cache_dir = fs::path(KILN_BUILD_DIR) / "test-tmp" / "aot" / "cache";
+  options.compile.autotune = autotune::AutotuneMode::kOff;
+  const fs::path fixed =
+      driver::compile_library(onnx::import_model(dir / "model_b2.onnx"), options).library;
+  for (const fs::path& library : {dynamic, fixed}) {
+    for_each_variant(library, [&](Loaded& m) {
+      for (const char* batch : {"2", "1"}) {
+        if (library == fixed && std::string(batch) == "1") continue;
+        SCOPED_TRACE(library.filename().string() + ", variant " + kiln_model_variant(m.model) +
+                     ", batch " + batch);
+        const auto read = [&](const char* name) {
+          return onnx::read_tensor_file(dir / (std::string(name) + "_b" + batch + ".npy"));
+        };
+        const graph::Tensor x = read("x");
+        kiln_tensor in = tensor_of(x);
+        kiln_tensor out[2] = {};
+        ASSERT_EQ(message_of(kiln_model_run(m.model, &in, 1, out, 2)), "");
+        ASSERT_EQ(out[1].rank, 4);
+        EXPECT_EQ(out[1].dims[1], 37);
+        expect_close(static_cast<const float*>(out[0].data), read("y"));
+        expect_close(static_cast<const float*>(out[1].data), read("z"));
+        for (kiln_tensor& t : out) kiln_free(t.data);
+      }
+    });
+  }
+}
+
 TEST(ModelLibrary, MatchesNumpyWithLibraryAndCallerBuffers) {
   Loaded m;
   load(conv_matmul_library(), m);

@@ -3,7 +3,7 @@
 # the same MLP with a dynamic batch (run at batch 1, 3, 8 and 0), a small CNN (Conv with
 # bias, pads and stride, BatchNormalization, Relu, MaxPool, Conv, GlobalAveragePool, Flatten,
 # Gemm), a residual block whose 3x3 convolutions run as the Winograd template (checked at atol
-# 1e-4), MobileNetV2's blocks channels-last (static and dynamic batch), a model with data-dependent If and Loop (nested), and one whose shapes are computed from
+# 1e-4), MobileNetV2's and ResNet's blocks channels-last (static and dynamic batch), a model with data-dependent If and Loop (nested), and one whose shapes are computed from
 # data (Reshape, Expand, Tile, ConstantOfShape, TopK, Range; with a bad shape: a clear error),
 # with seeded weights, inputs and expected outputs computed in numpy; and a transformer block
 # at opset 20 with a model-local function (make_transformer.py), a causal attention block at
@@ -58,7 +58,7 @@ KILN_LOG=autotune "$KILN" run "$M/winograd/model.onnx" --input "x=$M/winograd/x.
 "$PYTHON" "$HERE/compare.py" "$M/winograd/y.npy" "$out/y.npy" 1e-4 ||
   fail "winograd: output differs from numpy"
 # MobileNetV2's blocks at awkward sizes run channels-last (the model has depthwise layers): the
-# 1x1 and depthwise convolutions as the channels-last templates, the stem in NCHW; with a dynamic
+# 1x1 and depthwise convolutions as the channels-last templates, the stem on oneDNN's nhwc; with a dynamic
 # batch they run on oneDNN's nhwc convolutions.
 echo "== mobilenet"
 out="$SCRATCH/out/mobilenet"
@@ -74,6 +74,24 @@ KILN_LOG=autotune "$KILN" run "$M/mobilenet/model.onnx" --input "x=$M/mobilenet/
 for b in 1 2; do
   run_case "mobilenet_dyn_b$b" "$M/mobilenet_dyn/model.onnx" "$M/mobilenet_dyn/x_b$b.npy" \
     "$M/mobilenet_dyn/y_b$b.npy"
+done
+# ResNet's blocks at awkward sizes (make_resnet.py) run channels-last end to end: at a static
+# batch of 2, every convolution is a channels-last call (the two stride-1 1x1 ones as the
+# pointwise template), with MaxPool, the residual Adds and GlobalAveragePool between them.
+"$PYTHON" "$HERE/make_resnet.py" "$M/resnet" || fail "make_resnet.py failed"
+echo "== resnet_b2"
+out="$SCRATCH/out/resnet_b2"
+mkdir -p "$out"
+KILN_LOG=autotune "$KILN" run "$M/resnet/model_b2.onnx" --input "x=$M/resnet/x_b2.npy" \
+  --output-dir "$out" --cache-dir "$CACHE" --autotune off --dump "$out/dump" >"$out/stdout" \
+  2>"$out/stderr" || { cat "$out/stderr"; fail "resnet_b2: kiln run failed"; }
+# The other seven are oneDNN's nhwc convolutions, called from the wrapper.
+[ "$(grep -c "nhwc) runs as 'pointwise-nhwc" "$out/stderr")" -eq 2 ] &&
+  [ "$(grep -c "p.channels_last = 1;" "$out/dump/5_wrapper.cpp")" -eq 7 ] ||
+  { cat "$out/stderr"; fail "resnet_b2: the nine convolutions did not run channels-last"; }
+for name in y z; do
+  "$PYTHON" "$HERE/compare.py" "$M/resnet/${name}_b2.npy" "$out/$name.npy" ||
+    fail "resnet_b2: output $name differs from numpy"
 done
 for b in 1 3 8 0; do
   run_case "mlp_dyn_b$b" "$M/mlp_dyn/model.onnx" "$M/mlp_dyn/x_b$b.npy" "$M/mlp_dyn/y_b$b.npy"

@@ -103,6 +103,9 @@ TensorValue pool_reduction(LoweringContext& ctx, const TensorValue& x, std::vect
   return ctx.from_channels_last(y);
 }
 
+/// The largest window a channels-last MaxPool unrolls into one pointwise kernel.
+constexpr int64_t kUnrolledWindow = 16;
+
 /// A window over the spatial dims of a pool's input.
 struct Window {
   WindowGeometry g;
@@ -185,12 +188,60 @@ TensorValue max_pool_indices(LoweringContext& ctx, const graph::Node& node, cons
   });
 }
 
+/// Whether every window of a 2-D pool (without ceil_mode) holds an input element along each dim
+/// and its taps are consecutive (unit dilations, each pad smaller than the kernel), so that a tap
+/// outside the input may read the input's nearest element: that element is a tap of the same
+/// window.
+bool clamped_taps(const Window& w) {
+  if (w.spatial.size() != 2) return false;
+  for (size_t j = 0; j < 2; ++j) {
+    if (w.g.dilations[j] != 1 || w.g.pads[j] >= w.g.kernel[j] || w.g.pads[j + 2] >= w.g.kernel[j]) {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::vector<TensorValue> lower_max_pool(LoweringContext& ctx, const graph::Node& node,
                                         const LowerInputs& inputs) {
   TensorValue x = pool_input(ctx, inputs);
   Window w = pool_window(ctx, node, x);
   std::vector<Expr> kernel(w.g.kernel.begin(), w.g.kernel.end());
-  // With Indices, the values stay NCHW as the indices are.
+  // A channels-last MaxPool of a small window is one pointwise kernel over [N, OH, OW, C], the
+  // window's loads unrolled: its innermost loop runs over contiguous channels, so it vectorizes,
+  // where a reduction loops over the window inside each channel. A tap outside the input reads
+  // the input's nearest element instead, which is a tap of the same window (clamped_taps), so
+  // the maximum is unchanged and the loads need no mask. With Indices, the values stay NCHW as
+  // the indices are.
+  const bool ceil_mode = node.opset() >= 10 && node.attr_int("ceil_mode", 0) != 0;
+  if (node.output(1) == nullptr && pools_channels_last(ctx, x) && !ceil_mode && clamped_taps(w) &&
+      w.g.kernel[0] * w.g.kernel[1] <= kUnrolledWindow) {
+    const std::vector<Expr> shape = pool_shape(x, w.g.out);
+    auto tap = [&](LoopBody& body, const std::vector<Expr>& index, int64_t r0, int64_t r1) {
+      std::vector<Expr> at = {index[0], index[3]};
+      for (size_t j = 0; j < 2; ++j) {
+        Expr e = w.coordinate(j, index[j + 1], j == 0 ? r0 : r1);
+        if (w.may_leave_input) e = sym::max(Expr(0), sym::min(e, w.spatial[j] - 1));
+        at.push_back(e);
+      }
+      return ctx.load_at(body, x, at);
+    };
+    TensorValue last =
+        ctx.pointwise(x.dtype, {shape[0], shape[2], shape[3], shape[1]},
+                      [&](LoopBody& body, const std::vector<Expr>& index) {
+                        ValueId acc = ir::kNoValue;
+                        for (int64_t r0 = 0; r0 < w.g.kernel[0]; ++r0) {
+                          for (int64_t r1 = 0; r1 < w.g.kernel[1]; ++r1) {
+                            ValueId v = tap(body, index, r0, r1);
+                            acc = acc == ir::kNoValue ? v : body.binary(OpCode::kMaximum, acc, v);
+                          }
+                        }
+                        return acc;
+                      });
+    TensorValue y = ctx.realize(last, "channels-last MaxPool");
+    ctx.mark_channels_last(*ctx.as_buffer(y));
+    return {ctx.from_channels_last(y)};
+  }
   TensorValue y = (node.output(1) == nullptr ? pool_reduction : nchw_reduction)(
       ctx, x, pool_shape(x, w.g.out), kernel, ReductionType::kMax,
       [&](LoopBody& body, const std::vector<Expr>& index, const std::vector<Expr>& r) {

@@ -12,7 +12,8 @@
 # Usage: bench/ort/run.sh [BUILD_DIR]   (`make bench-ort` builds kiln and runs it)
 # Environment: BENCH_ORT_THREADS (2), BENCH_ORT_ROUNDS (3), BENCH_ORT_ITERS (timed runs per round,
 # 20), BENCH_ORT_WARMUP (5), BENCH_ORT_BERT_LAYERS (12), BENCH_ORT_MODELS ("resnet50 mobilenet_v2
-# bert encoder decoder").
+# bert encoder decoder"), BENCH_ORT_VARIANT ("cpu": the variant of Kiln's library this CPU
+# selects; "v3": the x86-64-v3 variant forced, see below).
 # Everything it writes is under BUILD_DIR/bench-ort/ (onnxruntime-node, models, code cache,
 # outputs, results.jsonl).
 set -euo pipefail
@@ -31,6 +32,19 @@ WARMUP="${BENCH_ORT_WARMUP:-5}"
 BERT_LAYERS="${BENCH_ORT_BERT_LAYERS:-12}"
 MODELS="${BENCH_ORT_MODELS:-resnet50 mobilenet_v2 bert encoder decoder}"
 CACHE="$WORK/cache"  # the code cache of every Kiln run after the cold compile
+# With "v3", Kiln's loader assumes a CPU with only x86-64-v3's features (KILN_CPU_FEATURES), so it
+# loads the AVX2 variant, and oneDNN, which dispatches on the CPU itself, is held to AVX2
+# (DNNL_MAX_CPU_ISA; ONEDNN_MAX_CPU_ISA is its newer name) and OpenBLAS to its Haswell kernels
+# (OPENBLAS_CORETYPE): what an AVX2 machine runs. Without the caps, oneDNN's convolutions would
+# still run AVX-512 code. Exported for the whole run, the compiles too; ONNX Runtime ignores
+# them and runs the host's ISA.
+VARIANT="${BENCH_ORT_VARIANT:-cpu}"
+case "$VARIANT" in
+  cpu) ;;
+  v3) export KILN_CPU_FEATURES=avx,avx2,fma,bmi,bmi2,f16c DNNL_MAX_CPU_ISA=AVX2 \
+    ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell ;;
+  *) echo "bench-ort: BENCH_ORT_VARIANT is cpu or v3, not '$VARIANT'" >&2; exit 1 ;;
+esac
 mkdir -p "$WORK"
 [ -x "$KILN" ] || { echo "bench-ort: no $KILN; build it first (make build)" >&2; exit 1; }
 for tool in node npm; do
@@ -88,6 +102,10 @@ RESULTS="$WORK/results.jsonl"
 : >"$RESULTS"
 echo "== Kiln $("$KILN" --version | cut -d' ' -f2) against ONNX Runtime $ORT_VERSION:" \
   "$THREADS threads each, $ROUNDS rounds of $WARMUP warm-up + $ITERS timed runs per model"
+if [ "$VARIANT" = v3 ]; then
+  echo "   Kiln's x86-64-v3 variant forced (KILN_CPU_FEATURES=$KILN_CPU_FEATURES)," \
+    "oneDNN held to AVX2 (DNNL_MAX_CPU_ISA=$DNNL_MAX_CPU_ISA), OpenBLAS to Haswell"
+fi
 echo "   CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) hardware threads;" \
   "OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}; $(cut -d' ' -f1-3 /proc/loadavg) load average"
 

@@ -582,6 +582,7 @@ extern "C" int kiln_run(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* ou
 }
 
 extern "C" void kiln_free(void* data) { std::free(data); })");
+    ops_->write_entry_points(out);
   }
 
   void write_kernel_units(const std::string& prelude) {

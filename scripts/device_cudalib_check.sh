@@ -7,9 +7,10 @@
 #   2. bench/ort's ResNet-50-shaped CNN and BERT-base-shaped encoder (make_models.py, too large
 #      to carry), compiled here with the GPU hidden (CUDA_VISIBLE_DEVICES=""), at tf32;
 # each: loaded and run with host, device and pinned buffers on the caller's streams, 8 threads
-# x 100 runs (outputs bit-identical to the first run), then its outputs against `kiln run
-# --device cuda` on the same inputs: max |diff| / max |reference| within 1e-5 (fp32) or 1e-4
-# (tf32: the two may pick other cuBLASLt/cuDNN algorithms).
+# x 100 runs (outputs bit-identical to the first run), the median latency of 50 runs; all that
+# once with CUDA graphs off (KILN_CUDA_GRAPHS=0) and once on (the default); then the outputs of
+# both against `kiln run --device cuda` on the same inputs: max |diff| / max |reference| within
+# 1e-5 (fp32) or 1e-4 (tf32: the two may pick other cuBLASLt/cuDNN algorithms).
 #   scripts/device_cudalib_check.sh [PREFIX] [LIBS_DIR] [OUT_DIR]
 # PREFIX holds bin/kiln and bin/kiln_cuda_library_check (a build tree or the bundle's install
 # prefix); LIBS_DIR defaults to PREFIX/share/kiln/check/cudalib; OUT_DIR to $OUT/cudalib, else
@@ -40,6 +41,11 @@ check() {
   rm -rf "$dir"
   mkdir -p "$dir"
   echo "== $name ($precision)"
+  echo "-- CUDA graphs off"
+  KILN_CUDA_GRAPHS=0 timeout 300 "$prefix/bin/kiln_cuda_library_check" "$library" "$dir/nographs" "$@" 2>&1 |
+    tee "$dir/check-nographs.log" | grep -v '^$'
+  [ "${PIPESTATUS[0]}" -eq 0 ] || failures=$((failures + 1))
+  echo "-- CUDA graphs on"
   timeout 300 "$prefix/bin/kiln_cuda_library_check" "$library" "$dir" "$@" 2>&1 | tee "$dir/check.log" |
     grep -v '^$'
   [ "${PIPESTATUS[0]}" -eq 0 ] || failures=$((failures + 1))
@@ -58,25 +64,26 @@ import numpy as np
 d, precision = sys.argv[1:3]
 tolerance = 1e-5 if precision == "fp32" else 1e-4
 worst, bad = 0.0, []
-for name in sorted(os.listdir(os.path.join(d, "outputs"))):
-    lib = np.load(os.path.join(d, "outputs", name))
-    path = os.path.join(d, "run", name)
-    if not os.path.exists(path):
-        bad.append(f"{name}: kiln run wrote no such output")
-        continue
-    run = np.load(path)
-    if lib.shape != run.shape:
-        bad.append(f"{name}: shape {lib.shape} against kiln run's {run.shape}")
-        continue
-    if lib.size == 0:
-        continue
-    scale = max(float(np.abs(run.astype(np.float64)).max()), 1e-30)
-    err = float(np.abs(lib.astype(np.float64) - run.astype(np.float64)).max()) / scale
-    worst = max(worst, err)
-    if not err <= tolerance:
-        bad.append(f"{name}: max |diff| / max |ref| = {err:.2e}")
-print(f"against kiln run --device cuda: max |diff| / max |ref| = {worst:.2e} "
-      f"(tolerance {tolerance:g}): {'ok' if not bad else 'OUT OF TOLERANCE'}")
+for sub in ("nographs/outputs", "outputs"):
+    for name in sorted(os.listdir(os.path.join(d, sub))):
+        lib = np.load(os.path.join(d, sub, name))
+        path = os.path.join(d, "run", name)
+        if not os.path.exists(path):
+            bad.append(f"{sub}/{name}: kiln run wrote no such output")
+            continue
+        run = np.load(path)
+        if lib.shape != run.shape:
+            bad.append(f"{sub}/{name}: shape {lib.shape} against kiln run's {run.shape}")
+            continue
+        if lib.size == 0:
+            continue
+        scale = max(float(np.abs(run.astype(np.float64)).max()), 1e-30)
+        err = float(np.abs(lib.astype(np.float64) - run.astype(np.float64)).max()) / scale
+        worst = max(worst, err)
+        if not err <= tolerance:
+            bad.append(f"{sub}/{name}: max |diff| / max |ref| = {err:.2e}")
+print(f"graphs off and on, against kiln run --device cuda: max |diff| / max |ref| = "
+      f"{worst:.2e} (tolerance {tolerance:g}): {'ok' if not bad else 'OUT OF TOLERANCE'}")
 for line in bad:
     print("  " + line)
 sys.exit(1 if bad else 0)

@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -50,6 +51,8 @@ using CUfunction = void*;
 using CUstream = void*;
 using CUdeviceptr = unsigned long long;
 using CUevent = void*;
+using CUgraph = void*;
+using CUgraphExec = void*;
 
 /// The driver entry points used, found by name in libcuda.so.1 once per process.
 struct Driver {
@@ -83,6 +86,12 @@ struct Driver {
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);
   CUresult (*cuMemFreeHost)(void*);
+  CUresult (*cuStreamBeginCapture)(CUstream, int);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
+  CUresult (*cuGraphInstantiate)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
   CUcontext context = nullptr;
   int arch = 0;               // compute capability as 10 * major + minor
   int max_shared_bytes = 0;   // dynamic shared memory a block may opt in to
@@ -132,6 +141,12 @@ inline void find_symbols(void* lib, Driver& r) {
   find_symbol(lib, "cuStreamWaitEvent", r.cuStreamWaitEvent);
   find_symbol(lib, "cuMemHostAlloc", r.cuMemHostAlloc);
   find_symbol(lib, "cuMemFreeHost", r.cuMemFreeHost);
+  find_symbol(lib, "cuStreamBeginCapture_v2", r.cuStreamBeginCapture);
+  find_symbol(lib, "cuStreamEndCapture", r.cuStreamEndCapture);
+  find_symbol(lib, "cuGraphInstantiateWithFlags", r.cuGraphInstantiate);
+  find_symbol(lib, "cuGraphLaunch", r.cuGraphLaunch);
+  find_symbol(lib, "cuGraphExecDestroy", r.cuGraphExecDestroy);
+  find_symbol(lib, "cuGraphDestroy", r.cuGraphDestroy);
 }
 
 /// The driver with device 0's primary context, loaded on first use; fails with a clear message
@@ -178,12 +193,42 @@ inline void* alloc_device(size_t bytes) {
   return reinterpret_cast<void*>(p);
 }
 
+/// The device memory of the runs of one CUDA graph (RunState::Graph): what the run that
+/// captured it allocated, in order, handed out again in that order to each run that replays it
+/// (the graph's kernels read and write those addresses), and freed with the graph.
+struct GraphMemory {
+  std::vector<std::pair<void*, size_t>> blocks;
+  size_t next = 0;      // replay: the next block to hand out
+  bool replay = false;  // hand out the recorded blocks (else allocate and record)
+  void* take(size_t bytes) {
+    if (!replay) {
+      void* p = alloc_device(bytes);
+      blocks.emplace_back(p, bytes);
+      return p;
+    }
+    if (next >= blocks.size() || blocks[next].second != bytes) {
+      kiln_rt::fail(
+          "CUDA graph replay: allocation %zu of the run (%zu bytes) differs from the "
+          "run that captured the graph",
+          next, bytes);
+    }
+    return blocks[next++].first;
+  }
+  void release() {
+    for (const auto& b : blocks) driver().cuMemFree(reinterpret_cast<CUdeviceptr>(b.first));
+    blocks.clear();
+  }
+};
+
 /// Stream-ordered device memory for a run's workspace (kiln_rt::BasicWorkspace): allocated and
 /// freed in the order of the run's stream, so neither waits for the GPU. Without memory pools
-/// on the device, plain allocations.
+/// on the device, plain allocations. A run that captures or replays a CUDA graph takes the
+/// graph's memory instead (`graph`), freed only with the graph.
 struct DeviceMemory {
   CUstream stream = nullptr;
+  GraphMemory* graph = nullptr;
   void* alloc(size_t bytes) const {
+    if (graph != nullptr) return graph->take(bytes == 0 ? 1 : bytes);
     Driver& d = driver();
     if (!d.memory_pools) return alloc_device(bytes);
     CUdeviceptr p = 0;
@@ -191,6 +236,7 @@ struct DeviceMemory {
     return reinterpret_cast<void*>(p);
   }
   void free(void* p) const {
+    if (graph != nullptr) return;
     Driver& d = driver();
     if (d.memory_pools) {
       d.cuMemFreeAsync(device_ptr(p), stream);
@@ -750,6 +796,7 @@ class RunState {
     Driver& d = driver();
     d.cuStreamSynchronize(stream_);
     d.cuStreamSynchronize(own_stream_);
+    drop_graphs();
     if (done_ != nullptr) d.cuEventDestroy(done_);
     if (arena_ != nullptr) d.cuMemFree(device_ptr(arena_));
     for (void* c : constants_) {
@@ -774,7 +821,18 @@ class RunState {
   /// architecture the first time (`names` are the kernels, in the order launch() numbers them),
   /// takes the stream of the run's mode (made to wait for the state's previous run, which may
   /// still be queued on another stream: it used the same arena), then clears the error word.
-  void begin_run(const Cubin* cubins, size_t n_cubins, const char* const* names, size_t n_names) {
+  ///
+  /// With `graphs` (a model whose runs never wait for the GPU midway, and no profile), the run's
+  /// device work becomes a CUDA graph per set of input sizes and dtypes (`inputs`): the first run
+  /// with them runs directly (the libraries make their plans, the constants are uploaded), the
+  /// second captures its work into a graph (from its first kernel or library call to its first
+  /// wait or copy out) and launches it, the next ones run the host code alone and launch the
+  /// graph. Eight graphs are kept, the least recently used dropped first; a run that cannot be
+  /// captured (a library call that refuses) runs again without one (run_retrying), and its sizes
+  /// never get one. KILN_CUDA_GRAPHS=0 turns graphs off.
+  void begin_run(const Cubin* cubins, size_t n_cubins, const char* const* names, size_t n_names,
+                 const kiln_rt::TensorArg* inputs = nullptr, size_t n_inputs = 0,
+                 bool graphs = false) {
     Driver& d = driver();
     if (own_stream_ == nullptr) {
       check(d.cuStreamCreate(&own_stream_, 1 /* CU_STREAM_NON_BLOCKING */), "creating a stream");
@@ -791,6 +849,12 @@ class RunState {
     pending_ = false;
     host_inputs_.clear();
     checks_.clear();
+    graph_ = nullptr;
+    graph_mode_ = GraphMode::kNone;
+    capturing_ = false;
+    device_work_ = false;
+    graph_launched_ = false;
+    if (graphs && module_ != nullptr && graphs_enabled()) choose_graph(inputs, n_inputs);
     if (error_ != 0)
       check(d.cuMemsetD8Async(error_, 0, sizeof(DeviceError), stream_), "clearing the error word");
   }
@@ -804,11 +868,70 @@ class RunState {
   }
 
   CUstream stream() const { return stream_; }
-  DeviceMemory memory() const { return DeviceMemory{stream_}; }
+  DeviceMemory memory() {
+    return DeviceMemory{stream_, graph_mode_ != GraphMode::kNone ? &graph_->memory : nullptr};
+  }
+
+  /// Called before each kernel or library call a run queues: begins the graph's capture at the
+  /// first one; true when the run replays its graph, which holds the call (the caller queues
+  /// nothing).
+  bool replaying() {
+    if (graph_mode_ == GraphMode::kNone || graph_launched_) return false;
+    device_work_ = true;
+    if (graph_mode_ == GraphMode::kCapture && !capturing_) {
+      check(driver().cuStreamBeginCapture(stream_, 2 /* CU_STREAM_CAPTURE_MODE_RELAXED */),
+            "beginning a CUDA graph capture");
+      capturing_ = true;
+    }
+    return graph_mode_ == GraphMode::kReplay;
+  }
+
+  /// Where the run first waits for the GPU or copies a result out: ends the capture and
+  /// instantiates the graph, then launches it (capturing queues nothing). What the run queues
+  /// afterwards runs directly, in a capture and in its replays alike.
+  void flush_graph() {
+    if (graph_mode_ == GraphMode::kNone || graph_launched_ || !device_work_) return;
+    Driver& d = driver();
+    if (capturing_) {
+      CUgraph g = nullptr;
+      check(d.cuStreamEndCapture(stream_, &g), "ending the CUDA graph capture");
+      capturing_ = false;
+      CUgraphExec exec = nullptr;
+      const CUresult e = d.cuGraphInstantiate(&exec, g, 0);
+      d.cuGraphDestroy(g);
+      check(e, "instantiating the CUDA graph");
+      graph_->exec = exec;
+      graph_->checks = checks_;
+    }
+    check(d.cuGraphLaunch(graph_->exec, stream_), "launching the CUDA graph");
+    graph_launched_ = true;
+  }
+
+  /// After a failure: when the run was capturing a graph, ends the capture, forgets the graph
+  /// (its sizes run without one from now on) and returns true, so that the run can be done
+  /// again directly; false otherwise.
+  bool abandon_capture() {
+    // Failures before the capture began, or after its graph was launched, are the run's own.
+    if (graph_mode_ != GraphMode::kCapture || !device_work_ || graph_launched_) return false;
+    Driver& d = driver();
+    if (capturing_) {
+      CUgraph g = nullptr;
+      d.cuStreamEndCapture(stream_, &g);
+      if (g != nullptr) d.cuGraphDestroy(g);
+      capturing_ = false;
+    }
+    d.cuStreamSynchronize(stream_);
+    graph_->memory.release();
+    graph_->failed = true;
+    graph_mode_ = GraphMode::kNone;
+    graph_ = nullptr;
+    return true;
+  }
 
   /// Kernel `k` of the module, launched on the run's stream.
   template <typename... Args>
   void launch(int k, const char* name, Args... args) {
+    if (replaying()) return;
     launch_function(functions_[static_cast<size_t>(k)], stream_, name, args...);
   }
 
@@ -830,6 +953,11 @@ class RunState {
     const size_t want = library_offset_ + library_workspace_bytes_;
     if (arena_ == nullptr || want > arena_bytes_) {
       Driver& d = driver();
+      // The graphs read and write the old arena: dropped (runs of their sizes capture anew). A
+      // graph's own run never grows it: the run before its capture sized it.
+      if (graph_mode_ != GraphMode::kNone)
+        kiln_rt::fail("CUDA graph: the arena grows in a run that captures or replays a graph");
+      drop_graphs();
       if (arena_ != nullptr) {
         check(d.cuStreamSynchronize(stream_), "growing the arena");
         d.cuMemFree(device_ptr(arena_));
@@ -856,9 +984,19 @@ class RunState {
   /// A copy on the GPU of model input `in`, in `ws`.
   template <typename T>
   const T* upload_input(DeviceWorkspace& ws, const kiln_rt::TensorArg& in) {
-    if (mode_.inputs_on_device) return static_cast<const T*>(in.data);  // the caller's
     size_t n = 1;
     for (int k = 0; k < in.rank; ++k) n *= static_cast<size_t>(in.dims[k]);
+    if (mode_.inputs_on_device) {
+      // The caller's, read in place; a graph reads its own copy (its address is in the graph).
+      if (graph_mode_ == GraphMode::kNone) return static_cast<const T*>(in.data);
+      T* p = ws.alloc<T>(static_cast<int64_t>(n));
+      if (n > 0) {
+        check(
+            driver().cuMemcpyDtoDAsync(device_ptr(p), device_ptr(in.data), n * sizeof(T), stream_),
+            "copying an input on the GPU");
+      }
+      return p;
+    }
     T* p = ws.alloc<T>(static_cast<int64_t>(n));
     upload(p, static_cast<const T*>(in.data), static_cast<int64_t>(n));
     return p;
@@ -892,6 +1030,7 @@ class RunState {
   /// the next synchronize().
   template <typename T>
   void download(T* host, const T* device, int64_t numel) {
+    flush_graph();
     if (numel <= 0) return;
     check(driver().cuMemcpyDtoHAsync(host, device_ptr(device),
                                      static_cast<size_t>(numel) * sizeof(T), stream_),
@@ -901,6 +1040,7 @@ class RunState {
   /// Waits for everything queued on the run's stream (`what` names the reason in errors), then
   /// fails if an index check failed.
   void synchronize(const char* what) {
+    flush_graph();
     Driver& d = driver();
     check(d.cuStreamSynchronize(stream_), what);
     if (checks_.empty() || error_ == 0) return;
@@ -934,6 +1074,7 @@ class RunState {
     if (m == 0 || n == 0 || batches == 0) return;
     if (s.out_strides[r - 1] != 1 && n > 1)
       kiln_rt::fail("%s: cuBLASLt writes rows of contiguous elements", what);
+    if (replaying()) return;
     if (k == 0) {  // an empty sum: zeros (no epilogue is fused where K may be 0)
       if (epilogue != Epilogue::kNone) kiln_rt::fail("%s: an epilogue over K = 0", what);
       check(driver().cuMemsetD8Async(device_ptr(out), 0,
@@ -1060,6 +1201,7 @@ class RunState {
       w_numel *= s.w[d];
     }
     if (y_numel == 0) return;
+    if (replaying()) return;
     if (x_numel == 0 || w_numel == 0) {  // an empty sum over channels: zeros
       check(driver().cuMemsetD8Async(device_ptr(y), 0, static_cast<size_t>(y_numel) * sizeof(T),
                                      stream_),
@@ -1155,6 +1297,7 @@ class RunState {
       kiln_rt::check_indices(host.data(), count, size, has_ignored, ignored, node);
       return;
     }
+    if (replaying()) return;  // the graph's checks are the capture's (checks_)
     checks_.push_back({node, size});
     launch_function(f, stream_, "kiln_check_indices", 1, 1, 1, 256, 1, 1, 0, indices, count, size,
                     has_ignored ? 1 : 0, ignored, static_cast<int64_t>(checks_.size() - 1));
@@ -1165,6 +1308,88 @@ class RunState {
     std::string node;
     int64_t size;
   };
+
+  /// The CUDA graph of one set of input sizes and dtypes (`key`), with the memory its runs use.
+  struct Graph {
+    std::vector<int64_t> key;
+    GraphMemory memory;
+    CUgraphExec exec = nullptr;  // null until captured
+    std::vector<Check> checks;   // the index checks its kernels report, numbered
+    bool warm = false;           // a run of these sizes ran directly: the next one captures
+    bool failed = false;         // its capture failed: these sizes run without a graph
+    uint64_t last_use = 0;
+  };
+  enum class GraphMode { kNone, kCapture, kReplay };
+  static constexpr size_t kMaxGraphs = 8;
+
+  static bool graphs_enabled() {
+    static const bool enabled = [] {
+      const char* v = std::getenv("KILN_CUDA_GRAPHS");
+      return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return enabled;
+  }
+
+  /// The graph of the run's inputs: found (replayed), warm (captured now) or new (this run
+  /// runs directly and warms it).
+  void choose_graph(const kiln_rt::TensorArg* inputs, size_t n_inputs) {
+    std::vector<int64_t> key;
+    for (size_t k = 0; k < n_inputs; ++k) {
+      key.push_back(inputs[k].dtype);
+      key.push_back(inputs[k].rank);
+      key.insert(key.end(), inputs[k].dims, inputs[k].dims + inputs[k].rank);
+    }
+    Graph* g = nullptr;
+    for (const auto& candidate : graphs_) {
+      if (candidate->key == key) g = candidate.get();
+    }
+    if (g == nullptr) {
+      if (graphs_.size() >= kMaxGraphs) {
+        size_t oldest = 0;
+        for (size_t k = 1; k < graphs_.size(); ++k) {
+          if (graphs_[k]->last_use < graphs_[oldest]->last_use) oldest = k;
+        }
+        check(driver().cuStreamSynchronize(stream_), "dropping a CUDA graph");
+        release(*graphs_[oldest]);
+        graphs_.erase(graphs_.begin() + static_cast<std::ptrdiff_t>(oldest));
+      }
+      graphs_.push_back(std::make_unique<Graph>());
+      g = graphs_.back().get();
+      g->key = std::move(key);
+      g->warm = true;
+      g->last_use = ++uses_;
+      return;  // this run runs directly
+    }
+    g->last_use = ++uses_;
+    if (g->failed) return;
+    graph_ = g;
+    if (g->exec == nullptr) {
+      graph_mode_ = GraphMode::kCapture;
+      g->memory.release();
+      g->memory.replay = false;
+    } else {
+      graph_mode_ = GraphMode::kReplay;
+      g->memory.replay = true;
+      g->memory.next = 0;
+      checks_ = g->checks;
+    }
+  }
+
+  static void release(Graph& g) {
+    if (g.exec != nullptr) driver().cuGraphExecDestroy(g.exec);
+    g.exec = nullptr;
+    g.memory.release();
+  }
+
+  /// Drops every graph once the GPU is done with them.
+  void drop_graphs() {
+    if (graphs_.empty()) return;
+    Driver& d = driver();
+    d.cuStreamSynchronize(stream_);
+    d.cuStreamSynchronize(own_stream_);
+    for (auto& g : graphs_) release(*g);
+    graphs_.clear();
+  }
 
   void load(const Cubin* cubins, size_t n_cubins, const char* const* names, size_t n_names) {
     if (n_cubins == 0 || cubins[0].data == nullptr) return;
@@ -1360,6 +1585,13 @@ class RunState {
   bool pending_ = false;           // done_ marks a run that may still be queued
   RunMode mode_;
   std::vector<std::vector<char>> host_inputs_;  // host_input()'s copies, for one run
+  std::vector<std::unique_ptr<Graph>> graphs_;  // at most kMaxGraphs
+  uint64_t uses_ = 0;                           // runs that looked for a graph
+  Graph* graph_ = nullptr;                      // the current run's, captured or replayed
+  GraphMode graph_mode_ = GraphMode::kNone;
+  bool capturing_ = false;       // the capture has begun
+  bool device_work_ = false;     // the run has queued (or replays) device work
+  bool graph_launched_ = false;  // flush_graph() launched the graph
   CUmodule module_ = nullptr;
   std::vector<CUfunction> functions_;
   CUfunction check_i32_ = nullptr;
@@ -1376,6 +1608,18 @@ class RunState {
   std::vector<ConvPlan> conv_plans_;    // per call site
   std::vector<void*> constants_;
 };
+
+/// Runs `body` (a run of the model with run state `state`), again without a CUDA graph when it
+/// failed while capturing one (a library call that cannot be captured).
+template <typename Body>
+inline void run_retrying(RunState& state, Body body) {
+  try {
+    body();
+  } catch (const std::exception&) {
+    if (!state.abandon_capture()) throw;
+    body();
+  }
+}
 
 /// An op on the host (codegen/cuda/host_fallback.h), over the GPU buffers it is given, numbered:
 /// host copies of those it reads (in(), copied from the GPU), host storage for the one it
@@ -1440,6 +1684,7 @@ inline void finish_output_queued(RunState& state, kiln_rt::TensorArg& out, const
   out.rank = rank;
   for (int k = 0; k < rank; ++k) out.dims[k] = dims[k];
   const bool device = state.mode().outputs_on_device;
+  state.flush_graph();
   if (out.data != nullptr) {
     if (out.capacity < bytes) {
       kiln_rt::fail("output '%s': the buffer given holds %zu bytes, the output needs %zu", name,

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -402,6 +403,44 @@ int main(int argc, char** argv) {
       "with kiln_model_run): %d failed, %d differ from the single-threaded run\n",
       threads, runs, failed.load(), differ.load());
   failures += failed.load() + differ.load();
+
+  // 4. Latency, the median of 50 runs after 5: kiln_model_run (host buffers in and out), and
+  // queued on the caller's stream with pinned buffers (waited for after each).
+  auto median_ms = [&](auto&& one) {
+    for (int r = 0; r < 5; ++r) one();
+    std::vector<double> ms;
+    for (int r = 0; r < 50; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      one();
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count());
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  const double plain = median_ms([&] {
+    std::vector<kiln_tensor> o(n_out);
+    if (ok(kiln_model_run(m.model, m.inputs.data(), n_in, o.data(), n_out), "run")) {
+      for (kiln_tensor& x : o) kiln_free(x.data);
+    }
+  });
+  void* timing_stream = nullptr;
+  cuda.StreamCreate(&timing_stream, 1);
+  Pinned timed;
+  double queued = -1;
+  if (timed.make(m)) {
+    queued = median_ms([&] {
+      timed.run(timing_stream);
+      cuda.StreamSynchronize(timing_stream);
+    });
+  }
+  cuda.StreamDestroy(timing_stream);
+  const char* graphs = std::getenv("KILN_CUDA_GRAPHS");
+  std::printf(
+      "median of 50 runs (CUDA graphs %s): kiln_model_run %.3f ms, pinned buffers on the "
+      "caller's stream %.3f ms\n",
+      graphs != nullptr && std::strcmp(graphs, "0") == 0 ? "off" : "on", plain, queued);
   kiln_model_free(m.model);
   std::printf("%s\n", failures == 0 ? "all checks passed" : "CHECKS FAILED");
   return failures == 0 ? 0 : 1;

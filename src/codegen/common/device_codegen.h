@@ -127,6 +127,10 @@ class WrapperOps {
   /// Device code built into the units rather than being one (the CUDA kernels' source, whose
   /// cubins the wrapper embeds), as (file name, text): written with the dumps, never compiled.
   virtual std::vector<std::pair<std::string, std::string>> take_device_sources() { return {}; }
+  /// The statement by which kiln_run runs the model's function on `run` (its RunState lease).
+  virtual std::string run_call() const {
+    return "run_impl(inputs, outputs, constants, *run, profile);";
+  }
   /// Entry points of the wrapper's own, after kiln_run (the CUDA wrapper's device checks and
   /// runs on a caller's stream).
   virtual void write_entry_points(IndentedBuffer& out) { (void)out; }

@@ -58,7 +58,9 @@ void CudaWrapperOps::write_run_state_members(IndentedBuffer& out) {
 
 void CudaWrapperOps::write_workspace(IndentedBuffer& out) {
   out.line("state.cuda.begin_run(kCubins, sizeof kCubins / sizeof kCubins[0], kKernelNames,");
-  out.line("                     sizeof kKernelNames / sizeof kKernelNames[0]);");
+  out.line(
+      "                     sizeof kKernelNames / sizeof kKernelNames[0], inputs, kInputCount,");
+  out.line("                     kCudaGraphs && profile == nullptr);");
   out.line("kiln_cuda::DeviceWorkspace ws(state.cuda.memory());");
   if (uses_workspace_)
     out.line("state.cuda.reserve_library_workspace();  // cuBLASLt's and cuDNN's, in the arena");
@@ -111,6 +113,7 @@ void CudaWrapperOps::write_index_check(IndentedBuffer& out, const std::string& p
 
 void CudaWrapperOps::write_size_read(IndentedBuffer& out, const std::string& identifier,
                                      const std::string& pointer, const std::string& element) {
+  waits_ = true;
   out.linef("const int64_t {} = state.cuda.read({}, {}, \"a size read from data\");", identifier,
             pointer, element);
 }
@@ -169,6 +172,11 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
   // The driver a cubin of this NVRTC needs: one for the same CUDA major version or newer.
   const std::string nvrtc = nvrtc_version_text();
   const int min_driver = 1000 * std::atoi(nvrtc.c_str());
+  out.linef("static constexpr size_t kInputCount = {};", inputs_.size());
+  out.line(
+      "// Runs become CUDA graphs (kiln_cuda::RunState::begin_run) unless they wait for the GPU");
+  out.line("// midway (a host fallback, a size read from data).");
+  out.linef("static constexpr bool kCudaGraphs = {};", waits_ ? "false" : "true");
   out.linef("// What the machine must have (NVRTC {}); checked when a model library loads.", nvrtc);
   out.linef(
       "static const kiln_cuda::DeviceNeeds kDeviceNeeds = {{kCubins, sizeof kCubins / sizeof "
@@ -241,6 +249,7 @@ void CudaWrapperOps::write_library_call(IndentedBuffer& out, const ir::Buffer& b
     buffers.push_back(b);
   }
   buffers.push_back(&buffer);
+  waits_ = true;
   out.linef("// on the host: {}", comment_safe(std::string(*reason)));
   std::vector<std::string> names;
   for (const ir::Buffer* b : buffers) names.push_back(b->name);
@@ -297,7 +306,7 @@ extern "C" int kiln_run_cuda(const kiln_rt::TensorArg* inputs, kiln_rt::TensorAr
         auto run = static_cast<ModelState*>(state)->runs.acquire();
         run->cuda.set_mode({stream, inputs_on_device != 0, outputs_on_device != 0});
         try {
-            run_impl(inputs, outputs, constants, *run, profile);
+            kiln_cuda::run_retrying(run->cuda, [&] { run_impl(inputs, outputs, constants, *run, profile); });
         } catch (...) {
             run->cuda.end_run();
             throw;

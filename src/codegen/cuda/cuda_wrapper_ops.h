@@ -79,6 +79,12 @@ class CudaWrapperOps final : public WrapperOps {
   /// kiln_run_cuda (a run on the caller's stream, with device or host buffers) and the pinned
   /// host memory of the C API (kiln_cuda_host_alloc).
   void write_entry_points(IndentedBuffer& out) override;
+  /// The run through kiln_cuda::run_retrying (again without a CUDA graph when its capture
+  /// failed).
+  std::string run_call() const override {
+    return "kiln_cuda::run_retrying(run->cuda, [&] { run_impl(inputs, outputs, constants, *run, "
+           "profile); });";
+  }
   /// The CUDA source NVRTC compiled ("kernels.cu").
   std::vector<std::pair<std::string, std::string>> take_device_sources() override {
     return std::move(device_sources_);
@@ -94,11 +100,13 @@ class CudaWrapperOps final : public WrapperOps {
   std::filesystem::path cache_dir_;
   ir::Precision precision_;
   bool library_;
-  bool uses_blas_ = false;       // a matrix product on cuBLASLt
-  bool uses_dnn_ = false;        // a convolution on cuDNN
-  bool uses_workspace_ = false;  // a product or convolution: the arena keeps their workspace
-  int matmul_sites_ = 0;         // matrix product calls written so far
-  int conv_sites_ = 0;           // convolution calls written so far
+  bool uses_blas_ = false;  // a matrix product on cuBLASLt
+  bool uses_dnn_ = false;   // a convolution on cuDNN
+  bool uses_workspace_ = false;
+  bool waits_ = false;  // the run waits for the GPU midway (a host fallback, a size from data)  //
+                        // a product or convolution: the arena keeps their workspace
+  int matmul_sites_ = 0;  // matrix product calls written so far
+  int conv_sites_ = 0;    // convolution calls written so far
   std::vector<std::pair<std::string, std::string>> device_sources_;
   /// Model input buffers: (index, element type).
   std::map<std::string, std::pair<size_t, std::string>> inputs_;

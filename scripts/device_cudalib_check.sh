@@ -14,7 +14,7 @@
 #   scripts/device_cudalib_check.sh [PREFIX] [LIBS_DIR] [OUT_DIR]
 # PREFIX holds bin/kiln and bin/kiln_cuda_library_check (a build tree or the bundle's install
 # prefix); LIBS_DIR defaults to PREFIX/share/kiln/check/cudalib; OUT_DIR to $OUT/cudalib, else
-# /tmp/kiln-cudalib. MODELS (default "suite bench") picks the parts.
+# /tmp/kiln-cudalib. MODELS (default "bench suite") picks the parts.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 prefix=$(cd "${1:-$here/../build}" && pwd)
@@ -90,19 +90,7 @@ sys.exit(1 if bad else 0)
 EOF
 }
 
-parts=" ${MODELS:-suite bench} "
-if [[ $parts == *" suite "* ]]; then
-  for library in "$libs"/*.so; do
-    [ -f "$library" ] || continue
-    name=$(basename "$library" .so)
-    given=()
-    for npy in "$libs/$name.inputs"/*.npy; do
-      [ -f "$npy" ] && given+=("$(basename "$npy" .npy)=$npy")
-    done
-    check "$name" "$library" "$libs/$name.onnx" "$(cat "$libs/$name.precision" 2>/dev/null || echo fp32)" "${given[@]}"
-  done
-fi
-
+parts=" ${MODELS:-bench suite} "
 if [[ $parts == *" bench "* ]]; then
   models=$out/models
   if ! timeout 120 "$py" "$make_models" "$models" >"$out/make_models.log" 2>&1; then
@@ -128,6 +116,18 @@ if [[ $parts == *" bench "* ]]; then
   done
   rm -rf "$models"
 fi
+if [[ $parts == *" suite "* ]]; then
+  for library in "$libs"/*.so; do
+    [ -f "$library" ] || continue
+    name=$(basename "$library" .so)
+    given=()
+    for npy in "$libs/$name.inputs"/*.npy; do
+      [ -f "$npy" ] && given+=("$(basename "$npy" .npy)=$npy")
+    done
+    check "$name" "$library" "$libs/$name.onnx" "$(cat "$libs/$name.precision" 2>/dev/null || echo fp32)" "${given[@]}"
+  done
+fi
+
 rm -rf "$cache"
 echo "cudalib checks: $failures failed"
 [ "$failures" -eq 0 ]

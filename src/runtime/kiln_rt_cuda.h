@@ -83,6 +83,7 @@ struct Driver {
   CUresult (*cuEventCreate)(CUevent*, unsigned);
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);
   CUresult (*cuMemFreeHost)(void*);
@@ -138,6 +139,7 @@ inline void find_symbols(void* lib, Driver& r) {
   find_symbol(lib, "cuEventCreate", r.cuEventCreate);
   find_symbol(lib, "cuEventRecord", r.cuEventRecord);
   find_symbol(lib, "cuEventDestroy_v2", r.cuEventDestroy);
+  find_symbol(lib, "cuEventSynchronize", r.cuEventSynchronize);
   find_symbol(lib, "cuStreamWaitEvent", r.cuStreamWaitEvent);
   find_symbol(lib, "cuMemHostAlloc", r.cuMemHostAlloc);
   find_symbol(lib, "cuMemFreeHost", r.cuMemFreeHost);
@@ -794,7 +796,9 @@ class RunState {
   ~RunState() {
     if (own_stream_ == nullptr) return;
     Driver& d = driver();
-    d.cuStreamSynchronize(stream_);
+    // Between runs stream_ is the state's own (end_run): a caller's stream may be gone by now;
+    // the last run queued on one is waited for through its event.
+    if (pending_) d.cuEventSynchronize(done_);
     d.cuStreamSynchronize(own_stream_);
     drop_graphs();
     if (done_ != nullptr) d.cuEventDestroy(done_);
@@ -806,7 +810,10 @@ class RunState {
     for (MatMulPlan& p : plans_) p.release();
     if (blas_handle_ != nullptr) blas().Destroy(blas_handle_);
     for (ConvPlan& p : conv_plans_) p.release();
-    if (dnn_handle_ != nullptr) dnn_api().Destroy(dnn_handle_);
+    if (dnn_handle_ != nullptr) {
+      dnn_api().SetStream(dnn_handle_, own_stream_);  // not a caller's stream, which may be gone
+      dnn_api().Destroy(dnn_handle_);
+    }
     d.cuStreamDestroy(own_stream_);
   }
 
@@ -841,11 +848,13 @@ class RunState {
       load(cubins, n_cubins, names, n_names);
     }
     CUstream next = mode_.stream != nullptr ? mode_.stream : own_stream_;
-    if (next != stream_) {
-      if (pending_) check(d.cuStreamWaitEvent(next, done_, 0), "ordering after the last run");
-      if (dnn_handle_ != nullptr) check_dnn(dnn_api().SetStream(dnn_handle_, next), "its stream");
-      stream_ = next;
+    // After a run queued by kiln_run_cuda (on whatever stream): this one starts after it.
+    if (pending_) check(d.cuStreamWaitEvent(next, done_, 0), "ordering after the last run");
+    if (dnn_handle_ != nullptr && dnn_stream_ != next) {
+      check_dnn(dnn_api().SetStream(dnn_handle_, next), "its stream");
+      dnn_stream_ = next;
     }
+    stream_ = next;
     pending_ = false;
     host_inputs_.clear();
     checks_.clear();
@@ -861,10 +870,13 @@ class RunState {
 
   /// Ends a run: marks where its work ends on its stream, so that the state's next run, on
   /// whatever stream, starts after it; the mode goes back to the default.
+  /// Never throws (it also ends a failed run); the stream goes back to the state's own, so that
+  /// nothing refers to a caller's stream between runs.
   void end_run() {
-    check(driver().cuEventRecord(done_, stream_), "marking the end of the run");
-    pending_ = true;
     mode_ = RunMode{};
+    if (done_ == nullptr) return;  // the run failed before it had a stream
+    pending_ = driver().cuEventRecord(done_, stream_) == 0;
+    stream_ = own_stream_;
   }
 
   CUstream stream() const { return stream_; }
@@ -1245,6 +1257,7 @@ class RunState {
     if (dnn_handle_ == nullptr) {
       check_dnn(dnn_api().Create(&dnn_handle_), "creating a handle");
       check_dnn(dnn_api().SetStream(dnn_handle_, stream_), "setting its stream");
+      dnn_stream_ = stream_;
     }
     if (conv_plans_.size() <= static_cast<size_t>(site))
       conv_plans_.resize(static_cast<size_t>(site) + 1);
@@ -1581,6 +1594,7 @@ class RunState {
 
   CUstream stream_ = nullptr;      // the current run's: own_stream_ or the caller's
   CUstream own_stream_ = nullptr;  // made at the first run
+  CUstream dnn_stream_ = nullptr;  // the stream cuDNN's handle queues on
   CUevent done_ = nullptr;         // recorded where the last run ended (end_run)
   bool pending_ = false;           // done_ marks a run that may still be queued
   RunMode mode_;

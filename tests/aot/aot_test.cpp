@@ -636,6 +636,22 @@ TEST(CudaLibrary, LoadSaysWhatTheMachineLacks) {
   // A machine that has it all: the load succeeds (runs need the real driver).
   EXPECT_EQ(load_with_fake_driver("cc=9.0,cublaslt=130100,cudnn=91400", code), "");
   EXPECT_EQ(code, KILN_OK);
+  if (has_gpu()) return;
+  // Without one, both kinds of run fail with the driver's absence, not a crash.
+  ::setenv("KILN_CUDA_FAKE_DRIVER", "cc=9.0,cublaslt=130100,cudnn=91400", 1);
+  Loaded m;
+  load(cuda_library().library, m);
+  ::unsetenv("KILN_CUDA_FAKE_DRIVER");
+  ASSERT_NE(m.model, nullptr);
+  const graph::Tensor x = npy("x");
+  kiln_tensor in = tensor_of(x);
+  kiln_tensor out[2] = {};
+  error = message_of(kiln_model_run(m.model, &in, 1, out, 2));
+  EXPECT_NE(error.find("the CUDA driver (libcuda.so.1) is not found"), std::string::npos) << error;
+  kiln_cuda_run_options options = kiln_default_cuda_run_options();
+  options.outputs_on_device = 1;
+  error = message_of(kiln_model_run_cuda(m.model, &in, 1, out, 2, &options));
+  EXPECT_NE(error.find("the CUDA driver (libcuda.so.1) is not found"), std::string::npos) << error;
 }
 
 TEST(CudaLibrary, TheCudaRunOfACpuLibraryIsRefused) {

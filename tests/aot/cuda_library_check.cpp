@@ -272,6 +272,7 @@ int main(int argc, char** argv) {
       given.emplace_back(a.substr(0, a.find('=')), a.substr(a.find('=') + 1));
     }
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it comes, whatever follows
   Cuda cuda{};
   if (!load_cuda(cuda)) {
     std::printf("skipped: no CUDA device\n");

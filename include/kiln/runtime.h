@@ -32,6 +32,8 @@
  * returns once the outputs are on the host). kiln_model_run_cuda (below) also takes device
  * buffers and the caller's CUDA stream. Each concurrent run takes its own stream, arena and
  * cuBLASLt/cuDNN handles from the pool; the weights are uploaded once per pooled run state.
+ * From the second run with given input sizes, a run state replays its device work as a CUDA
+ * graph (README, "CUDA graphs"; KILN_CUDA_GRAPHS=0 turns that off).
  */
 #ifndef KILN_RUNTIME_H_
 #define KILN_RUNTIME_H_

@@ -455,7 +455,8 @@ static inline kiln_cuda_run_options kiln_default_cuda_run_options(void) {
 }
 
 /* Page-locked host memory for inputs and outputs: copies between it and the GPU run at full
- * speed and overlap the GPU's work. Release it with kiln_cuda_host_free. */
+ * speed and overlap the GPU's work. Release it with kiln_cuda_host_free, before kiln_model_free
+ * (the model's driver context owns it). */
 static inline kiln_status* kiln_cuda_host_alloc(kiln_model* model, size_t bytes, void** data) {
   const kiln_cuda_api* api = kiln_model_cuda_api(model);
   if (api == NULL) {

@@ -428,13 +428,16 @@ int main(int argc, char** argv) {
   });
   void* timing_stream = nullptr;
   cuda.StreamCreate(&timing_stream, 1);
-  Pinned timed;
   double queued = -1;
-  if (timed.make(m)) {
-    queued = median_ms([&] {
-      timed.run(timing_stream);
-      cuda.StreamSynchronize(timing_stream);
-    });
+  {
+    // Its pinned blocks go back through the model, so before kiln_model_free below.
+    Pinned timed;
+    if (timed.make(m)) {
+      queued = median_ms([&] {
+        timed.run(timing_stream);
+        cuda.StreamSynchronize(timing_stream);
+      });
+    }
   }
   cuda.StreamDestroy(timing_stream);
   const char* graphs = std::getenv("KILN_CUDA_GRAPHS");

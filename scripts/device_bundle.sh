@@ -34,15 +34,55 @@ trap 'rm -rf "$work"' EXIT
 # 1. Kiln, installed under a prefix, plus the runner and the check scripts.
 prefix=$work/kiln
 cmake --install "$build" --prefix "$prefix" >/dev/null
-cp "$build/bin/kiln_onnx_runner" "$build/bin/kiln_driver_tests" "$prefix/bin/"
+cp "$build/bin/kiln_onnx_runner" "$prefix/bin/"
+# The driver tests, when built (the "tests" stage of run.sh needs them).
+[ -f "$build/bin/kiln_driver_tests" ] && cp "$build/bin/kiln_driver_tests" "$prefix/bin/"
 [ -f "$build/bin/kiln_cuda_pointwise_bench" ] && cp "$build/bin/kiln_cuda_pointwise_bench" "$prefix/bin/"
+[ -f "$build/bin/kiln_cuda_library_check" ] && cp "$build/bin/kiln_cuda_library_check" "$prefix/bin/"
 mkdir -p "$prefix/share/kiln/check"
 cp "$here/scripts/device_cuda_check.sh" "$here/scripts/device_bench_cuda.sh" \
+  "$here/scripts/device_cudalib_check.sh" \
   "$here/bench/ort/make_models.py" "$here/bench/cuda/torch_bench.py" \
   "$here/tests/onnx/core_cases.txt" "$here/tests/onnx/exclusions.txt" \
   "$here/tests/onnx/cuda_refusals.txt" "$here/tests/onnx/sanitize_cases.txt" \
   "$prefix/share/kiln/check/"
 strip --strip-unneeded "$prefix"/bin/* 2>/dev/null || true
+# CUDA model libraries built here, without a GPU, for device_cudalib_check.sh: the cases of
+# tests/onnx/cudalib_cases.txt (CASE.so, CASE.onnx, CASE.precision, CASE.inputs/NAME.npy).
+# CUDALIB=no leaves them out.
+if [ "${CUDALIB:-yes}" != no ]; then
+  libs=$prefix/share/kiln/check/cudalib
+  mkdir -p "$libs"
+  sed 's/#.*//' "$here/tests/onnx/cudalib_cases.txt" | awk 'NF {print $1}' | while read -r case; do
+    id=${case//\//__}
+    dir=/usr/share/libonnx-testdata/data/$case
+    if ! "$build/bin/kiln" compile "$dir/model.onnx" --device cuda --precision fp32 \
+      -o "$libs/$id.so" --cache-dir "$work/cudalib-cache" >"$work/$id.log" 2>&1; then
+      echo "kiln compile --device cuda $case failed:" >&2
+      tail -5 "$work/$id.log" >&2
+      continue
+    fi
+    cp "$dir/model.onnx" "$libs/$id.onnx"
+    echo fp32 >"$libs/$id.precision"
+    /usr/bin/python3 - "$dir" "$libs/$id.inputs" <<'PY'
+import glob, os, sys
+import onnx
+from onnx import numpy_helper
+import numpy as np
+case, out = sys.argv[1:3]
+os.makedirs(out, exist_ok=True)
+model = onnx.load(os.path.join(case, "model.onnx"))
+names = [i.name for i in model.graph.input
+         if i.name not in {t.name for t in model.graph.initializer}]
+for k, name in enumerate(names):
+    t = onnx.TensorProto()
+    with open(os.path.join(case, "test_data_set_0", f"input_{k}.pb"), "rb") as f:
+        t.ParseFromString(f.read())
+    np.save(os.path.join(out, name + ".npy"), numpy_helper.to_array(t))
+PY
+  done
+  rm -rf "$work/cudalib-cache"
+fi
 
 # 2. System files, listed with absolute paths.
 list=$work/syslibs.txt
@@ -124,6 +164,8 @@ cat >"$out/run.sh" <<'EOF'
 # Unpacks the bundle of scripts/device_bundle.sh (system files into /: a scratch machine only)
 # and runs the stages of STAGES (default "tests sanitize suite"; any of those and "bench"):
 #   tests     the driver tests' CUDA tests (GTEST_FILTER, default '*Cuda*')
+#   cudalib   scripts/device_cudalib_check.sh: CUDA model libraries built without a GPU, and
+#             bench/ort's models compiled with the GPU hidden, against `kiln run --device cuda`
 #   sanitize  compute-sanitizer memcheck on the cases of SANITIZE_FILE (default a few)
 #   suite     the ONNX suite with --device cuda on the cases of CASES_FILE (default the whole
 #             suite), stopped after SUITE_SECONDS (default 420)
@@ -168,7 +210,8 @@ check=$prefix/share/kiln/check
 stages=" ${STAGES:-tests sanitize suite} "
 if [[ $stages == *" tests "* ]]; then
   echo "== the CUDA driver tests (tests/unit/driver/cuda_*_test.cpp)"
-  (cd /tmp && "$prefix/bin/kiln_driver_tests" --gtest_filter="${GTEST_FILTER:-*Cuda*}" 2>&1 |
+  [ -x "$prefix/bin/kiln_driver_tests" ] || echo "kiln_driver_tests: not in the bundle (not built)"
+  [ -x "$prefix/bin/kiln_driver_tests" ] && (cd /tmp && "$prefix/bin/kiln_driver_tests" --gtest_filter="${GTEST_FILTER:-*Cuda*}" 2>&1 |
     grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[==========\] [0-9]+ tests|Failure|rror' | tail -40)
 fi
 sanitize=${2:-}
@@ -204,6 +247,11 @@ if [[ $stages == *" suite "* ]]; then
   echo "suite exit status: $?"
   grep -v -E '^nodes |^ +[A-Za-z0-9_]+ +[0-9]+ +[0-9]+ +0 *$' /tmp/suite.log | tail -60
   [ -n "${OUT:-}" ] && cp /tmp/suite.log "$OUT/" || true
+fi
+if [[ $stages == *" cudalib "* ]]; then
+  echo "== CUDA model libraries (scripts/device_cudalib_check.sh)"
+  bash "$check/device_cudalib_check.sh" "$prefix"
+  echo "cudalib exit status: $?"
 fi
 if [[ $stages == *" bench "* ]]; then
   echo "== make bench-cuda (scripts/device_bench_cuda.sh)"

@@ -23,6 +23,17 @@
  * One loaded model serves concurrent kiln_model_run calls from any number of threads: each run
  * takes its own memory arena and library state from a pool. kiln_model_free must not race with
  * runs of the same model.
+ *
+ * A library compiled with `kiln compile --device cuda` runs on an NVIDIA GPU. It needs the CUDA
+ * driver (libcuda.so.1), and cuBLASLt and cuDNN 9 when the model has matrix products or
+ * convolutions (all loaded with dlopen, so ldd does not list them); kiln_model_load checks them,
+ * the GPU's compute capability and the driver's version, and fails with KILN_ERROR_DEVICE and a
+ * message saying what is missing. kiln_model_run works as above (host buffers in and out; it
+ * returns once the outputs are on the host). kiln_model_run_cuda (below) also takes device
+ * buffers and the caller's CUDA stream. Each concurrent run takes its own stream, arena and
+ * cuBLASLt/cuDNN handles from the pool; the weights are uploaded once per pooled run state.
+ * From the second run with given input sizes, a run state replays its device work as a CUDA
+ * graph (README, "CUDA graphs"; KILN_CUDA_GRAPHS=0 turns that off).
  */
 #ifndef KILN_RUNTIME_H_
 #define KILN_RUNTIME_H_
@@ -56,7 +67,10 @@ typedef enum kiln_status_code {
   KILN_ERROR_ABI = 4,              /* the library was built for another version of this API */
   KILN_ERROR_UNSUPPORTED_CPU = 5,  /* this CPU lacks an instruction set the library needs */
   KILN_ERROR_OUT_OF_MEMORY = 6,
-  KILN_ERROR_INTERNAL = 7 /* a bug in Kiln or in a library it calls */
+  KILN_ERROR_INTERNAL = 7, /* a bug in Kiln or in a library it calls */
+  /* a CUDA library on a machine that cannot run it: no driver or one too old for the CUDA that
+   * compiled it, no GPU, a GPU none of its kernels runs on, cuBLASLt or cuDNN missing */
+  KILN_ERROR_DEVICE = 8
 } kiln_status_code;
 
 typedef struct kiln_status {
@@ -164,6 +178,39 @@ typedef struct kiln_model_api {
   /* The variant this process loaded: the ISA level its code was built for ("x86-64-v4"). */
   const char* (*variant)(void* instance);
 } kiln_model_api;
+
+/* How kiln_model_run_cuda runs (set struct_size to sizeof(kiln_cuda_run_options)). */
+typedef struct kiln_cuda_run_options {
+  uint32_t struct_size;
+  /* A CUstream (cudaStream_t) of the current device's primary context (the CUDA runtime's
+   * context): the run is queued on it and kiln_model_run_cuda returns without waiting for the
+   * GPU, so the caller synchronizes the stream before reading the outputs, and keeps the inputs
+   * (pinned host inputs included) alive until then. NULL: the run takes a stream of its own and
+   * returns once the outputs are ready. A run that needs data on the host midway (an op on the
+   * host fallback list, a size read from data) waits for the stream there. Index checks of a
+   * queued run are not reported (their kernels skip an index out of range); run on the run's
+   * own stream (NULL) to have them reported. */
+  void* stream;
+  /* Non-zero: every input's data is device memory (else host memory, pageable or from
+   * kiln_cuda_host_alloc). */
+  int32_t inputs_on_device;
+  /* Non-zero: outputs go to device memory: the caller's buffer (data and capacity) or, with
+   * data NULL, memory the run allocates (release it with kiln_cuda_free). Else host memory as
+   * kiln_model_run gives it. */
+  int32_t outputs_on_device;
+} kiln_cuda_run_options;
+
+/* What a CUDA model library exports beside kiln_model_api: `kiln_model_cuda_entry()` returns
+ * this table (a CPU library has no such symbol). */
+typedef struct kiln_cuda_api {
+  uint32_t abi_version;
+  kiln_status* (*run)(void* instance, const kiln_tensor* inputs, size_t input_count,
+                      kiln_tensor* outputs, size_t output_count,
+                      const kiln_cuda_run_options* options);
+  kiln_status* (*host_alloc)(void* instance, size_t bytes, void** data);
+  void (*host_free)(void* instance, void* data);
+  void (*device_free)(void* instance, void* data);
+} kiln_cuda_api;
 
 typedef struct kiln_model {
   void* handle; /* dlopen handle */
@@ -368,6 +415,66 @@ static inline const char* kiln_model_target(const kiln_model* model) { return mo
 /* The variant of the model's code this CPU runs ("x86-64-v4"), chosen at the first load. */
 static inline const char* kiln_model_variant(const kiln_model* model) {
   return model->api->variant(model->instance);
+}
+
+/* ---- CUDA libraries (kiln compile --device cuda) ---- */
+
+/* The CUDA functions of a CUDA model library; NULL for a CPU library. */
+static inline const kiln_cuda_api* kiln_model_cuda_api(const kiln_model* model) {
+  typedef const kiln_cuda_api* (*cuda_entry_fn)(void);
+  cuda_entry_fn entry = (cuda_entry_fn)dlsym(model->handle, "kiln_model_cuda_entry");
+  const kiln_cuda_api* api = entry == NULL ? NULL : entry();
+  return api != NULL && api->abi_version == KILN_ABI_VERSION ? api : NULL;
+}
+
+/* "cuda" for a library compiled with --device cuda, else "cpu". */
+static inline const char* kiln_model_device(const kiln_model* model) {
+  return kiln_model_cuda_api(model) != NULL ? "cuda" : "cpu";
+}
+
+/* Runs a CUDA model with device or host buffers, on the caller's stream or its own (see
+ * kiln_cuda_run_options; `options` NULL: host buffers, its own stream, as kiln_model_run).
+ * Safe to call from many threads at once, each with its own stream or the same one. */
+static inline kiln_status* kiln_model_run_cuda(kiln_model* model, const kiln_tensor* inputs,
+                                               size_t input_count, kiln_tensor* outputs,
+                                               size_t output_count,
+                                               const kiln_cuda_run_options* options) {
+  const kiln_cuda_api* api = kiln_model_cuda_api(model);
+  if (api == NULL) {
+    return kiln_status_make(KILN_ERROR_INVALID_ARGUMENT,
+                            "kiln_model_run_cuda: the model library was not compiled for CUDA");
+  }
+  return api->run(model->instance, inputs, input_count, outputs, output_count, options);
+}
+
+static inline kiln_cuda_run_options kiln_default_cuda_run_options(void) {
+  kiln_cuda_run_options options;
+  memset(&options, 0, sizeof(options));
+  options.struct_size = (uint32_t)sizeof(kiln_cuda_run_options);
+  return options;
+}
+
+/* Page-locked host memory for inputs and outputs: copies between it and the GPU run at full
+ * speed and overlap the GPU's work. Release it with kiln_cuda_host_free, before kiln_model_free
+ * (the model's driver context owns it). */
+static inline kiln_status* kiln_cuda_host_alloc(kiln_model* model, size_t bytes, void** data) {
+  const kiln_cuda_api* api = kiln_model_cuda_api(model);
+  if (api == NULL) {
+    return kiln_status_make(KILN_ERROR_INVALID_ARGUMENT,
+                            "kiln_cuda_host_alloc: the model library was not compiled for CUDA");
+  }
+  return api->host_alloc(model->instance, bytes, data);
+}
+
+static inline void kiln_cuda_host_free(kiln_model* model, void* data) {
+  const kiln_cuda_api* api = kiln_model_cuda_api(model);
+  if (api != NULL) api->host_free(model->instance, data);
+}
+
+/* Releases an output a run allocated in device memory. */
+static inline void kiln_cuda_free(kiln_model* model, void* data) {
+  const kiln_cuda_api* api = kiln_model_cuda_api(model);
+  if (api != NULL) api->device_free(model->instance, data);
 }
 
 /* Bytes of one element of `dtype`; 0 for an unknown code. */

@@ -20,6 +20,8 @@ struct CompileArgs {
   std::string cache_dir;
   std::string autotune;
   std::string conv_layout = "auto";
+  std::string device = "cpu";
+  std::string precision = "tf32";
   bool no_fuse_attention = false;
 };
 
@@ -53,6 +55,12 @@ int compile_model(const CompileArgs& args) {
   } else if (args.conv_layout != "auto") {
     user_error("--conv-layout {}: expected auto, nchw or nhwc", args.conv_layout);
   }
+  std::optional<ir::Device> device = ir::device_from_name(args.device);
+  if (!device) user_error("--device {}: expected cpu or cuda", args.device);
+  options.compile.device = *device;
+  std::optional<ir::Precision> precision = ir::precision_from_name(args.precision);
+  if (!precision) user_error("--precision {}: expected fp32 or tf32", args.precision);
+  options.compile.precision = *precision;
   const driver::LibraryResult r = driver::compile_library(model, options);
 
   fmt::print("library: {} (target {})\n", r.library.string(), r.target);
@@ -61,7 +69,7 @@ int compile_model(const CompileArgs& args) {
                bytes_text(std::to_string(v.code_bytes)));
   }
   std::string prepacked;
-  if (r.variant_weights_bytes > 0) {
+  if (r.variant_weights_bytes > 0 && r.variants.size() > 1) {
     prepacked = fmt::format(", of which {} are weights prepacked for the other variants",
                             bytes_text(std::to_string(r.variant_weights_bytes)));
   }
@@ -72,6 +80,11 @@ int compile_model(const CompileArgs& args) {
                bytes_text(std::to_string(r.weights_bytes)), r.weights.string(), prepacked);
   }
   fmt::print("kernels: {}, library calls: {}\n", r.stats.kernels, r.stats.extern_calls);
+  if (r.device == "cuda") {
+    fmt::print("device: cuda (--precision {}); kernels: {}\n", args.precision,
+               r.cuda_modules.empty() ? "none" : r.cuda_modules);
+    for (const std::string& lib : r.loads) fmt::print("loads at run time: {}\n", lib);
+  }
   fmt::print("arena: {} per run, for intermediates of {} allocated one by one\n",
              bytes_text(r.arena_bytes), bytes_text(r.intermediate_bytes));
   fmt::print("compiled in {:.2f}s ({})\n", r.stats.seconds,
@@ -106,6 +119,12 @@ void add_compile_command(CLI::App& app, CommandAction& chosen) {
   cmd->add_option("--conv-layout", args->conv_layout,
                   "activations of 2-D convolutions: auto (channels-last when the model has a "
                   "depthwise convolution or 3 or more float32 2-D ones), nchw or nhwc");
+  cmd->add_option("--device", args->device,
+                  "cpu (the default) or cuda: a library that runs on an NVIDIA GPU, with its "
+                  "kernels for sm_80 and sm_90 (KILN_CUDA_ARCHS) plus PTX, built without a GPU");
+  cmd->add_option("--precision", args->precision,
+                  "with --device cuda, the arithmetic of matrix products and convolutions: tf32 "
+                  "(the default) or fp32");
   cmd->add_flag("--no-fuse-attention", args->no_fuse_attention,
                 "run attention (MatMul, scale, mask, Softmax, MatMul) node by node instead of "
                 "as one fused kernel");

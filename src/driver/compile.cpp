@@ -19,6 +19,7 @@
 #include "codecache/process.h"
 #include "codegen/common/device_codegen.h"
 #include "codegen/cpp/cpp_kernel.h"
+#include "codegen/cuda/nvrtc_compile.h"
 #include "codegen/wrapper/model_api.h"
 #include "codegen/wrapper/wrapper.h"
 #include "driver/placement.h"
@@ -135,14 +136,17 @@ void refuse_control_flow(const ir::Program& program, ir::Device device) {
 }
 
 /// lower -> schedule and fuse -> generate kernels and wrapper, dumping each stage.
+/// `library`: for a model library (compile_library), whose CUDA kernels are built for every
+/// architecture of codegen::cuda_library_archs() plus PTX rather than for this machine's GPU.
 Generated generate(const graph::Model& model, const CompileOptions& options,
-                   std::optional<autotune::TemplateIsa> template_isa, const Dumper& dump) {
+                   std::optional<autotune::TemplateIsa> template_isa, const Dumper& dump,
+                   bool library = false) {
   Generated g;
   // Absolute from here on: the compiler runs in other directories, and the paths it is given
   // (the embedded weights' folder) must name the same files there.
   g.cache_dir = options.cache_dir.empty() ? codecache::default_cache_dir()
                                           : fs::absolute(options.cache_dir).lexically_normal();
-  g.codegen = codegen::make_device_codegen(options.device, g.cache_dir, options.precision);
+  g.codegen = codegen::make_device_codegen(options.device, g.cache_dir, options.precision, library);
   lower::LoweringOptions lowering = options.lowering;
   lowering.threads = omp_get_max_threads();
   lowering.code_cache_dir = g.cache_dir;
@@ -335,6 +339,15 @@ void copy_atomic(const fs::path& from, const fs::path& to) {
   }
 }
 
+/// "sm_80, sm_90 and PTX for compute_80": the modules of a CUDA library's kernels.
+std::string cuda_modules_text() {
+  std::vector<int> archs = codegen::cuda_library_archs();
+  std::string text;
+  for (int arch : archs) text += fmt::format("{}sm_{}", text.empty() ? "" : ", ", arch);
+  return fmt::format("{} and PTX for compute_{}", text,
+                     *std::min_element(archs.begin(), archs.end()));
+}
+
 std::string bytes_expr(const sym::Expr& e) {
   if (auto v = e.as_integer()) return std::to_string(*v);
   return e.str();
@@ -426,7 +439,11 @@ codecache::CompilerConfig outer_config(const std::vector<Generated>& variants) {
 LibraryResult compile_library(const graph::Model& model, const LibraryOptions& options) {
   auto start = std::chrono::steady_clock::now();
   ++g_compiles;
-  const std::vector<Target> targets = targets_for(options.target);
+  const bool cuda = options.compile.device == ir::Device::kCuda;
+  // On CUDA the host code does little (launches, library calls, host fallbacks): one variant for
+  // any recent x86-64 unless a target is named.
+  const std::vector<Target> targets =
+      targets_for(cuda && options.target == "auto" ? "x86-64-v3" : options.target);
   const fs::path dump_dir = options.compile.dump_dir;
   std::vector<Generated> variants;
   std::vector<codecache::LibrarySpec> specs;
@@ -438,7 +455,8 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
     if (target.template_isa == autotune::TemplateIsa::kAvx512 &&
         autotune::host_template_isa() != autotune::TemplateIsa::kAvx512)
       compile.autotune = autotune::AutotuneMode::kOff;
-    variants.push_back(generate(model, compile, target.template_isa, Dumper(compile.dump_dir)));
+    variants.push_back(
+        generate(model, compile, target.template_isa, Dumper(compile.dump_dir), true));
     specs.push_back(variant_spec(target, variants.back()));
   }
   const Generated& g = variants.front();
@@ -487,6 +505,7 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
   api.target = options.target;
   api.embed_weights = !options.external_weights;
   api.weights_file = blob_name;
+  api.cuda = cuda;
   codecache::CompilerConfig config = outer_config(variants);
   for (size_t v = 0; v < targets.size(); ++v) {
     api.variants.push_back({targets[v].name, targets[v].features, images[v].filename().string(),
@@ -526,6 +545,21 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
     find_dependencies(libraries, result);
   }
   fill_stats(g, result.stats);
+  if (cuda) {
+    result.device = "cuda";
+    if (result.stats.kernels > 0) result.cuda_modules = cuda_modules_text();
+    // Loaded with dlopen (kiln_rt_cuda.h), so ldd does not show them.
+    result.loads.push_back("libcuda.so.1 (the NVIDIA driver, for CUDA " +
+                           codegen::nvrtc_version_text() + " or newer)");
+    bool blas = false, dnn = false;
+    for (const auto& buffer : g.program->buffers) {
+      if (buffer->kind != ir::BufferKind::kExtern || buffer->device != ir::Device::kCuda) continue;
+      blas = blas || buffer->call.as<ir::MatMulCall>() != nullptr;
+      dnn = dnn || buffer->call.as<ir::ConvCall>() != nullptr;
+    }
+    if (blas) result.loads.push_back("libcublasLt.so.13 or .12 (cuBLASLt 12.0 or newer)");
+    if (dnn) result.loads.push_back("libcudnn.so.9 (cuDNN 9)");
+  }
   result.stats.cache_hit = cache.stats().compiles == 0;
   result.stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -158,6 +158,12 @@ struct LibraryResult {
   /// LibraryOptions::find_dependencies asked for them.
   std::vector<std::string> needed;
   std::vector<std::string> packages;
+  /// "cpu", or "cuda" for --device cuda: then the modules of its kernels ("sm_80, sm_90 and PTX
+  /// for compute_80"; empty when it has no kernel) and the libraries it loads at run time with
+  /// dlopen (which ldd does not show), each with the version it needs.
+  std::string device = "cpu";
+  std::string cuda_modules;
+  std::vector<std::string> loads;
   CompileStats stats;
 };
 

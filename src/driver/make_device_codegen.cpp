@@ -9,12 +9,12 @@ namespace kiln::codegen {
 
 std::unique_ptr<DeviceCodegen> make_device_codegen(ir::Device device,
                                                    const std::filesystem::path& cache_dir,
-                                                   ir::Precision precision) {
+                                                   ir::Precision precision, bool library) {
   switch (device) {
     case ir::Device::kCpu:
       return std::make_unique<CppCodegen>();  // float32 throughout: no precision to choose
     case ir::Device::kCuda:
-      return std::make_unique<CudaCodegen>(cache_dir, precision);
+      return std::make_unique<CudaCodegen>(cache_dir, precision, library);
   }
   internal_error("no backend for device {}", ir::device_name(device));
 }

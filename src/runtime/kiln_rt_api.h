@@ -66,6 +66,14 @@ struct Entry {
   void (*destroy_state)(void* state) = nullptr;
   int (*run)(const TensorArg* inputs, TensorArg* outputs, const void* const* constants, void* state,
              Profile* profile, char* error, int64_t error_size) = nullptr;
+  // A CUDA variant's (codegen/cuda/cuda_wrapper_ops.cpp's write_entry_points); null otherwise.
+  int (*check_device)(char* error, int64_t error_size) = nullptr;
+  int (*run_cuda)(const TensorArg* inputs, TensorArg* outputs, const void* const* constants,
+                  void* state, Profile* profile, char* error, int64_t error_size, void* stream,
+                  int inputs_on_device, int outputs_on_device) = nullptr;
+  int (*host_alloc)(size_t bytes, void** p, char* error, int64_t error_size) = nullptr;
+  void (*host_free)(void* p) = nullptr;
+  void (*device_free)(void* p) = nullptr;
 };
 
 namespace {
@@ -233,6 +241,12 @@ kiln_status* load_variant(const Entry** result) {
       return kiln_status_make(KILN_ERROR_LOAD, "variant %s lacks the wrapper's entry points",
                               variant->name);
     }
+    e.check_device = reinterpret_cast<decltype(e.check_device)>(dlsym(handle, "kiln_check_device"));
+    e.run_cuda = reinterpret_cast<decltype(e.run_cuda)>(dlsym(handle, "kiln_run_cuda"));
+    e.host_alloc = reinterpret_cast<decltype(e.host_alloc)>(dlsym(handle, "kiln_cuda_host_alloc"));
+    e.host_free = reinterpret_cast<decltype(e.host_free)>(dlsym(handle, "kiln_cuda_host_free"));
+    e.device_free =
+        reinterpret_cast<decltype(e.device_free)>(dlsym(handle, "kiln_cuda_device_free"));
     entry = e;
   }
   *result = &entry;
@@ -300,6 +314,11 @@ kiln_status* create(const char* library_path, const kiln_options* options, void*
       instance->threads = options->threads;
     }
     if (kiln_status* status = load_variant(&instance->entry)) return status;
+    if (instance->entry->check_device != nullptr) {
+      char error[1024] = "";
+      if (instance->entry->check_device(error, sizeof(error)) != 0)
+        return kiln_status_make(KILN_ERROR_DEVICE, "%s: %s", library_path, error);
+    }
     const Variant& variant = *instance->entry->variant;
     const unsigned char* weights = instance->info->embedded_weights;
     if (weights == nullptr && instance->info->weights_bytes > 0) {
@@ -345,8 +364,10 @@ kiln_status* output_info(void*, size_t index, kiln_value_info* info) {
   return value_info(model_info().outputs, model_info().output_count, "output", index, info);
 }
 
-kiln_status* run(void* handle, const kiln_tensor* inputs, size_t input_count, kiln_tensor* outputs,
-                 size_t output_count) {
+/// A run through kiln_run, or with `cuda` through the CUDA variant's kiln_run_cuda.
+kiln_status* run_with(void* handle, const kiln_tensor* inputs, size_t input_count,
+                      kiln_tensor* outputs, size_t output_count,
+                      const kiln_cuda_run_options* cuda) {
   auto& instance = *static_cast<Instance*>(handle);
   const ModelInfo& info = *instance.info;
   if (input_count != info.input_count || output_count != info.output_count) {
@@ -378,8 +399,13 @@ kiln_status* run(void* handle, const kiln_tensor* inputs, size_t input_count, ki
     const bool profiled = instance.profiling.load();
     char error[2048] = "";
     const int code =
-        instance.entry->run(in.data(), out.data(), instance.constants.data(), instance.state,
-                            profiled ? &profile : nullptr, error, sizeof(error));
+        cuda == nullptr
+            ? instance.entry->run(in.data(), out.data(), instance.constants.data(), instance.state,
+                                  profiled ? &profile : nullptr, error, sizeof(error))
+            : instance.entry->run_cuda(in.data(), out.data(), instance.constants.data(),
+                                       instance.state, profiled ? &profile : nullptr, error,
+                                       sizeof(error), cuda->stream, cuda->inputs_on_device,
+                                       cuda->outputs_on_device);
     if (code != 0) {
       return kiln_status_make(code == 2 ? KILN_ERROR_BAD_INPUT : KILN_ERROR_INTERNAL, "%s", error);
     }
@@ -404,6 +430,55 @@ kiln_status* run(void* handle, const kiln_tensor* inputs, size_t input_count, ki
   } catch (const std::exception& e) {
     return kiln_status_make(KILN_ERROR_INTERNAL, "run: %s", e.what());
   }
+}
+
+kiln_status* run(void* handle, const kiln_tensor* inputs, size_t input_count, kiln_tensor* outputs,
+                 size_t output_count) {
+  return run_with(handle, inputs, input_count, outputs, output_count, nullptr);
+}
+
+kiln_status* run_cuda(void* handle, const kiln_tensor* inputs, size_t input_count,
+                      kiln_tensor* outputs, size_t output_count,
+                      const kiln_cuda_run_options* options) {
+  const auto& instance = *static_cast<Instance*>(handle);
+  if (instance.entry->run_cuda == nullptr) {
+    return kiln_status_make(KILN_ERROR_INVALID_ARGUMENT,
+                            "kiln_model_run_cuda: this model library runs on the CPU");
+  }
+  kiln_cuda_run_options defaults = {sizeof(kiln_cuda_run_options), nullptr, 0, 0};
+  if (options != nullptr) {
+    if (options->struct_size < sizeof(kiln_cuda_run_options)) {
+      return kiln_status_make(KILN_ERROR_INVALID_ARGUMENT,
+                              "kiln_cuda_run_options.struct_size is %u, expected %zu",
+                              options->struct_size, sizeof(kiln_cuda_run_options));
+    }
+    defaults = *options;
+  }
+  return run_with(handle, inputs, input_count, outputs, output_count, &defaults);
+}
+
+kiln_status* cuda_host_alloc(void* handle, size_t bytes, void** p) {
+  const auto& instance = *static_cast<Instance*>(handle);
+  if (p == nullptr) return kiln_status_make(KILN_ERROR_INVALID_ARGUMENT, "host_alloc: null");
+  *p = nullptr;
+  if (instance.entry->host_alloc == nullptr) {
+    return kiln_status_make(KILN_ERROR_INVALID_ARGUMENT,
+                            "kiln_cuda_host_alloc: this model library runs on the CPU");
+  }
+  char error[1024] = "";
+  if (instance.entry->host_alloc(bytes, p, error, sizeof(error)) != 0)
+    return kiln_status_make(KILN_ERROR_OUT_OF_MEMORY, "kiln_cuda_host_alloc: %s", error);
+  return nullptr;
+}
+
+void cuda_host_free(void* handle, void* p) {
+  const auto& instance = *static_cast<Instance*>(handle);
+  if (instance.entry->host_free != nullptr) instance.entry->host_free(p);
+}
+
+void cuda_device_free(void* handle, void* p) {
+  const auto& instance = *static_cast<Instance*>(handle);
+  if (instance.entry->device_free != nullptr) instance.entry->device_free(p);
 }
 
 kiln_status* set_profiling(void* handle, int enabled) {
@@ -443,3 +518,15 @@ kiln_model_entry() {
   };
   return &table;
 }
+
+#ifdef KILN_MODEL_DEVICE_CUDA
+/// A CUDA model library's second entry: the table of include/kiln/runtime.h's CUDA functions
+/// (kiln_model_run_cuda and the pinned host memory). A CPU library has no such symbol.
+extern "C" __attribute__((visibility("default"), target("arch=x86-64"))) const kiln_cuda_api*
+kiln_model_cuda_entry() {
+  namespace api = kiln_rt::api;
+  static const kiln_cuda_api table = {KILN_ABI_VERSION, api::run_cuda, api::cuda_host_alloc,
+                                      api::cuda_host_free, api::cuda_device_free};
+  return &table;
+}
+#endif

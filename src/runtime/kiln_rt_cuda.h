@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -49,6 +50,9 @@ using CUmodule = void*;
 using CUfunction = void*;
 using CUstream = void*;
 using CUdeviceptr = unsigned long long;
+using CUevent = void*;
+using CUgraph = void*;
+using CUgraphExec = void*;
 
 /// The driver entry points used, found by name in libcuda.so.1 once per process.
 struct Driver {
@@ -75,6 +79,20 @@ struct Driver {
   CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuGetErrorString)(CUresult, const char**);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuEventCreate)(CUevent*, unsigned);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
+  CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);
+  CUresult (*cuMemFreeHost)(void*);
+  CUresult (*cuStreamBeginCapture)(CUstream, int);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
+  CUresult (*cuGraphInstantiate)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
   CUcontext context = nullptr;
   int arch = 0;               // compute capability as 10 * major + minor
   int max_shared_bytes = 0;   // dynamic shared memory a block may opt in to
@@ -117,6 +135,20 @@ inline void find_symbols(void* lib, Driver& r) {
   find_symbol(lib, "cuStreamSynchronize", r.cuStreamSynchronize);
   find_symbol(lib, "cuGetErrorString", r.cuGetErrorString);
   find_symbol(lib, "cuFuncSetAttribute", r.cuFuncSetAttribute);
+  find_symbol(lib, "cuMemcpyDtoDAsync_v2", r.cuMemcpyDtoDAsync);
+  find_symbol(lib, "cuEventCreate", r.cuEventCreate);
+  find_symbol(lib, "cuEventRecord", r.cuEventRecord);
+  find_symbol(lib, "cuEventDestroy_v2", r.cuEventDestroy);
+  find_symbol(lib, "cuEventSynchronize", r.cuEventSynchronize);
+  find_symbol(lib, "cuStreamWaitEvent", r.cuStreamWaitEvent);
+  find_symbol(lib, "cuMemHostAlloc", r.cuMemHostAlloc);
+  find_symbol(lib, "cuMemFreeHost", r.cuMemFreeHost);
+  find_symbol(lib, "cuStreamBeginCapture_v2", r.cuStreamBeginCapture);
+  find_symbol(lib, "cuStreamEndCapture", r.cuStreamEndCapture);
+  find_symbol(lib, "cuGraphInstantiateWithFlags", r.cuGraphInstantiate);
+  find_symbol(lib, "cuGraphLaunch", r.cuGraphLaunch);
+  find_symbol(lib, "cuGraphExecDestroy", r.cuGraphExecDestroy);
+  find_symbol(lib, "cuGraphDestroy", r.cuGraphDestroy);
 }
 
 /// The driver with device 0's primary context, loaded on first use; fails with a clear message
@@ -163,12 +195,42 @@ inline void* alloc_device(size_t bytes) {
   return reinterpret_cast<void*>(p);
 }
 
+/// The device memory of the runs of one CUDA graph (RunState::Graph): what the run that
+/// captured it allocated, in order, handed out again in that order to each run that replays it
+/// (the graph's kernels read and write those addresses), and freed with the graph.
+struct GraphMemory {
+  std::vector<std::pair<void*, size_t>> blocks;
+  size_t next = 0;      // replay: the next block to hand out
+  bool replay = false;  // hand out the recorded blocks (else allocate and record)
+  void* take(size_t bytes) {
+    if (!replay) {
+      void* p = alloc_device(bytes);
+      blocks.emplace_back(p, bytes);
+      return p;
+    }
+    if (next >= blocks.size() || blocks[next].second != bytes) {
+      kiln_rt::fail(
+          "CUDA graph replay: allocation %zu of the run (%zu bytes) differs from the "
+          "run that captured the graph",
+          next, bytes);
+    }
+    return blocks[next++].first;
+  }
+  void release() {
+    for (const auto& b : blocks) driver().cuMemFree(reinterpret_cast<CUdeviceptr>(b.first));
+    blocks.clear();
+  }
+};
+
 /// Stream-ordered device memory for a run's workspace (kiln_rt::BasicWorkspace): allocated and
 /// freed in the order of the run's stream, so neither waits for the GPU. Without memory pools
-/// on the device, plain allocations.
+/// on the device, plain allocations. A run that captures or replays a CUDA graph takes the
+/// graph's memory instead (`graph`), freed only with the graph.
 struct DeviceMemory {
   CUstream stream = nullptr;
+  GraphMemory* graph = nullptr;
   void* alloc(size_t bytes) const {
+    if (graph != nullptr) return graph->take(bytes == 0 ? 1 : bytes);
     Driver& d = driver();
     if (!d.memory_pools) return alloc_device(bytes);
     CUdeviceptr p = 0;
@@ -176,6 +238,7 @@ struct DeviceMemory {
     return reinterpret_cast<void*>(p);
   }
   void free(void* p) const {
+    if (graph != nullptr) return;
     Driver& d = driver();
     if (d.memory_pools) {
       d.cuMemFreeAsync(device_ptr(p), stream);
@@ -462,10 +525,210 @@ struct ConvPlan {
   }
 };
 
-/// The kernels of one model: cubins for one or more architectures (`arch` 80 for sm_80 ...).
+/// The kernels of one model: cubins for one or more architectures (`arch` 80 for sm_80 ...),
+/// and with `ptx` set the PTX text for the virtual architecture compute_<arch>, which the driver
+/// compiles for any GPU of that compute capability or newer.
 struct Cubin {
   int arch;
   const unsigned char* data;
+  int ptx = 0;
+};
+
+/// The module for a GPU of compute capability `arch` (10 * major + minor): the cubin built for
+/// it, else the newest cubin of the same major version built for an older minor one (binary
+/// compatible), else the PTX when it is for `arch` or older; null when none runs there.
+inline const Cubin* choose_module(const Cubin* cubins, size_t n, int arch) {
+  const Cubin* best = nullptr;
+  for (size_t k = 0; k < n; ++k) {
+    const Cubin& c = cubins[k];
+    if (c.ptx || c.data == nullptr || c.arch / 10 != arch / 10 || c.arch > arch) continue;
+    if (best == nullptr || c.arch > best->arch) best = &c;
+  }
+  if (best != nullptr) return best;
+  for (size_t k = 0; k < n; ++k) {
+    if (cubins[k].ptx && cubins[k].data != nullptr && cubins[k].arch <= arch) return &cubins[k];
+  }
+  return nullptr;
+}
+
+/// "sm_80, sm_90 and PTX for compute_80": what `cubins` hold, for messages.
+inline std::string modules_text(const Cubin* cubins, size_t n) {
+  std::string text, ptx;
+  for (size_t k = 0; k < n; ++k) {
+    if (cubins[k].data == nullptr) continue;
+    if (cubins[k].ptx) {
+      ptx = " and PTX for compute_" + std::to_string(cubins[k].arch);
+    } else {
+      text += (text.empty() ? "sm_" : ", sm_") + std::to_string(cubins[k].arch);
+    }
+  }
+  return (text.empty() ? std::string("no cubin") : text) + ptx;
+}
+
+/// What a model library needs of the machine, checked when it is loaded (check_device).
+struct DeviceNeeds {
+  const Cubin* cubins;
+  size_t cubin_count;
+  int min_driver;  // cuDriverGetVersion's form: 1000 * major + 10 * minor (13000: CUDA 13.0)
+  bool blas;       // it runs matrix products on cuBLASLt
+  bool dnn;        // it runs convolutions on cuDNN
+};
+
+/// What the CUDA driver reports, or what KILN_CUDA_FAKE_DRIVER says it reports (to see how a
+/// library behaves on another machine, as KILN_CPU_FEATURES does for the CPU): "none" (no
+/// driver library), or comma-separated fields "driver=13000,devices=1,cc=9.0,cublaslt=130100,
+/// cudnn=91400", any of them left out taking a value that passes the checks (cublaslt and cudnn
+/// left out: the libraries' own). A fake driver serves the load-time checks only: a run needs a
+/// real one.
+struct DriverReport {
+  bool found = false;
+  std::string why_missing;  // when !found
+  int version = 0;
+  int devices = 0;
+  int arch = 0;
+  long long blas_version = -1;  // faked, else -1 (ask the library)
+  long long dnn_version = -1;
+};
+
+inline int fake_field(const char* spec, const char* name, int otherwise) {
+  const size_t n = std::strlen(name);
+  for (const char* p = spec; p != nullptr;
+       p = std::strchr(p, ',') ? std::strchr(p, ',') + 1 : nullptr) {
+    if (std::strncmp(p, name, n) != 0 || p[n] != '=') continue;
+    char* end = nullptr;
+    const long value = std::strtol(p + n + 1, &end, 10);
+    if (std::strcmp(name, "cc") != 0) return static_cast<int>(value);
+    // A compute capability "9.0": 10 * major + minor.
+    const long minor = *end == '.' ? std::strtol(end + 1, nullptr, 10) : 0;
+    return static_cast<int>(10 * value + minor);
+  }
+  return otherwise;
+}
+
+inline DriverReport report_driver(const DeviceNeeds& needs) {
+  DriverReport r;
+  if (const char* fake = std::getenv("KILN_CUDA_FAKE_DRIVER"); fake != nullptr && *fake != '\0') {
+    if (std::strcmp(fake, "none") == 0) {
+      r.why_missing = "KILN_CUDA_FAKE_DRIVER=none";
+      return r;
+    }
+    r.found = true;
+    r.version = fake_field(fake, "driver", needs.min_driver);
+    r.devices = fake_field(fake, "devices", 1);
+    r.arch = fake_field(fake, "cc", 90);
+    r.blas_version = fake_field(fake, "cublaslt", -1);
+    r.dnn_version = fake_field(fake, "cudnn", -1);
+    return r;
+  }
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = dlerror();
+    r.why_missing = why != nullptr ? why : "not found";
+    return r;
+  }
+  r.found = true;
+  CUresult (*init)(unsigned) = nullptr;
+  CUresult (*version)(int*) = nullptr;
+  CUresult (*count)(int*) = nullptr;
+  CUresult (*get)(CUdevice*, int) = nullptr;
+  CUresult (*attribute)(int*, int, CUdevice) = nullptr;
+  find_symbol(lib, "cuInit", init);
+  find_symbol(lib, "cuDriverGetVersion", version);
+  find_symbol(lib, "cuDeviceGetCount", count);
+  find_symbol(lib, "cuDeviceGet", get);
+  find_symbol(lib, "cuDeviceGetAttribute", attribute);
+  version(&r.version);
+  // cuInit fails with CUDA_ERROR_NO_DEVICE (100) on a machine with a driver and no GPU.
+  if (init(0) != 0 || count(&r.devices) != 0) r.devices = 0;
+  CUdevice dev = 0;
+  int major = 0, minor = 0;
+  if (r.devices > 0 && get(&dev, 0) == 0 && attribute(&major, 75, dev) == 0 &&
+      attribute(&minor, 76, dev) == 0) {
+    r.arch = 10 * major + minor;
+  }
+  return r;
+}
+
+inline std::string version_text(int driver) {
+  return std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
+}
+
+/// Checks, when a model library is loaded, that this machine runs it: a CUDA driver at least as
+/// new as the toolkit that compiled it, a GPU, a module for its compute capability, and
+/// cuBLASLt (12 or 13) and cuDNN (9) where the model uses them. Returns "" when it does, else
+/// why not, in words.
+inline std::string check_device(const DeviceNeeds& needs) {
+  const DriverReport r = report_driver(needs);
+  if (!r.found) {
+    return "this model runs on CUDA, but the CUDA driver (libcuda.so.1) is not found (" +
+           r.why_missing + "): install the NVIDIA driver";
+  }
+  if (r.version < needs.min_driver) {
+    return "the CUDA driver is too old: it supports CUDA " + version_text(r.version) +
+           ", the model library was compiled with CUDA " + version_text(needs.min_driver) +
+           " and needs a driver for CUDA " + version_text(needs.min_driver) +
+           " or newer: update the NVIDIA driver";
+  }
+  if (r.devices <= 0) return "this model runs on CUDA, but the driver finds no CUDA device";
+  const bool has_kernels = needs.cubin_count > 0 && needs.cubins[0].data != nullptr;
+  if (has_kernels && choose_module(needs.cubins, needs.cubin_count, r.arch) == nullptr) {
+    return "the GPU (compute capability " + std::to_string(r.arch / 10) + "." +
+           std::to_string(r.arch % 10) + ") runs none of the model's kernels, compiled for " +
+           modules_text(needs.cubins, needs.cubin_count) +
+           ": compile it again with KILN_CUDA_ARCHS naming this GPU's architecture";
+  }
+  if (needs.blas) {
+    long long v = r.blas_version;
+    if (v < 0) {
+      void* lib = nullptr;
+      const char* chosen = std::getenv("KILN_CUBLASLT_LIBRARY");
+      if (chosen != nullptr && *chosen != '\0') {
+        lib = dlopen(chosen, RTLD_NOW | RTLD_LOCAL);
+      } else {
+        for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12"}) {
+          if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+        }
+      }
+      if (lib == nullptr) {
+        return "the model's matrix products run on cuBLASLt, but libcublasLt.so.13 (or .12) is "
+               "not found: install cuBLAS (or set KILN_CUBLASLT_LIBRARY to its path)";
+      }
+      auto get_version = reinterpret_cast<size_t (*)()>(dlsym(lib, "cublasLtGetVersion"));
+      v = get_version != nullptr ? static_cast<long long>(get_version()) : 0;
+    }
+    if (v < 120000) {
+      return "cuBLASLt " + std::to_string(v) +
+             " is too old: the model's matrix products need cuBLASLt 12.0 or newer";
+    }
+  }
+  if (needs.dnn) {
+    long long v = r.dnn_version;
+    if (v < 0) {
+      const char* chosen = std::getenv("KILN_CUDNN_LIBRARY");
+      void* lib = dlopen(chosen != nullptr && *chosen != '\0' ? chosen : "libcudnn.so.9",
+                         RTLD_NOW | RTLD_LOCAL);
+      if (lib == nullptr) {
+        return "the model's convolutions run on cuDNN, but libcudnn.so.9 is not found: install "
+               "cuDNN 9 (or set KILN_CUDNN_LIBRARY to its path)";
+      }
+      auto get_version = reinterpret_cast<size_t (*)()>(dlsym(lib, "cudnnGetVersion"));
+      v = get_version != nullptr ? static_cast<long long>(get_version()) : 0;
+    }
+    if (v < 90000) {
+      return "cuDNN " + std::to_string(v) +
+             " is too old: the model's convolutions need cuDNN 9.0 or newer";
+    }
+  }
+  return "";
+}
+
+/// How a run takes its inputs and gives its outputs (the C API's kiln_model_run_cuda): on the
+/// caller's `stream` (null: the run state's own, waited for at the end), inputs and outputs in
+/// device memory or in host memory.
+struct RunMode {
+  CUstream stream = nullptr;
+  bool inputs_on_device = false;
+  bool outputs_on_device = false;
 };
 
 /// The module's error word (`kiln_error` in codegen/cuda/cuda_kernel.cpp's prelude): `code` 1
@@ -531,9 +794,14 @@ class RunState {
   RunState(const RunState&) = delete;
   RunState& operator=(const RunState&) = delete;
   ~RunState() {
-    if (stream_ == nullptr) return;
+    if (own_stream_ == nullptr) return;
     Driver& d = driver();
-    d.cuStreamSynchronize(stream_);
+    // Between runs stream_ is the state's own (end_run): a caller's stream may be gone by now;
+    // the last run queued on one is waited for through its event.
+    if (pending_) d.cuEventSynchronize(done_);
+    d.cuStreamSynchronize(own_stream_);
+    drop_graphs();
+    if (done_ != nullptr) d.cuEventDestroy(done_);
     if (arena_ != nullptr) d.cuMemFree(device_ptr(arena_));
     for (void* c : constants_) {
       if (c != nullptr) d.cuMemFree(device_ptr(c));
@@ -542,30 +810,140 @@ class RunState {
     for (MatMulPlan& p : plans_) p.release();
     if (blas_handle_ != nullptr) blas().Destroy(blas_handle_);
     for (ConvPlan& p : conv_plans_) p.release();
-    if (dnn_handle_ != nullptr) dnn_api().Destroy(dnn_handle_);
-    d.cuStreamDestroy(stream_);
+    if (dnn_handle_ != nullptr) {
+      dnn_api().SetStream(dnn_handle_, own_stream_);  // not a caller's stream, which may be gone
+      dnn_api().Destroy(dnn_handle_);
+    }
+    d.cuStreamDestroy(own_stream_);
   }
 
-  /// Starts a run: creates the stream and loads the module for this GPU's architecture the first
-  /// time (`names` are the kernels, in the order launch() numbers them), then clears the error
-  /// word.
-  void begin_run(const Cubin* cubins, size_t n_cubins, const char* const* names, size_t n_names) {
+  /// How the next run takes its inputs and gives its outputs (the default RunMode until
+  /// end_run()).
+  void set_mode(const RunMode& mode) { mode_ = mode; }
+  const RunMode& mode() const { return mode_; }
+  /// The run was queued on the caller's stream: it returns without waiting for the GPU.
+  bool enqueued() const { return mode_.stream != nullptr; }
+
+  /// Starts a run: creates the state's own stream and loads the module for this GPU's
+  /// architecture the first time (`names` are the kernels, in the order launch() numbers them),
+  /// takes the stream of the run's mode (made to wait for the state's previous run, which may
+  /// still be queued on another stream: it used the same arena), then clears the error word.
+  ///
+  /// With `graphs` (a model whose runs never wait for the GPU midway, and no profile), the run's
+  /// device work becomes a CUDA graph per set of input sizes and dtypes (`inputs`): the first run
+  /// with them runs directly (the libraries make their plans, the constants are uploaded), the
+  /// second captures its work into a graph (from its first kernel or library call to its first
+  /// wait or copy out) and launches it, the next ones run the host code alone and launch the
+  /// graph. Eight graphs are kept, the least recently used dropped first; a run that cannot be
+  /// captured (a library call that refuses) runs again without one (run_retrying), and its sizes
+  /// never get one. KILN_CUDA_GRAPHS=0 turns graphs off.
+  void begin_run(const Cubin* cubins, size_t n_cubins, const char* const* names, size_t n_names,
+                 const kiln_rt::TensorArg* inputs = nullptr, size_t n_inputs = 0,
+                 bool graphs = false) {
     Driver& d = driver();
-    if (stream_ == nullptr) {
-      check(d.cuStreamCreate(&stream_, 1 /* CU_STREAM_NON_BLOCKING */), "creating a stream");
+    if (own_stream_ == nullptr) {
+      check(d.cuStreamCreate(&own_stream_, 1 /* CU_STREAM_NON_BLOCKING */), "creating a stream");
+      check(d.cuEventCreate(&done_, 2 /* CU_EVENT_DISABLE_TIMING */), "creating an event");
+      stream_ = own_stream_;
       load(cubins, n_cubins, names, n_names);
     }
+    CUstream next = mode_.stream != nullptr ? mode_.stream : own_stream_;
+    // After a run queued by kiln_run_cuda (on whatever stream): this one starts after it.
+    if (pending_) check(d.cuStreamWaitEvent(next, done_, 0), "ordering after the last run");
+    if (dnn_handle_ != nullptr && dnn_stream_ != next) {
+      check_dnn(dnn_api().SetStream(dnn_handle_, next), "its stream");
+      dnn_stream_ = next;
+    }
+    stream_ = next;
+    pending_ = false;
+    host_inputs_.clear();
     checks_.clear();
+    graph_ = nullptr;
+    graph_mode_ = GraphMode::kNone;
+    capturing_ = false;
+    device_work_ = false;
+    graph_launched_ = false;
+    if (graphs && module_ != nullptr && graphs_enabled()) choose_graph(inputs, n_inputs);
     if (error_ != 0)
       check(d.cuMemsetD8Async(error_, 0, sizeof(DeviceError), stream_), "clearing the error word");
   }
 
+  /// Ends a run: marks where its work ends on its stream, so that the state's next run, on
+  /// whatever stream, starts after it; the mode goes back to the default.
+  /// Never throws (it also ends a failed run); the stream goes back to the state's own, so that
+  /// nothing refers to a caller's stream between runs.
+  void end_run() {
+    mode_ = RunMode{};
+    if (done_ == nullptr) return;  // the run failed before it had a stream
+    pending_ = driver().cuEventRecord(done_, stream_) == 0;
+    stream_ = own_stream_;
+  }
+
   CUstream stream() const { return stream_; }
-  DeviceMemory memory() const { return DeviceMemory{stream_}; }
+  DeviceMemory memory() {
+    return DeviceMemory{stream_, graph_mode_ != GraphMode::kNone ? &graph_->memory : nullptr};
+  }
+
+  /// Called before each kernel or library call a run queues: begins the graph's capture at the
+  /// first one; true when the run replays its graph, which holds the call (the caller queues
+  /// nothing).
+  bool replaying() {
+    if (graph_mode_ == GraphMode::kNone || graph_launched_) return false;
+    device_work_ = true;
+    if (graph_mode_ == GraphMode::kCapture && !capturing_) {
+      check(driver().cuStreamBeginCapture(stream_, 2 /* CU_STREAM_CAPTURE_MODE_RELAXED */),
+            "beginning a CUDA graph capture");
+      capturing_ = true;
+    }
+    return graph_mode_ == GraphMode::kReplay;
+  }
+
+  /// Where the run first waits for the GPU or copies a result out: ends the capture and
+  /// instantiates the graph, then launches it (capturing queues nothing). What the run queues
+  /// afterwards runs directly, in a capture and in its replays alike.
+  void flush_graph() {
+    if (graph_mode_ == GraphMode::kNone || graph_launched_ || !device_work_) return;
+    Driver& d = driver();
+    if (capturing_) {
+      CUgraph g = nullptr;
+      check(d.cuStreamEndCapture(stream_, &g), "ending the CUDA graph capture");
+      capturing_ = false;
+      CUgraphExec exec = nullptr;
+      const CUresult e = d.cuGraphInstantiate(&exec, g, 0);
+      d.cuGraphDestroy(g);
+      check(e, "instantiating the CUDA graph");
+      graph_->exec = exec;
+      graph_->checks = checks_;
+    }
+    check(d.cuGraphLaunch(graph_->exec, stream_), "launching the CUDA graph");
+    graph_launched_ = true;
+  }
+
+  /// After a failure: when the run was capturing a graph, ends the capture, forgets the graph
+  /// (its sizes run without one from now on) and returns true, so that the run can be done
+  /// again directly; false otherwise.
+  bool abandon_capture() {
+    // Failures before the capture began, or after its graph was launched, are the run's own.
+    if (graph_mode_ != GraphMode::kCapture || !device_work_ || graph_launched_) return false;
+    Driver& d = driver();
+    if (capturing_) {
+      CUgraph g = nullptr;
+      d.cuStreamEndCapture(stream_, &g);
+      if (g != nullptr) d.cuGraphDestroy(g);
+      capturing_ = false;
+    }
+    d.cuStreamSynchronize(stream_);
+    graph_->memory.release();
+    graph_->failed = true;
+    graph_mode_ = GraphMode::kNone;
+    graph_ = nullptr;
+    return true;
+  }
 
   /// Kernel `k` of the module, launched on the run's stream.
   template <typename... Args>
   void launch(int k, const char* name, Args... args) {
+    if (replaying()) return;
     launch_function(functions_[static_cast<size_t>(k)], stream_, name, args...);
   }
 
@@ -587,6 +965,11 @@ class RunState {
     const size_t want = library_offset_ + library_workspace_bytes_;
     if (arena_ == nullptr || want > arena_bytes_) {
       Driver& d = driver();
+      // The graphs read and write the old arena: dropped (runs of their sizes capture anew). A
+      // graph's own run never grows it: the run before its capture sized it.
+      if (graph_mode_ != GraphMode::kNone)
+        kiln_rt::fail("CUDA graph: the arena grows in a run that captures or replays a graph");
+      drop_graphs();
       if (arena_ != nullptr) {
         check(d.cuStreamSynchronize(stream_), "growing the arena");
         d.cuMemFree(device_ptr(arena_));
@@ -615,9 +998,34 @@ class RunState {
   const T* upload_input(DeviceWorkspace& ws, const kiln_rt::TensorArg& in) {
     size_t n = 1;
     for (int k = 0; k < in.rank; ++k) n *= static_cast<size_t>(in.dims[k]);
+    if (mode_.inputs_on_device) {
+      // The caller's, read in place; a graph reads its own copy (its address is in the graph).
+      if (graph_mode_ == GraphMode::kNone) return static_cast<const T*>(in.data);
+      T* p = ws.alloc<T>(static_cast<int64_t>(n));
+      if (n > 0) {
+        check(
+            driver().cuMemcpyDtoDAsync(device_ptr(p), device_ptr(in.data), n * sizeof(T), stream_),
+            "copying an input on the GPU");
+      }
+      return p;
+    }
     T* p = ws.alloc<T>(static_cast<int64_t>(n));
     upload(p, static_cast<const T*>(in.data), static_cast<int64_t>(n));
     return p;
+  }
+
+  /// Model input `in` where the host reads it (value guards, sizes read from an input): the
+  /// caller's host data, or a copy of the caller's device data (waits for the GPU).
+  template <typename T>
+  const T* host_input(const kiln_rt::TensorArg& in) {
+    if (!mode_.inputs_on_device) return static_cast<const T*>(in.data);
+    size_t n = 1;
+    for (int k = 0; k < in.rank; ++k) n *= static_cast<size_t>(in.dims[k]);
+    std::vector<char>& copy = host_inputs_.emplace_back(n * sizeof(T) + 1);
+    download(reinterpret_cast<T*>(copy.data()), static_cast<const T*>(in.data),
+             static_cast<int64_t>(n));
+    synchronize("reading an input on the host");
+    return reinterpret_cast<const T*>(copy.data());
   }
 
   /// Queues a copy of `numel` elements from the host to the GPU. The host data may be reused
@@ -634,6 +1042,7 @@ class RunState {
   /// the next synchronize().
   template <typename T>
   void download(T* host, const T* device, int64_t numel) {
+    flush_graph();
     if (numel <= 0) return;
     check(driver().cuMemcpyDtoHAsync(host, device_ptr(device),
                                      static_cast<size_t>(numel) * sizeof(T), stream_),
@@ -643,6 +1052,7 @@ class RunState {
   /// Waits for everything queued on the run's stream (`what` names the reason in errors), then
   /// fails if an index check failed.
   void synchronize(const char* what) {
+    flush_graph();
     Driver& d = driver();
     check(d.cuStreamSynchronize(stream_), what);
     if (checks_.empty() || error_ == 0) return;
@@ -676,6 +1086,7 @@ class RunState {
     if (m == 0 || n == 0 || batches == 0) return;
     if (s.out_strides[r - 1] != 1 && n > 1)
       kiln_rt::fail("%s: cuBLASLt writes rows of contiguous elements", what);
+    if (replaying()) return;
     if (k == 0) {  // an empty sum: zeros (no epilogue is fused where K may be 0)
       if (epilogue != Epilogue::kNone) kiln_rt::fail("%s: an epilogue over K = 0", what);
       check(driver().cuMemsetD8Async(device_ptr(out), 0,
@@ -802,6 +1213,7 @@ class RunState {
       w_numel *= s.w[d];
     }
     if (y_numel == 0) return;
+    if (replaying()) return;
     if (x_numel == 0 || w_numel == 0) {  // an empty sum over channels: zeros
       check(driver().cuMemsetD8Async(device_ptr(y), 0, static_cast<size_t>(y_numel) * sizeof(T),
                                      stream_),
@@ -845,6 +1257,7 @@ class RunState {
     if (dnn_handle_ == nullptr) {
       check_dnn(dnn_api().Create(&dnn_handle_), "creating a handle");
       check_dnn(dnn_api().SetStream(dnn_handle_, stream_), "setting its stream");
+      dnn_stream_ = stream_;
     }
     if (conv_plans_.size() <= static_cast<size_t>(site))
       conv_plans_.resize(static_cast<size_t>(site) + 1);
@@ -897,6 +1310,7 @@ class RunState {
       kiln_rt::check_indices(host.data(), count, size, has_ignored, ignored, node);
       return;
     }
+    if (replaying()) return;  // the graph's checks are the capture's (checks_)
     checks_.push_back({node, size});
     launch_function(f, stream_, "kiln_check_indices", 1, 1, 1, 256, 1, 1, 0, indices, count, size,
                     has_ignored ? 1 : 0, ignored, static_cast<int64_t>(checks_.size() - 1));
@@ -908,18 +1322,97 @@ class RunState {
     int64_t size;
   };
 
+  /// The CUDA graph of one set of input sizes and dtypes (`key`), with the memory its runs use.
+  struct Graph {
+    std::vector<int64_t> key;
+    GraphMemory memory;
+    CUgraphExec exec = nullptr;  // null until captured
+    std::vector<Check> checks;   // the index checks its kernels report, numbered
+    bool warm = false;           // a run of these sizes ran directly: the next one captures
+    bool failed = false;         // its capture failed: these sizes run without a graph
+    uint64_t last_use = 0;
+  };
+  enum class GraphMode { kNone, kCapture, kReplay };
+  static constexpr size_t kMaxGraphs = 8;
+
+  static bool graphs_enabled() {
+    static const bool enabled = [] {
+      const char* v = std::getenv("KILN_CUDA_GRAPHS");
+      return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return enabled;
+  }
+
+  /// The graph of the run's inputs: found (replayed), warm (captured now) or new (this run
+  /// runs directly and warms it).
+  void choose_graph(const kiln_rt::TensorArg* inputs, size_t n_inputs) {
+    std::vector<int64_t> key;
+    for (size_t k = 0; k < n_inputs; ++k) {
+      key.push_back(inputs[k].dtype);
+      key.push_back(inputs[k].rank);
+      key.insert(key.end(), inputs[k].dims, inputs[k].dims + inputs[k].rank);
+    }
+    Graph* g = nullptr;
+    for (const auto& candidate : graphs_) {
+      if (candidate->key == key) g = candidate.get();
+    }
+    if (g == nullptr) {
+      if (graphs_.size() >= kMaxGraphs) {
+        size_t oldest = 0;
+        for (size_t k = 1; k < graphs_.size(); ++k) {
+          if (graphs_[k]->last_use < graphs_[oldest]->last_use) oldest = k;
+        }
+        check(driver().cuStreamSynchronize(stream_), "dropping a CUDA graph");
+        release(*graphs_[oldest]);
+        graphs_.erase(graphs_.begin() + static_cast<std::ptrdiff_t>(oldest));
+      }
+      graphs_.push_back(std::make_unique<Graph>());
+      g = graphs_.back().get();
+      g->key = std::move(key);
+      g->warm = true;
+      g->last_use = ++uses_;
+      return;  // this run runs directly
+    }
+    g->last_use = ++uses_;
+    if (g->failed) return;
+    graph_ = g;
+    if (g->exec == nullptr) {
+      graph_mode_ = GraphMode::kCapture;
+      g->memory.release();
+      g->memory.replay = false;
+    } else {
+      graph_mode_ = GraphMode::kReplay;
+      g->memory.replay = true;
+      g->memory.next = 0;
+      checks_ = g->checks;
+    }
+  }
+
+  static void release(Graph& g) {
+    if (g.exec != nullptr) driver().cuGraphExecDestroy(g.exec);
+    g.exec = nullptr;
+    g.memory.release();
+  }
+
+  /// Drops every graph once the GPU is done with them.
+  void drop_graphs() {
+    if (graphs_.empty()) return;
+    Driver& d = driver();
+    d.cuStreamSynchronize(stream_);
+    d.cuStreamSynchronize(own_stream_);
+    for (auto& g : graphs_) release(*g);
+    graphs_.clear();
+  }
+
   void load(const Cubin* cubins, size_t n_cubins, const char* const* names, size_t n_names) {
     if (n_cubins == 0 || cubins[0].data == nullptr) return;
     Driver& d = driver();
-    const Cubin* chosen = nullptr;
-    for (size_t k = 0; k < n_cubins; ++k) {
-      if (cubins[k].arch == d.arch) chosen = &cubins[k];
-    }
+    const Cubin* chosen = choose_module(cubins, n_cubins, d.arch);
     if (chosen == nullptr) {
       kiln_rt::fail(
-          "CUDA: the model was compiled for other GPUs, not for sm_%d (set "
+          "CUDA: the model was compiled for other GPUs (%s), not for sm_%d (set "
           "KILN_CUDA_ARCHS when compiling)",
-          d.arch);
+          modules_text(cubins, n_cubins).c_str(), d.arch);
     }
     check(d.cuModuleLoadData(&module_, chosen->data), "loading the model's kernels");
     functions_.resize(n_names);
@@ -1099,7 +1592,20 @@ class RunState {
                   tf32 || f64 ? "" : " without tensor cores (--precision fp32)");
   }
 
-  CUstream stream_ = nullptr;
+  CUstream stream_ = nullptr;      // the current run's: own_stream_ or the caller's
+  CUstream own_stream_ = nullptr;  // made at the first run
+  CUstream dnn_stream_ = nullptr;  // the stream cuDNN's handle queues on
+  CUevent done_ = nullptr;         // recorded where the last run ended (end_run)
+  bool pending_ = false;           // done_ marks a run that may still be queued
+  RunMode mode_;
+  std::vector<std::vector<char>> host_inputs_;  // host_input()'s copies, for one run
+  std::vector<std::unique_ptr<Graph>> graphs_;  // at most kMaxGraphs
+  uint64_t uses_ = 0;                           // runs that looked for a graph
+  Graph* graph_ = nullptr;                      // the current run's, captured or replayed
+  GraphMode graph_mode_ = GraphMode::kNone;
+  bool capturing_ = false;       // the capture has begun
+  bool device_work_ = false;     // the run has queued (or replays) device work
+  bool graph_launched_ = false;  // flush_graph() launched the graph
   CUmodule module_ = nullptr;
   std::vector<CUfunction> functions_;
   CUfunction check_i32_ = nullptr;
@@ -1116,6 +1622,18 @@ class RunState {
   std::vector<ConvPlan> conv_plans_;    // per call site
   std::vector<void*> constants_;
 };
+
+/// Runs `body` (a run of the model with run state `state`), again without a CUDA graph when it
+/// failed while capturing one (a library call that cannot be captured).
+template <typename Body>
+inline void run_retrying(RunState& state, Body body) {
+  try {
+    body();
+  } catch (const std::exception&) {
+    if (!state.abandon_capture()) throw;
+    body();
+  }
+}
 
 /// An op on the host (codegen/cuda/host_fallback.h), over the GPU buffers it is given, numbered:
 /// host copies of those it reads (in(), copied from the GPU), host storage for the one it
@@ -1169,6 +1687,40 @@ class HostCall {
   std::vector<Written> written_;
 };
 
+/// finish_output() of a run in another mode: the output copied, in the order of the run's
+/// stream, to the caller's buffer or to fresh storage (device memory, released with cuMemFree
+/// (kiln_cuda_free), or host memory, released with free()), in device or host memory as the
+/// mode says; waits for the GPU only when the run is on the state's own stream.
+inline void finish_output_queued(RunState& state, kiln_rt::TensorArg& out, const void* data,
+                                 int32_t dtype, int rank, const int64_t* dims, size_t bytes,
+                                 const char* name) {
+  out.dtype = dtype;
+  out.rank = rank;
+  for (int k = 0; k < rank; ++k) out.dims[k] = dims[k];
+  const bool device = state.mode().outputs_on_device;
+  state.flush_graph();
+  if (out.data != nullptr) {
+    if (out.capacity < bytes) {
+      kiln_rt::fail("output '%s': the buffer given holds %zu bytes, the output needs %zu", name,
+                    out.capacity, bytes);
+    }
+  } else {
+    out.data = device ? alloc_device(bytes) : kiln_rt::aligned_alloc_bytes(bytes);
+    out.capacity = bytes;
+  }
+  if (bytes > 0) {
+    if (device) {
+      check(
+          driver().cuMemcpyDtoDAsync(device_ptr(out.data), device_ptr(data), bytes, state.stream()),
+          "copying an output on the GPU");
+    } else {
+      state.download(static_cast<char*>(out.data), static_cast<const char*>(data),
+                     static_cast<int64_t>(bytes));
+    }
+  }
+  if (!state.enqueued()) state.synchronize("the model's run");
+}
+
 /// Hands model output `out` to the caller in host memory, once the run is done: sets its dtype
 /// and shape and copies `data` (on the GPU) into the caller's buffer, or into fresh host
 /// storage (released with free()).
@@ -1176,6 +1728,10 @@ inline void finish_output(RunState& state, kiln_rt::TensorArg& out, const void* 
                           int rank, const int64_t* dims, size_t element_size, const char* name) {
   size_t bytes = element_size;
   for (int k = 0; k < rank; ++k) bytes *= static_cast<size_t>(dims[k]);
+  if (state.mode().outputs_on_device || state.enqueued()) {
+    finish_output_queued(state, out, data, dtype, rank, dims, bytes, name);
+    return;
+  }
   state.synchronize("the model's run");
   out.dtype = dtype;
   out.rank = rank;

@@ -2,6 +2,8 @@
 // include/kiln/runtime.h alone: outputs against numpy (float32: rtol 1e-4, atol 1e-5), outputs
 // into caller buffers, concurrent runs, external weights, the errors of a bad library, weights
 // file, ABI, CPU or input, the arena of a chain, and profiling.
+#include <dlfcn.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
@@ -16,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "codegen/cuda/nvrtc_compile.h"
 #include "codegen/wrapper/model_api.h"
 #include "driver/compile.h"
 #include "kiln/runtime.h"
@@ -571,6 +574,154 @@ TEST(ModelLibrary, ProfilingRecordsOneEventPerCall) {
   EXPECT_EQ(calls, 6) << listing;
   kiln_model_clear_profile(m.model);
   EXPECT_EQ(kiln_model_profile_events(m.model, &events), 0u);
+}
+
+// --- CUDA libraries (`kiln compile --device cuda`) ---------------------------------------------
+// Built here without a GPU (NVRTC only); the machine checks at load are tested through
+// KILN_CUDA_FAKE_DRIVER, which replaces what the driver reports (kiln_rt_cuda.h); runs need a GPU
+// and skip without one.
+
+/// conv_matmul.onnx compiled for CUDA at fp32 (cubins for sm_80 and sm_90, PTX for compute_80).
+const driver::LibraryResult& cuda_library() {
+  static const driver::LibraryResult result = [] {
+    ::unsetenv("KILN_CUDA_ARCHS");
+    driver::LibraryOptions options;
+    options.output = scratch() / "conv_matmul_cuda.so";
+    options.find_dependencies = true;
+    options.compile.cache_dir = fs::path(KILN_BUILD_DIR) / "test-tmp" / "aot" / "cache";
+    options.compile.autotune = autotune::AutotuneMode::kOff;
+    options.compile.device = ir::Device::kCuda;
+    options.compile.precision = ir::Precision::kFp32;
+    return driver::compile_library(onnx::import_model(scratch() / "models" / "conv_matmul.onnx"),
+                                   options);
+  }();
+  return result;
+}
+
+/// kiln_model_load's message for the CUDA library with KILN_CUDA_FAKE_DRIVER=`fake`, and its code.
+std::string load_with_fake_driver(const char* fake, kiln_status_code& code) {
+  ::setenv("KILN_CUDA_FAKE_DRIVER", fake, 1);
+  kiln_model* model = nullptr;
+  std::string error =
+      message_of(kiln_model_load(cuda_library().library.c_str(), nullptr, &model), &code);
+  ::unsetenv("KILN_CUDA_FAKE_DRIVER");
+  kiln_model_free(model);
+  return error;
+}
+
+/// Whether this machine has a CUDA driver with a GPU (the real one).
+bool has_gpu() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return false;
+  auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(lib, "cuInit"));
+  auto count = reinterpret_cast<int (*)(int*)>(dlsym(lib, "cuDeviceGetCount"));
+  int n = 0;
+  return init != nullptr && count != nullptr && init(0) == 0 && count(&n) == 0 && n > 0;
+}
+
+TEST(CudaLibrary, IsBuiltWithoutAGpuAndNeedsNoToolkitAtRunTime) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: this Kiln has no NVRTC";
+  const driver::LibraryResult& r = cuda_library();
+  EXPECT_EQ(r.device, "cuda");
+  EXPECT_EQ(r.cuda_modules, "sm_80, sm_90 and PTX for compute_80");
+  ASSERT_EQ(r.variants.size(), 1u);
+  EXPECT_EQ(r.variants[0].name, "x86-64-v3");
+  // The driver, cuBLASLt (the MatMul) and cuDNN (the Conv) are loaded with dlopen ...
+  ASSERT_EQ(r.loads.size(), 3u);
+  EXPECT_EQ(r.loads[0].rfind("libcuda.so.1", 0), 0u) << r.loads[0];
+  EXPECT_EQ(r.loads[1].rfind("libcublasLt.so.13", 0), 0u) << r.loads[1];
+  EXPECT_EQ(r.loads[2].rfind("libcudnn.so.9", 0), 0u) << r.loads[2];
+  // ... and nothing of CUDA or Kiln is linked (ldd of the library and its variant).
+  ASSERT_FALSE(r.needed.empty());
+  for (const std::string& lib : r.needed) {
+    for (const char* banned : {"cuda", "cublas", "cudnn", "nvrtc", "kiln"})
+      EXPECT_EQ(lib.find(banned), std::string::npos) << lib;
+  }
+}
+
+TEST(CudaLibrary, LoadSaysWhatTheMachineLacks) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: this Kiln has no NVRTC";
+  kiln_status_code code = KILN_OK;
+  std::string error = load_with_fake_driver("none", code);
+  EXPECT_EQ(code, KILN_ERROR_DEVICE);
+  EXPECT_NE(error.find("this model runs on CUDA, but the CUDA driver (libcuda.so.1) is not found"),
+            std::string::npos)
+      << error;
+  const int nvrtc_major = std::atoi(codegen::nvrtc_version_text().c_str());
+  error =
+      load_with_fake_driver(fmt::format("driver={}", 1000 * (nvrtc_major - 1) + 80).c_str(), code);
+  EXPECT_EQ(code, KILN_ERROR_DEVICE);
+  EXPECT_NE(error.find(fmt::format("the CUDA driver is too old: it supports CUDA {}.8, the model "
+                                   "library was compiled with CUDA {}.0",
+                                   nvrtc_major - 1, nvrtc_major)),
+            std::string::npos)
+      << error;
+  error = load_with_fake_driver("devices=0", code);
+  EXPECT_EQ(code, KILN_ERROR_DEVICE);
+  EXPECT_NE(error.find("the driver finds no CUDA device"), std::string::npos) << error;
+  error = load_with_fake_driver("cc=7.5", code);
+  EXPECT_EQ(code, KILN_ERROR_DEVICE);
+  EXPECT_NE(error.find("the GPU (compute capability 7.5) runs none of the model's kernels, "
+                       "compiled for sm_80, sm_90 and PTX for compute_80"),
+            std::string::npos)
+      << error;
+  error = load_with_fake_driver("cc=10.0,cublaslt=110000", code);  // PTX runs there
+  EXPECT_EQ(code, KILN_ERROR_DEVICE);
+  EXPECT_NE(error.find("cuBLASLt 110000 is too old"), std::string::npos) << error;
+  error = load_with_fake_driver("cc=8.6,cublaslt=130100,cudnn=8907", code);  // sm_80's cubin
+  EXPECT_EQ(code, KILN_ERROR_DEVICE);
+  EXPECT_NE(error.find("cuDNN 8907 is too old"), std::string::npos) << error;
+  // A machine that has it all: the load succeeds (runs need the real driver).
+  EXPECT_EQ(load_with_fake_driver("cc=9.0,cublaslt=130100,cudnn=91400", code), "");
+  EXPECT_EQ(code, KILN_OK);
+  if (has_gpu()) return;
+  // Without one, both kinds of run fail with the driver's absence, not a crash.
+  ::setenv("KILN_CUDA_FAKE_DRIVER", "cc=9.0,cublaslt=130100,cudnn=91400", 1);
+  Loaded m;
+  load(cuda_library().library, m);
+  ::unsetenv("KILN_CUDA_FAKE_DRIVER");
+  ASSERT_NE(m.model, nullptr);
+  const graph::Tensor x = npy("x");
+  kiln_tensor in = tensor_of(x);
+  kiln_tensor out[2] = {};
+  error = message_of(kiln_model_run(m.model, &in, 1, out, 2));
+  EXPECT_NE(error.find("the CUDA driver (libcuda.so.1) is not found"), std::string::npos) << error;
+  kiln_cuda_run_options options = kiln_default_cuda_run_options();
+  options.outputs_on_device = 1;
+  error = message_of(kiln_model_run_cuda(m.model, &in, 1, out, 2, &options));
+  EXPECT_NE(error.find("the CUDA driver (libcuda.so.1) is not found"), std::string::npos) << error;
+}
+
+TEST(CudaLibrary, TheCudaRunOfACpuLibraryIsRefused) {
+  Loaded m;
+  load(conv_matmul_library(), m);
+  EXPECT_STREQ(kiln_model_device(m.model), "cpu");
+  kiln_status_code code;
+  const std::string error =
+      message_of(kiln_model_run_cuda(m.model, nullptr, 0, nullptr, 0, nullptr), &code);
+  EXPECT_EQ(code, KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(error.find("not compiled for CUDA"), std::string::npos) << error;
+}
+
+// On a GPU: numpy's outputs (float32 tolerances, --precision fp32), then
+// kiln_cuda_library_check: device and pinned buffers on the caller's stream, and 8 threads x 20
+// runs, all bit-identical to the first run.
+TEST(CudaLibrary, RunsOnTheGpuLikeNumpyFromManyThreads) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: this Kiln has no NVRTC";
+  if (!has_gpu()) GTEST_SKIP() << "skipped: no CUDA device";
+  Loaded m;
+  load(cuda_library().library, m);
+  EXPECT_STREQ(kiln_model_device(m.model), "cuda");
+  const graph::Tensor x = npy("x");
+  kiln_tensor in = tensor_of(x);
+  kiln_tensor out[2] = {};
+  ASSERT_EQ(message_of(kiln_model_run(m.model, &in, 1, out, 2)), "");
+  expect_outputs(out);
+  const std::string command = "'" KILN_BUILD_DIR "/bin/kiln_cuda_library_check' '" +
+                              cuda_library().library.string() + "' '" +
+                              (scratch() / "cuda_check").string() +
+                              "' 'x=" + (scratch() / "models" / "x.npy").string() + "' --runs 20";
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 
 }  // namespace

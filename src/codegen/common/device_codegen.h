@@ -127,6 +127,13 @@ class WrapperOps {
   /// Device code built into the units rather than being one (the CUDA kernels' source, whose
   /// cubins the wrapper embeds), as (file name, text): written with the dumps, never compiled.
   virtual std::vector<std::pair<std::string, std::string>> take_device_sources() { return {}; }
+  /// The statement by which kiln_run runs the model's function on `run` (its RunState lease).
+  virtual std::string run_call() const {
+    return "run_impl(inputs, outputs, constants, *run, profile);";
+  }
+  /// Entry points of the wrapper's own, after kiln_run (the CUDA wrapper's device checks and
+  /// runs on a caller's stream).
+  virtual void write_entry_points(IndentedBuffer& out) { (void)out; }
   /// Translation units of its own (the functions of GEMM and convolution choices), in order.
   virtual std::vector<std::pair<std::string, std::string>> take_units() = 0;
   /// What the units need to build.
@@ -161,9 +168,12 @@ class DeviceCodegen {
 };
 
 /// The backend of `device`; what it caches (the CUDA backend's cubins) goes under `cache_dir`.
-/// `precision`: the arithmetic of the GPU's matrix products (ir/device.h).
+/// `precision`: the arithmetic of the GPU's matrix products (ir/device.h). `library`: the code
+/// goes into a model library for other machines (`kiln compile`): the CUDA backend then builds
+/// its kernels for every architecture of cuda_library_archs() plus PTX, not for this machine's
+/// GPU.
 std::unique_ptr<DeviceCodegen> make_device_codegen(ir::Device device,
                                                    const std::filesystem::path& cache_dir,
-                                                   ir::Precision precision);
+                                                   ir::Precision precision, bool library = false);
 
 }  // namespace kiln::codegen

@@ -7,8 +7,8 @@
 
 namespace kiln::codegen {
 
-CudaCodegen::CudaCodegen(std::filesystem::path cache_dir, ir::Precision precision)
-    : cache_dir_(std::move(cache_dir)), precision_(precision) {
+CudaCodegen::CudaCodegen(std::filesystem::path cache_dir, ir::Precision precision, bool library)
+    : cache_dir_(std::move(cache_dir)), precision_(precision), library_(library) {
   if (std::string why = nvrtc_missing(); !why.empty()) user_error("--device cuda: {}", why);
 }
 
@@ -24,7 +24,8 @@ GeneratedKernel CudaCodegen::generate_kernel(const sched::ScheduleItem& item,
 std::string CudaCodegen::prelude() const { return cuda_kernel_prelude(); }
 
 std::unique_ptr<WrapperOps> CudaCodegen::wrapper_ops() const {
-  return std::make_unique<CudaWrapperOps>(host_.wrapper_ops(), prelude(), cache_dir_, precision_);
+  return std::make_unique<CudaWrapperOps>(host_.wrapper_ops(), prelude(), cache_dir_, precision_,
+                                          library_);
 }
 
 codecache::CompilerConfig CudaCodegen::build_config(const BuildNeeds& needs) const {

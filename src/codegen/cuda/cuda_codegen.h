@@ -17,8 +17,10 @@ class CudaCodegen final : public DeviceCodegen {
  public:
   /// Fails with a clear error when this Kiln was built without the CUDA toolkit. Cubins are
   /// cached under `cache_dir` (the compile's code cache).
-  /// `precision`: the compute type of the cuBLASLt matrix products.
-  CudaCodegen(std::filesystem::path cache_dir, ir::Precision precision);
+  /// `precision`: the compute type of the cuBLASLt matrix products. `library`: kernels for
+  /// cuda_library_archs() plus PTX (a model library for other machines), else for this
+  /// machine's GPU (cuda_target_archs()).
+  CudaCodegen(std::filesystem::path cache_dir, ir::Precision precision, bool library = false);
   ir::Device device() const override { return ir::Device::kCuda; }
   const sched::Backend& scheduling() const override { return backend_; }
   /// Kernel groups, inputs and constants; library calls on the host-fallback list
@@ -35,6 +37,7 @@ class CudaCodegen final : public DeviceCodegen {
   CppCodegen host_;  // library calls and the host build
   std::filesystem::path cache_dir_;
   ir::Precision precision_;
+  bool library_;
 };
 
 }  // namespace kiln::codegen

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "codegen/cpp/cpp_host_text.h"
 #include "codegen/cuda/cuda_conv.h"
 #include "codegen/cuda/cuda_matmul.h"
@@ -36,6 +39,8 @@ std::string launch_dims(const std::array<sym::Expr, 3>& dims) {
 void CudaWrapperOps::note(const ir::ExternCall& call) {
   if (call.as<ir::MatMulCall>() != nullptr || call.as<ir::ConvCall>() != nullptr) {
     uses_workspace_ = true;
+    uses_blas_ = uses_blas_ || call.as<ir::MatMulCall>() != nullptr;
+    uses_dnn_ = uses_dnn_ || call.as<ir::ConvCall>() != nullptr;
     return;
   }
   host_->note(call);
@@ -53,7 +58,9 @@ void CudaWrapperOps::write_run_state_members(IndentedBuffer& out) {
 
 void CudaWrapperOps::write_workspace(IndentedBuffer& out) {
   out.line("state.cuda.begin_run(kCubins, sizeof kCubins / sizeof kCubins[0], kKernelNames,");
-  out.line("                     sizeof kKernelNames / sizeof kKernelNames[0]);");
+  out.line(
+      "                     sizeof kKernelNames / sizeof kKernelNames[0], inputs, kInputCount,");
+  out.line("                     kCudaGraphs && profile == nullptr);");
   out.line("kiln_cuda::DeviceWorkspace ws(state.cuda.memory());");
   if (uses_workspace_)
     out.line("state.cuda.reserve_library_workspace();  // cuBLASLt's and cuDNN's, in the arena");
@@ -69,7 +76,7 @@ void CudaWrapperOps::write_input_data(IndentedBuffer& out, size_t k, const std::
 std::string CudaWrapperOps::host_input_data(const std::string& pointer) const {
   auto it = inputs_.find(pointer);
   KILN_CHECK(it != inputs_.end(), "{} is not a model input", pointer);
-  return fmt::format("static_cast<const {}*>(in{}.data)", it->second.second, it->second.first);
+  return fmt::format("state.cuda.host_input<{}>(in{})", it->second.second, it->second.first);
 }
 
 void CudaWrapperOps::write_constant_data(IndentedBuffer& out, size_t index,
@@ -106,6 +113,7 @@ void CudaWrapperOps::write_index_check(IndentedBuffer& out, const std::string& p
 
 void CudaWrapperOps::write_size_read(IndentedBuffer& out, const std::string& identifier,
                                      const std::string& pointer, const std::string& element) {
+  waits_ = true;
   out.linef("const int64_t {} = state.cuda.read({}, {}, \"a size read from data\");", identifier,
             pointer, element);
 }
@@ -139,9 +147,15 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
     source += k->source();
   }
   std::vector<CudaBinary> binaries;
-  if (!kernels.empty()) binaries = nvrtc_compile(source, cuda_target_archs(), cache_dir_);
+  const std::vector<int> archs = library_ ? cuda_library_archs() : cuda_target_archs();
+  // A library for other machines carries PTX for its oldest architecture too: the driver
+  // compiles it for GPUs newer than every cubin.
+  const int ptx_arch = library_ ? *std::min_element(archs.begin(), archs.end()) : 0;
+  if (!kernels.empty()) binaries = nvrtc_compile(source, archs, cache_dir_, ptx_arch);
   device_sources_.emplace_back("kernels.cu", source);
-  out.line("// The model's CUDA kernels (compiled by NVRTC), one cubin per architecture.");
+  out.line(
+      "// The model's CUDA kernels (compiled by NVRTC): one cubin per architecture, and for a");
+  out.line("// library the PTX of the oldest one.");
   for (size_t b = 0; b < binaries.size(); ++b) {
     out.linef("alignas(16) static const unsigned char kCubin{}[] = {{", b);
     out.indent();
@@ -151,10 +165,23 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
   }
   out.line("static const kiln_cuda::Cubin kCubins[] = {");
   for (size_t b = 0; b < binaries.size(); ++b) {
-    out.linef("    {{{}, kCubin{}}},", binaries[b].arch, b);
+    out.linef("    {{{}, kCubin{}, {}}},", binaries[b].arch, b, binaries[b].ptx ? 1 : 0);
   }
-  if (binaries.empty()) out.line("    {0, nullptr},");
+  if (binaries.empty()) out.line("    {0, nullptr, 0},");
   out.line("};");
+  // The driver a cubin of this NVRTC needs: one for the same CUDA major version or newer.
+  const std::string nvrtc = nvrtc_version_text();
+  const int min_driver = 1000 * std::atoi(nvrtc.c_str());
+  out.linef("static constexpr size_t kInputCount = {};", inputs_.size());
+  out.line(
+      "// Runs become CUDA graphs (kiln_cuda::RunState::begin_run) unless they wait for the GPU");
+  out.line("// midway (a host fallback, a size read from data).");
+  out.linef("static constexpr bool kCudaGraphs = {};", waits_ ? "false" : "true");
+  out.linef("// What the machine must have (NVRTC {}); checked when a model library loads.", nvrtc);
+  out.linef(
+      "static const kiln_cuda::DeviceNeeds kDeviceNeeds = {{kCubins, sizeof kCubins / sizeof "
+      "kCubins[0], {}, {}, {}}};",
+      min_driver, uses_blas_ ? "true" : "false", uses_dnn_ ? "true" : "false");
   out.line("static const char* const kKernelNames[] = {");
   for (const GeneratedKernel* k : kernels) out.linef("    \"{}\",", k->name);
   if (kernels.empty()) out.line("    nullptr,");
@@ -222,6 +249,7 @@ void CudaWrapperOps::write_library_call(IndentedBuffer& out, const ir::Buffer& b
     buffers.push_back(b);
   }
   buffers.push_back(&buffer);
+  waits_ = true;
   out.linef("// on the host: {}", comment_safe(std::string(*reason)));
   std::vector<std::string> names;
   for (const ir::Buffer* b : buffers) names.push_back(b->name);
@@ -250,6 +278,70 @@ void CudaWrapperOps::write_library_call(IndentedBuffer& out, const ir::Buffer& b
   }
   out.line("}");
   out.line("host.finish();  // what it wrote, to the GPU");
+}
+
+void CudaWrapperOps::write_entry_points(IndentedBuffer& out) {
+  out.lines(R"(
+// Checks that this machine runs the model (kiln_cuda::check_device): 0 when it does, else 1 with
+// the reason in `error`.
+extern "C" int kiln_check_device(char* error, int64_t error_size) {
+    try {
+        const std::string why = kiln_cuda::check_device(kDeviceNeeds);
+        if (why.empty()) return 0;
+        std::snprintf(error, static_cast<size_t>(error_size), "%s", why.c_str());
+    } catch (const std::exception& e) {
+        std::snprintf(error, static_cast<size_t>(error_size), "%s", e.what());
+    }
+    return 1;
+}
+
+// kiln_run with inputs and outputs in device memory or host memory, on the caller's stream (or
+// null: the run state's own, waited for at the end): see include/kiln/runtime.h's
+// kiln_model_run_cuda. A run on the caller's stream returns once its work is queued.
+extern "C" int kiln_run_cuda(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,
+                             const void* const* constants, void* state, kiln_rt::Profile* profile,
+                             char* error, int64_t error_size, void* stream, int inputs_on_device,
+                             int outputs_on_device) {
+    try {
+        auto run = static_cast<ModelState*>(state)->runs.acquire();
+        run->cuda.set_mode({stream, inputs_on_device != 0, outputs_on_device != 0});
+        try {
+            kiln_cuda::run_retrying(run->cuda, [&] { run_impl(inputs, outputs, constants, *run, profile); });
+        } catch (...) {
+            run->cuda.end_run();
+            throw;
+        }
+        run->cuda.end_run();
+        return 0;
+    } catch (const kiln_rt::Error& e) {
+        std::snprintf(error, static_cast<size_t>(error_size), "%s", e.what());
+        return 2;
+    } catch (const std::exception& e) {
+        std::snprintf(error, static_cast<size_t>(error_size), "%s", e.what());
+        return 3;
+    }
+}
+
+// Page-locked host memory (cuMemHostAlloc): copies from and to it overlap the GPU's work.
+extern "C" int kiln_cuda_host_alloc(size_t bytes, void** p, char* error, int64_t error_size) {
+    try {
+        kiln_cuda::check(kiln_cuda::driver().cuMemHostAlloc(p, bytes == 0 ? 1 : bytes, 0),
+                         "cuMemHostAlloc");
+        return 0;
+    } catch (const std::exception& e) {
+        std::snprintf(error, static_cast<size_t>(error_size), "%s", e.what());
+        return 3;
+    }
+}
+
+extern "C" void kiln_cuda_host_free(void* p) {
+    if (p != nullptr) kiln_cuda::driver().cuMemFreeHost(p);
+}
+
+// Releases device memory a run allocated for an output (cuMemFree).
+extern "C" void kiln_cuda_device_free(void* p) {
+    if (p != nullptr) kiln_cuda::driver().cuMemFree(kiln_cuda::device_ptr(p));
+})");
 }
 
 }  // namespace kiln::codegen

@@ -27,13 +27,14 @@ class CudaWrapperOps final : public WrapperOps {
  public:
   /// `host` writes the library calls on the host (the CPU's WrapperOps); `prelude` starts the
   /// CUDA unit; cubins are cached under `cache_dir`/cuda; `precision` is that of the matrix
-  /// products.
+  /// products; `library`: cubins for cuda_library_archs() plus PTX (else for this machine's GPU).
   CudaWrapperOps(std::unique_ptr<WrapperOps> host, std::string prelude,
-                 std::filesystem::path cache_dir, ir::Precision precision)
+                 std::filesystem::path cache_dir, ir::Precision precision, bool library)
       : host_(std::move(host)),
         prelude_(std::move(prelude)),
         cache_dir_(std::move(cache_dir)),
-        precision_(precision) {}
+        precision_(precision),
+        library_(library) {}
 
   /// Matrix products run on cuBLASLt and convolutions on cuDNN (no OpenBLAS or oneDNN to link);
   /// the other calls' needs are the host's.
@@ -74,6 +75,16 @@ class CudaWrapperOps final : public WrapperOps {
   void write_library_call(IndentedBuffer& out, const ir::Buffer& buffer,
                           const ir::Program& program) override;
   bool kernels_in_host_units() const override { return false; }
+  /// kiln_check_device (what the machine must have, checked when a library loads),
+  /// kiln_run_cuda (a run on the caller's stream, with device or host buffers) and the pinned
+  /// host memory of the C API (kiln_cuda_host_alloc).
+  void write_entry_points(IndentedBuffer& out) override;
+  /// The run through kiln_cuda::run_retrying (again without a CUDA graph when its capture
+  /// failed).
+  std::string run_call() const override {
+    return "kiln_cuda::run_retrying(run->cuda, [&] { run_impl(inputs, outputs, constants, *run, "
+           "profile); });";
+  }
   /// The CUDA source NVRTC compiled ("kernels.cu").
   std::vector<std::pair<std::string, std::string>> take_device_sources() override {
     return std::move(device_sources_);
@@ -88,9 +99,14 @@ class CudaWrapperOps final : public WrapperOps {
   std::string prelude_;
   std::filesystem::path cache_dir_;
   ir::Precision precision_;
-  bool uses_workspace_ = false;  // a product or convolution: the arena keeps their workspace
-  int matmul_sites_ = 0;         // matrix product calls written so far
-  int conv_sites_ = 0;           // convolution calls written so far
+  bool library_;
+  bool uses_blas_ = false;  // a matrix product on cuBLASLt
+  bool uses_dnn_ = false;   // a convolution on cuDNN
+  bool uses_workspace_ = false;
+  bool waits_ = false;  // the run waits for the GPU midway (a host fallback, a size from data)  //
+                        // a product or convolution: the arena keeps their workspace
+  int matmul_sites_ = 0;  // matrix product calls written so far
+  int conv_sites_ = 0;    // convolution calls written so far
   std::vector<std::pair<std::string, std::string>> device_sources_;
   /// Model input buffers: (index, element type).
   std::map<std::string, std::pair<size_t, std::string>> inputs_;

@@ -61,6 +61,8 @@ struct Nvrtc {
   decltype(&::nvrtcGetProgramLog) GetProgramLog = nullptr;
   decltype(&::nvrtcGetCUBINSize) GetCUBINSize = nullptr;
   decltype(&::nvrtcGetCUBIN) GetCUBIN = nullptr;
+  decltype(&::nvrtcGetPTXSize) GetPTXSize = nullptr;
+  decltype(&::nvrtcGetPTX) GetPTX = nullptr;
   decltype(&::nvrtcDestroyProgram) DestroyProgram = nullptr;
 };
 
@@ -79,6 +81,7 @@ const Nvrtc& nvrtc() {
                get(n.GetProgramLogSize, "nvrtcGetProgramLogSize") &&
                get(n.GetProgramLog, "nvrtcGetProgramLog") &&
                get(n.GetCUBINSize, "nvrtcGetCUBINSize") && get(n.GetCUBIN, "nvrtcGetCUBIN") &&
+               get(n.GetPTXSize, "nvrtcGetPTXSize") && get(n.GetPTX, "nvrtcGetPTX") &&
                get(n.DestroyProgram, "nvrtcDestroyProgram");
     return n;
   }();
@@ -129,7 +132,9 @@ std::string kernels_with_errors(const std::string& source, const std::string& lo
   return text;
 }
 
-std::string compile_one(const std::string& source, int arch) {
+/// The cubin of `source` for sm_`arch`, or with `ptx` its PTX for the virtual architecture
+/// compute_`arch` (NUL-terminated, as cuModuleLoadData takes it).
+std::string compile_one(const std::string& source, int arch, bool ptx) {
   const auto& headers = nvrtc_std_headers();
   std::vector<const char*> names, contents;
   for (const auto& [name, content] : headers) {
@@ -141,7 +146,7 @@ std::string compile_one(const std::string& source, int arch) {
       nvrtc().CreateProgram(&program, source.c_str(), "kernels.cu",
                             static_cast<int>(headers.size()), contents.data(), names.data()),
       "nvrtcCreateProgram");
-  const std::string gpu = fmt::format("--gpu-architecture=sm_{}", arch);
+  const std::string gpu = fmt::format("--gpu-architecture={}_{}", ptx ? "compute" : "sm", arch);
   const std::string include = "-I" + cpp_runtime_include_dir().string();
   // -default-device: the runtime's scalar helpers (plain inline functions) become device code.
   const char* options[] = {gpu.c_str(), include.c_str(), "-default-device", "-std=c++17",
@@ -158,11 +163,18 @@ std::string compile_one(const std::string& source, int arch) {
         kernels_with_errors(source, log), log);
   }
   size_t size = 0;
-  check_nvrtc(nvrtc().GetCUBINSize(program, &size), "nvrtcGetCUBINSize");
-  std::string cubin(size, '\0');
-  check_nvrtc(nvrtc().GetCUBIN(program, cubin.data()), "nvrtcGetCUBIN");
+  std::string binary;
+  if (ptx) {
+    check_nvrtc(nvrtc().GetPTXSize(program, &size), "nvrtcGetPTXSize");  // with the NUL
+    binary.assign(size, '\0');
+    check_nvrtc(nvrtc().GetPTX(program, binary.data()), "nvrtcGetPTX");
+  } else {
+    check_nvrtc(nvrtc().GetCUBINSize(program, &size), "nvrtcGetCUBINSize");
+    binary.assign(size, '\0');
+    check_nvrtc(nvrtc().GetCUBIN(program, binary.data()), "nvrtcGetCUBIN");
+  }
   nvrtc().DestroyProgram(&program);
-  return cubin;
+  return binary;
 }
 #endif
 
@@ -187,6 +199,13 @@ std::string nvrtc_missing() {
 #endif
 }
 
+std::string nvrtc_version_text() {
+#if KILN_WITH_CUDA
+  if (nvrtc().loaded) return nvrtc_version();
+#endif
+  return "";
+}
+
 std::vector<int> cuda_target_archs() {
   if (const char* env = std::getenv("KILN_CUDA_ARCHS"); env != nullptr && *env != '\0') {
     std::vector<int> archs;
@@ -205,37 +224,48 @@ std::vector<int> cuda_target_archs() {
     return archs;
   }
   if (int arch = local_gpu_arch(); arch > 0) return {arch};
+  return cuda_library_archs();
+}
+
+std::vector<int> cuda_library_archs() {
+  if (const char* env = std::getenv("KILN_CUDA_ARCHS"); env != nullptr && *env != '\0')
+    return cuda_target_archs();
   return {80, 90};
 }
 
 std::vector<CudaBinary> nvrtc_compile(const std::string& source, const std::vector<int>& archs,
-                                      const fs::path& cache_dir) {
+                                      const fs::path& cache_dir, int ptx_arch) {
 #if KILN_WITH_CUDA
   if (std::string why = nvrtc_missing(); !why.empty()) user_error("--device cuda: {}", why);
   std::vector<CudaBinary> binaries;
-  for (int arch : archs) {
+  auto build = [&](int arch, bool ptx) {
     Sha256 sha;
     sha.update(source);
-    sha.update(fmt::format("|sm_{}|nvrtc {}", arch, nvrtc_version()));
+    sha.update(fmt::format("|{}_{}|nvrtc {}", ptx ? "compute" : "sm", arch, nvrtc_version()));
     for (const auto& [name, content] : nvrtc_std_headers()) sha.update(name + content);
-    const fs::path path = cache_dir / "cuda" / (sha.hex_digest() + ".cubin");
-    CudaBinary binary{arch, {}};
+    const fs::path path = cache_dir / "cuda" / (sha.hex_digest() + (ptx ? ".ptx" : ".cubin"));
+    CudaBinary binary{arch, {}, ptx};
     if (fs::exists(path)) {
       binary.cubin = files::read(path);
-      log::write(log::Category::kCompile, "cubin from the code cache: {}", path.string());
+      log::write(log::Category::kCompile, "{} from the code cache: {}", ptx ? "PTX" : "cubin",
+                 path.string());
     } else {
-      binary.cubin = compile_one(source, arch);
+      binary.cubin = compile_one(source, arch, ptx);
       fs::create_directories(path.parent_path());
       files::write_atomic(path, binary.cubin);
-      log::write(log::Category::kCompile, "NVRTC compiled sm_{}: {}", arch, path.string());
+      log::write(log::Category::kCompile, "NVRTC compiled {}_{}: {}", ptx ? "compute" : "sm", arch,
+                 path.string());
     }
     binaries.push_back(std::move(binary));
-  }
+  };
+  for (int arch : archs) build(arch, false);
+  if (ptx_arch > 0) build(ptx_arch, true);
   return binaries;
 #else
   (void)source;
   (void)archs;
   (void)cache_dir;
+  (void)ptx_arch;
   user_error("this Kiln was built without the CUDA toolkit: it cannot compile for --device cuda");
 #endif
 }

@@ -167,6 +167,7 @@ std::string generate_model_api(const ir::Program& program, const WeightsBlob& we
   out.line("// edit.");
   out.linef("#define KILN_MODEL_TARGET {}", cpp_quote(options.target));
   out.linef("#define KILN_MODEL_VERSION {}", cpp_quote(KILN_VERSION));
+  if (options.cuda) out.line("#define KILN_MODEL_DEVICE_CUDA 1");
   out.line("#include \"kiln_rt_api.h\"");
   out.line("");
   out.line("namespace {");

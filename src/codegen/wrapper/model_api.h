@@ -55,6 +55,8 @@ struct ModelApiOptions {
   /// Embed the weights: the unit .incbin's `weights_file` (found through the assembler's -I).
   bool embed_weights = true;
   std::string weights_file;
+  /// The variants are CUDA wrappers: the library exports kiln_model_cuda_entry too.
+  bool cuda = false;
 };
 
 /// The source of model_api.cpp.

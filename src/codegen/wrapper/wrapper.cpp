@@ -566,9 +566,9 @@ extern "C" int kiln_run(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* ou
         }
     };
     try {
-        auto run = static_cast<ModelState*>(state)->runs.acquire();
-        run_impl(inputs, outputs, constants, *run, profile);
-        return 0;
+        auto run = static_cast<ModelState*>(state)->runs.acquire();)");
+    out.line("        " + ops_->run_call());
+    out.lines(R"(        return 0;
     } catch (const kiln_rt::Error& e) {
         report(e.what());
         return 2;
@@ -582,6 +582,7 @@ extern "C" int kiln_run(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* ou
 }
 
 extern "C" void kiln_free(void* data) { std::free(data); })");
+    ops_->write_entry_points(out);
   }
 
   void write_kernel_units(const std::string& prelude) {

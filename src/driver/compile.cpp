@@ -64,8 +64,9 @@ struct GraphStages {
   std::vector<codegen::GeneratedKernel> kernels;
 };
 
-/// Schedules `program` and generates its kernels, then its subgraphs' (depth first). Kernels of
-/// a subgraph are prefixed with its name, so names stay unique in the library.
+/// Schedules `program` and generates its kernels, then its subgraphs' (depth first) with the
+/// backend of subgraphs (the host's). Kernels of a subgraph are prefixed with its name, so names
+/// stay unique in the library.
 void schedule_graph(const std::string& function, const std::string& prefix,
                     const ir::Program& program, const codegen::DeviceCodegen& codegen,
                     std::vector<GraphStages>& graphs) {
@@ -80,7 +81,8 @@ void schedule_graph(const std::string& function, const std::string& prefix,
   }
   graphs.push_back(std::move(g));
   for (const auto& sub : program.subgraphs)
-    schedule_graph("subgraph_" + sub->name, sub->name, sub->program, codegen, graphs);
+    schedule_graph("subgraph_" + sub->name, sub->name, sub->program, codegen.subgraph_codegen(),
+                   graphs);
 }
 
 }  // namespace
@@ -122,19 +124,6 @@ struct Generated {
   fs::path cache_dir;
 };
 
-/// The wrapper runs If, Loop and Scan subgraphs with host storage only (kiln_rt_control.h).
-void refuse_control_flow(const ir::Program& program, ir::Device device) {
-  for (const auto& buffer : program.buffers) {
-    if (!ir::is_control_flow(*buffer)) continue;
-    const std::string node =
-        buffer->origins.empty()
-            ? std::string("a control-flow node")
-            : fmt::format("node '{}' ({})", buffer->origins[0].node, buffer->origins[0].op_type);
-    user_error("--device {}: {} runs a subgraph, which only the CPU device does so far",
-               ir::device_name(device), node);
-  }
-}
-
 /// lower -> schedule and fuse -> generate kernels and wrapper, dumping each stage.
 /// `library`: for a model library (compile_library), whose CUDA kernels are built for every
 /// architecture of codegen::cuda_library_archs() plus PTX rather than for this machine's GPU.
@@ -158,7 +147,6 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   // convolution on cuDNN.
   if (options.device == ir::Device::kCpu) lower::select_conv_choices(*g.program, lowering);
   const ir::Program& program = *g.program;
-  if (options.device != ir::Device::kCpu) refuse_control_flow(program, options.device);
   dump.write("1_ir.txt", program.str());
   if (options.fuse_epilogues) sched::fuse_template_epilogues(*g.program, g.codegen->scheduling());
   if (options.device != ir::Device::kCpu) place_buffers(*g.program, *g.codegen);

@@ -120,6 +120,9 @@ LoweredSubgraph GraphLowering::lower_subgraph(const graph::Graph& graph,
   }
   LoweringOptions options = ctx_.options();
   options.input_values.clear();  // a subgraph's inputs are not the model's
+  // Control-flow subgraphs run on the host on every device (DeviceCodegen::subgraph_codegen):
+  // they are lowered as for the CPU, whatever device runs the graph that calls them.
+  options.device = ir::Device::kCpu;
   GraphLowering sub(graph, options, this, next_subgraph_name());
   const graph::Node& node = ctx_.node();
   sub.bind_formals(formals);

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "kiln_rt.h"
+#include "kiln_rt_control.h"
 
 namespace kiln_cuda {
 
@@ -1719,6 +1720,25 @@ inline void finish_output_queued(RunState& state, kiln_rt::TensorArg& out, const
     }
   }
   if (!state.enqueued()) state.synchronize("the model's run");
+}
+
+/// Moves the `count` results of a control-flow call that ran on the host (host storage its
+/// subgraph allocated) to the GPU: each result's data becomes a copy in device memory that the
+/// caller's workspace then adopts (the wrapper's take-over), and the host storage is freed.
+inline void results_to_device(RunState& state, DeviceWorkspace& ws, kiln_rt::TensorArg* results,
+                              int64_t count) {
+  for (int64_t r = 0; r < count; ++r) {
+    kiln_rt::TensorArg& t = results[r];
+    if (t.data == nullptr) continue;
+    const auto bytes = static_cast<int64_t>(kiln_rt::nbytes(t));
+    char* device = ws.alloc<char>(bytes);
+    ws.detach(device);  // the wrapper's take-over adopts it
+    // A copy from pageable memory returns once the host data is staged: it may be freed next.
+    state.upload(device, static_cast<const char*>(t.data), bytes);
+    std::free(t.data);
+    t.data = device;
+    t.capacity = static_cast<size_t>(bytes);
+  }
 }
 
 /// Hands model output `out` to the caller in host memory, once the run is done: sets its dtype

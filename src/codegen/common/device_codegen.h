@@ -10,6 +10,7 @@
 /// host).
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -121,6 +122,18 @@ class WrapperOps {
   /// The library call that computes `buffer` (an extern buffer of `program`, not control flow).
   virtual void write_library_call(IndentedBuffer& out, const ir::Buffer& buffer,
                                   const ir::Program& program) = 0;
+  /// The control-flow call `buffer` of `program` (If, Loop, Scan), which `write_call` writes
+  /// over host data; its results, the TensorArg array named `buffer.name`, hold `results`
+  /// tensors the subgraph allocated. A device whose storage is not the host's copies what the
+  /// call reads to the host first and the results to the device after it.
+  virtual void write_control_flow(IndentedBuffer& /*out*/, const ir::Buffer& /*buffer*/,
+                                  const ir::Program& /*program*/, int64_t /*results*/,
+                                  const std::function<void()>& write_call) {
+    write_call();
+  }
+  /// The operations of the functions of control-flow subgraphs, which run on the host: this
+  /// object on the CPU.
+  virtual WrapperOps& subgraph_ops() { return *this; }
   /// True when the kernels are host functions the wrapper puts into translation units of
   /// kernels after the prelude (the CPU); false when write_declarations builds them itself.
   virtual bool kernels_in_host_units() const { return true; }
@@ -162,6 +175,11 @@ class DeviceCodegen {
 
   /// The wrapper's per-device operations, for one wrapper.
   virtual std::unique_ptr<WrapperOps> wrapper_ops() const = 0;
+
+  /// The backend of control-flow subgraphs (If, Loop and Scan bodies), which run on the host
+  /// with the wrapper's control flow (kiln_rt_control.h): this one on the CPU; the wrapper's
+  /// subgraph_ops() writes their functions.
+  virtual const DeviceCodegen& subgraph_codegen() const { return *this; }
 
   /// The compiler, flags, include directories and libraries of the generated units.
   virtual codecache::CompilerConfig build_config(const BuildNeeds& needs) const = 0;

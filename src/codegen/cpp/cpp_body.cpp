@@ -380,6 +380,10 @@ void MemberEmitter::store(const ir::Op& op, const std::string& v, IndentedBuffer
       }
     }
   }
+  if (auto staged = pass.staged.find(op.buffer); staged != pass.staged.end()) {
+    out.linef("{} = {};", staged->second, narrow(op.buffer_dtype, op.dtype, v));
+    return;
+  }
   const std::string& ptr = ctx_.params.at(op.buffer);
   std::string idx = sym::to_cpp(
       index_[id], [this](const sym::Expr& x) { return analyzer_.statically_known_nonnegative(x); });

@@ -49,6 +49,10 @@ struct LoopPass {
   bool vector = false;
   sym::Expr vector_var;
   std::map<std::string, std::string> forwarded;
+  /// Stores to these buffers (kernel parameters) assign the named variable instead of writing
+  /// memory: the CUDA backend's vectorized pointwise kernels gather a thread's elements and
+  /// store them in one 16-byte store. The C++ backend leaves it empty.
+  std::map<std::string, std::string> staged;
 };
 
 /// The parameters of `ctx.item`'s kernel, shared by the C++ and CUDA backends: one input per
@@ -88,6 +92,8 @@ class MemberEmitter {
   /// The scalar accumulators emit_accumulators declared, by reduction op.
   const std::map<ir::ValueId, std::string>& accumulators() const { return acc_; }
   const ir::LoopBody& body() const { return body_; }
+  /// The index of op `id` (a load or store) over the kernel's loop variables.
+  const sym::Expr& op_index(ir::ValueId id) const { return index_.at(id); }
 
  private:
   struct Scope {

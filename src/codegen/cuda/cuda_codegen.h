@@ -30,6 +30,8 @@ class CudaCodegen final : public DeviceCodegen {
                                   const ir::Program& program) const override;
   std::string prelude() const override;
   std::unique_ptr<WrapperOps> wrapper_ops() const override;
+  /// Control-flow subgraphs run on the host (host_fallback.h): the CPU's kernels.
+  const DeviceCodegen& subgraph_codegen() const override { return host_; }
   codecache::CompilerConfig build_config(const BuildNeeds& needs) const override;
 
  private:

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <set>
 
 #include "codegen/cpp/cpp_body.h"
 #include "codegen/cpp/cpp_kernel.h"
@@ -25,6 +27,18 @@ constexpr int64_t kPointwiseThreads = 256;
 /// Elements per thread of a pointwise kernel, kPointwiseThreads apart (each load instruction of
 /// a warp stays contiguous): an unrolled loop, so each thread has this many loads in flight.
 constexpr int64_t kPointwiseElements = 4;
+/// Elements of one 16-byte vector of a 4-byte type: what a thread of a vectorized pointwise
+/// kernel takes (in place of kPointwiseElements elements kPointwiseThreads apart).
+constexpr int64_t kVectorElements = 4;
+/// The tiled transpose: kTile x kTile tiles (one more column in shared memory, so that a warp
+/// reading a column hits 32 different banks), kTileRows rows of threads, each taking
+/// kTile / kTileRows rows of the tile. Both sides of a tile must hold at least kTileMinSide
+/// elements for the tile to pay, and the other variables at most kTileMaxBatch combinations
+/// (gridDim.y).
+constexpr int64_t kTile = 32;
+constexpr int64_t kTileRows = 8;
+constexpr int64_t kTileMinSide = 16;
+constexpr int64_t kTileMaxBatch = 65535;
 /// Threads per block of a reduction kernel at most (a whole number of warps, at most 32 of
 /// them: kiln_block_reduce keeps one value per warp in shared memory).
 constexpr int64_t kReduceThreads = 256;
@@ -77,6 +91,36 @@ class CudaKernelBuilder {
   void split_index(IndentedBuffer& out, const std::string& flat, const std::vector<sym::Expr>& vars,
                    const std::vector<sym::Expr>& sizes);
   void emit_pointwise(IndentedBuffer& out);
+  /// The buffer parameters a pointwise kernel reads or writes whole in 16-byte vectors, or
+  /// none when it has none.
+  struct VectorBuffers {
+    std::map<std::string, graph::DType> loads;   // buffer -> dtype: every load of it is at the
+                                                 // flat index, unmasked
+    std::map<std::string, graph::DType> stores;  // likewise for its stores
+    bool empty() const { return loads.empty() && stores.empty(); }
+  };
+  VectorBuffers vector_buffers() const;
+  /// A pointwise kernel whose output is contiguous along its last variable `b` but which reads
+  /// `buffer` contiguously along another variable `a` (a transpose, NCHW <-> NHWC): both are
+  /// coalesced through a shared-memory tile.
+  struct TilePlan {
+    std::string buffer;
+    sym::Expr index;  // of every load of `buffer`
+    size_t a = 0, b = 0;
+    int64_t size_a = 0, size_b = 0, batch = 1;
+  };
+  std::optional<TilePlan> tile_plan() const;
+  /// The tiled kernel of `plan`: a block of kTileRows x kTile threads per kTile x kTile tile of
+  /// (a, b) (blockIdx.x) and combination of the other variables (blockIdx.y). The block reads
+  /// the tile of `plan.buffer` with consecutive threads along `a` into shared memory, then runs
+  /// the members with consecutive threads along `b`, taking that buffer's value from the tile.
+  void emit_pointwise_tiled(IndentedBuffer& out, const TilePlan& plan);
+  /// The pointwise kernel with 16-byte loads and stores (vector_buffers): each thread takes
+  /// kVectorElements consecutive elements; where they lie inside the P space and every vector
+  /// pointer is 16-byte aligned, one load per vector input and one store per vector output, and
+  /// the members' scalar bodies in between on registers; elsewhere (the tail, or an unaligned
+  /// view) the same elements with scalar loads and stores.
+  void emit_pointwise_vector(IndentedBuffer& out, const VectorBuffers& vector);
   void emit_reduction(IndentedBuffer& out, const ReduceConfig& config);
   void emit_row_loop(IndentedBuffer& out, MemberEmitter& m);
   /// blockDim.x of a reduction kernel, written as a literal in its row loops: with a static row
@@ -124,6 +168,21 @@ void CudaKernelBuilder::split_index(IndentedBuffer& out, const std::string& flat
                                     const std::vector<sym::Expr>& vars,
                                     const std::vector<sym::Expr>& sizes) {
   ir::Layout layout = ir::Layout::contiguous(sizes);
+  // A space of fewer than 2^31 elements known when compiling is split in 32-bit unsigned
+  // arithmetic (a 64-bit division is a long instruction sequence on the GPU, a 32-bit one by a
+  // constant a multiply and a shift); the variables stay int64_t for the indices.
+  bool small = vars.size() > 1;
+  for (const sym::Expr& size : sizes) small = small && size.as_integer().has_value();
+  const std::optional<int64_t> numel = ctx_.analyzer.simplify(sym::product(sizes)).as_integer();
+  if (small && numel && *numel < (int64_t{1} << 31)) {
+    out.linef("const unsigned {}_u32 = static_cast<unsigned>({});", flat, flat);
+    for (size_t k = 0; k < vars.size(); ++k) {
+      std::string v = fmt::format("{}_u32 / {}u", flat, *layout.strides[k].as_integer());
+      if (k > 0) v = fmt::format("{} % {}u", v, *sizes[k].as_integer());
+      out.linef("const int64_t {} = {};", ctx_.cpp(vars[k]), v);
+    }
+    return;
+  }
   for (size_t k = 0; k < vars.size(); ++k) {
     std::string v = fmt::format("{} / ({})", flat, ctx_.cpp(layout.strides[k]));
     if (k > 0) v = fmt::format("({}) % ({})", v, ctx_.cpp(sizes[k]));
@@ -142,6 +201,233 @@ void CudaKernelBuilder::emit_pointwise(IndentedBuffer& out) {
     out.linef("if (xindex >= {}) break;", ctx_.cpp(group_.numel()));
     split_index(out, "xindex", group_.vars, group_.sizes);
     LoopPass pass;
+    for (auto& m : members_) m->emit_loop_body(out, pass);
+  }
+  out.line("}");
+}
+
+CudaKernelBuilder::VectorBuffers CudaKernelBuilder::vector_buffers() const {
+  // The flat index of the P space: a load or store at it touches the thread's consecutive
+  // elements, so four of them are one aligned 16-byte access when the pointer is aligned.
+  const sym::Expr flat =
+      ctx_.analyzer.simplify(sym::dot(group_.vars, ir::Layout::contiguous(group_.sizes).strides));
+  std::map<std::string, bool> load_ok, store_ok;
+  std::map<std::string, graph::DType> dtypes;
+  for (const auto& m : members_) {
+    const ir::LoopBody& body = m->body();
+    for (size_t k = 0; k < body.ops().size(); ++k) {
+      const ir::Op& op = body.ops()[k];
+      const bool is_load = op.code == ir::OpCode::kLoad;
+      if ((!is_load && op.code != ir::OpCode::kStore) || ctx_.locals.count(op.buffer)) continue;
+      // 4-byte types whose compute type is their storage type (float, int32): the vector's
+      // lanes are the values the scalar body uses.
+      const bool four_bytes =
+          op.buffer_dtype == graph::DType::kFloat32 || op.buffer_dtype == graph::DType::kInt32;
+      const std::optional<int64_t> offset =
+          ctx_.analyzer.simplify(m->op_index(static_cast<ir::ValueId>(k)) - flat).as_integer();
+      const bool ok = four_bytes && op.dtype == op.buffer_dtype && op.mask == ir::kNoValue &&
+                      offset == std::optional<int64_t>(0);
+      auto [it, fresh] = (is_load ? load_ok : store_ok).emplace(op.buffer, ok);
+      if (!fresh) it->second = it->second && ok;
+      dtypes[op.buffer] = op.buffer_dtype;
+    }
+  }
+  VectorBuffers vector;
+  for (const auto& [buffer, ok] : load_ok) {
+    if (ok) vector.loads[buffer] = dtypes.at(buffer);
+  }
+  for (const auto& [buffer, ok] : store_ok) {
+    if (ok) vector.stores[buffer] = dtypes.at(buffer);
+  }
+  return vector;
+}
+
+void CudaKernelBuilder::emit_pointwise_vector(IndentedBuffer& out, const VectorBuffers& vector) {
+  const std::string numel = ctx_.cpp(group_.numel());
+  auto vec_type = [](graph::DType t) { return t == graph::DType::kFloat32 ? "float4" : "int4"; };
+  out.linef("const int64_t xbase = (static_cast<int64_t>(blockIdx.x) * {} + threadIdx.x) * {};",
+            kPointwiseThreads, kVectorElements);
+  // The pointers of the vector accesses (a parameter may be read and written in place).
+  std::set<std::string> pointers;
+  for (const auto* side : {&vector.loads, &vector.stores}) {
+    for (const auto& [buffer, dtype] : *side) pointers.insert(ctx_.params.at(buffer));
+  }
+  std::string aligned;
+  for (const std::string& p : pointers) {
+    aligned += fmt::format(" && reinterpret_cast<unsigned long long>({}) % 16 == 0", p);
+  }
+  out.linef("if (xbase + {} <= {}{}) {{", kVectorElements, numel, aligned);
+  {
+    auto _ = out.scope();
+    out.linef("// {} consecutive elements: 16-byte loads and stores of the contiguous buffers.",
+              kVectorElements);
+    LoopPass pass;
+    int n = 0;
+    std::vector<std::string> vector_stores;  // after the elements
+    for (const auto& [buffer, dtype] : vector.loads) {
+      const std::string v = fmt::format("kiln_v{}", n++);
+      const std::string t(graph::dtype_cpp_storage(dtype));
+      out.linef("const {0} {1}_raw = *reinterpret_cast<const {0}*>({2} + xbase);", vec_type(dtype),
+                v, ctx_.params.at(buffer));
+      out.linef("const {0} {1}[{2}] = {{{3}}};", t, v, kVectorElements,
+                fmt::format("{0}_raw.x, {0}_raw.y, {0}_raw.z, {0}_raw.w", v));
+      pass.forwarded[buffer] = v + "[kiln_e]";
+    }
+    for (const auto& [buffer, dtype] : vector.stores) {
+      const std::string v = fmt::format("kiln_s{}", n++);
+      out.linef("{} {}[{}];", graph::dtype_cpp_storage(dtype), v, kVectorElements);
+      pass.staged[buffer] = v + "[kiln_e]";
+      vector_stores.push_back(fmt::format("*reinterpret_cast<{0}*>({1} + xbase) = {0}{{{2}}};",
+                                          vec_type(dtype), ctx_.params.at(buffer),
+                                          fmt::format("{0}[0], {0}[1], {0}[2], {0}[3]", v)));
+    }
+    out.line("#pragma unroll");
+    out.linef("for (int kiln_e = 0; kiln_e < {}; ++kiln_e) {{", kVectorElements);
+    {
+      auto _ = out.scope();
+      out.line("const int64_t xindex = xbase + kiln_e;");
+      split_index(out, "xindex", group_.vars, group_.sizes);
+      for (auto& m : members_) m->emit_loop_body(out, pass);
+    }
+    out.line("}");
+    for (const std::string& store : vector_stores) out.line(store);
+  }
+  out.line("} else {");
+  {
+    auto _ = out.scope();
+    out.linef("for (int kiln_e = 0; kiln_e < {}; ++kiln_e) {{", kVectorElements);
+    {
+      auto _ = out.scope();
+      out.line("const int64_t xindex = xbase + kiln_e;");
+      out.linef("if (xindex >= {}) break;", numel);
+      split_index(out, "xindex", group_.vars, group_.sizes);
+      LoopPass pass;
+      for (auto& m : members_) m->emit_loop_body(out, pass);
+    }
+    out.line("}");
+  }
+  out.line("}");
+}
+
+std::optional<CudaKernelBuilder::TilePlan> CudaKernelBuilder::tile_plan() const {
+  const size_t n = group_.vars.size();
+  if (n < 2) return std::nullopt;
+  std::vector<int64_t> sizes;
+  for (const sym::Expr& size : group_.sizes) {
+    const std::optional<int64_t> v = ctx_.analyzer.simplify(size).as_integer();
+    if (!v) return std::nullopt;  // static sizes only: the grid's split is decided here
+    sizes.push_back(*v);
+  }
+  const sym::Expr flat =
+      ctx_.analyzer.simplify(sym::dot(group_.vars, ir::Layout::contiguous(group_.sizes).strides));
+  // How `index` moves when variable k does.
+  auto step = [&](const sym::Expr& index, size_t k) {
+    sym::Substitution next{{group_.vars[k], group_.vars[k] + sym::Expr(1)}};
+    return ctx_.analyzer.simplify(sym::substitute(index, next) - index).as_integer();
+  };
+  // The names an index read into the tile may use: the variables and the size arguments (not
+  // the symbols of indirect loads, which the members define).
+  std::set<std::string> known;
+  for (const sym::Expr& v : group_.vars) known.insert(v.name());
+  for (const KernelArg& arg : args_) {
+    if (arg.kind != KernelArg::Kind::kSize) continue;
+    for (const sym::Expr& symbol : sym::free_symbols(arg.size)) known.insert(symbol.name());
+  }
+  auto uses_only_known = [&](const sym::Expr& index) {
+    for (const sym::Expr& symbol : sym::free_symbols(index)) {
+      if (!known.count(symbol.name())) return false;
+    }
+    return true;
+  };
+  std::optional<TilePlan> plan;
+  std::set<std::string> rejected;
+  for (const auto& m : members_) {
+    const ir::LoopBody& body = m->body();
+    for (size_t k = 0; k < body.ops().size(); ++k) {
+      const ir::Op& op = body.ops()[k];
+      if (op.code != ir::OpCode::kLoad && op.code != ir::OpCode::kStore) continue;
+      if (ctx_.locals.count(op.buffer)) continue;
+      const sym::Expr index = ctx_.analyzer.simplify(m->op_index(static_cast<ir::ValueId>(k)));
+      if (op.code == ir::OpCode::kStore) {
+        // The output must be contiguous: its last variable is the one to coalesce stores on.
+        if (!(ctx_.analyzer.simplify(index - flat).as_integer() == std::optional<int64_t>(0)))
+          return std::nullopt;
+        continue;
+      }
+      if (rejected.count(op.buffer)) continue;
+      if (plan && plan->buffer == op.buffer) {
+        if (!(plan->index == index)) return std::nullopt;  // read at two places: no tile
+        continue;
+      }
+      // Not a buffer written in place: other blocks' tiles would read what this one wrote.
+      const bool in_place = ctx_.params.at(op.buffer).rfind("in_out", 0) == 0;
+      if (plan || in_place || op.mask != ir::kNoValue || op.dtype != op.buffer_dtype ||
+          !uses_only_known(index) || step(index, n - 1) == std::optional<int64_t>(1)) {
+        rejected.insert(op.buffer);
+        continue;
+      }
+      for (size_t a = 0; a + 1 < n; ++a) {
+        if (step(index, a) != std::optional<int64_t>(1)) continue;
+        if (sizes[a] < kTileMinSide || sizes[n - 1] < kTileMinSide) break;
+        TilePlan p;
+        p.buffer = op.buffer;
+        p.index = index;
+        p.a = a;
+        p.b = n - 1;
+        p.size_a = sizes[a];
+        p.size_b = sizes[n - 1];
+        for (size_t v = 0; v + 1 < n; ++v) {
+          if (v != a) p.batch *= sizes[v];
+        }
+        if (p.batch <= kTileMaxBatch) plan = p;
+        break;
+      }
+      if (!plan) rejected.insert(op.buffer);
+    }
+  }
+  return plan;
+}
+
+void CudaKernelBuilder::emit_pointwise_tiled(IndentedBuffer& out, const TilePlan& plan) {
+  const std::string t(graph::dtype_cpp_storage(ctx_.program->find(plan.buffer)->dtype));
+  const std::string a = ctx_.cpp(group_.vars[plan.a]), b = ctx_.cpp(group_.vars[plan.b]);
+  const int64_t tiles_b = (plan.size_b + kTile - 1) / kTile;
+  out.linef("// {} is read along {} and written along {}: through a {} x {} tile.", plan.buffer, a,
+            b, kTile, kTile);
+  out.linef("__shared__ {} kiln_tile[{}][{}];", t, kTile, kTile + 1);
+  out.linef("const int64_t kiln_a0 = static_cast<int64_t>(blockIdx.x / {}) * {};", tiles_b, kTile);
+  out.linef("const int64_t kiln_b0 = static_cast<int64_t>(blockIdx.x % {}) * {};", tiles_b, kTile);
+  // The other variables, from blockIdx.y.
+  std::vector<sym::Expr> others, other_sizes;
+  for (size_t v = 0; v + 1 < group_.vars.size(); ++v) {
+    if (v == plan.a) continue;
+    others.push_back(group_.vars[v]);
+    other_sizes.push_back(group_.sizes[v]);
+  }
+  if (!others.empty()) {
+    out.line("const int64_t kiln_batch = blockIdx.y;");
+    split_index(out, "kiln_batch", others, other_sizes);
+  }
+  out.line("// Consecutive threads read consecutive elements of the tile's column ...");
+  out.linef("for (int kiln_j = threadIdx.y; kiln_j < {}; kiln_j += {}) {{", kTile, kTileRows);
+  {
+    auto _ = out.scope();
+    out.linef("const int64_t {} = kiln_a0 + threadIdx.x;", a);
+    out.linef("const int64_t {} = kiln_b0 + kiln_j;", b);
+    out.linef("if ({} < {} && {} < {}) kiln_tile[kiln_j][threadIdx.x] = {}[{}];", a, plan.size_a, b,
+              plan.size_b, ctx_.params.at(plan.buffer), ctx_.cpp(plan.index));
+  }
+  out.line("}");
+  out.line("__syncthreads();");
+  out.line("// ... and the members run along the output's rows, reading it from the tile.");
+  out.linef("for (int kiln_j = threadIdx.y; kiln_j < {}; kiln_j += {}) {{", kTile, kTileRows);
+  {
+    auto _ = out.scope();
+    out.linef("const int64_t {} = kiln_a0 + kiln_j;", a);
+    out.linef("const int64_t {} = kiln_b0 + threadIdx.x;", b);
+    out.linef("if ({} >= {} || {} >= {}) continue;", a, plan.size_a, b, plan.size_b);
+    LoopPass pass;
+    pass.forwarded[plan.buffer] = "kiln_tile[threadIdx.x][kiln_j]";
     for (auto& m : members_) m->emit_loop_body(out, pass);
   }
   out.line("}");
@@ -298,13 +584,30 @@ GeneratedKernel CudaKernelBuilder::build() {
       launch.grid[0] = group_.numel();
     }
     launch.block[0] = sym::Expr(config.threads);
+  } else if (std::optional<TilePlan> tile = tile_plan()) {
+    emit_pointwise_tiled(body, *tile);
+    threads = kTile * kTileRows;
+    launch.block[0] = sym::Expr(kTile);
+    launch.block[1] = sym::Expr(kTileRows);
+    launch.grid[0] =
+        sym::Expr(((tile->size_a + kTile - 1) / kTile) * ((tile->size_b + kTile - 1) / kTile));
+    launch.grid[1] = sym::Expr(tile->batch);
   } else {
-    emit_pointwise(body);
+    const VectorBuffers vector = vector_buffers();
+    if (vector.empty()) {
+      emit_pointwise(body);
+    } else {
+      emit_pointwise_vector(body, vector);
+    }
+    // Either way a block covers kPointwiseThreads * 4 elements.
+    static_assert(kPointwiseElements == kVectorElements);
     launch.grid[0] =
         sym::ceil_div(group_.numel(), sym::Expr(kPointwiseThreads * kPointwiseElements));
   }
   launch.grid[0] = ctx_.analyzer.simplify(launch.grid[0]);
-  if (!group_.is_reduction()) launch.block[0] = sym::Expr(threads);
+  if (!group_.is_reduction() && launch.block[1] == sym::Expr(1)) {
+    launch.block[0] = sym::Expr(threads);
+  }
   launch.shared_bytes = shared_bytes_;
   GeneratedKernel kernel = assemble_kernel(item_, signature(threads), body, args_);
   kernel.launch = launch;

@@ -4,7 +4,11 @@
 ///
 /// The members' bodies are the C++ backend's scalar emission (cpp_body.h: the same op table,
 /// loads, stores and kernel-local storage); what differs is the structure around them:
-/// - a pointwise kernel runs each thread over kPointwiseElements elements of its P space (a flat
+/// - a pointwise kernel whose float32/int32 buffers are read or written at the flat index runs
+///   each thread over 4 consecutive elements, those buffers as one 16-byte load or store each
+///   (a scalar path for the tail and unaligned pointers); one that reads a buffer contiguously
+///   along another variable than the output's last (a transpose) goes through a shared-memory
+///   tile; any other runs each thread over kPointwiseElements elements of its P space (a flat
 ///   index split into the group's variables), kPointwiseThreads apart so that each load of a
 ///   warp stays contiguous, in an unrolled loop (its loads in flight together);
 /// - a reduction kernel is persistent: one warp (rows of at most 1024 elements known when

@@ -9,7 +9,9 @@
 /// when it ends. Ops on the host-fallback list (host_fallback.h) run on the host with the CPU's
 /// emission (cpp_wrapper_ops.h), inside a scope that declares host copies of exactly the
 /// buffers the op reads (copied from the GPU; constants are read from the host's copy) and
-/// writes (copied back after it): each copy is explicit in the wrapper. Index checks run on the GPU
+/// writes (copied back after it): each copy is explicit in the wrapper. Control flow (If, Loop,
+/// Scan) runs the same way, its subgraphs compiled for the CPU (CudaCodegen::subgraph_codegen)
+/// and written by the host's operations (subgraph_ops). Index checks run on the GPU
 /// and sizes read from data wait for it; nothing else does until the outputs.
 
 #include <filesystem>
@@ -63,7 +65,8 @@ class CudaWrapperOps final : public WrapperOps {
                            const std::string& name) override;
   void write_timing_support(IndentedBuffer& out) override { host_->write_timing_support(out); }
   /// Compiles the kernels with NVRTC and writes the cubins, the kernel names and the launch
-  /// functions.
+  /// functions; the host's kernels (those of control-flow subgraphs, without a launch) are
+  /// declared by the host's operations.
   void write_declarations(IndentedBuffer& out,
                           const std::vector<const GeneratedKernel*>& kernels) override;
   void write_timing_mark(IndentedBuffer& out, const std::string& label,
@@ -74,6 +77,13 @@ class CudaWrapperOps final : public WrapperOps {
                          const std::string& args) override;
   void write_library_call(IndentedBuffer& out, const ir::Buffer& buffer,
                           const ir::Program& program) override;
+  /// If, Loop and Scan run on the host like the calls of the host-fallback list: copies of what
+  /// they read from the GPU, then their results (host storage the subgraph allocated) copied to
+  /// the GPU.
+  void write_control_flow(IndentedBuffer& out, const ir::Buffer& buffer, const ir::Program& program,
+                          int64_t results, const std::function<void()>& write_call) override;
+  /// Subgraphs run on the host: the CPU's operations write their functions.
+  WrapperOps& subgraph_ops() override { return *host_; }
   bool kernels_in_host_units() const override { return false; }
   /// kiln_check_device (what the machine must have, checked when a library loads),
   /// kiln_run_cuda (a run on the caller's stream, with device or host buffers) and the pinned
@@ -95,6 +105,12 @@ class CudaWrapperOps final : public WrapperOps {
   BuildNeeds needs() const override { return host_->needs(); }
 
  private:
+  /// Writes `write_call` (host code) in a scope where the buffers `buffer` reads are host
+  /// copies (constants: the host's own), and, when `writes`, `buffer` host storage that
+  /// `host.finish()` copies to the GPU after the scope.
+  void write_on_host(IndentedBuffer& out, const ir::Buffer& buffer, const ir::Program& program,
+                     bool writes, const std::function<void()>& write_call);
+
   std::unique_ptr<WrapperOps> host_;
   std::string prelude_;
   std::filesystem::path cache_dir_;

@@ -55,10 +55,18 @@ std::optional<std::string_view> cuda_host_fallback(const ir::LibraryCall& call) 
           [](const ir::NonZeroPositionsCall&) -> Reason {
             return "NonZero's positions: a sequential scan, after its count";
           },
-          // Control flow runs subgraphs on the host's wrapper; the CUDA backend refuses it so far.
-          [](const ir::IfCall&) -> Reason { return "If: control flow runs on the host"; },
-          [](const ir::LoopCall&) -> Reason { return "Loop: control flow runs on the host"; },
-          [](const ir::ScanCall&) -> Reason { return "Scan: control flow runs on the host"; },
+          // Control flow: the wrapper's drivers (kiln_rt_control.h) run the subgraphs, compiled
+          // for the CPU (CudaCodegen::subgraph_codegen), over host copies of what the call reads;
+          // the results go to the GPU after it (CudaWrapperOps::write_control_flow).
+          [](const ir::IfCall&) -> Reason {
+            return "If: the branch taken depends on data, and its subgraph runs on the host";
+          },
+          [](const ir::LoopCall&) -> Reason {
+            return "Loop: iterations depend on data, and its body runs on the host";
+          },
+          [](const ir::ScanCall&) -> Reason {
+            return "Scan: a sequential loop of small steps, its body runs on the host";
+          },
           [](const ir::ControlResultCall&) -> Reason {
             return "a control-flow result: control flow runs on the host";
           },

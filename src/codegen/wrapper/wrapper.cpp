@@ -22,7 +22,10 @@ constexpr size_t kKernelsPerUnit = 12;
 class WrapperWriter {
  public:
   WrapperWriter(const std::vector<GraphCode>& graphs, const DeviceCodegen& codegen)
-      : graphs_(graphs), ops_(codegen.wrapper_ops()), kernel_prelude_(codegen.prelude()) {}
+      : graphs_(graphs),
+        ops_(codegen.wrapper_ops()),
+        kernel_prelude_(ops_->kernels_in_host_units() ? codegen.prelude()
+                                                      : codegen.subgraph_codegen().prelude()) {}
 
   WrapperSource run() {
     scan_externs();
@@ -49,21 +52,29 @@ class WrapperWriter {
     result_.needs = ops_->needs();
     result_.device_sources = ops_->take_device_sources();
     result_.units.emplace_back("wrapper.cpp", unit.str());
-    if (ops_->kernels_in_host_units()) write_kernel_units(kernel_prelude_);
+    write_kernel_units(kernel_prelude_);
     return std::move(result_);
   }
 
+  /// The operations of graph `i`'s function: the device's for the model's, the host's for a
+  /// control-flow subgraph's (which may be the same).
+  WrapperOps& ops_of(size_t i) { return i == 0 ? *ops_ : ops_->subgraph_ops(); }
+
  private:
   /// Identical kernel definitions (up to their name) are emitted once, under the first one's
-  /// name; the kernels that call it instead are named in its comment.
+  /// name; the kernels that call it instead are named in its comment. Kernels of functions whose
+  /// operations put them in host units (the CPU's) are written there; the others are declared
+  /// by the device's operations (write_declarations), which build them.
   void dedupe_kernels() {
     std::map<std::string, std::string> by_definition;
-    for (const GraphCode& g : graphs_) {
-      for (const GeneratedKernel& k : *g.kernels) {
+    for (size_t i = 0; i < graphs_.size(); ++i) {
+      const bool in_host_units = ops_of(i).kernels_in_host_units();
+      for (const GeneratedKernel& k : *graphs_[i].kernels) {
         auto [it, fresh] = by_definition.emplace(k.anonymous(), k.name);
         canonical_[k.name] = it->second;
         if (fresh) {
           unique_.push_back(&k);
+          if (in_host_units) host_unit_kernels_.push_back(&k);
         } else {
           std::string& also = also_called_for_[it->second];
           also += fmt::format("//   also called for {}:", k.name);
@@ -98,6 +109,7 @@ class WrapperWriter {
   /// The function of graph `i`: the model's body (run_impl) or a subgraph's.
   void write_function(IndentedBuffer& out, size_t i) {
     const GraphCode& g = graphs_[i];
+    cur_ = &ops_of(i);
     program_ = g.program;
     schedule_ = g.schedule;
     kernels_ = g.kernels;
@@ -112,7 +124,7 @@ class WrapperWriter {
     out.line("    const void* const* constants, RunState& state, kiln_rt::Profile* profile) {");
     {
       auto _ = out.scope();
-      ops_->write_workspace(out);
+      cur_->write_workspace(out);
       out.line("(void)state;");
       out.line("(void)constants;");
       out.line("(void)profile;");
@@ -176,11 +188,11 @@ class WrapperWriter {
         out.linef("kiln_rt::check_dim(in{}, {}, {}, {}, {}, {});", k, name, d, cexpr(dim), shape,
                   cpp_quote(why));
       }
-      ops_->write_input_data(out, k, ctype(in.dtype), in.buffer);
+      cur_->write_input_data(out, k, ctype(in.dtype), in.buffer);
       for (const ir::DynamicSize& size : program_->dynamic_sizes) {
         if (size.buffer == in.buffer)
           out.linef("const int64_t {} = {}[0];", sym::size_identifier(size.symbol),
-                    ops_->host_input_data(in.buffer));
+                    cur_->host_input_data(in.buffer));
       }
     }
   }
@@ -193,7 +205,7 @@ class WrapperWriter {
         auto _ = out.scope();
         out.linef("static const double expected[] = {{{}}};", fmt::join(guard.values, ", "));
         out.linef("kiln_rt::check_values({}, expected, {}, {});",
-                  ops_->host_input_data(guard.buffer), guard.values.size(),
+                  cur_->host_input_data(guard.buffer), guard.values.size(),
                   cpp_quote(guard.onnx_name));
       }
       out.line("}");
@@ -211,7 +223,7 @@ class WrapperWriter {
   void bind_constants(IndentedBuffer& out) {
     for (const auto& buffer : program_->buffers) {
       if (buffer->kind != ir::BufferKind::kConstant) continue;
-      ops_->write_constant_data(out, result_.constants.size(), ctype(buffer->dtype), buffer->name,
+      cur_->write_constant_data(out, result_.constants.size(), ctype(buffer->dtype), buffer->name,
                                 buffer->constant->nbytes());
       result_.constants.push_back(buffer->constant);
     }
@@ -248,14 +260,14 @@ class WrapperWriter {
           out.linef("const int64_t {} = {}[{}].dims[{}];  // known from here on",
                     sym::size_identifier(size.symbol), size.buffer, size.result, size.dim);
         } else {
-          ops_->write_size_read(out, sym::size_identifier(size.symbol), size.buffer,
+          cur_->write_size_read(out, sym::size_identifier(size.symbol), size.buffer,
                                 std::to_string(size.element));
         }
       }
     }
     for (const PlanLine& line : plan_->after[i]) {
       if (in_arena(line.buffer)) continue;  // its bytes are free for later slots at no cost
-      ops_->write_release(out, line.buffer);
+      cur_->write_release(out, line.buffer);
     }
   }
 
@@ -283,7 +295,7 @@ class WrapperWriter {
     if (arena_->slots.empty()) return;
     out.linef("// The arena: {} slots for intermediates of {} bytes without reuse.",
               arena_->slots.size(), comment_safe(arena_->intermediates.str()));
-    ops_->write_arena(out, cexpr(arena_->total));
+    cur_->write_arena(out, cexpr(arena_->total));
     sym::Expr at(arena_->static_bytes);
     for (const ArenaPlan::Slot& slot : arena_->slots) {
       if (!slot.dynamic) continue;
@@ -314,7 +326,7 @@ class WrapperWriter {
         a.offset = slot->dynamic ? "at_" + b.name : std::to_string(slot->offset);
       }
     }
-    ops_->write_allocation(out, a);
+    cur_->write_allocation(out, a);
   }
 
   /// Index tensors are checked once, right before the first item that reads them.
@@ -327,7 +339,7 @@ class WrapperWriter {
       }
       if (!reads) continue;
       const ir::Buffer* idx = program_->find(check.buffer);
-      ops_->write_index_check(out, check.buffer, cexpr(idx->layout.storage_size()),
+      cur_->write_index_check(out, check.buffer, cexpr(idx->layout.storage_size()),
                               cexpr(check.size), check.ignored.has_value(),
                               check.ignored.value_or(0), cpp_quote(check.node));
       checked_.insert(check.buffer);
@@ -345,15 +357,15 @@ class WrapperWriter {
       if (!args.empty()) args += ", ";
       args += a.kind == KernelArg::Kind::kSize ? cexpr(a.size) : a.name;
     }
-    ops_->write_kernel_call(out, item.name, canonical_.at(kernel->name), args);
+    cur_->write_kernel_call(out, item.name, canonical_.at(kernel->name), args);
   }
 
   void write_extern_call(IndentedBuffer& out, const ir::Buffer& buffer) {
     const std::string kind = buffer.call.name();
     out.linef("{{  // {} from {}", kind, origins_text(buffer));
     auto _ = out.scope();
-    ops_->write_timing_mark(out, kind + " (" + origins_text(buffer) + ")", "call");
-    ops_->write_library_call(out, buffer, *program_);
+    cur_->write_timing_mark(out, kind + " (" + origins_text(buffer) + ")", "call");
+    cur_->write_library_call(out, buffer, *program_);
     out.dedent();
     out.line("}");
     out.indent();
@@ -374,16 +386,18 @@ class WrapperWriter {
     out.linef("{{  // {} from {}", call.name(), origins_text(buffer));
     {
       auto _ = out.scope();
-      if (const ir::IfCall* c = call.as<ir::IfCall>()) {
-        write_if(out, buffer, *c);
-      } else if (const ir::LoopCall* c = call.as<ir::LoopCall>()) {
-        write_loop(out, buffer, *c);
-      } else {
-        write_scan(out, buffer, *call.as<ir::ScanCall>());
-      }
+      cur_->write_control_flow(out, buffer, *program_, results, [&] {
+        if (const ir::IfCall* c = call.as<ir::IfCall>()) {
+          write_if(out, buffer, *c);
+        } else if (const ir::LoopCall* c = call.as<ir::LoopCall>()) {
+          write_loop(out, buffer, *c);
+        } else {
+          write_scan(out, buffer, *call.as<ir::ScanCall>());
+        }
+      });
     }
     out.line("}");
-    ops_->write_take_over(out, buffer.name);
+    cur_->write_take_over(out, buffer.name);
   }
 
   static std::string function_name(const std::string& subgraph) { return "subgraph_" + subgraph; }
@@ -518,14 +532,14 @@ class WrapperWriter {
         for (size_t d = 0; d < o.shape.size(); ++d) {
           out.linef("outputs[{}].dims[{}] = {};", k, d, cexpr(o.shape[d]));
         }
-        ops_->write_hand_over(out, o.buffer);
+        cur_->write_hand_over(out, o.buffer);
         continue;
       }
       out.linef("{{");
       {
         auto _ = out.scope();
         out.linef("const int64_t dims[kiln_rt::kMaxRank] = {{{}}};", dims_list(o.shape));
-        ops_->write_finish_output(out, k, o.buffer, std::to_string(static_cast<int>(o.dtype)),
+        cur_->write_finish_output(out, k, o.buffer, std::to_string(static_cast<int>(o.dtype)),
                                   std::to_string(o.shape.size()), "dims",
                                   fmt::format("sizeof({})", ctype(o.dtype)),
                                   cpp_quote(o.onnx_name));
@@ -541,10 +555,10 @@ class WrapperWriter {
                                         result.call.as<ir::ControlResultCall>()->index);
     if (arena_ == nullptr) {  // a subgraph's: its caller takes the storage over
       out.linef("outputs[{}] = {};", k, arg);
-      ops_->write_hand_over(out, arg + ".data");
+      cur_->write_hand_over(out, arg + ".data");
       return;
     }
-    ops_->write_finish_output(out, k, arg + ".data", arg + ".dtype", arg + ".rank", arg + ".dims",
+    cur_->write_finish_output(out, k, arg + ".data", arg + ".dtype", arg + ".rank", arg + ".dims",
                               fmt::format("kiln_rt::dtype_size({}.dtype)", arg),
                               cpp_quote(o.onnx_name));
   }
@@ -586,12 +600,13 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
   }
 
   void write_kernel_units(const std::string& prelude) {
-    for (size_t start = 0; start < unique_.size(); start += kKernelsPerUnit) {
+    for (size_t start = 0; start < host_unit_kernels_.size(); start += kKernelsPerUnit) {
       IndentedBuffer unit;
       unit.line("// Generated by Kiln: kernels. Do not edit.");
       unit.lines(prelude);
-      for (size_t k = start; k < std::min(unique_.size(), start + kKernelsPerUnit); ++k) {
-        const GeneratedKernel& kernel = *unique_[k];
+      for (size_t k = start; k < std::min(host_unit_kernels_.size(), start + kKernelsPerUnit);
+           ++k) {
+        const GeneratedKernel& kernel = *host_unit_kernels_[k];
         unit.line("");
         unit.lines(kernel.comment);
         auto also = also_called_for_.find(kernel.name);
@@ -604,12 +619,12 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
 
   /// Which runtime headers the calls need (the header is written after the functions).
   void scan_externs() {
-    for (const GraphCode& g : graphs_) {
-      for (const auto& item : g.schedule->items) {
+    for (size_t i = 0; i < graphs_.size(); ++i) {
+      for (const auto& item : graphs_[i].schedule->items) {
         if (item.kind != sched::ItemKind::kExtern) continue;
         const ir::Buffer& b = *item.buffers.at(0);
         if (ir::is_control_flow(b) || ir::is_control_flow_result(b)) uses_control_ = true;
-        ops_->note(b.call);
+        ops_of(i).note(b.call);
       }
     }
   }
@@ -626,10 +641,12 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
   std::set<std::string> checked_;
   bool uses_control_ = false;        // the wrapper runs If, Loop or Scan
   std::unique_ptr<WrapperOps> ops_;  // what differs per device
+  WrapperOps* cur_ = nullptr;        // the operations of the function being written
   std::string kernel_prelude_;
   std::map<std::string, std::string> canonical_;        // kernel -> the kernel emitted for it
   std::map<std::string, std::string> also_called_for_;  // emitted kernel -> comment lines
   std::vector<const GeneratedKernel*> unique_;
+  std::vector<const GeneratedKernel*> host_unit_kernels_;  // those of unique_ in kernel units
   WrapperSource result_;
 };
 

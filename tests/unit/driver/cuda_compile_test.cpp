@@ -1,8 +1,9 @@
 // The CUDA backend without a GPU: the kernels of ONNX-suite models of every kernel shape
 // (pointwise, broadcast, reductions with Welford and arg-extrema, softmax and layer norm fused,
 // index arithmetic with min/max, float16 casts, a gather, and models with library calls on the
-// host) compile through NVRTC for sm_80 and sm_90, and the wrapper embeds both cubins. With a
-// GPU, a softmax runs on it and matches a reference computed here. Without the CUDA toolkit the
+// host) compile through NVRTC for sm_80 and sm_90, and the wrapper embeds both cubins; control
+// flow runs on the host with its subgraphs compiled for the CPU. With a GPU, a softmax, a TopK
+// and a Scan run and match references computed here. Without the CUDA toolkit the
 // tests skip, and compiling for --device cuda is refused with a clear error.
 
 #include <dlfcn.h>
@@ -116,6 +117,32 @@ TEST(CudaCompile, HostFallbacksCopyExactlyWhatTheyReadAndWrite) {
   EXPECT_EQ(wrapper.find("managed"), std::string::npos);
 }
 
+// Scan (like Loop and If) runs on the host: its body is compiled for the CPU (a kernel in a host
+// unit, a function of the wrapper written with host storage), what the call reads is copied
+// from the GPU before it, and its results go to the GPU after it.
+TEST(CudaCompile, ControlFlowRunsOnTheHostWithItsBodyCompiledForTheCpu) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const std::string wrapper = cuda_wrapper("node/test_scan9_sum", dir.path / "dump");
+  EXPECT_NE(wrapper.find("// on the host: Scan: "), std::string::npos) << wrapper;
+  const size_t scan = wrapper.find("{  // scan from");
+  ASSERT_NE(scan, std::string::npos) << wrapper;
+  const size_t end = wrapper.find("kiln_cuda::results_to_device(state.cuda, ws, ", scan);
+  ASSERT_NE(end, std::string::npos) << wrapper;
+  const std::string call = wrapper.substr(scan, end - scan);
+  EXPECT_EQ(count(call, "host.in<float>("), 2u) << call;  // the initial state and x
+  EXPECT_EQ(count(call, "host.ready("), 1u) << call;
+  EXPECT_NE(call.find("kiln_rt::run_scan"), std::string::npos) << call;
+  // The body: a host function with a host workspace, calling a CPU kernel.
+  const size_t body = wrapper.find("static void subgraph_g1(const kiln_rt::TensorArg* inputs,");
+  ASSERT_NE(body, std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("kiln_rt::Workspace ws;", body), std::string::npos) << wrapper;
+  EXPECT_TRUE(fs::exists(dir.path / "dump" / "5_kernels0.cpp"));
+  const std::string host_kernels = files::read(dir.path / "dump" / "5_kernels0.cpp");
+  EXPECT_NE(host_kernels.find("extern \"C\" void g1_cpp_fused"), std::string::npos) << host_kernels;
+  EXPECT_EQ(host_kernels.find("__global__"), std::string::npos);
+}
+
 TEST(CudaCompile, IndexChecksRunOnTheGpu) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
   TempDir dir;
@@ -215,6 +242,30 @@ TEST(CudaRun, TopKOnTheHostBetweenKernelsMatchesAReference) {
     EXPECT_EQ(y[0].values<float>()[i], want[i]) << "at " << i;
     EXPECT_EQ(y[1].values<int64_t>()[i], want_at[i]) << "at " << i;
   }
+}
+
+// Scan on the host between the upload of the model's inputs and the download of its outputs:
+// the running sums of x's rows and their total, against sums in double.
+TEST(CudaRun, ScanOnTheHostMatchesAReference) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device";
+  TempDir dir;
+  CompiledModel compiled = compile_for_cuda("node/test_scan9_sum", dir.path / "dump");
+  graph::Tensor initial(graph::DType::kFloat32, {2}), x(graph::DType::kFloat32, {3, 2});
+  const std::vector<float> start = {0.5f, -1.25f}, rows = {1, 2, -3, 4.5f, 5, 6};
+  std::copy(start.begin(), start.end(), initial.mutable_values<float>().begin());
+  std::copy(rows.begin(), rows.end(), x.mutable_values<float>().begin());
+  std::vector<graph::Tensor> y = compiled.run({initial, x});
+  ASSERT_EQ(y.size(), 2u);
+  ASSERT_EQ(y[1].dims(), x.dims());
+  double sum[2] = {start[0], start[1]};
+  for (size_t r = 0; r < 3; ++r) {
+    for (size_t c = 0; c < 2; ++c) {
+      sum[c] += rows[r * 2 + c];
+      EXPECT_EQ(y[1].values<float>()[r * 2 + c], static_cast<float>(sum[c])) << r << ", " << c;
+    }
+  }
+  for (size_t c = 0; c < 2; ++c) EXPECT_EQ(y[0].values<float>()[c], static_cast<float>(sum[c]));
 }
 
 TEST(CudaRun, AnIndexOutOfRangeFailsWithTheCpuMessage) {

@@ -1,0 +1,158 @@
+// The CUDA backend's pointwise kernels: buffers read or written at the flat index move as float4
+// (or int4), four consecutive elements per thread, with a scalar path for the tail and for
+// unaligned pointers, broadcast loads staying scalar; transposed reads go through a
+// shared-memory tile. Without a GPU the
+// kernel's structure is checked (it compiles through NVRTC); with one, its values against
+// references computed here in double.
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codegen/cuda/nvrtc_compile.h"
+#include "cuda_test_util.h"
+#include "driver/compile.h"
+#include "model_builder.h"
+#include "support/files.h"
+
+namespace kiln::driver {
+namespace {
+
+namespace fs = std::filesystem;
+
+using namespace cuda_test;  // NOLINT: the shared fixtures
+using graph::DType;
+using test_models::ModelBuilder;
+
+float bias_at(int64_t c) { return 0.25f * static_cast<float>(c % 7) - 0.5f; }
+
+/// y = Relu(x * 2 + 1) + b over x: [rows, cols], b: [cols] a constant (a broadcast load).
+graph::Model bias_relu_model(int64_t rows, int64_t cols) {
+  ModelBuilder m;
+  graph::Value* x = m.input("x", DType::kFloat32, graph::Shape{rows, cols});
+  graph::Tensor two(DType::kFloat32, {}), one(DType::kFloat32, {}), b(DType::kFloat32, {cols});
+  two.mutable_values<float>()[0] = 2.0f;
+  one.mutable_values<float>()[0] = 1.0f;
+  for (int64_t c = 0; c < cols; ++c) b.mutable_values<float>()[c] = bias_at(c);
+  graph::Value* h =
+      m.op("Add", {m.op("Mul", {x, m.constant(std::move(two))}), m.constant(std::move(one))});
+  m.output(m.op("Add", {m.op("Relu", {h}), m.constant(std::move(b))}));
+  return std::move(m.model);
+}
+
+struct Compiled {
+  CompiledModel model;
+  std::string kernels;  // 5_kernels.cu
+};
+
+Compiled compile_cuda(const graph::Model& model, const fs::path& dir) {
+  if (!has_cuda_device()) setenv("KILN_CUDA_ARCHS", "90", 1);
+  CompileOptions options;
+  options.device = ir::Device::kCuda;
+  options.dump_dir = dir / "dump";
+  options.cache_dir = dir / "cache";
+  CompiledModel compiled = compile(model, options);
+  unsetenv("KILN_CUDA_ARCHS");
+  return {std::move(compiled), files::read(dir / "dump" / "5_kernels.cu")};
+}
+
+class CudaPointwise : public ::testing::TestWithParam<int64_t> {};
+
+// 7 x 129 = 903 elements: 225 threads take four with one float4 load of x and one float4 store
+// of y, the last takes the 3 left with scalar accesses; b (broadcast along rows) is read per
+// element either way. 8 x 128: no tail.
+TEST_P(CudaPointwise, ContiguousBuffersMoveSixteenBytesAtATime) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  const int64_t rows = GetParam() == 903 ? 7 : 8, cols = GetParam() == 903 ? 129 : 128;
+  TempDir dir;
+  Compiled c = compile_cuda(bias_relu_model(rows, cols), dir.path);
+  EXPECT_EQ(c.model.stats().kernels, 1);
+  EXPECT_EQ(count(c.kernels, "*reinterpret_cast<const float4*>("), 1u) << "x only:\n" << c.kernels;
+  EXPECT_EQ(count(c.kernels, "*reinterpret_cast<float4*>(out_ptr0 + xbase) = float4{"), 1u)
+      << c.kernels;
+  EXPECT_NE(c.kernels.find("% 16 == 0"), std::string::npos) << c.kernels;
+  EXPECT_NE(c.kernels.find("if (xindex >= "), std::string::npos) << "the scalar tail";
+  if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device (the kernels compiled)";
+  graph::Tensor x(DType::kFloat32, {rows, cols});
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  for (float& v : x.mutable_values<float>()) v = uniform(rng);
+  std::vector<graph::Tensor> y = c.model.run({x});
+  ASSERT_EQ(y.size(), 1u);
+  auto in = x.values<float>();
+  auto out = y[0].values<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t col = 0; col < cols; ++col) {
+      const size_t k = static_cast<size_t>(r * cols + col);
+      const double want = std::max(0.0, double{in[k]} * 2 + 1) + bias_at(col);
+      // float32 arithmetic: a few ulps of the result.
+      EXPECT_NEAR(out[k], want, 1e-6 * (1 + std::abs(want))) << "at " << k;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, CudaPointwise, ::testing::Values(903, 1024));
+
+/// Relu(Transpose(x, perm)) over x of `dims`.
+graph::Model transpose_model(const std::vector<int64_t>& dims, const std::vector<int64_t>& perm) {
+  ModelBuilder m;
+  graph::Value* x = m.input("x", DType::kFloat32, graph::Shape(dims.begin(), dims.end()));
+  m.output(m.op("Relu", {m.op("Transpose", {x}, {{"perm", perm}})}));
+  return std::move(m.model);
+}
+
+struct TransposeCase {
+  std::vector<int64_t> dims, perm;
+  bool tiled;
+};
+
+class CudaTranspose : public ::testing::TestWithParam<TransposeCase> {};
+
+// A load whose stride-1 variable is not the output's innermost one goes through a shared-memory
+// tile when both sides span at least 16 elements: [33, 17] -> [17, 33] (partial tiles on both
+// sides), NCHW [2, 64, 4, 24] -> NHWC (w and c, 8 combinations of n and h), a batched
+// [3, 40, 50] -> [3, 50, 40]; [6, 5] -> [5, 6] is too small and stays a plain kernel.
+TEST_P(CudaTranspose, ReadsThroughATileWhereTheInnermostDimsDiffer) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  const TransposeCase& tc = GetParam();
+  TempDir dir;
+  Compiled c = compile_cuda(transpose_model(tc.dims, tc.perm), dir.path);
+  EXPECT_EQ(c.model.stats().kernels, 1);
+  EXPECT_EQ(c.kernels.find("const float4*"), std::string::npos) << c.kernels;
+  EXPECT_EQ(count(c.kernels, "kiln_tile[32][33];"), tc.tiled ? 1u : 0u) << c.kernels;
+  if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device (the kernels compiled)";
+  graph::Tensor x(DType::kFloat32, tc.dims);
+  auto v = x.mutable_values<float>();
+  for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>(k % 13) - 6.0f;
+  std::vector<graph::Tensor> y = c.model.run({x});
+  ASSERT_EQ(y.size(), 1u);
+  // The reference: walk the output's positions, map each to the input's.
+  const size_t rank = tc.dims.size();
+  std::vector<int64_t> in_strides(rank, 1), out_dims(rank);
+  for (size_t d = rank - 1; d > 0; --d) in_strides[d - 1] = in_strides[d] * tc.dims[d];
+  for (size_t d = 0; d < rank; ++d) out_dims[d] = tc.dims[static_cast<size_t>(tc.perm[d])];
+  auto out = y[0].values<float>();
+  ASSERT_EQ(out.size(), v.size());
+  for (size_t k = 0; k < out.size(); ++k) {
+    int64_t rest = static_cast<int64_t>(k), at = 0;
+    for (size_t d = rank; d-- > 0;) {
+      at += (rest % out_dims[d]) * in_strides[static_cast<size_t>(tc.perm[d])];
+      rest /= out_dims[d];
+    }
+    ASSERT_EQ(out[k], std::max(0.0f, v[static_cast<size_t>(at)])) << "at " << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Perms, CudaTranspose,
+                         ::testing::Values(TransposeCase{{33, 17}, {1, 0}, true},
+                                           TransposeCase{{2, 64, 4, 24}, {0, 2, 3, 1}, true},
+                                           TransposeCase{{3, 40, 50}, {0, 2, 1}, true},
+                                           TransposeCase{{6, 5}, {1, 0}, false}));
+
+}  // namespace
+}  // namespace kiln::driver

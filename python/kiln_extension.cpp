@@ -37,6 +37,7 @@ bool is_user_error(kiln_status_code code) {
     case KILN_ERROR_LOAD:
     case KILN_ERROR_ABI:
     case KILN_ERROR_UNSUPPORTED_CPU:
+    case KILN_ERROR_DEVICE:
       return true;
     case KILN_OK:
     case KILN_ERROR_OUT_OF_MEMORY:

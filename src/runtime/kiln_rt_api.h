@@ -9,8 +9,12 @@
 // read-only data. Each load takes the first variant whose CPU features this CPU has (variants
 // are listed best first); at its first use in a process, that variant is written to an
 // anonymous memory file (memfd) and dlopen'ed from it with RTLD_LOCAL, so each variant's code,
-// inline functions included, stays apart from the others'. This library's own code is built for the
-// baseline x86-64, so that it runs on any CPU and can say which features a CPU lacks.
+// inline functions included, stays apart from the others'. Not so inline variables (and static
+// locals of inline functions): GCC makes them GNU unique symbols, which the loader binds to one
+// definition per process whatever RTLD_LOCAL says, so a runtime header's constant that differs
+// between ISA levels must be plain constexpr (internal linkage), never inline constexpr. This
+// library's own code is built for the baseline x86-64, so that it runs on any CPU and can say
+// which features a CPU lacks.
 
 #include <dlfcn.h>
 #include <fcntl.h>

@@ -56,9 +56,13 @@ struct AttentionArgs {
 
 namespace attention_detail {
 
+// The constants below are constexpr, not inline constexpr: an inline variable is a GNU unique
+// symbol, which the dynamic loader binds to one definition per process even across variants
+// dlopen'ed with RTLD_LOCAL, so the x86-64-v3 variant read the x86-64-v4 one's kKeyVectors (4)
+// wherever it was ODR-used (std::min, at -O1). Internal linkage keeps each variant's own.
 #if defined(__AVX512F__)
 using Vec = __m512;
-inline constexpr int kWidth = 16, kKeyVectors = 4;
+constexpr int kWidth = 16, kKeyVectors = 4;
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vset(float x) { return _mm512_set1_ps(x); }
 inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
@@ -73,7 +77,7 @@ inline float hmax(Vec a) { return _mm512_reduce_max_ps(a); }
 inline float hsum(Vec a) { return _mm512_reduce_add_ps(a); }
 #elif defined(__AVX2__) && defined(__FMA__)
 using Vec = __m256;
-inline constexpr int kWidth = 8, kKeyVectors = 2;
+constexpr int kWidth = 8, kKeyVectors = 2;
 inline Vec vzero() { return _mm256_setzero_ps(); }
 inline Vec vset(float x) { return _mm256_set1_ps(x); }
 inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
@@ -98,7 +102,7 @@ inline float hsum(Vec a) {
 }
 #else
 using Vec = float;
-inline constexpr int kWidth = 1, kKeyVectors = 4;
+constexpr int kWidth = 1, kKeyVectors = 4;
 inline Vec vzero() { return 0.0f; }
 inline Vec vset(float x) { return x; }
 inline Vec vload(const float* p) { return *p; }
@@ -114,10 +118,10 @@ inline float hsum(Vec a) { return a; }
 #endif
 
 /// Rows per register block, keys per packed K^T panel, queries per block, keys per tile.
-inline constexpr int kMR = 4;
-inline constexpr int kNR = kWidth * kKeyVectors;
-inline constexpr int64_t kBlockQ = 32;
-inline constexpr int64_t kBlockK = 128;
+constexpr int kMR = 4;
+constexpr int kNR = kWidth * kKeyVectors;
+constexpr int64_t kBlockQ = 32;
+constexpr int64_t kBlockK = 128;
 static_assert(kBlockQ % kMR == 0 && kBlockK % kNR == 0 && kBlockK % kWidth == 0);
 
 /// s[c] = mask[c * stride] == keep ? s[c] : fill for c < n (a Where on the scores).

@@ -85,9 +85,11 @@ inline bool rows_fold(const View& v, int batch_rank) {
 /// reading A in place through its strides. out = alpha * A @ B (+ out when accumulate).
 namespace small_gemm {
 
+// constexpr, not inline constexpr, as in kiln_rt_attention.h: an inline variable is a GNU unique
+// symbol shared by every variant loaded in the process, and these differ between variants.
 #if defined(__AVX512F__)
 using Vec = __m512;
-inline constexpr int kWidth = 16, kVectors = 4;
+constexpr int kWidth = 16, kVectors = 4;
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vset(float x) { return _mm512_set1_ps(x); }
 inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
@@ -95,16 +97,16 @@ inline void vstore(float* p, Vec v) { _mm512_storeu_ps(p, v); }
 inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 #else
 using Vec = __m256;
-inline constexpr int kWidth = 8, kVectors = 2;
+constexpr int kWidth = 8, kVectors = 2;
 inline Vec vzero() { return _mm256_setzero_ps(); }
 inline Vec vset(float x) { return _mm256_set1_ps(x); }
 inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
 inline void vstore(float* p, Vec v) { _mm256_storeu_ps(p, v); }
 inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 #endif
-inline constexpr int kMR = 6, kNR = kWidth * kVectors;
+constexpr int kMR = 6, kNR = kWidth * kVectors;
 /// Rows per task: a multiple of kMR, small enough that a few heads give every thread work.
-inline constexpr int64_t kRowsPerTask = 48;
+constexpr int64_t kRowsPerTask = 48;
 
 /// Whether a batched product of this size takes this path rather than BLAS.
 inline bool fits(int64_t batch, int64_t m, int64_t n, int64_t k) {

@@ -70,6 +70,16 @@ struct Loaded {
   ~Loaded() { kiln_model_free(model); }
 };
 
+/// Frees library-allocated outputs when the scope ends, also when an ASSERT returns early (else
+/// LeakSanitizer adds a leak report to the failure).
+template <size_t N>
+struct FreeOutputs {
+  kiln_tensor (&out)[N];
+  ~FreeOutputs() {
+    for (kiln_tensor& t : out) kiln_free(t.data);
+  }
+};
+
 /// The status's message (and frees it); "" for success.
 std::string message_of(kiln_status* status, kiln_status_code* code = nullptr) {
   if (code != nullptr) *code = kiln_status_get_code(status);
@@ -215,10 +225,10 @@ TEST(ModelLibrary, AttentionBlockEachVariantMatchesNumpy) {
       const graph::Tensor x = read("x");
       kiln_tensor in = tensor_of(x);
       kiln_tensor out[2] = {};
+      const FreeOutputs<2> free_outputs{out};
       ASSERT_EQ(message_of(kiln_model_run(m.model, &in, 1, out, 2)), "");
       expect_close(static_cast<const float*>(out[0].data), read("y"));
       expect_close(static_cast<const float*>(out[1].data), read("z"));
-      for (kiln_tensor& t : out) kiln_free(t.data);
     }
   });
 }
@@ -243,6 +253,7 @@ TEST(ModelLibrary, FusedAttentionEachVariantMatchesNumpy) {
       std::vector<kiln_tensor> in;
       for (const graph::Tensor& t : inputs) in.push_back(tensor_of(t));
       kiln_tensor out[5] = {};
+      const FreeOutputs<5> free_outputs{out};
       ASSERT_EQ(message_of(kiln_model_run(m.model, in.data(), in.size(), out, 5)), "");
       const char* names[5] = {"a", "b", "c", "d", "e"};
       for (int k = 0; k < 5; ++k) {
@@ -258,7 +269,6 @@ TEST(ModelLibrary, FusedAttentionEachVariantMatchesNumpy) {
           }
         }
       }
-      for (kiln_tensor& t : out) kiln_free(t.data);
     }
   });
 }

@@ -45,22 +45,6 @@ graph::Model bias_relu_model(int64_t rows, int64_t cols) {
   return std::move(m.model);
 }
 
-struct Compiled {
-  CompiledModel model;
-  std::string kernels;  // 5_kernels.cu
-};
-
-Compiled compile_cuda(const graph::Model& model, const fs::path& dir) {
-  if (!has_cuda_device()) setenv("KILN_CUDA_ARCHS", "90", 1);
-  CompileOptions options;
-  options.device = ir::Device::kCuda;
-  options.dump_dir = dir / "dump";
-  options.cache_dir = dir / "cache";
-  CompiledModel compiled = compile(model, options);
-  unsetenv("KILN_CUDA_ARCHS");
-  return {std::move(compiled), files::read(dir / "dump" / "5_kernels.cu")};
-}
-
 class CudaPointwise : public ::testing::TestWithParam<int64_t> {};
 
 // 7 x 129 = 903 elements: 225 threads take four with one float4 load of x and one float4 store
@@ -70,7 +54,7 @@ TEST_P(CudaPointwise, ContiguousBuffersMoveSixteenBytesAtATime) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
   const int64_t rows = GetParam() == 903 ? 7 : 8, cols = GetParam() == 903 ? 129 : 128;
   TempDir dir;
-  Compiled c = compile_cuda(bias_relu_model(rows, cols), dir.path);
+  Compiled c = compile_cuda_dumped(bias_relu_model(rows, cols), dir.path);
   EXPECT_EQ(c.model.stats().kernels, 1);
   EXPECT_EQ(count(c.kernels, "*reinterpret_cast<const float4*>("), 1u) << "x only:\n" << c.kernels;
   EXPECT_EQ(count(c.kernels, "*reinterpret_cast<float4*>(out_ptr0 + xbase) = float4{"), 1u)
@@ -121,7 +105,7 @@ TEST_P(CudaTranspose, ReadsThroughATileWhereTheInnermostDimsDiffer) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
   const TransposeCase& tc = GetParam();
   TempDir dir;
-  Compiled c = compile_cuda(transpose_model(tc.dims, tc.perm), dir.path);
+  Compiled c = compile_cuda_dumped(transpose_model(tc.dims, tc.perm), dir.path);
   EXPECT_EQ(c.model.stats().kernels, 1);
   EXPECT_EQ(c.kernels.find("const float4*"), std::string::npos) << c.kernels;
   EXPECT_EQ(count(c.kernels, "kiln_tile[32][33];"), tc.tiled ? 1u : 0u) << c.kernels;

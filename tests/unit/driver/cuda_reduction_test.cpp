@@ -57,25 +57,6 @@ std::vector<float> random_values(size_t n, unsigned seed, float lo, float hi) {
   return v;
 }
 
-struct Compiled {
-  CompiledModel model;
-  std::string kernels;  // 5_kernels.cu
-  std::string wrapper;  // 5_wrapper.cpp
-};
-
-/// Compiles for CUDA (sm_90 cubins; the GPU's own architecture when there is one) with a dump.
-Compiled compile_cuda(const graph::Model& model, const fs::path& dir) {
-  if (!has_cuda_device()) setenv("KILN_CUDA_ARCHS", "90", 1);
-  CompileOptions options;
-  options.device = ir::Device::kCuda;
-  options.dump_dir = dir / "dump";
-  options.cache_dir = dir / "cache";
-  CompiledModel compiled = compile(model, options);
-  unsetenv("KILN_CUDA_ARCHS");
-  return {std::move(compiled), files::read(dir / "dump" / "5_kernels.cu"),
-          files::read(dir / "dump" / "5_wrapper.cpp")};
-}
-
 /// The softmax of each row of `x` ([rows, cols]) in double.
 std::vector<double> softmax_reference(const std::vector<float>& x, int64_t rows, int64_t cols) {
   std::vector<double> y(x.size());
@@ -102,7 +83,7 @@ TEST_P(CudaSoftmax, OneKernelPerRowLayoutMatchesTheReference) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
   const SoftmaxShape shape = GetParam();
   TempDir dir;
-  Compiled c = compile_cuda(softmax_model(shape.rows, shape.cols), dir.path);
+  Compiled c = compile_cuda_dumped(softmax_model(shape.rows, shape.cols), dir.path);
   EXPECT_EQ(c.model.stats().kernels, 1) << c.kernels;
   if (shape.warp_per_row) {
     EXPECT_NE(c.kernels.find("blockIdx.x) * blockDim.y + threadIdx.y"), std::string::npos);
@@ -143,7 +124,7 @@ TEST(CudaLayerNorm, OneWelfordKernelMatchesTheReference) {
   std::vector<float> scale = random_values(cols, 3, 0.5f, 1.5f);
   std::vector<float> bias = random_values(cols, 4, -1, 1);
   TempDir dir;
-  Compiled c = compile_cuda(layer_norm_model(rows, cols, scale, bias), dir.path);
+  Compiled c = compile_cuda_dumped(layer_norm_model(rows, cols, scale, bias), dir.path);
   EXPECT_EQ(c.model.stats().kernels, 1) << c.kernels;
   EXPECT_NE(c.kernels.find("kiln::Welford<float>"), std::string::npos);
   EXPECT_NE(c.wrapper.find(", 32, 4, 1, "), std::string::npos) << "a warp per row";

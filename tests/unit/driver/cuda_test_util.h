@@ -1,6 +1,6 @@
 #pragma once
-// What the CUDA driver tests share: a scratch directory, whether a GPU is there, and counting
-// occurrences in generated text.
+// What the CUDA driver tests share: a scratch directory, whether a GPU is there, a compile with
+// its generated sources, and counting occurrences in generated text.
 
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -9,6 +9,9 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+
+#include "driver/compile.h"
+#include "support/files.h"
 
 namespace kiln::driver::cuda_test {
 
@@ -35,6 +38,27 @@ inline bool has_cuda_device() {
   auto count = reinterpret_cast<int (*)(int*)>(dlsym(lib, "cuDeviceGetCount"));
   int n = 0;
   return init != nullptr && count != nullptr && init(0) == 0 && count(&n) == 0 && n > 0;
+}
+
+/// A model compiled for CUDA, with the sources its dump holds.
+struct Compiled {
+  CompiledModel model;
+  std::string kernels;  // 5_kernels.cu
+  std::string wrapper;  // 5_wrapper.cpp
+};
+
+/// Compiles `model` for CUDA under `dir` with a dump: sm_90 cubins without a GPU, the GPU's own
+/// architecture with one.
+inline Compiled compile_cuda_dumped(const graph::Model& model, const std::filesystem::path& dir) {
+  if (!has_cuda_device()) setenv("KILN_CUDA_ARCHS", "90", 1);
+  CompileOptions options;
+  options.device = ir::Device::kCuda;
+  options.dump_dir = dir / "dump";
+  options.cache_dir = dir / "cache";
+  CompiledModel compiled = compile(model, options);
+  unsetenv("KILN_CUDA_ARCHS");
+  return {std::move(compiled), files::read(dir / "dump" / "5_kernels.cu"),
+          files::read(dir / "dump" / "5_wrapper.cpp")};
 }
 
 /// How often `needle` occurs in `text`.

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "../unit/driver/cuda_test_util.h"
 #include "codegen/cuda/nvrtc_compile.h"
 #include "codegen/wrapper/model_api.h"
 #include "driver/compile.h"
@@ -619,16 +620,6 @@ std::string load_with_fake_driver(const char* fake, kiln_status_code& code) {
   return error;
 }
 
-/// Whether this machine has a CUDA driver with a GPU (the real one).
-bool has_gpu() {
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return false;
-  auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(lib, "cuInit"));
-  auto count = reinterpret_cast<int (*)(int*)>(dlsym(lib, "cuDeviceGetCount"));
-  int n = 0;
-  return init != nullptr && count != nullptr && init(0) == 0 && count(&n) == 0 && n > 0;
-}
-
 TEST(CudaLibrary, IsBuiltWithoutAGpuAndNeedsNoToolkitAtRunTime) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: this Kiln has no NVRTC";
   const driver::LibraryResult& r = cuda_library();
@@ -684,7 +675,7 @@ TEST(CudaLibrary, LoadSaysWhatTheMachineLacks) {
   // A machine that has it all: the load succeeds (runs need the real driver).
   EXPECT_EQ(load_with_fake_driver("cc=9.0,cublaslt=130100,cudnn=91400", code), "");
   EXPECT_EQ(code, KILN_OK);
-  if (has_gpu()) return;
+  if (driver::cuda_test::has_cuda_device()) return;
   // Without one, both kinds of run fail with the driver's absence, not a crash.
   ::setenv("KILN_CUDA_FAKE_DRIVER", "cc=9.0,cublaslt=130100,cudnn=91400", 1);
   Loaded m;
@@ -718,7 +709,7 @@ TEST(CudaLibrary, TheCudaRunOfACpuLibraryIsRefused) {
 // runs, all bit-identical to the first run.
 TEST(CudaLibrary, RunsOnTheGpuLikeNumpyFromManyThreads) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: this Kiln has no NVRTC";
-  if (!has_gpu()) GTEST_SKIP() << "skipped: no CUDA device";
+  if (!driver::cuda_test::has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device";
   Loaded m;
   load(cuda_library().library, m);
   EXPECT_STREQ(kiln_model_device(m.model), "cuda");

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "codegen/cpp/cpp_host_text.h"
+#include "codegen/cuda/cuda_attention.h"
 #include "codegen/cuda/cuda_conv.h"
 #include "codegen/cuda/cuda_matmul.h"
 #include "codegen/cuda/host_fallback.h"
@@ -37,6 +38,10 @@ std::string launch_dims(const std::array<sym::Expr, 3>& dims) {
 }  // namespace
 
 void CudaWrapperOps::note(const ir::ExternCall& call) {
+  if (call.as<ir::AttentionCall>() != nullptr) {
+    uses_attention_ = true;  // Kiln's kernel (cuda_attention.h), in the module
+    return;
+  }
   if (call.as<ir::MatMulCall>() != nullptr || call.as<ir::ConvCall>() != nullptr) {
     uses_workspace_ = true;
     uses_blas_ = uses_blas_ || call.as<ir::MatMulCall>() != nullptr;
@@ -148,12 +153,14 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
     source += '\n';
     source += k->source();
   }
+  if (uses_attention_) source += cuda_attention_source();
   std::vector<CudaBinary> binaries;
   const std::vector<int> archs = library_ ? cuda_library_archs() : cuda_target_archs();
   // A library for other machines carries PTX for its oldest architecture too: the driver
   // compiles it for GPUs newer than every cubin.
   const int ptx_arch = library_ ? *std::min_element(archs.begin(), archs.end()) : 0;
-  if (!kernels.empty()) binaries = nvrtc_compile(source, archs, cache_dir_, ptx_arch);
+  if (!kernels.empty() || uses_attention_)
+    binaries = nvrtc_compile(source, archs, cache_dir_, ptx_arch);
   device_sources_.emplace_back("kernels.cu", source);
   out.line(
       "// The model's CUDA kernels (compiled by NVRTC): one cubin per architecture, and for a");
@@ -186,8 +193,13 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
       min_driver, uses_blas_ ? "true" : "false", uses_dnn_ ? "true" : "false");
   out.line("static const char* const kKernelNames[] = {");
   for (const GeneratedKernel* k : kernels) out.linef("    \"{}\",", k->name);
-  if (kernels.empty()) out.line("    nullptr,");
+  if (uses_attention_) out.line("    \"kiln_attention_f32\",");
+  if (kernels.empty() && !uses_attention_) out.line("    nullptr,");
   out.line("};");
+  if (uses_attention_) {
+    out.line("// The fused attention kernel's number in kKernelNames (RunState::attention).");
+    out.linef("static constexpr int kAttentionKernel = {};", kernels.size());
+  }
   out.line("");
   for (size_t i = 0; i < kernels.size(); ++i) {
     const GeneratedKernel& k = *kernels[i];
@@ -233,6 +245,11 @@ void CudaWrapperOps::write_library_call(IndentedBuffer& out, const ir::Buffer& b
   if (buffer.device == ir::Device::kCuda && buffer.call.as<ir::ConvCall>() != nullptr) {
     write_cuda_conv(out, buffer, conv_sites_++, precision_,
                     fmt::format("conv ({})", origins_text(buffer)));
+    return;
+  }
+  if (buffer.device == ir::Device::kCuda && buffer.call.as<ir::AttentionCall>() != nullptr) {
+    write_cuda_attention(out, buffer, "kAttentionKernel",
+                         fmt::format("attention ({})", origins_text(buffer)));
     return;
   }
   // lower/nn.cpp gives no GEMM choice (a CPU template's packed weights) for CUDA.

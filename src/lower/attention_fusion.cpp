@@ -198,7 +198,8 @@ std::optional<TensorValue> fuse_attention(LoweringContext& ctx, const graph::Nod
     // The GPU kernel (codegen/cuda/cuda_attention.h) keeps heads of up to 128 in shared memory
     // and registers, and up to 6 batch dims.
     const std::optional<int64_t> dn = d.as_integer(), dvn = dv.as_integer();
-    if (!dn || !dvn || *dn > 128 || *dvn > 128 || batch.size() > 6) return std::nullopt;
+    if (!dn || !dvn || *dn < 1 || *dvn < 1 || *dn > 128 || *dvn > 128 || batch.size() > 6)
+      return std::nullopt;
   }
   std::vector<std::optional<ir::View>> inputs = {operand(q, lq, d), operand(kt, d, lk),
                                                  operand(vv, lk, dv)};

@@ -401,9 +401,9 @@ struct MatMulShape {
 };
 
 /// The operands of the fused attention kernel (codegen/cuda/cuda_attention.cpp writes the
-/// kernel, kiln_attention_f32, with the same struct on the device side; it is passed by value):
-/// out[b, i, :] = sum_j softmax_j(s[b, i, j]) V[b, j, :], s = mask(scale * (Q K^T)[b, i, j]).
-/// Views of rank batch_rank + 2 with their strides in elements (broadcast dims: 0): q [.., Lq,
+/// kernels, kiln_attention_f32_d<D>_v<Dv>, with the same struct on the device side; it is passed by
+/// value): out[b, i, :] = sum_j softmax_j(s[b, i, j]) V[b, j, :], s = mask(scale * (Q K^T)[b, i,
+/// j]). Views of rank batch_rank + 2 with their strides in elements (broadcast dims: 0): q [.., Lq,
 /// D], kt [.., D, Lk], v [.., Lk, Dv], mask [.., Lq, Lk] (bool bytes or float32, by mask_kind,
 /// ir::AttentionMask's numbering); out contiguous [.., Lq, Dv]. D and Dv are at most 128.
 struct AttentionParams {
@@ -973,8 +973,9 @@ class RunState {
     launch_function(functions_[static_cast<size_t>(k)], stream_, name, args...);
   }
 
-  /// Queues the fused attention of `p` (kernel `k` of the module: kiln_attention_f32, 8 query
-  /// rows per block of 128 threads) on the run's stream, without waiting.
+  /// Queues the fused attention of `p` (kernel `k` of the module: one
+  /// kiln_attention_f32_d<D>_v<Dv>, 8 query rows per block of 128 threads) on the run's stream,
+  /// without waiting.
   void attention(int k, const AttentionParams& p, const char* what) {
     if (p.d > 128 || p.dv > 128 || p.batch_rank > AttentionParams::kMaxBatchRank)
       kiln_rt::fail("%s: the fused attention kernel takes heads of up to 128 and 6 batch dims",

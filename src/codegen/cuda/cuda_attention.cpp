@@ -3,14 +3,21 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
+#include <set>
+#include <utility>
 
 #include "codegen/cpp/cpp_host_text.h"
 #include "support/error.h"
 
 namespace kiln::codegen {
 
-const std::string& cuda_attention_source() {
-  static const std::string text = R"(
+std::string cuda_attention_kernel_name(int64_t d, int64_t dv) {
+  return fmt::format("kiln_attention_f32_d{}_v{}", d, dv);
+}
+
+std::string cuda_attention_source(const std::set<std::pair<int64_t, int64_t>>& heads) {
+  std::string text = R"(
 // Fused attention (codegen/cuda/cuda_attention.h): kiln_cuda::AttentionParams's device side,
 // the same fields in the same order.
 struct KilnAttentionParams {
@@ -34,18 +41,19 @@ struct KilnAttentionParams {
 #define KILN_ATT_WARPS 4  // warps per block
 #define KILN_ATT_ROWS 2   // query rows per warp
 #define KILN_ATT_KEYS 32  // keys per tile: one per lane
-#define KILN_ATT_MAXD 128 // the largest D and Dv
 
-extern "C" __global__ void __launch_bounds__(KILN_ATT_WARPS * 32)
-kiln_attention_f32(const KilnAttentionParams p) {
-  __shared__ float qs[KILN_ATT_WARPS * KILN_ATT_ROWS][KILN_ATT_MAXD];
-  __shared__ float ks[KILN_ATT_MAXD][KILN_ATT_KEYS + 1];  // padded: conflict-free either way
-  __shared__ float vs[KILN_ATT_KEYS][KILN_ATT_MAXD];
+// The kernel for heads of D and DV (compile-time: the loops over them unroll).
+template <int D, int DV>
+__device__ __forceinline__ void kiln_attention(const KilnAttentionParams& p) {
+  constexpr int ROWS = KILN_ATT_ROWS, KEYS = KILN_ATT_KEYS, COLS = (DV + 31) / 32;
+  constexpr int THREADS = KILN_ATT_WARPS * 32, PER_BLOCK = KILN_ATT_WARPS * ROWS;
+  __shared__ float qs[PER_BLOCK][D];
+  __shared__ float ks[D][KEYS + 1];  // padded: conflict-free written along D or along keys
+  __shared__ float vs[KEYS][DV];
   const float neg_inf = __int_as_float(0xff800000);
-  const int64_t per_block = KILN_ATT_WARPS * KILN_ATT_ROWS;
-  const int64_t qblocks = (p.lq + per_block - 1) / per_block;
+  const int64_t qblocks = (p.lq + PER_BLOCK - 1) / PER_BLOCK;
   const int64_t b = blockIdx.x / qblocks;
-  const int64_t row0 = (blockIdx.x % qblocks) * per_block;
+  const int64_t row0 = (blockIdx.x % qblocks) * PER_BLOCK;
   // Where batch element b starts in each view (broadcast dims have stride 0).
   int64_t oq = 0, ok = 0, ov = 0, om = 0, rest = b;
   for (int k = p.batch_rank - 1; k >= 0; --k) {
@@ -62,47 +70,53 @@ kiln_attention_f32(const KilnAttentionParams p) {
   const int64_t v_j = p.v_strides[r], v_c = p.v_strides[r + 1];
   const int64_t m_i = p.mask_strides[r], m_j = p.mask_strides[r + 1];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int d = (int)p.d, dv = (int)p.dv;
   // The block's query rows, zeros past Lq.
-  for (int e = tid; e < per_block * d; e += blockDim.x) {
-    const int row = e / d, c = e % d;
+  for (int e = tid; e < PER_BLOCK * D; e += THREADS) {
+    const int row = e / D, c = e % D;
     const int64_t i = row0 + row;
     qs[row][c] = i < p.lq ? p.q[oq + i * q_i + c * q_c] : 0.0f;
   }
-  float m[KILN_ATT_ROWS], l[KILN_ATT_ROWS], acc[KILN_ATT_ROWS][KILN_ATT_MAXD / 32];
-  for (int w = 0; w < KILN_ATT_ROWS; ++w) {
+  float m[ROWS], l[ROWS], acc[ROWS][COLS];
+#pragma unroll
+  for (int w = 0; w < ROWS; ++w) {
     m[w] = neg_inf;
     l[w] = 0.0f;
-    for (int t = 0; t < KILN_ATT_MAXD / 32; ++t) acc[w][t] = 0.0f;
+#pragma unroll
+    for (int t = 0; t < COLS; ++t) acc[w][t] = 0.0f;
   }
   // K^T is read along D when that is its contiguous dim (K's rows, as exporters write it).
   const bool k_along_d = k_c == 1;
-  for (int64_t j0 = 0; j0 < p.lk; j0 += KILN_ATT_KEYS) {
+  for (int64_t j0 = 0; j0 < p.lk; j0 += KEYS) {
     __syncthreads();  // the last tile's readers are done (the first time: qs is written)
-    for (int e = tid; e < KILN_ATT_KEYS * d; e += blockDim.x) {
-      const int c = k_along_d ? e % d : e / KILN_ATT_KEYS;
-      const int j = k_along_d ? e / d : e % KILN_ATT_KEYS;
+    for (int e = tid; e < KEYS * D; e += THREADS) {
+      const int c = k_along_d ? e % D : e / KEYS;
+      const int j = k_along_d ? e / D : e % KEYS;
       const int64_t key = j0 + j;
       ks[c][j] = key < p.lk ? p.kt[ok + c * k_c + key * k_j] : 0.0f;
     }
-    for (int e = tid; e < KILN_ATT_KEYS * dv; e += blockDim.x) {
-      const int c = e % dv, j = e / dv;
+    for (int e = tid; e < KEYS * DV; e += THREADS) {
+      const int c = e % DV, j = e / DV;
       const int64_t key = j0 + j;
       vs[j][c] = key < p.lk ? p.v[ov + key * v_j + c * v_c] : 0.0f;
     }
     __syncthreads();
-    // Lane j: key j0 + j's score for each of the warp's rows.
-    float s[KILN_ATT_ROWS];
-    for (int w = 0; w < KILN_ATT_ROWS; ++w) s[w] = 0.0f;
-    for (int c = 0; c < d; ++c) {
+    // Lane j: key j0 + j's score for each of the warp's rows (two partial sums a row).
+    float s[ROWS][2];
+#pragma unroll
+    for (int w = 0; w < ROWS; ++w) s[w][0] = s[w][1] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < D; ++c) {
       const float k = ks[c][lane];
-      for (int w = 0; w < KILN_ATT_ROWS; ++w) s[w] = fmaf(qs[warp * KILN_ATT_ROWS + w][c], k, s[w]);
+#pragma unroll
+      for (int w = 0; w < ROWS; ++w)
+        s[w][c & 1] = fmaf(qs[warp * ROWS + w][c], k, s[w][c & 1]);
     }
     const int64_t key = j0 + lane;
-    float prob[KILN_ATT_ROWS];
-    for (int w = 0; w < KILN_ATT_ROWS; ++w) {
-      const int64_t i = row0 + warp * KILN_ATT_ROWS + w;
-      float x = s[w] * p.scale;
+    float prob[ROWS];
+#pragma unroll
+    for (int w = 0; w < ROWS; ++w) {
+      const int64_t i = row0 + warp * ROWS + w;
+      float x = (s[w][0] + s[w][1]) * p.scale;
       if (p.mask_kind != 0 && key < p.lk && i < p.lq) {
         const int64_t at = om + i * m_i + key * m_j;
         if (p.mask_kind == 3) {
@@ -114,46 +128,72 @@ kiln_attention_f32(const KilnAttentionParams p) {
       }
       if (key >= p.lk) x = neg_inf;  // past the last key: no weight
       float tile_max = x;
-      for (int o = 16; o > 0; o /= 2) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2)
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
       // Online softmax: rescale what the row has when its max grows. A row with no finite
       // score yet keeps 0 (and ends 0 / 0 = NaN if it never gets one, as Softmax gives).
       const float m_new = fmaxf(m[w], tile_max);
       const float scale_old = m_new == neg_inf ? 1.0f : expf(m[w] - m_new);
       const float e = m_new == neg_inf ? 0.0f : expf(x - m_new);
       float sum = e;
+#pragma unroll
       for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
       l[w] = l[w] * scale_old + sum;
       m[w] = m_new;
-      for (int t = 0; t < KILN_ATT_MAXD / 32; ++t) acc[w][t] *= scale_old;
+#pragma unroll
+      for (int t = 0; t < COLS; ++t) acc[w][t] *= scale_old;
       prob[w] = e;
     }
-    // P V: key j's weight from lane j, times V's row j.
-    const int keys = p.lk - j0 < KILN_ATT_KEYS ? (int)(p.lk - j0) : KILN_ATT_KEYS;
-    for (int j = 0; j < keys; ++j) {
-      float pj[KILN_ATT_ROWS];
-      for (int w = 0; w < KILN_ATT_ROWS; ++w) pj[w] = __shfl_sync(0xffffffffu, prob[w], j);
-      for (int t = 0; t < KILN_ATT_MAXD / 32; ++t) {
+    // P V: key j's weight from lane j, times V's row j (past Lk both weight and row are 0).
+#pragma unroll
+    for (int j = 0; j < KEYS; ++j) {
+      float pj[ROWS];
+#pragma unroll
+      for (int w = 0; w < ROWS; ++w) pj[w] = __shfl_sync(0xffffffffu, prob[w], j);
+#pragma unroll
+      for (int t = 0; t < COLS; ++t) {
         const int c = lane + 32 * t;
-        if (c < dv) {
+        if (c < DV) {
           const float value = vs[j][c];
-          for (int w = 0; w < KILN_ATT_ROWS; ++w) acc[w][t] = fmaf(pj[w], value, acc[w][t]);
+#pragma unroll
+          for (int w = 0; w < ROWS; ++w) acc[w][t] = fmaf(pj[w], value, acc[w][t]);
         }
       }
     }
   }
-  for (int w = 0; w < KILN_ATT_ROWS; ++w) {
-    const int64_t i = row0 + warp * KILN_ATT_ROWS + w;
+#pragma unroll
+  for (int w = 0; w < ROWS; ++w) {
+    const int64_t i = row0 + warp * ROWS + w;
     if (i >= p.lq) continue;
-    float* out = p.out + (b * p.lq + i) * p.dv;
-    for (int t = 0; t < KILN_ATT_MAXD / 32; ++t) {
+    float* out = p.out + (b * p.lq + i) * DV;
+#pragma unroll
+    for (int t = 0; t < COLS; ++t) {
       const int c = lane + 32 * t;
       // No keys: an empty sum, 0 (as MatMul over an empty Softmax gives).
-      if (c < dv) out[c] = p.lk == 0 ? 0.0f : acc[w][t] / l[w];
+      if (c < DV) out[c] = p.lk == 0 ? 0.0f : acc[w][t] / l[w];
     }
   }
 }
 )";
+  for (const auto& [d, dv] : heads) {
+    text += fmt::format(
+        "\nextern \"C\" __global__ void __launch_bounds__(KILN_ATT_WARPS * 32)\n{}(const "
+        "KilnAttentionParams p) {{\n  kiln_attention<{}, {}>(p);\n}}\n",
+        cuda_attention_kernel_name(d, dv), d, dv);
+  }
   return text;
+}
+
+std::optional<std::pair<int64_t, int64_t>> cuda_attention_heads(const ir::ExternCall& call) {
+  if (call.as<ir::AttentionCall>() == nullptr || call.inputs.size() < 3 || !call.inputs[0] ||
+      !call.inputs[2]) {
+    return std::nullopt;
+  }
+  const std::optional<int64_t> d = call.inputs[0]->layout.sizes.back().as_integer();
+  const std::optional<int64_t> dv = call.inputs[2]->layout.sizes.back().as_integer();
+  if (!d || !dv) return std::nullopt;
+  return std::make_pair(*d, *dv);
 }
 
 namespace {
@@ -169,8 +209,7 @@ std::string float_text(double x) {
 
 }  // namespace
 
-void write_cuda_attention(IndentedBuffer& out, const ir::Buffer& buffer, const std::string& kernel,
-                          const std::string& label) {
+void write_cuda_attention(IndentedBuffer& out, const ir::Buffer& buffer, const std::string& label) {
   const ir::AttentionCall& call = *buffer.call.as<ir::AttentionCall>();
   const auto& in = buffer.call.inputs;
   const bool masked = call.mask != ir::AttentionMask::kNone;
@@ -181,6 +220,12 @@ void write_cuda_attention(IndentedBuffer& out, const ir::Buffer& buffer, const s
   const size_t rank = buffer.layout.rank();
   KILN_CHECK(rank >= 2 && rank <= 8, "attention {}: rank {} (2 to 8 on CUDA)", buffer.name, rank);
   const ir::View &q = *in[0], &kt = *in[1], &v = *in[2];
+  const std::optional<std::pair<int64_t, int64_t>> heads = cuda_attention_heads(buffer.call);
+  KILN_CHECK(heads && heads->first >= 1 && heads->first <= kCudaAttentionMaxHead &&
+                 heads->second >= 1 && heads->second <= kCudaAttentionMaxHead,
+             "attention {}: heads of 1 to {} known when compiling on CUDA", buffer.name,
+             kCudaAttentionMaxHead);
+  const std::string kernel = "k_" + cuda_attention_kernel_name(heads->first, heads->second);
   out.linef("// fused attention (Kiln's kernel, float32), scores scaled by {}{}", call.scale,
             masked ? ", masked" : "");
   out.line("kiln_cuda::AttentionParams att{};");

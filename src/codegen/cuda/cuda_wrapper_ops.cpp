@@ -39,7 +39,8 @@ std::string launch_dims(const std::array<sym::Expr, 3>& dims) {
 
 void CudaWrapperOps::note(const ir::ExternCall& call) {
   if (call.as<ir::AttentionCall>() != nullptr) {
-    uses_attention_ = true;  // Kiln's kernel (cuda_attention.h), in the module
+    // Kiln's kernel for its heads (cuda_attention.h), in the module.
+    if (auto heads = cuda_attention_heads(call)) attention_heads_.insert(*heads);
     return;
   }
   if (call.as<ir::MatMulCall>() != nullptr || call.as<ir::ConvCall>() != nullptr) {
@@ -153,13 +154,14 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
     source += '\n';
     source += k->source();
   }
-  if (uses_attention_) source += cuda_attention_source();
+  const bool uses_attention = !attention_heads_.empty();
+  if (uses_attention) source += cuda_attention_source(attention_heads_);
   std::vector<CudaBinary> binaries;
   const std::vector<int> archs = library_ ? cuda_library_archs() : cuda_target_archs();
   // A library for other machines carries PTX for its oldest architecture too: the driver
   // compiles it for GPUs newer than every cubin.
   const int ptx_arch = library_ ? *std::min_element(archs.begin(), archs.end()) : 0;
-  if (!kernels.empty() || uses_attention_)
+  if (!kernels.empty() || uses_attention)
     binaries = nvrtc_compile(source, archs, cache_dir_, ptx_arch);
   device_sources_.emplace_back("kernels.cu", source);
   out.line(
@@ -193,13 +195,15 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
       min_driver, uses_blas_ ? "true" : "false", uses_dnn_ ? "true" : "false");
   out.line("static const char* const kKernelNames[] = {");
   for (const GeneratedKernel* k : kernels) out.linef("    \"{}\",", k->name);
-  if (uses_attention_) out.line("    \"kiln_attention_f32\",");
-  if (kernels.empty() && !uses_attention_) out.line("    nullptr,");
+  for (const auto& [d, dv] : attention_heads_)
+    out.linef("    \"{}\",", cuda_attention_kernel_name(d, dv));
+  if (kernels.empty() && !uses_attention) out.line("    nullptr,");
   out.line("};");
-  if (uses_attention_) {
-    out.line("// The fused attention kernel's number in kKernelNames (RunState::attention).");
-    out.linef("static constexpr int kAttentionKernel = {};", kernels.size());
-  }
+  if (uses_attention)
+    out.line("// The fused attention kernels' numbers in kKernelNames (RunState::attention).");
+  size_t number = kernels.size();
+  for (const auto& [d, dv] : attention_heads_)
+    out.linef("static constexpr int k_{} = {};", cuda_attention_kernel_name(d, dv), number++);
   out.line("");
   for (size_t i = 0; i < kernels.size(); ++i) {
     const GeneratedKernel& k = *kernels[i];
@@ -248,8 +252,7 @@ void CudaWrapperOps::write_library_call(IndentedBuffer& out, const ir::Buffer& b
     return;
   }
   if (buffer.device == ir::Device::kCuda && buffer.call.as<ir::AttentionCall>() != nullptr) {
-    write_cuda_attention(out, buffer, "kAttentionKernel",
-                         fmt::format("attention ({})", origins_text(buffer)));
+    write_cuda_attention(out, buffer, fmt::format("attention ({})", origins_text(buffer)));
     return;
   }
   // lower/nn.cpp gives no GEMM choice (a CPU template's packed weights) for CUDA.

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -116,9 +117,10 @@ class CudaWrapperOps final : public WrapperOps {
   std::filesystem::path cache_dir_;
   ir::Precision precision_;
   bool library_;
-  bool uses_blas_ = false;       // a matrix product on cuBLASLt
-  bool uses_dnn_ = false;        // a convolution on cuDNN
-  bool uses_attention_ = false;  // a fused attention (Kiln's kernel in the module)
+  bool uses_blas_ = false;  // a matrix product on cuBLASLt
+  bool uses_dnn_ = false;   // a convolution on cuDNN
+  /// (D, Dv) of the fused attentions: Kiln's kernel for each, in the module.
+  std::set<std::pair<int64_t, int64_t>> attention_heads_;
   bool uses_workspace_ = false;
   bool waits_ = false;  // the run waits for the GPU midway (a host fallback, a size from data)  //
                         // a product or convolution: the arena keeps their workspace

@@ -745,8 +745,8 @@ TEST(CudaAttention, AttentionIsOneKernelOfKilnsWithItsMaskAndScale) {
   TempDir dir;
   const std::string plain = cuda_wrapper(build(named("attention_div_scale")), dir.path / "div");
   // One launch of Kiln's kernel, no product through cuBLASLt, no Softmax kernel.
-  EXPECT_EQ(count(plain, "state.cuda.attention(kAttentionKernel, att,"), 1u) << plain;
-  EXPECT_NE(plain.find("\"kiln_attention_f32\","), std::string::npos) << plain;
+  EXPECT_EQ(count(plain, "state.cuda.attention(k_kiln_attention_f32_d64_v72, att,"), 1u) << plain;
+  EXPECT_NE(plain.find("\"kiln_attention_f32_d64_v72\","), std::string::npos) << plain;
   EXPECT_EQ(plain.find("state.cuda.matmul<"), std::string::npos) << plain;
   EXPECT_EQ(plain.find("// on the host"), std::string::npos) << plain;
   EXPECT_NE(plain.find("att.scale = static_cast<float>(0.125);"), std::string::npos) << plain;
@@ -754,8 +754,9 @@ TEST(CudaAttention, AttentionIsOneKernelOfKilnsWithItsMaskAndScale) {
   // K [2, 3, 70, 64] read as K^T [2, 3, 64, 70]: strides {13440, 4480, 1, 64}.
   EXPECT_NE(plain.find("att.kt_strides[2] = 1;"), std::string::npos) << plain;
   EXPECT_NE(plain.find("att.kt_strides[3] = 64;"), std::string::npos) << plain;
-  EXPECT_NE(files::read(dir.path / "div" / "dump" / "5_kernels.cu").find("kiln_attention_f32("),
-            std::string::npos);
+  EXPECT_NE(
+      files::read(dir.path / "div" / "dump" / "5_kernels.cu").find("kiln_attention_f32_d64_v72("),
+      std::string::npos);
   const std::string where = cuda_wrapper(build(named("attention_where_mask")), dir.path / "where");
   EXPECT_NE(where.find("att.mask_kind = 1;"), std::string::npos) << where;
   EXPECT_NE(where.find("att.fill = static_cast<float>(-10000);"), std::string::npos) << where;

@@ -92,7 +92,8 @@ bool reads_only_constants(LoweringContext& ctx, const TensorValue& value) {
 std::optional<TensorValue> fuse_attention(LoweringContext& ctx, const graph::Node& matmul,
                                           const ValueLookup& lookup, const UseCount& uses) {
   const bool cuda = ctx.options().device == ir::Device::kCuda;
-  if ((ctx.options().device != ir::Device::kCpu && !cuda) || !ctx.options().fuse_attention) {
+  if ((ctx.options().device != ir::Device::kCpu && !cuda) || !ctx.options().fuse_attention ||
+      (cuda && !ctx.options().cuda_fused_attention)) {
     return std::nullopt;
   }
   if (matmul.inputs().size() != 2 || matmul.outputs().size() != 1) return std::nullopt;

@@ -6,7 +6,8 @@
 ///   S = T | Where(mask, T, fill) | Where(mask, fill, T) | Add(T, mask) | Add(mask, T)
 ///   T = M | Mul(M, c) | Mul(c, M) | Div(M, c);  M = MatMul(Q, K^T)
 ///
-/// on the CPU and on CUDA (there with D and Dv known and at most 128, and at most 6 batch dims:
+/// on the CPU and, when LoweringOptions::cuda_fused_attention asks for it, on CUDA (there with D
+/// and Dv known and at most 128, and at most 6 batch dims:
 /// codegen/cuda/cuda_attention.h), in float32, when: M, T, S and P are each read by that one next
 /// node only (and are no graph output); c and fill are known scalars; the mask is bool (Where) or
 /// float32 (Add) and broadcasts to the scores' shape without changing it; Q, K^T and V have rank at

@@ -39,9 +39,10 @@ constexpr int64_t kOpset = 20;  // Gelu's first version
 
 using namespace cuda_test;  // NOLINT: the shared fixtures
 
-CompiledModel compile_cuda(const graph::Model& model, const fs::path& dir,
-                           ir::Precision precision) {
+CompiledModel compile_cuda(const graph::Model& model, const fs::path& dir, ir::Precision precision,
+                           bool fused_attention = true) {
   CompileOptions options;
+  options.lowering.cuda_fused_attention = fused_attention;  // the attention cases' kernel
   options.device = ir::Device::kCuda;
   options.precision = precision;
   options.dump_dir = dir / "dump";
@@ -51,9 +52,10 @@ CompiledModel compile_cuda(const graph::Model& model, const fs::path& dir,
 
 /// The wrapper of `model` compiled for CUDA (kernels for sm_90 only).
 std::string cuda_wrapper(const graph::Model& model, const fs::path& dir,
-                         ir::Precision precision = ir::Precision::kTf32) {
+                         ir::Precision precision = ir::Precision::kTf32,
+                         bool fused_attention = true) {
   setenv("KILN_CUDA_ARCHS", "90", 1);
-  compile_cuda(model, dir, precision);
+  compile_cuda(model, dir, precision, fused_attention);
   unsetenv("KILN_CUDA_ARCHS");
   return files::read(dir / "dump" / "5_wrapper.cpp");
 }
@@ -776,6 +778,16 @@ TEST(CudaMatMul, ProjectionsOfOneInputAreOneProductWithTheirBiasesConcatenated) 
   EXPECT_NE(wrapper.find("kiln_cuda::Epilogue::kBias,"), std::string::npos) << wrapper;
   // q * k + v over the slices: one kernel.
   EXPECT_EQ(count(wrapper, "static void launch_cuda_"), 1u) << wrapper;
+}
+
+TEST(CudaAttention, NotFusedUnlessAskedFor) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  // The default on CUDA: cuBLASLt's two batched products, a Softmax kernel between them.
+  const std::string wrapper =
+      cuda_wrapper(build(named("attention_div_scale")), dir.path, ir::Precision::kTf32, false);
+  EXPECT_EQ(wrapper.find("state.cuda.attention("), std::string::npos) << wrapper;
+  EXPECT_EQ(count(wrapper, "state.cuda.matmul<float>("), 2u) << wrapper;
 }
 
 TEST(CudaAttention, HeadsOver128AreNotFused) {

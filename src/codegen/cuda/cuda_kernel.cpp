@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -49,24 +50,43 @@ constexpr int64_t kReduceThreads = 256;
 constexpr int64_t kWarpRowMax = 1024;
 constexpr int64_t kWarpRows = 4;
 
+/// A static row of at most kRegisterElements elements per thread is held in registers: each
+/// thread loads its share of every input the row's members read once, up front (16-byte vectors
+/// where the row is contiguous), the members' per-element values stay in register arrays in place
+/// of shared memory, and the outputs leave in 16-byte vectors. Longer rows loop over the row.
+constexpr int64_t kRegisterElements = 32;
+
 /// How a reduction kernel maps rows to threads: a warp per row (rows_per_block rows, one per
 /// threadIdx.y) or a block of `threads` per row (rows_per_block 0). Either way threadIdx.x
-/// walks the row, blockDim.x at a time (a looped reduction for rows longer than the block).
+/// walks the row, blockDim.x at a time (a looped reduction for rows longer than the block), or,
+/// with the row in registers (registers > 0), each thread takes `registers` elements: chunks of
+/// `vector` consecutive elements, blockDim.x chunks apart.
 struct ReduceConfig {
   int64_t threads = kReduceThreads;  // blockDim.x
   int64_t rows_per_block = 0;        // blockDim.y of a warp-per-row kernel
+  int64_t registers = 0;             // elements per thread of a row held in registers, or 0
+  int64_t vector = 1;                // 4: the row's contiguous buffers move in 16-byte vectors
 };
 
 /// The heuristic: a warp per row for short static rows; else a block per row whose size is
 /// the smallest power of two from 64 that covers the row, kReduceThreads for long or symbolic
-/// rows.
-ReduceConfig reduce_config(const sym::Expr& r) {
+/// rows. A static row of at most kRegisterElements per thread stays in registers, in 16-byte
+/// vectors when `vectorizable` and its length is a multiple of 4.
+ReduceConfig reduce_config(const sym::Expr& r, bool vectorizable) {
   std::optional<int64_t> n = r.as_integer();
-  if (n && *n <= kWarpRowMax) return {32, kWarpRows};
   ReduceConfig config;
   if (!n) return config;
-  config.threads = 64;
-  while (config.threads < *n && config.threads < kReduceThreads) config.threads *= 2;
+  if (*n <= kWarpRowMax) {
+    config = {32, kWarpRows};
+  } else {
+    config.threads = 64;
+    while (config.threads < *n && config.threads < kReduceThreads) config.threads *= 2;
+  }
+  if ((*n + config.threads - 1) / config.threads <= kRegisterElements) {
+    config.vector = vectorizable && *n % kVectorElements == 0 ? kVectorElements : 1;
+    const int64_t span = config.threads * config.vector;  // elements of one chunk of the row
+    config.registers = (*n + span - 1) / span * config.vector;
+  }
   return config;
 }
 
@@ -122,10 +142,34 @@ class CudaKernelBuilder {
   /// view) the same elements with scalar loads and stores.
   void emit_pointwise_vector(IndentedBuffer& out, const VectorBuffers& vector);
   void emit_reduction(IndentedBuffer& out, const ReduceConfig& config);
+  /// Declares the arrays of a row held in registers and loads the preloaded inputs.
+  void emit_row_preload(IndentedBuffer& out);
   void emit_row_loop(IndentedBuffer& out, MemberEmitter& m);
   /// blockDim.x of a reduction kernel, written as a literal in its row loops: with a static row
   /// length the compiler unrolls them and issues their loads together.
   int64_t row_threads_ = kReduceThreads;
+  /// A buffer parameter of a row held in registers: every access of it by the row's members is
+  /// at `index` (over the kernel's variables); a thread's elements of it live in `array`
+  /// (ReduceConfig::registers of them), moved in 16-byte vectors when `vector`.
+  struct RowBuffer {
+    sym::Expr index;
+    graph::DType dtype = graph::DType::kFloat32;
+    bool vector = false;
+    std::string array;
+  };
+  /// The inputs of the row's members that are loaded into registers up front (row_loads_) and
+  /// the outputs of its pointwise members gathered in registers and stored in vectors
+  /// (row_stores_). Returns true when one of them can move in 16-byte vectors.
+  bool plan_register_row();
+  std::map<std::string, RowBuffer> row_loads_, row_stores_;
+  ReduceConfig config_;
+  /// The loop over a thread's elements of a row held in registers: kiln_k counts them, rindex
+  /// is the element's position in the row (the reduction variables split from it). `body`
+  /// emits what each element does; `vector_body`, when given, replaces the elements of one
+  /// chunk where every vector pointer is aligned (kiln_aligned): it gets the chunk's first
+  /// rindex with the reduction variables split from it and the chunk number in kiln_c.
+  void emit_register_loop(IndentedBuffer& out, const std::function<void()>& body,
+                          const std::function<void()>& vector_body = nullptr);
   void emit_block_combine(IndentedBuffer& out, MemberEmitter& m);
 
   const sched::ScheduleItem& item_;
@@ -433,7 +477,159 @@ void CudaKernelBuilder::emit_pointwise_tiled(IndentedBuffer& out, const TilePlan
   out.line("}");
 }
 
+bool CudaKernelBuilder::plan_register_row() {
+  std::optional<int64_t> n = ctx_.analyzer.simplify(group_.reduce_numel()).as_integer();
+  if (!n) return false;
+  // A buffer's vector of 4 starts at a row position that is a multiple of 4 (rindex): it is one
+  // aligned 16-byte access when the index is the row position plus a multiple of 4 that does
+  // not depend on it (an aligned pointer checked when the kernel runs).
+  const sym::Expr& row_flat = ctx_.scratch_index;
+  auto vector_ok = [&](const ir::Op& op, const sym::Expr& index) {
+    if (op.buffer_dtype != graph::DType::kFloat32 && op.buffer_dtype != graph::DType::kInt32) {
+      return false;
+    }
+    const sym::Expr offset = ctx_.analyzer.simplify(index - row_flat);
+    for (const sym::Expr& v : group_.reduce_vars) {
+      if (sym::has_symbol(offset, v)) return false;
+    }
+    return ctx_.analyzer.statically_known_multiple_of(offset, sym::Expr(kVectorElements));
+  };
+  auto uses_row = [&](const sym::Expr& index) {
+    for (const sym::Expr& v : group_.reduce_vars) {
+      if (sym::has_symbol(index, v)) return true;
+    }
+    return false;
+  };
+  std::set<std::string> bad, stored;
+  std::map<std::string, int> store_members;
+  for (const auto& m : members_) {
+    const ir::LoopBody& body = m->body();
+    const bool in_row = m->member().kind != MemberKind::kPointwiseOuter;
+    for (size_t k = 0; k < body.ops().size(); ++k) {
+      const ir::Op& op = body.ops()[k];
+      if (op.code == ir::OpCode::kStore && !ctx_.locals.count(op.buffer)) stored.insert(op.buffer);
+    }
+    std::set<std::string> stored_here;
+    for (size_t k = 0; k < body.ops().size(); ++k) {
+      const ir::Op& op = body.ops()[k];
+      const bool is_load = op.code == ir::OpCode::kLoad;
+      if ((!is_load && op.code != ir::OpCode::kStore) || ctx_.locals.count(op.buffer)) continue;
+      const sym::Expr& index = m->op_index(static_cast<ir::ValueId>(k));
+      // Plain accesses of the member's loop only: no mask, no indirection, no conversion.
+      bool ok = in_row && op.mask == ir::kNoValue && !m->has_indirect_or_mask() &&
+                op.dtype == op.buffer_dtype && uses_row(index);
+      if (!is_load) {
+        ok = ok && m->member().kind == MemberKind::kPointwiseInner;
+        if (stored_here.insert(op.buffer).second) ++store_members[op.buffer];
+      }
+      auto& side = is_load ? row_loads_ : row_stores_;
+      auto [it, fresh] = side.emplace(op.buffer, RowBuffer{index, op.buffer_dtype, true, ""});
+      ok = ok && (fresh || it->second.index == index);
+      it->second.vector = it->second.vector && vector_ok(op, index);
+      if (!ok) bad.insert((is_load ? "load:" : "store:") + op.buffer);
+    }
+  }
+  // Loads of a buffer some member writes read memory; a staged output is written by one member
+  // and only in vectors (scalar stores are coalesced already).
+  for (auto it = row_loads_.begin(); it != row_loads_.end();) {
+    const bool drop = bad.count("load:" + it->first) || stored.count(it->first);
+    it = drop ? row_loads_.erase(it) : std::next(it);
+  }
+  for (auto it = row_stores_.begin(); it != row_stores_.end();) {
+    const bool drop = bad.count("store:" + it->first) || store_members[it->first] != 1 ||
+                      !it->second.vector || row_loads_.count(it->first);
+    it = drop ? row_stores_.erase(it) : std::next(it);
+  }
+  int n_array = 0;
+  bool any_vector = false;
+  for (auto* side : {&row_loads_, &row_stores_}) {
+    for (auto& [buffer, row] : *side) {
+      row.array = fmt::format("kiln_row{}", n_array++);
+      any_vector = any_vector || row.vector;
+    }
+  }
+  return any_vector;
+}
+
+void CudaKernelBuilder::emit_register_loop(IndentedBuffer& out, const std::function<void()>& body,
+                                           const std::function<void()>& vector_body) {
+  const int64_t v = config_.vector;
+  const std::string r = ctx_.cpp(group_.reduce_numel());
+  auto scalar_loop = [&] {
+    out.line("#pragma unroll");
+    out.linef("for (int kiln_k = 0; kiln_k < {}; ++kiln_k) {{", config_.registers);
+    {
+      auto _ = out.scope();
+      if (v == 1) {
+        out.linef("const int64_t rindex = kiln_k * {} + threadIdx.x;", row_threads_);
+      } else {
+        out.linef("const int64_t rindex = (kiln_k / {0} * {1} + threadIdx.x) * {0} + kiln_k % {0};",
+                  v, row_threads_);
+      }
+      out.linef("if (rindex >= {}) break;", r);
+      split_index(out, "rindex", group_.reduce_vars, group_.reduce_sizes);
+      body();
+    }
+    out.line("}");
+  };
+  if (!vector_body) {
+    scalar_loop();
+    return;
+  }
+  out.line("if (kiln_aligned) {");
+  {
+    auto _ = out.scope();
+    out.line("#pragma unroll");
+    out.linef("for (int kiln_c = 0; kiln_c < {}; ++kiln_c) {{", config_.registers / v);
+    {
+      auto _ = out.scope();
+      out.linef("const int64_t rindex = (kiln_c * {} + threadIdx.x) * {};", row_threads_, v);
+      out.linef("if (rindex >= {}) break;", r);
+      split_index(out, "rindex", group_.reduce_vars, group_.reduce_sizes);
+      vector_body();
+    }
+    out.line("}");
+  }
+  out.line("} else {");
+  {
+    auto _ = out.scope();
+    scalar_loop();
+  }
+  out.line("}");
+}
+
 void CudaKernelBuilder::emit_row_loop(IndentedBuffer& out, MemberEmitter& m) {
+  if (config_.registers > 0) {
+    // The row is in registers: the member's loads of preloaded inputs read the thread's
+    // arrays, its stores of staged outputs fill them, and the staged outputs leave in vectors.
+    std::map<std::string, std::string> staged;
+    for (const auto& [buffer, row] : row_stores_) {
+      const ir::LoopBody& body = m.body();
+      for (const ir::Op& op : body.ops()) {
+        if (op.code == ir::OpCode::kStore && op.buffer == buffer) staged[buffer] = row.array;
+      }
+    }
+    emit_register_loop(out, [&] {
+      LoopPass pass;
+      for (const auto& [buffer, row] : row_loads_) pass.forwarded[buffer] = row.array + "[kiln_k]";
+      for (const auto& [buffer, array] : staged) pass.staged[buffer] = array + "[kiln_k]";
+      m.emit_loop_body(out, pass);
+    });
+    for (const auto& [buffer, array] : staged) {
+      const RowBuffer& row = row_stores_.at(buffer);
+      const std::string& ptr = ctx_.params.at(buffer);
+      const std::string vec = row.dtype == graph::DType::kFloat32 ? "float4" : "int4";
+      emit_register_loop(
+          out, [&] { out.linef("{}[{}] = {}[kiln_k];", ptr, ctx_.cpp(row.index), array); },
+          [&] {
+            out.linef(
+                "*reinterpret_cast<{0}*>({1} + {2}) = {0}{{{3}[kiln_c * 4], {3}[kiln_c * 4 + 1], "
+                "{3}[kiln_c * 4 + 2], {3}[kiln_c * 4 + 3]}};",
+                vec, ptr, ctx_.cpp(row.index), array);
+          });
+    }
+    return;
+  }
   out.linef("for (int64_t rindex = threadIdx.x; rindex < {}; rindex += {}) {{",
             ctx_.cpp(group_.reduce_numel()), row_threads_);
   {
@@ -491,6 +687,44 @@ void CudaKernelBuilder::emit_block_combine(IndentedBuffer& out, MemberEmitter& m
   }
 }
 
+void CudaKernelBuilder::emit_row_preload(IndentedBuffer& out) {
+  std::set<std::string> vector_pointers;
+  for (const auto* side : {&row_loads_, &row_stores_}) {
+    for (const auto& [buffer, row] : *side) {
+      if (row.vector && config_.vector > 1) vector_pointers.insert(ctx_.params.at(buffer));
+    }
+  }
+  if (!vector_pointers.empty()) {
+    std::string aligned;
+    for (const std::string& p : vector_pointers) {
+      aligned += fmt::format("{}reinterpret_cast<unsigned long long>({})",
+                             aligned.empty() ? "" : " | ", p);
+    }
+    out.linef("const bool kiln_aligned = ({}) % 16 == 0;", aligned);
+  }
+  out.linef("// The row in registers: {} elements a thread, {} at a time, {} elements apart.",
+            config_.registers, config_.vector, row_threads_ * config_.vector);
+  for (const auto& [buffer, row] : row_stores_) {
+    out.linef("{} {}[{}];", cpp_compute_type(row.dtype), row.array, config_.registers);
+  }
+  for (const auto& [buffer, row] : row_loads_) {
+    const std::string& ptr = ctx_.params.at(buffer);
+    out.linef("{} {}[{}];", cpp_compute_type(row.dtype), row.array, config_.registers);
+    auto scalar = [&] { out.linef("{}[kiln_k] = {}[{}];", row.array, ptr, ctx_.cpp(row.index)); };
+    if (!row.vector || config_.vector == 1 || vector_pointers.empty()) {
+      emit_register_loop(out, scalar);
+      continue;
+    }
+    const std::string vec = row.dtype == graph::DType::kFloat32 ? "float4" : "int4";
+    emit_register_loop(out, scalar, [&] {
+      out.linef("const {} kiln_v = *reinterpret_cast<const {}*>({} + {});", vec, vec, ptr,
+                ctx_.cpp(row.index));
+      out.linef("{0}[kiln_c * 4] = kiln_v.x; {0}[kiln_c * 4 + 1] = kiln_v.y;", row.array);
+      out.linef("{0}[kiln_c * 4 + 2] = kiln_v.z; {0}[kiln_c * 4 + 3] = kiln_v.w;", row.array);
+    });
+  }
+}
+
 void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& config) {
   const bool warp_rows = config.rows_per_block > 0;
   // A warp-per-row kernel's rows each have their own scratch arrays: row threadIdx.y's start
@@ -500,6 +734,12 @@ void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& 
   for (const auto& [name, storage] : ctx_.locals) {
     if (storage != LocalStorage::kScratch) continue;
     const std::string t(cpp_compute_type(ctx_.local_dtypes.at(name)));
+    if (config.registers > 0) {
+      // A row in registers: the per-element values of each thread's elements, by kiln_k.
+      scratch.push_back(
+          fmt::format("{} {}[{}];  // {}", t, ctx_.local_names.at(name), config.registers, name));
+      continue;
+    }
     scratch.push_back(fmt::format("{0}* const {1} = reinterpret_cast<{0}*>({4} + {2});  // {3}", t,
                                   ctx_.local_names.at(name), ctx_.cpp(shared_bytes_), name, base));
     // Each array starts 16-byte aligned.
@@ -530,6 +770,7 @@ void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& 
     out.linef("{} {}{{}};  // {}", cpp_compute_type(ctx_.local_dtypes.at(name)),
               ctx_.local_names.at(name), name);
   }
+  if (config.registers > 0) emit_row_preload(out);
   for (auto& m : members_) {
     out.linef("{{  // {}", m->member().buffer->name);
     {
@@ -572,7 +813,23 @@ GeneratedKernel CudaKernelBuilder::build() {
     body.line("if (kiln_error.code != 0) return;  // an index check failed: read no index");
   }
   if (group_.is_reduction()) {
-    const ReduceConfig config = reduce_config(ctx_.analyzer.simplify(group_.reduce_numel()));
+    const bool vectorizable = plan_register_row();
+    const ReduceConfig config =
+        reduce_config(ctx_.analyzer.simplify(group_.reduce_numel()), vectorizable);
+    config_ = config;
+    if (config.registers > 0) {
+      // Scratch values of a row in registers are indexed by the thread's element number.
+      ctx_.scratch_index = sym::Expr::symbol("kiln_k", sym::SymbolKind::kIndex);
+    } else {
+      row_loads_.clear();
+      row_stores_.clear();
+    }
+    if (config.vector == 1) {
+      for (auto* side : {&row_loads_, &row_stores_}) {
+        for (auto& [buffer, row] : *side) row.vector = false;
+      }
+      row_stores_.clear();
+    }
     threads = config.threads;
     row_threads_ = config.threads;
     emit_reduction(body, config);

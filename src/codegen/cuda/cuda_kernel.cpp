@@ -55,6 +55,8 @@ constexpr int64_t kWarpRows = 4;
 /// where the row is contiguous), the members' per-element values stay in register arrays in place
 /// of shared memory, and the outputs leave in 16-byte vectors. Longer rows loop over the row.
 constexpr int64_t kRegisterElements = 32;
+/// Rows a warp of a warp-per-row kernel with the row in registers takes at most.
+constexpr int64_t kMaxRowsPerWarp = 4;
 
 /// How a reduction kernel maps rows to threads: a warp per row (rows_per_block rows, one per
 /// threadIdx.y) or a block of `threads` per row (rows_per_block 0). Either way threadIdx.x
@@ -66,6 +68,7 @@ struct ReduceConfig {
   int64_t rows_per_block = 0;        // blockDim.y of a warp-per-row kernel
   int64_t registers = 0;             // elements per thread of a row held in registers, or 0
   int64_t vector = 1;                // 4: the row's contiguous buffers move in 16-byte vectors
+  int64_t rows_per_warp = 1;         // rows a warp takes in turn, their inputs loaded together
 };
 
 /// The heuristic: a warp per row for short static rows; else a block per row whose size is
@@ -86,6 +89,14 @@ ReduceConfig reduce_config(const sym::Expr& r, bool vectorizable) {
     config.vector = vectorizable && *n % kVectorElements == 0 ? kVectorElements : 1;
     const int64_t span = config.threads * config.vector;  // elements of one chunk of the row
     config.registers = (*n + span - 1) / span * config.vector;
+    // Short rows in registers: a warp loads the inputs of several rows before reducing the
+    // first, so that more of its loads are in flight (a warp's row alone is a few hundred bytes).
+    if (config.rows_per_block > 0) {
+      while (config.rows_per_warp < kMaxRowsPerWarp &&
+             config.registers * config.rows_per_warp * 2 <= kRegisterElements) {
+        config.rows_per_warp *= 2;
+      }
+    }
   }
   return config;
 }
@@ -142,8 +153,13 @@ class CudaKernelBuilder {
   /// view) the same elements with scalar loads and stores.
   void emit_pointwise_vector(IndentedBuffer& out, const VectorBuffers& vector);
   void emit_reduction(IndentedBuffer& out, const ReduceConfig& config);
-  /// Declares the arrays of a row held in registers and loads the preloaded inputs.
+  /// Declares the arrays of a row held in registers (and kiln_aligned) ...
   void emit_row_preload(IndentedBuffer& out);
+  /// ... and loads the preloaded inputs of the row xindex (its variables split).
+  void emit_row_loads(IndentedBuffer& out);
+  /// Indexes a preloaded array by the warp's row: "[kiln_w]" when a warp takes several rows.
+  std::string row_sub_;
+  bool has_aligned_ = false;
   void emit_row_loop(IndentedBuffer& out, MemberEmitter& m);
   /// blockDim.x of a reduction kernel, written as a literal in its row loops: with a static row
   /// length the compiler unrolls them and issues their loads together.
@@ -611,7 +627,9 @@ void CudaKernelBuilder::emit_row_loop(IndentedBuffer& out, MemberEmitter& m) {
     }
     emit_register_loop(out, [&] {
       LoopPass pass;
-      for (const auto& [buffer, row] : row_loads_) pass.forwarded[buffer] = row.array + "[kiln_k]";
+      for (const auto& [buffer, row] : row_loads_) {
+        pass.forwarded[buffer] = row.array + row_sub_ + "[kiln_k]";
+      }
       for (const auto& [buffer, array] : staged) pass.staged[buffer] = array + "[kiln_k]";
       m.emit_loop_body(out, pass);
     });
@@ -701,6 +719,7 @@ void CudaKernelBuilder::emit_row_preload(IndentedBuffer& out) {
                              aligned.empty() ? "" : " | ", p);
     }
     out.linef("const bool kiln_aligned = ({}) % 16 == 0;", aligned);
+    has_aligned_ = true;
   }
   out.linef("// The row in registers: {} elements a thread, {} at a time, {} elements apart.",
             config_.registers, config_.vector, row_threads_ * config_.vector);
@@ -708,10 +727,18 @@ void CudaKernelBuilder::emit_row_preload(IndentedBuffer& out) {
     out.linef("{} {}[{}];", cpp_compute_type(row.dtype), row.array, config_.registers);
   }
   for (const auto& [buffer, row] : row_loads_) {
+    out.linef("{} {}{}[{}];", cpp_compute_type(row.dtype), row.array,
+              config_.rows_per_warp > 1 ? fmt::format("[{}]", config_.rows_per_warp) : "",
+              config_.registers);
+  }
+}
+
+void CudaKernelBuilder::emit_row_loads(IndentedBuffer& out) {
+  for (const auto& [buffer, row] : row_loads_) {
     const std::string& ptr = ctx_.params.at(buffer);
-    out.linef("{} {}[{}];", cpp_compute_type(row.dtype), row.array, config_.registers);
-    auto scalar = [&] { out.linef("{}[kiln_k] = {}[{}];", row.array, ptr, ctx_.cpp(row.index)); };
-    if (!row.vector || config_.vector == 1 || vector_pointers.empty()) {
+    const std::string array = row.array + row_sub_;
+    auto scalar = [&] { out.linef("{}[kiln_k] = {}[{}];", array, ptr, ctx_.cpp(row.index)); };
+    if (!row.vector || config_.vector == 1 || !has_aligned_) {
       emit_register_loop(out, scalar);
       continue;
     }
@@ -719,8 +746,8 @@ void CudaKernelBuilder::emit_row_preload(IndentedBuffer& out) {
     emit_register_loop(out, scalar, [&] {
       out.linef("const {} kiln_v = *reinterpret_cast<const {}*>({} + {});", vec, vec, ptr,
                 ctx_.cpp(row.index));
-      out.linef("{0}[kiln_c * 4] = kiln_v.x; {0}[kiln_c * 4 + 1] = kiln_v.y;", row.array);
-      out.linef("{0}[kiln_c * 4 + 2] = kiln_v.z; {0}[kiln_c * 4 + 3] = kiln_v.w;", row.array);
+      out.linef("{0}[kiln_c * 4] = kiln_v.x; {0}[kiln_c * 4 + 1] = kiln_v.y;", array);
+      out.linef("{0}[kiln_c * 4 + 2] = kiln_v.z; {0}[kiln_c * 4 + 3] = kiln_v.w;", array);
     });
   }
 }
@@ -756,11 +783,39 @@ void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& 
     shared_bytes_ = ctx_.analyzer.simplify(shared_bytes_ * sym::Expr(config.rows_per_block));
   }
   for (const std::string& line : scratch) out.line(line);
-  if (warp_rows) {
+  const std::string numel = ctx_.cpp(group_.numel());
+  const int64_t rows_per_warp = config.rows_per_warp;
+  if (rows_per_warp > 1) {
+    // A warp takes rows_per_warp consecutive rows: first the inputs of all of them into
+    // registers, then each row's members in turn (a whole warp leaves together: its shuffles
+    // need all its lanes, and no block barrier follows).
+    row_sub_ = "[kiln_w]";
+    out.linef(
+        "const int64_t kiln_xbase = (static_cast<int64_t>(blockIdx.x) * blockDim.y + "
+        "threadIdx.y) * {};",
+        rows_per_warp);
+    out.linef("if (kiln_xbase >= {}) return;", numel);
+    emit_row_preload(out);
+    out.line("#pragma unroll");
+    out.linef("for (int kiln_w = 0; kiln_w < {}; ++kiln_w) {{", rows_per_warp);
+    {
+      auto _ = out.scope();
+      out.line("const int64_t xindex = kiln_xbase + kiln_w;");
+      out.linef("if (xindex >= {}) break;", numel);
+      split_index(out, "xindex", group_.vars, group_.sizes);
+      emit_row_loads(out);
+    }
+    out.line("}");
+    out.line("#pragma unroll");
+    out.linef("for (int kiln_w = 0; kiln_w < {}; ++kiln_w) {{", rows_per_warp);
+    out.indent();
+    out.line("const int64_t xindex = kiln_xbase + kiln_w;");
+    out.linef("if (xindex >= {}) break;", numel);
+  } else if (warp_rows) {
     // A whole warp leaves together past the last row: the warp's shuffles need all its lanes,
     // and no block barrier follows.
     out.line("const int64_t xindex = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;");
-    out.linef("if (xindex >= {}) return;", ctx_.cpp(group_.numel()));
+    out.linef("if (xindex >= {}) return;", numel);
   } else {
     out.line("const int64_t xindex = blockIdx.x;");
   }
@@ -770,7 +825,10 @@ void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& 
     out.linef("{} {}{{}};  // {}", cpp_compute_type(ctx_.local_dtypes.at(name)),
               ctx_.local_names.at(name), name);
   }
-  if (config.registers > 0) emit_row_preload(out);
+  if (config.registers > 0 && rows_per_warp == 1) {
+    emit_row_preload(out);
+    emit_row_loads(out);
+  }
   for (auto& m : members_) {
     out.linef("{{  // {}", m->member().buffer->name);
     {
@@ -792,6 +850,10 @@ void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& 
         }
       }
     }
+    out.line("}");
+  }
+  if (rows_per_warp > 1) {
+    out.dedent();
     out.line("}");
   }
 }
@@ -836,7 +898,8 @@ GeneratedKernel CudaKernelBuilder::build() {
     if (config.rows_per_block > 0) {
       threads *= config.rows_per_block;
       launch.block[1] = sym::Expr(config.rows_per_block);
-      launch.grid[0] = sym::ceil_div(group_.numel(), sym::Expr(config.rows_per_block));
+      launch.grid[0] =
+          sym::ceil_div(group_.numel(), sym::Expr(config.rows_per_block * config.rows_per_warp));
     } else {
       launch.grid[0] = group_.numel();
     }
@@ -886,6 +949,43 @@ std::string cuda_kernel_prelude() {
 
 #include "kiln_half.h"
 #include "kiln_scalar.h"
+
+namespace kiln {
+// kiln::Welford<float> on the GPU: the same arithmetic as kiln_scalar.h's, with a 32-bit count
+// (a row of a reduction kernel has fewer than 2^31 elements). The 64-bit count's increments and
+// conversions are long instruction sequences on the GPU, and the state shuffles in three 32-bit
+// words instead of four.
+template <>
+struct Welford<float> {
+  float mean = 0.0f;
+  float m2 = 0.0f;
+  int32_t n = 0;
+
+  void update(float x) {
+    ++n;
+    const float delta = x - mean;
+    mean += delta / static_cast<float>(n);
+    m2 += delta * (x - mean);
+  }
+  void combine(float other_mean, float other_m2, int32_t other_n) {
+    if (other_n == 0) return;
+    if (n == 0) {
+      mean = other_mean;
+      m2 = other_m2;
+      n = other_n;
+      return;
+    }
+    const int32_t total = n + other_n;
+    const float delta = other_mean - mean;
+    const float w = static_cast<float>(other_n) / static_cast<float>(total);
+    mean += delta * w;
+    m2 += other_m2 + delta * delta * static_cast<float>(n) * w;
+    n = total;
+  }
+  float variance() const { return n > 0 ? m2 / static_cast<float>(n) : __int_as_float(0x7fc00000); }
+  float result_mean() const { return n > 0 ? mean : __int_as_float(0x7fc00000); }
+};
+}  // namespace kiln
 
 )";
   text += sym::cuda_prelude();

@@ -223,7 +223,8 @@ TEST(CudaRegisterRow, SoftmaxAndLayerNormHoldTheRowInRegisters) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
   TempDir dir;
   Compiled s = compile_cuda_dumped(softmax_model(64, 128), dir.path / "softmax");
-  EXPECT_NE(s.kernels.find("float kiln_row0[4];"), std::string::npos) << s.kernels;
+  // Rows of 128: a lane holds 4 elements of each of the 4 rows its warp takes.
+  EXPECT_NE(s.kernels.find("float kiln_row0[4][4];"), std::string::npos) << s.kernels;
   EXPECT_NE(s.kernels.find("*reinterpret_cast<const float4*>(in_ptr0"), std::string::npos);
   EXPECT_NE(s.kernels.find("*reinterpret_cast<float4*>(out_ptr0"), std::string::npos);
   EXPECT_EQ(s.kernels.find("kiln_smem"), std::string::npos) << "no shared-memory row";
@@ -231,8 +232,10 @@ TEST(CudaRegisterRow, SoftmaxAndLayerNormHoldTheRowInRegisters) {
       layer_norm_model(8, 768, std::vector<float>(768, 1), std::vector<float>(768, 0)),
       dir.path / "layernorm");
   EXPECT_NE(l.kernels.find("[24];"), std::string::npos) << "24 elements a lane" << l.kernels;
-  // A row too long for registers (256 threads x 32 elements) loops as before.
-  Compiled big = compile_cuda_dumped(softmax_model(2, 10000), dir.path / "big");
+  // A row too long for registers (256 threads x 32 elements) loops as before (enough rows not
+  // to be split).
+  Compiled big = compile_cuda_dumped(softmax_model(300, 9000), dir.path / "big");
+  EXPECT_EQ(big.model.stats().kernels, 1);
   EXPECT_EQ(big.kernels.find("kiln_row0["), std::string::npos);
 }
 

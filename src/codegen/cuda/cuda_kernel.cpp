@@ -266,6 +266,26 @@ void CudaKernelBuilder::emit_pointwise(IndentedBuffer& out) {
   out.line("}");
 }
 
+/// The bytes of one element of a buffer a pointwise kernel may move in vectors of
+/// kVectorElements, or 0: 4- and 8-byte types whose compute type is their storage type (float,
+/// int32, int64, double: the lanes are the values the scalar body uses) and the 16-bit floats
+/// (each lane widened to float as a scalar load would).
+int64_t vector_bytes(const ir::Op& op) {
+  switch (op.buffer_dtype) {
+    case graph::DType::kFloat32:
+    case graph::DType::kInt32:
+      return op.dtype == op.buffer_dtype ? 4 : 0;
+    case graph::DType::kFloat64:
+    case graph::DType::kInt64:
+      return op.dtype == op.buffer_dtype ? 8 : 0;
+    case graph::DType::kFloat16:
+    case graph::DType::kBFloat16:
+      return op.dtype == graph::DType::kFloat32 ? 2 : 0;
+    default:
+      return 0;
+  }
+}
+
 CudaKernelBuilder::VectorBuffers CudaKernelBuilder::vector_buffers() const {
   // The flat index of the P space: a load or store at it touches the thread's consecutive
   // elements, so four of them are one aligned 16-byte access when the pointer is aligned.
@@ -279,14 +299,10 @@ CudaKernelBuilder::VectorBuffers CudaKernelBuilder::vector_buffers() const {
       const ir::Op& op = body.ops()[k];
       const bool is_load = op.code == ir::OpCode::kLoad;
       if ((!is_load && op.code != ir::OpCode::kStore) || ctx_.locals.count(op.buffer)) continue;
-      // 4-byte types whose compute type is their storage type (float, int32): the vector's
-      // lanes are the values the scalar body uses.
-      const bool four_bytes =
-          op.buffer_dtype == graph::DType::kFloat32 || op.buffer_dtype == graph::DType::kInt32;
       const std::optional<int64_t> offset =
           ctx_.analyzer.simplify(m->op_index(static_cast<ir::ValueId>(k)) - flat).as_integer();
-      const bool ok = four_bytes && op.dtype == op.buffer_dtype && op.mask == ir::kNoValue &&
-                      offset == std::optional<int64_t>(0);
+      const bool ok =
+          vector_bytes(op) > 0 && op.mask == ir::kNoValue && offset == std::optional<int64_t>(0);
       auto [it, fresh] = (is_load ? load_ok : store_ok).emplace(op.buffer, ok);
       if (!fresh) it->second = it->second && ok;
       dtypes[op.buffer] = op.buffer_dtype;
@@ -304,7 +320,12 @@ CudaKernelBuilder::VectorBuffers CudaKernelBuilder::vector_buffers() const {
 
 void CudaKernelBuilder::emit_pointwise_vector(IndentedBuffer& out, const VectorBuffers& vector) {
   const std::string numel = ctx_.cpp(group_.numel());
-  auto vec_type = [](graph::DType t) { return t == graph::DType::kFloat32 ? "float4" : "int4"; };
+  // A thread's kVectorElements elements of a buffer: one 16-byte vector of a 4-byte type, two of
+  // an 8-byte type, one 8-byte vector of a 16-bit float (its 4 codes copied out of it).
+  auto widen16 = [](graph::DType t, const std::string& code) {
+    return fmt::format("kiln::{}_to_float({})", t == graph::DType::kFloat16 ? "half" : "bf16",
+                       code);
+  };
   out.linef("const int64_t xbase = (static_cast<int64_t>(blockIdx.x) * {} + threadIdx.x) * {};",
             kPointwiseThreads, kVectorElements);
   // The pointers of the vector accesses (a parameter may be read and written in place).
@@ -319,7 +340,7 @@ void CudaKernelBuilder::emit_pointwise_vector(IndentedBuffer& out, const VectorB
   out.linef("if (xbase + {} <= {}{}) {{", kVectorElements, numel, aligned);
   {
     auto _ = out.scope();
-    out.linef("// {} consecutive elements: 16-byte loads and stores of the contiguous buffers.",
+    out.linef("// {} consecutive elements: vector loads and stores of the contiguous buffers.",
               kVectorElements);
     LoopPass pass;
     int n = 0;
@@ -327,19 +348,49 @@ void CudaKernelBuilder::emit_pointwise_vector(IndentedBuffer& out, const VectorB
     for (const auto& [buffer, dtype] : vector.loads) {
       const std::string v = fmt::format("kiln_v{}", n++);
       const std::string t(graph::dtype_cpp_storage(dtype));
-      out.linef("const {0} {1}_raw = *reinterpret_cast<const {0}*>({2} + xbase);", vec_type(dtype),
-                v, ctx_.params.at(buffer));
-      out.linef("const {0} {1}[{2}] = {{{3}}};", t, v, kVectorElements,
-                fmt::format("{0}_raw.x, {0}_raw.y, {0}_raw.z, {0}_raw.w", v));
-      pass.forwarded[buffer] = v + "[kiln_e]";
+      const std::string& ptr = ctx_.params.at(buffer);
+      if (graph::dtype_size(dtype) == 4) {
+        const char* vt = dtype == graph::DType::kFloat32 ? "float4" : "int4";
+        out.linef("const {0} {1}_raw = *reinterpret_cast<const {0}*>({2} + xbase);", vt, v, ptr);
+        out.linef("const {0} {1}[{2}] = {{{3}}};", t, v, kVectorElements,
+                  fmt::format("{0}_raw.x, {0}_raw.y, {0}_raw.z, {0}_raw.w", v));
+        pass.forwarded[buffer] = v + "[kiln_e]";
+        continue;
+      }
+      // The thread's elements as stored, copied out of the vector (bit for bit).
+      out.linef("{} {}[{}];", t, v, kVectorElements);
+      const int64_t bytes = static_cast<int64_t>(graph::dtype_size(dtype)) * kVectorElements;
+      for (int64_t off = 0; off < bytes; off += 16) {
+        const char* vt = bytes == 8 ? "uint2" : "uint4";
+        out.linef(
+            "{{ const {0} kiln_raw = *reinterpret_cast<const {0}*>(reinterpret_cast<const "
+            "char*>({1} + xbase) + {2}); memcpy(reinterpret_cast<char*>({3}) + {2}, "
+            "&kiln_raw, sizeof kiln_raw); }}",
+            vt, ptr, off, v);
+      }
+      const bool half = graph::dtype_size(dtype) == 2;
+      pass.forwarded[buffer] = half ? widen16(dtype, v + "[kiln_e]") : v + "[kiln_e]";
     }
     for (const auto& [buffer, dtype] : vector.stores) {
       const std::string v = fmt::format("kiln_s{}", n++);
       out.linef("{} {}[{}];", graph::dtype_cpp_storage(dtype), v, kVectorElements);
       pass.staged[buffer] = v + "[kiln_e]";
-      vector_stores.push_back(fmt::format("*reinterpret_cast<{0}*>({1} + xbase) = {0}{{{2}}};",
-                                          vec_type(dtype), ctx_.params.at(buffer),
-                                          fmt::format("{0}[0], {0}[1], {0}[2], {0}[3]", v)));
+      if (graph::dtype_size(dtype) == 4) {
+        const char* vt = dtype == graph::DType::kFloat32 ? "float4" : "int4";
+        vector_stores.push_back(fmt::format("*reinterpret_cast<{0}*>({1} + xbase) = {0}{{{2}}};",
+                                            vt, ctx_.params.at(buffer),
+                                            fmt::format("{0}[0], {0}[1], {0}[2], {0}[3]", v)));
+        continue;
+      }
+      const int64_t bytes = static_cast<int64_t>(graph::dtype_size(dtype)) * kVectorElements;
+      for (int64_t off = 0; off < bytes; off += 16) {
+        const char* vt = bytes == 8 ? "uint2" : "uint4";
+        vector_stores.push_back(fmt::format(
+            "{{ {0} kiln_raw; memcpy(&kiln_raw, reinterpret_cast<const char*>({3}) + {2}, sizeof "
+            "kiln_raw); *reinterpret_cast<{0}*>(reinterpret_cast<char*>({1} + xbase) + {2}) = "
+            "kiln_raw; }}",
+            vt, ctx_.params.at(buffer), off, v));
+      }
     }
     out.line("#pragma unroll");
     out.linef("for (int kiln_e = 0; kiln_e < {}; ++kiln_e) {{", kVectorElements);

@@ -123,9 +123,12 @@ std::optional<Split> split_body(const ir::Program& program, const ir::Buffer& bu
   sym::Substitution subst;
   {
     const ir::Layout row_layout = ir::Layout::contiguous(body.reduce_sizes());
+    // The position is below the row's length: the first variable needs no modulo (and a
+    // row of one variable is the position itself).
     for (size_t j = 0; j < body.reduce_vars().size(); ++j) {
       subst[body.reduce_vars()[j]] =
-          sym::modular_indexing(position, row_layout.strides[j], body.reduce_sizes()[j]);
+          j == 0 ? sym::floor_div(position, row_layout.strides[j])
+                 : sym::modular_indexing(position, row_layout.strides[j], body.reduce_sizes()[j]);
     }
   }
   ValueId partial_value = ir::kNoValue;

@@ -150,12 +150,16 @@ TEST(CudaLayerNorm, OneWelfordKernelMatchesTheReference) {
   }
 }
 
-/// A reduction over the last axis of a [rows, cols] input into [rows].
-graph::Model reduce_model(const std::string& op, int64_t rows, int64_t cols) {
+/// A reduction of a [rows, cols] input into [rows]: over its last axis, or with `inner` > 0 over
+/// the last two axes of the same data as [rows, cols / inner, inner].
+graph::Model reduce_model(const std::string& op, int64_t rows, int64_t cols, int64_t inner) {
   ModelBuilder m(18);
-  graph::Value* x = m.input("x", DType::kFloat32, graph::Shape{rows, cols});
-  graph::Tensor axes(DType::kInt64, {1});
+  graph::Value* x =
+      m.input("x", DType::kFloat32,
+              inner > 0 ? graph::Shape{rows, cols / inner, inner} : graph::Shape{rows, cols});
+  graph::Tensor axes(DType::kInt64, {inner > 0 ? 2 : 1});
   axes.mutable_values<int64_t>()[0] = 1;
+  if (inner > 0) axes.mutable_values<int64_t>()[1] = 2;
   m.output(m.op(op, {x, m.constant(std::move(axes))}, {{"keepdims", int64_t{0}}}));
   return std::move(m.model);
 }
@@ -163,6 +167,7 @@ graph::Model reduce_model(const std::string& op, int64_t rows, int64_t cols) {
 struct SplitCase {
   std::string op;
   int64_t rows, cols;
+  int64_t inner = 0;  // > 0: two reduced axes, the last of this length
 };
 
 class CudaSplitReduction : public ::testing::TestWithParam<SplitCase> {};
@@ -174,13 +179,15 @@ TEST_P(CudaSplitReduction, TwoKernelsMatchTheReference) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
   const SplitCase& k = GetParam();
   TempDir dir;
-  Compiled c = compile_cuda_dumped(reduce_model(k.op, k.rows, k.cols), dir.path);
+  Compiled c = compile_cuda_dumped(reduce_model(k.op, k.rows, k.cols, k.inner), dir.path);
   EXPECT_EQ(c.model.stats().kernels, 2) << c.kernels;
   const std::string schedule = files::read(dir.path / "dump" / "2_schedule.txt");
   EXPECT_NE(schedule.find("_partial: kernel"), std::string::npos) << schedule;
   if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device (the kernels compiled)";
   std::vector<float> in = random_values(static_cast<size_t>(k.rows * k.cols), 21, -1, 1.5f);
-  graph::Tensor x(DType::kFloat32, {k.rows, k.cols});
+  graph::Tensor x(DType::kFloat32, k.inner > 0
+                                       ? std::vector<int64_t>{k.rows, k.cols / k.inner, k.inner}
+                                       : std::vector<int64_t>{k.rows, k.cols});
   std::copy(in.begin(), in.end(), x.mutable_values<float>().begin());
   std::vector<graph::Tensor> first = c.model.run({x});
   std::vector<graph::Tensor> second = c.model.run({x});
@@ -211,10 +218,12 @@ INSTANTIATE_TEST_SUITE_P(Ops, CudaSplitReduction,
                          ::testing::Values(SplitCase{"ReduceSum", 8, int64_t{1} << 20},
                                            SplitCase{"ReduceMean", 1, 3 << 16},
                                            SplitCase{"ReduceMax", 3, 40000},
-                                           SplitCase{"ReduceL2", 2, 65536}),
+                                           SplitCase{"ReduceL2", 2, 65536},
+                                           SplitCase{"ReduceSum", 3, 1000 * 48, 48}),
                          [](const ::testing::TestParamInfo<SplitCase>& info) {
                            return info.param.op + "_" + std::to_string(info.param.rows) + "x" +
-                                  std::to_string(info.param.cols);
+                                  std::to_string(info.param.cols) +
+                                  (info.param.inner > 0 ? "_two_axes" : "");
                          });
 
 // A row that fits in registers: each thread loads its elements once, in 16-byte vectors, and

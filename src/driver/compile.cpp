@@ -19,6 +19,7 @@
 #include "codecache/process.h"
 #include "codegen/common/device_codegen.h"
 #include "codegen/cpp/cpp_kernel.h"
+#include "codegen/cuda/cuda_split_reduction.h"
 #include "codegen/cuda/nvrtc_compile.h"
 #include "codegen/wrapper/model_api.h"
 #include "codegen/wrapper/wrapper.h"
@@ -150,6 +151,8 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   dump.write("1_ir.txt", program.str());
   if (options.fuse_epilogues) sched::fuse_template_epilogues(*g.program, g.codegen->scheduling());
   if (options.device != ir::Device::kCpu) place_buffers(*g.program, *g.codegen);
+  // Long reductions into few rows: two kernels, so that the first fills the GPU.
+  if (options.device == ir::Device::kCuda) codegen::split_long_reductions(*g.program);
 
   schedule_graph("run_impl", "", program, *g.codegen, g.graphs);
   std::string schedules, decisions;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -49,24 +50,54 @@ constexpr int64_t kReduceThreads = 256;
 constexpr int64_t kWarpRowMax = 1024;
 constexpr int64_t kWarpRows = 4;
 
+/// A static row of at most kRegisterElements elements per thread is held in registers: each
+/// thread loads its share of every input the row's members read once, up front (16-byte vectors
+/// where the row is contiguous), the members' per-element values stay in register arrays in place
+/// of shared memory, and the outputs leave in 16-byte vectors. Longer rows loop over the row.
+constexpr int64_t kRegisterElements = 32;
+/// Rows a warp of a warp-per-row kernel with the row in registers takes at most.
+constexpr int64_t kMaxRowsPerWarp = 4;
+
 /// How a reduction kernel maps rows to threads: a warp per row (rows_per_block rows, one per
 /// threadIdx.y) or a block of `threads` per row (rows_per_block 0). Either way threadIdx.x
-/// walks the row, blockDim.x at a time (a looped reduction for rows longer than the block).
+/// walks the row, blockDim.x at a time (a looped reduction for rows longer than the block), or,
+/// with the row in registers (registers > 0), each thread takes `registers` elements: chunks of
+/// `vector` consecutive elements, blockDim.x chunks apart.
 struct ReduceConfig {
   int64_t threads = kReduceThreads;  // blockDim.x
   int64_t rows_per_block = 0;        // blockDim.y of a warp-per-row kernel
+  int64_t registers = 0;             // elements per thread of a row held in registers, or 0
+  int64_t vector = 1;                // 4: the row's contiguous buffers move in 16-byte vectors
+  int64_t rows_per_warp = 1;         // rows a warp takes in turn, their inputs loaded together
 };
 
 /// The heuristic: a warp per row for short static rows; else a block per row whose size is
 /// the smallest power of two from 64 that covers the row, kReduceThreads for long or symbolic
-/// rows.
-ReduceConfig reduce_config(const sym::Expr& r) {
+/// rows. A static row of at most kRegisterElements per thread stays in registers, in 16-byte
+/// vectors when `vectorizable` and its length is a multiple of 4.
+ReduceConfig reduce_config(const sym::Expr& r, bool vectorizable) {
   std::optional<int64_t> n = r.as_integer();
-  if (n && *n <= kWarpRowMax) return {32, kWarpRows};
   ReduceConfig config;
   if (!n) return config;
-  config.threads = 64;
-  while (config.threads < *n && config.threads < kReduceThreads) config.threads *= 2;
+  if (*n <= kWarpRowMax) {
+    config = {32, kWarpRows};
+  } else {
+    config.threads = 64;
+    while (config.threads < *n && config.threads < kReduceThreads) config.threads *= 2;
+  }
+  if ((*n + config.threads - 1) / config.threads <= kRegisterElements) {
+    config.vector = vectorizable && *n % kVectorElements == 0 ? kVectorElements : 1;
+    const int64_t span = config.threads * config.vector;  // elements of one chunk of the row
+    config.registers = (*n + span - 1) / span * config.vector;
+    // Short rows in registers: a warp loads the inputs of several rows before reducing the
+    // first, so that more of its loads are in flight (a warp's row alone is a few hundred bytes).
+    if (config.rows_per_block > 0) {
+      while (config.rows_per_warp < kMaxRowsPerWarp &&
+             config.registers * config.rows_per_warp * 2 <= kRegisterElements) {
+        config.rows_per_warp *= 2;
+      }
+    }
+  }
   return config;
 }
 
@@ -122,10 +153,39 @@ class CudaKernelBuilder {
   /// view) the same elements with scalar loads and stores.
   void emit_pointwise_vector(IndentedBuffer& out, const VectorBuffers& vector);
   void emit_reduction(IndentedBuffer& out, const ReduceConfig& config);
+  /// Declares the arrays of a row held in registers (and kiln_aligned) ...
+  void emit_row_preload(IndentedBuffer& out);
+  /// ... and loads the preloaded inputs of the row xindex (its variables split).
+  void emit_row_loads(IndentedBuffer& out);
+  /// Indexes a preloaded array by the warp's row: "[kiln_w]" when a warp takes several rows.
+  std::string row_sub_;
+  bool has_aligned_ = false;
   void emit_row_loop(IndentedBuffer& out, MemberEmitter& m);
   /// blockDim.x of a reduction kernel, written as a literal in its row loops: with a static row
   /// length the compiler unrolls them and issues their loads together.
   int64_t row_threads_ = kReduceThreads;
+  /// A buffer parameter of a row held in registers: every access of it by the row's members is
+  /// at `index` (over the kernel's variables); a thread's elements of it live in `array`
+  /// (ReduceConfig::registers of them), moved in 16-byte vectors when `vector`.
+  struct RowBuffer {
+    sym::Expr index;
+    graph::DType dtype = graph::DType::kFloat32;
+    bool vector = false;
+    std::string array;
+  };
+  /// The inputs of the row's members that are loaded into registers up front (row_loads_) and
+  /// the outputs of its pointwise members gathered in registers and stored in vectors
+  /// (row_stores_). Returns true when one of them can move in 16-byte vectors.
+  bool plan_register_row();
+  std::map<std::string, RowBuffer> row_loads_, row_stores_;
+  ReduceConfig config_;
+  /// The loop over a thread's elements of a row held in registers: kiln_k counts them, rindex
+  /// is the element's position in the row (the reduction variables split from it). `body`
+  /// emits what each element does; `vector_body`, when given, replaces the elements of one
+  /// chunk where every vector pointer is aligned (kiln_aligned): it gets the chunk's first
+  /// rindex with the reduction variables split from it and the chunk number in kiln_c.
+  void emit_register_loop(IndentedBuffer& out, const std::function<void()>& body,
+                          const std::function<void()>& vector_body = nullptr);
   void emit_block_combine(IndentedBuffer& out, MemberEmitter& m);
 
   const sched::ScheduleItem& item_;
@@ -206,6 +266,26 @@ void CudaKernelBuilder::emit_pointwise(IndentedBuffer& out) {
   out.line("}");
 }
 
+/// The bytes of one element of a buffer a pointwise kernel may move in vectors of
+/// kVectorElements, or 0: 4- and 8-byte types whose compute type is their storage type (float,
+/// int32, int64, double: the lanes are the values the scalar body uses) and the 16-bit floats
+/// (each lane widened to float as a scalar load would).
+int64_t vector_bytes(const ir::Op& op) {
+  switch (op.buffer_dtype) {
+    case graph::DType::kFloat32:
+    case graph::DType::kInt32:
+      return op.dtype == op.buffer_dtype ? 4 : 0;
+    case graph::DType::kFloat64:
+    case graph::DType::kInt64:
+      return op.dtype == op.buffer_dtype ? 8 : 0;
+    case graph::DType::kFloat16:
+    case graph::DType::kBFloat16:
+      return op.dtype == graph::DType::kFloat32 ? 2 : 0;
+    default:
+      return 0;
+  }
+}
+
 CudaKernelBuilder::VectorBuffers CudaKernelBuilder::vector_buffers() const {
   // The flat index of the P space: a load or store at it touches the thread's consecutive
   // elements, so four of them are one aligned 16-byte access when the pointer is aligned.
@@ -219,14 +299,10 @@ CudaKernelBuilder::VectorBuffers CudaKernelBuilder::vector_buffers() const {
       const ir::Op& op = body.ops()[k];
       const bool is_load = op.code == ir::OpCode::kLoad;
       if ((!is_load && op.code != ir::OpCode::kStore) || ctx_.locals.count(op.buffer)) continue;
-      // 4-byte types whose compute type is their storage type (float, int32): the vector's
-      // lanes are the values the scalar body uses.
-      const bool four_bytes =
-          op.buffer_dtype == graph::DType::kFloat32 || op.buffer_dtype == graph::DType::kInt32;
       const std::optional<int64_t> offset =
           ctx_.analyzer.simplify(m->op_index(static_cast<ir::ValueId>(k)) - flat).as_integer();
-      const bool ok = four_bytes && op.dtype == op.buffer_dtype && op.mask == ir::kNoValue &&
-                      offset == std::optional<int64_t>(0);
+      const bool ok =
+          vector_bytes(op) > 0 && op.mask == ir::kNoValue && offset == std::optional<int64_t>(0);
       auto [it, fresh] = (is_load ? load_ok : store_ok).emplace(op.buffer, ok);
       if (!fresh) it->second = it->second && ok;
       dtypes[op.buffer] = op.buffer_dtype;
@@ -244,7 +320,12 @@ CudaKernelBuilder::VectorBuffers CudaKernelBuilder::vector_buffers() const {
 
 void CudaKernelBuilder::emit_pointwise_vector(IndentedBuffer& out, const VectorBuffers& vector) {
   const std::string numel = ctx_.cpp(group_.numel());
-  auto vec_type = [](graph::DType t) { return t == graph::DType::kFloat32 ? "float4" : "int4"; };
+  // A thread's kVectorElements elements of a buffer: one 16-byte vector of a 4-byte type, two of
+  // an 8-byte type, one 8-byte vector of a 16-bit float (its 4 codes copied out of it).
+  auto widen16 = [](graph::DType t, const std::string& code) {
+    return fmt::format("kiln::{}_to_float({})", t == graph::DType::kFloat16 ? "half" : "bf16",
+                       code);
+  };
   out.linef("const int64_t xbase = (static_cast<int64_t>(blockIdx.x) * {} + threadIdx.x) * {};",
             kPointwiseThreads, kVectorElements);
   // The pointers of the vector accesses (a parameter may be read and written in place).
@@ -259,7 +340,7 @@ void CudaKernelBuilder::emit_pointwise_vector(IndentedBuffer& out, const VectorB
   out.linef("if (xbase + {} <= {}{}) {{", kVectorElements, numel, aligned);
   {
     auto _ = out.scope();
-    out.linef("// {} consecutive elements: 16-byte loads and stores of the contiguous buffers.",
+    out.linef("// {} consecutive elements: vector loads and stores of the contiguous buffers.",
               kVectorElements);
     LoopPass pass;
     int n = 0;
@@ -267,19 +348,49 @@ void CudaKernelBuilder::emit_pointwise_vector(IndentedBuffer& out, const VectorB
     for (const auto& [buffer, dtype] : vector.loads) {
       const std::string v = fmt::format("kiln_v{}", n++);
       const std::string t(graph::dtype_cpp_storage(dtype));
-      out.linef("const {0} {1}_raw = *reinterpret_cast<const {0}*>({2} + xbase);", vec_type(dtype),
-                v, ctx_.params.at(buffer));
-      out.linef("const {0} {1}[{2}] = {{{3}}};", t, v, kVectorElements,
-                fmt::format("{0}_raw.x, {0}_raw.y, {0}_raw.z, {0}_raw.w", v));
-      pass.forwarded[buffer] = v + "[kiln_e]";
+      const std::string& ptr = ctx_.params.at(buffer);
+      if (graph::dtype_size(dtype) == 4) {
+        const char* vt = dtype == graph::DType::kFloat32 ? "float4" : "int4";
+        out.linef("const {0} {1}_raw = *reinterpret_cast<const {0}*>({2} + xbase);", vt, v, ptr);
+        out.linef("const {0} {1}[{2}] = {{{3}}};", t, v, kVectorElements,
+                  fmt::format("{0}_raw.x, {0}_raw.y, {0}_raw.z, {0}_raw.w", v));
+        pass.forwarded[buffer] = v + "[kiln_e]";
+        continue;
+      }
+      // The thread's elements as stored, copied out of the vector (bit for bit).
+      out.linef("{} {}[{}];", t, v, kVectorElements);
+      const int64_t bytes = static_cast<int64_t>(graph::dtype_size(dtype)) * kVectorElements;
+      for (int64_t off = 0; off < bytes; off += 16) {
+        const char* vt = bytes == 8 ? "uint2" : "uint4";
+        out.linef(
+            "{{ const {0} kiln_raw = *reinterpret_cast<const {0}*>(reinterpret_cast<const "
+            "char*>({1} + xbase) + {2}); memcpy(reinterpret_cast<char*>({3}) + {2}, "
+            "&kiln_raw, sizeof kiln_raw); }}",
+            vt, ptr, off, v);
+      }
+      const bool half = graph::dtype_size(dtype) == 2;
+      pass.forwarded[buffer] = half ? widen16(dtype, v + "[kiln_e]") : v + "[kiln_e]";
     }
     for (const auto& [buffer, dtype] : vector.stores) {
       const std::string v = fmt::format("kiln_s{}", n++);
       out.linef("{} {}[{}];", graph::dtype_cpp_storage(dtype), v, kVectorElements);
       pass.staged[buffer] = v + "[kiln_e]";
-      vector_stores.push_back(fmt::format("*reinterpret_cast<{0}*>({1} + xbase) = {0}{{{2}}};",
-                                          vec_type(dtype), ctx_.params.at(buffer),
-                                          fmt::format("{0}[0], {0}[1], {0}[2], {0}[3]", v)));
+      if (graph::dtype_size(dtype) == 4) {
+        const char* vt = dtype == graph::DType::kFloat32 ? "float4" : "int4";
+        vector_stores.push_back(fmt::format("*reinterpret_cast<{0}*>({1} + xbase) = {0}{{{2}}};",
+                                            vt, ctx_.params.at(buffer),
+                                            fmt::format("{0}[0], {0}[1], {0}[2], {0}[3]", v)));
+        continue;
+      }
+      const int64_t bytes = static_cast<int64_t>(graph::dtype_size(dtype)) * kVectorElements;
+      for (int64_t off = 0; off < bytes; off += 16) {
+        const char* vt = bytes == 8 ? "uint2" : "uint4";
+        vector_stores.push_back(fmt::format(
+            "{{ {0} kiln_raw; memcpy(&kiln_raw, reinterpret_cast<const char*>({3}) + {2}, sizeof "
+            "kiln_raw); *reinterpret_cast<{0}*>(reinterpret_cast<char*>({1} + xbase) + {2}) = "
+            "kiln_raw; }}",
+            vt, ctx_.params.at(buffer), off, v));
+      }
     }
     out.line("#pragma unroll");
     out.linef("for (int kiln_e = 0; kiln_e < {}; ++kiln_e) {{", kVectorElements);
@@ -433,7 +544,161 @@ void CudaKernelBuilder::emit_pointwise_tiled(IndentedBuffer& out, const TilePlan
   out.line("}");
 }
 
+bool CudaKernelBuilder::plan_register_row() {
+  std::optional<int64_t> n = ctx_.analyzer.simplify(group_.reduce_numel()).as_integer();
+  if (!n) return false;
+  // A buffer's vector of 4 starts at a row position that is a multiple of 4 (rindex): it is one
+  // aligned 16-byte access when the index is the row position plus a multiple of 4 that does
+  // not depend on it (an aligned pointer checked when the kernel runs).
+  const sym::Expr& row_flat = ctx_.scratch_index;
+  auto vector_ok = [&](const ir::Op& op, const sym::Expr& index) {
+    if (op.buffer_dtype != graph::DType::kFloat32 && op.buffer_dtype != graph::DType::kInt32) {
+      return false;
+    }
+    const sym::Expr offset = ctx_.analyzer.simplify(index - row_flat);
+    for (const sym::Expr& v : group_.reduce_vars) {
+      if (sym::has_symbol(offset, v)) return false;
+    }
+    return ctx_.analyzer.statically_known_multiple_of(offset, sym::Expr(kVectorElements));
+  };
+  auto uses_row = [&](const sym::Expr& index) {
+    for (const sym::Expr& v : group_.reduce_vars) {
+      if (sym::has_symbol(index, v)) return true;
+    }
+    return false;
+  };
+  std::set<std::string> bad, stored;
+  std::map<std::string, int> store_members;
+  for (const auto& m : members_) {
+    const ir::LoopBody& body = m->body();
+    const bool in_row = m->member().kind != MemberKind::kPointwiseOuter;
+    for (size_t k = 0; k < body.ops().size(); ++k) {
+      const ir::Op& op = body.ops()[k];
+      if (op.code == ir::OpCode::kStore && !ctx_.locals.count(op.buffer)) stored.insert(op.buffer);
+    }
+    std::set<std::string> stored_here;
+    for (size_t k = 0; k < body.ops().size(); ++k) {
+      const ir::Op& op = body.ops()[k];
+      const bool is_load = op.code == ir::OpCode::kLoad;
+      if ((!is_load && op.code != ir::OpCode::kStore) || ctx_.locals.count(op.buffer)) continue;
+      const sym::Expr& index = m->op_index(static_cast<ir::ValueId>(k));
+      // Plain accesses of the member's loop only: no mask, no indirection, no conversion.
+      bool ok = in_row && op.mask == ir::kNoValue && !m->has_indirect_or_mask() &&
+                op.dtype == op.buffer_dtype && uses_row(index);
+      if (!is_load) {
+        ok = ok && m->member().kind == MemberKind::kPointwiseInner;
+        if (stored_here.insert(op.buffer).second) ++store_members[op.buffer];
+      }
+      auto& side = is_load ? row_loads_ : row_stores_;
+      auto [it, fresh] = side.emplace(op.buffer, RowBuffer{index, op.buffer_dtype, true, ""});
+      ok = ok && (fresh || it->second.index == index);
+      it->second.vector = it->second.vector && vector_ok(op, index);
+      if (!ok) bad.insert((is_load ? "load:" : "store:") + op.buffer);
+    }
+  }
+  // Loads of a buffer some member writes read memory; a staged output is written by one member
+  // and only in vectors (scalar stores are coalesced already).
+  for (auto it = row_loads_.begin(); it != row_loads_.end();) {
+    const bool drop = bad.count("load:" + it->first) || stored.count(it->first);
+    it = drop ? row_loads_.erase(it) : std::next(it);
+  }
+  for (auto it = row_stores_.begin(); it != row_stores_.end();) {
+    const bool drop = bad.count("store:" + it->first) || store_members[it->first] != 1 ||
+                      !it->second.vector || row_loads_.count(it->first);
+    it = drop ? row_stores_.erase(it) : std::next(it);
+  }
+  int n_array = 0;
+  bool any_vector = false;
+  for (auto* side : {&row_loads_, &row_stores_}) {
+    for (auto& [buffer, row] : *side) {
+      row.array = fmt::format("kiln_row{}", n_array++);
+      any_vector = any_vector || row.vector;
+    }
+  }
+  return any_vector;
+}
+
+void CudaKernelBuilder::emit_register_loop(IndentedBuffer& out, const std::function<void()>& body,
+                                           const std::function<void()>& vector_body) {
+  const int64_t v = config_.vector;
+  const std::string r = ctx_.cpp(group_.reduce_numel());
+  auto scalar_loop = [&] {
+    out.line("#pragma unroll");
+    out.linef("for (int kiln_k = 0; kiln_k < {}; ++kiln_k) {{", config_.registers);
+    {
+      auto _ = out.scope();
+      if (v == 1) {
+        out.linef("const int64_t rindex = kiln_k * {} + threadIdx.x;", row_threads_);
+      } else {
+        out.linef("const int64_t rindex = (kiln_k / {0} * {1} + threadIdx.x) * {0} + kiln_k % {0};",
+                  v, row_threads_);
+      }
+      out.linef("if (rindex >= {}) break;", r);
+      split_index(out, "rindex", group_.reduce_vars, group_.reduce_sizes);
+      body();
+    }
+    out.line("}");
+  };
+  if (!vector_body) {
+    scalar_loop();
+    return;
+  }
+  out.line("if (kiln_aligned) {");
+  {
+    auto _ = out.scope();
+    out.line("#pragma unroll");
+    out.linef("for (int kiln_c = 0; kiln_c < {}; ++kiln_c) {{", config_.registers / v);
+    {
+      auto _ = out.scope();
+      out.linef("const int64_t rindex = (kiln_c * {} + threadIdx.x) * {};", row_threads_, v);
+      out.linef("if (rindex >= {}) break;", r);
+      split_index(out, "rindex", group_.reduce_vars, group_.reduce_sizes);
+      vector_body();
+    }
+    out.line("}");
+  }
+  out.line("} else {");
+  {
+    auto _ = out.scope();
+    scalar_loop();
+  }
+  out.line("}");
+}
+
 void CudaKernelBuilder::emit_row_loop(IndentedBuffer& out, MemberEmitter& m) {
+  if (config_.registers > 0) {
+    // The row is in registers: the member's loads of preloaded inputs read the thread's
+    // arrays, its stores of staged outputs fill them, and the staged outputs leave in vectors.
+    std::map<std::string, std::string> staged;
+    for (const auto& [buffer, row] : row_stores_) {
+      const ir::LoopBody& body = m.body();
+      for (const ir::Op& op : body.ops()) {
+        if (op.code == ir::OpCode::kStore && op.buffer == buffer) staged[buffer] = row.array;
+      }
+    }
+    emit_register_loop(out, [&] {
+      LoopPass pass;
+      for (const auto& [buffer, row] : row_loads_) {
+        pass.forwarded[buffer] = row.array + row_sub_ + "[kiln_k]";
+      }
+      for (const auto& [buffer, array] : staged) pass.staged[buffer] = array + "[kiln_k]";
+      m.emit_loop_body(out, pass);
+    });
+    for (const auto& [buffer, array] : staged) {
+      const RowBuffer& row = row_stores_.at(buffer);
+      const std::string& ptr = ctx_.params.at(buffer);
+      const std::string vec = row.dtype == graph::DType::kFloat32 ? "float4" : "int4";
+      emit_register_loop(
+          out, [&] { out.linef("{}[{}] = {}[kiln_k];", ptr, ctx_.cpp(row.index), array); },
+          [&] {
+            out.linef(
+                "*reinterpret_cast<{0}*>({1} + {2}) = {0}{{{3}[kiln_c * 4], {3}[kiln_c * 4 + 1], "
+                "{3}[kiln_c * 4 + 2], {3}[kiln_c * 4 + 3]}};",
+                vec, ptr, ctx_.cpp(row.index), array);
+          });
+    }
+    return;
+  }
   out.linef("for (int64_t rindex = threadIdx.x; rindex < {}; rindex += {}) {{",
             ctx_.cpp(group_.reduce_numel()), row_threads_);
   {
@@ -491,6 +756,53 @@ void CudaKernelBuilder::emit_block_combine(IndentedBuffer& out, MemberEmitter& m
   }
 }
 
+void CudaKernelBuilder::emit_row_preload(IndentedBuffer& out) {
+  std::set<std::string> vector_pointers;
+  for (const auto* side : {&row_loads_, &row_stores_}) {
+    for (const auto& [buffer, row] : *side) {
+      if (row.vector && config_.vector > 1) vector_pointers.insert(ctx_.params.at(buffer));
+    }
+  }
+  if (!vector_pointers.empty()) {
+    std::string aligned;
+    for (const std::string& p : vector_pointers) {
+      aligned += fmt::format("{}reinterpret_cast<unsigned long long>({})",
+                             aligned.empty() ? "" : " | ", p);
+    }
+    out.linef("const bool kiln_aligned = ({}) % 16 == 0;", aligned);
+    has_aligned_ = true;
+  }
+  out.linef("// The row in registers: {} elements a thread, {} at a time, {} elements apart.",
+            config_.registers, config_.vector, row_threads_ * config_.vector);
+  for (const auto& [buffer, row] : row_stores_) {
+    out.linef("{} {}[{}];", cpp_compute_type(row.dtype), row.array, config_.registers);
+  }
+  for (const auto& [buffer, row] : row_loads_) {
+    out.linef("{} {}{}[{}];", cpp_compute_type(row.dtype), row.array,
+              config_.rows_per_warp > 1 ? fmt::format("[{}]", config_.rows_per_warp) : "",
+              config_.registers);
+  }
+}
+
+void CudaKernelBuilder::emit_row_loads(IndentedBuffer& out) {
+  for (const auto& [buffer, row] : row_loads_) {
+    const std::string& ptr = ctx_.params.at(buffer);
+    const std::string array = row.array + row_sub_;
+    auto scalar = [&] { out.linef("{}[kiln_k] = {}[{}];", array, ptr, ctx_.cpp(row.index)); };
+    if (!row.vector || config_.vector == 1 || !has_aligned_) {
+      emit_register_loop(out, scalar);
+      continue;
+    }
+    const std::string vec = row.dtype == graph::DType::kFloat32 ? "float4" : "int4";
+    emit_register_loop(out, scalar, [&] {
+      out.linef("const {} kiln_v = *reinterpret_cast<const {}*>({} + {});", vec, vec, ptr,
+                ctx_.cpp(row.index));
+      out.linef("{0}[kiln_c * 4] = kiln_v.x; {0}[kiln_c * 4 + 1] = kiln_v.y;", array);
+      out.linef("{0}[kiln_c * 4 + 2] = kiln_v.z; {0}[kiln_c * 4 + 3] = kiln_v.w;", array);
+    });
+  }
+}
+
 void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& config) {
   const bool warp_rows = config.rows_per_block > 0;
   // A warp-per-row kernel's rows each have their own scratch arrays: row threadIdx.y's start
@@ -500,6 +812,12 @@ void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& 
   for (const auto& [name, storage] : ctx_.locals) {
     if (storage != LocalStorage::kScratch) continue;
     const std::string t(cpp_compute_type(ctx_.local_dtypes.at(name)));
+    if (config.registers > 0) {
+      // A row in registers: the per-element values of each thread's elements, by kiln_k.
+      scratch.push_back(
+          fmt::format("{} {}[{}];  // {}", t, ctx_.local_names.at(name), config.registers, name));
+      continue;
+    }
     scratch.push_back(fmt::format("{0}* const {1} = reinterpret_cast<{0}*>({4} + {2});  // {3}", t,
                                   ctx_.local_names.at(name), ctx_.cpp(shared_bytes_), name, base));
     // Each array starts 16-byte aligned.
@@ -516,11 +834,39 @@ void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& 
     shared_bytes_ = ctx_.analyzer.simplify(shared_bytes_ * sym::Expr(config.rows_per_block));
   }
   for (const std::string& line : scratch) out.line(line);
-  if (warp_rows) {
+  const std::string numel = ctx_.cpp(group_.numel());
+  const int64_t rows_per_warp = config.rows_per_warp;
+  if (rows_per_warp > 1) {
+    // A warp takes rows_per_warp consecutive rows: first the inputs of all of them into
+    // registers, then each row's members in turn (a whole warp leaves together: its shuffles
+    // need all its lanes, and no block barrier follows).
+    row_sub_ = "[kiln_w]";
+    out.linef(
+        "const int64_t kiln_xbase = (static_cast<int64_t>(blockIdx.x) * blockDim.y + "
+        "threadIdx.y) * {};",
+        rows_per_warp);
+    out.linef("if (kiln_xbase >= {}) return;", numel);
+    emit_row_preload(out);
+    out.line("#pragma unroll");
+    out.linef("for (int kiln_w = 0; kiln_w < {}; ++kiln_w) {{", rows_per_warp);
+    {
+      auto _ = out.scope();
+      out.line("const int64_t xindex = kiln_xbase + kiln_w;");
+      out.linef("if (xindex >= {}) break;", numel);
+      split_index(out, "xindex", group_.vars, group_.sizes);
+      emit_row_loads(out);
+    }
+    out.line("}");
+    out.line("#pragma unroll");
+    out.linef("for (int kiln_w = 0; kiln_w < {}; ++kiln_w) {{", rows_per_warp);
+    out.indent();
+    out.line("const int64_t xindex = kiln_xbase + kiln_w;");
+    out.linef("if (xindex >= {}) break;", numel);
+  } else if (warp_rows) {
     // A whole warp leaves together past the last row: the warp's shuffles need all its lanes,
     // and no block barrier follows.
     out.line("const int64_t xindex = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;");
-    out.linef("if (xindex >= {}) return;", ctx_.cpp(group_.numel()));
+    out.linef("if (xindex >= {}) return;", numel);
   } else {
     out.line("const int64_t xindex = blockIdx.x;");
   }
@@ -529,6 +875,10 @@ void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& 
     if (storage != LocalStorage::kScalar) continue;
     out.linef("{} {}{{}};  // {}", cpp_compute_type(ctx_.local_dtypes.at(name)),
               ctx_.local_names.at(name), name);
+  }
+  if (config.registers > 0 && rows_per_warp == 1) {
+    emit_row_preload(out);
+    emit_row_loads(out);
   }
   for (auto& m : members_) {
     out.linef("{{  // {}", m->member().buffer->name);
@@ -553,6 +903,10 @@ void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& 
     }
     out.line("}");
   }
+  if (rows_per_warp > 1) {
+    out.dedent();
+    out.line("}");
+  }
 }
 
 GeneratedKernel CudaKernelBuilder::build() {
@@ -572,14 +926,31 @@ GeneratedKernel CudaKernelBuilder::build() {
     body.line("if (kiln_error.code != 0) return;  // an index check failed: read no index");
   }
   if (group_.is_reduction()) {
-    const ReduceConfig config = reduce_config(ctx_.analyzer.simplify(group_.reduce_numel()));
+    const bool vectorizable = plan_register_row();
+    const ReduceConfig config =
+        reduce_config(ctx_.analyzer.simplify(group_.reduce_numel()), vectorizable);
+    config_ = config;
+    if (config.registers > 0) {
+      // Scratch values of a row in registers are indexed by the thread's element number.
+      ctx_.scratch_index = sym::Expr::symbol("kiln_k", sym::SymbolKind::kIndex);
+    } else {
+      row_loads_.clear();
+      row_stores_.clear();
+    }
+    if (config.vector == 1) {
+      for (auto* side : {&row_loads_, &row_stores_}) {
+        for (auto& [buffer, row] : *side) row.vector = false;
+      }
+      row_stores_.clear();
+    }
     threads = config.threads;
     row_threads_ = config.threads;
     emit_reduction(body, config);
     if (config.rows_per_block > 0) {
       threads *= config.rows_per_block;
       launch.block[1] = sym::Expr(config.rows_per_block);
-      launch.grid[0] = sym::ceil_div(group_.numel(), sym::Expr(config.rows_per_block));
+      launch.grid[0] =
+          sym::ceil_div(group_.numel(), sym::Expr(config.rows_per_block * config.rows_per_warp));
     } else {
       launch.grid[0] = group_.numel();
     }
@@ -629,6 +1000,43 @@ std::string cuda_kernel_prelude() {
 
 #include "kiln_half.h"
 #include "kiln_scalar.h"
+
+namespace kiln {
+// kiln::Welford<float> on the GPU: the same arithmetic as kiln_scalar.h's, with a 32-bit count
+// (a row of a reduction kernel has fewer than 2^31 elements). The 64-bit count's increments and
+// conversions are long instruction sequences on the GPU, and the state shuffles in three 32-bit
+// words instead of four.
+template <>
+struct Welford<float> {
+  float mean = 0.0f;
+  float m2 = 0.0f;
+  int32_t n = 0;
+
+  void update(float x) {
+    ++n;
+    const float delta = x - mean;
+    mean += delta / static_cast<float>(n);
+    m2 += delta * (x - mean);
+  }
+  void combine(float other_mean, float other_m2, int32_t other_n) {
+    if (other_n == 0) return;
+    if (n == 0) {
+      mean = other_mean;
+      m2 = other_m2;
+      n = other_n;
+      return;
+    }
+    const int32_t total = n + other_n;
+    const float delta = other_mean - mean;
+    const float w = static_cast<float>(other_n) / static_cast<float>(total);
+    mean += delta * w;
+    m2 += other_m2 + delta * delta * static_cast<float>(n) * w;
+    n = total;
+  }
+  float variance() const { return n > 0 ? m2 / static_cast<float>(n) : __int_as_float(0x7fc00000); }
+  float result_mean() const { return n > 0 ? mean : __int_as_float(0x7fc00000); }
+};
+}  // namespace kiln
 
 )";
   text += sym::cuda_prelude();

@@ -4,9 +4,10 @@
 ///
 /// The members' bodies are the C++ backend's scalar emission (cpp_body.h: the same op table,
 /// loads, stores and kernel-local storage); what differs is the structure around them:
-/// - a pointwise kernel whose float32/int32 buffers are read or written at the flat index runs
-///   each thread over 4 consecutive elements, those buffers as one 16-byte load or store each
-///   (a scalar path for the tail and unaligned pointers); one that reads a buffer contiguously
+/// - a pointwise kernel whose buffers are read or written at the flat index runs each thread
+///   over 4 consecutive elements, those buffers as one 16-byte load or store each for
+///   float32/int32, two for int64/float64, one 8-byte one for float16/bfloat16 (a scalar path
+///   for the tail and unaligned pointers); one that reads a buffer contiguously
 ///   along another variable than the output's last (a transpose) goes through a shared-memory
 ///   tile; any other runs each thread over kPointwiseElements elements of its P space (a flat
 ///   index split into the group's variables), kPointwiseThreads apart so that each load of a
@@ -22,7 +23,12 @@
 ///   in dynamic shared memory (R elements per row). Every thread computes a row's results and
 ///   stores them (the same values), so a later member of the row reads a result its own thread
 ///   wrote: members need no barrier between them, and Softmax or LayerNormalization is one
-///   kernel.
+///   kernel. A static row of at most 32 elements per thread is held in registers instead: each
+///   thread loads its elements of the members' inputs once (16-byte vectors where the row is
+///   contiguous), per-element values live in register arrays rather than shared memory, and
+///   outputs leave in 16-byte stores; a warp of short rows takes up to 4 rows, loading all
+///   their inputs before reducing the first.
+/// Few long rows are split into two reductions before scheduling (cuda_split_reduction.h).
 /// Sizes are int64_t kernel arguments; the LaunchSpec gives grid and block as expressions of
 /// them.
 

@@ -5,6 +5,7 @@
 // kernel's structure is checked (it compiles through NVRTC); with one, its values against
 // references computed here in double.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -81,6 +82,83 @@ TEST_P(CudaPointwise, ContiguousBuffersMoveSixteenBytesAtATime) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, CudaPointwise, ::testing::Values(903, 1024));
+
+/// y = x + x over x: [7, 129] of `dtype`.
+graph::Model double_model(DType dtype) {
+  ModelBuilder m;
+  graph::Value* x = m.input("x", dtype, graph::Shape{7, 129});
+  m.output(m.op("Add", {x, x}));
+  return std::move(m.model);
+}
+
+struct WidthCase {
+  DType dtype;
+  const char* vector;  // the vector type of each access
+  size_t accesses;     // vector loads (and stores) per thread
+};
+
+class CudaPointwiseWidths : public ::testing::TestWithParam<WidthCase> {};
+
+// 16-bit floats move as one 8-byte vector of a thread's 4 elements (widened to float one by
+// one), 8-byte types as two 16-byte vectors; the 3 elements of the tail are scalar. x + x is
+// exact in every type here: a 16-bit float doubles by adding 1 to its exponent, so the expected
+// bits are the input's with that (finite inputs of exponents 1..29, any sign and mantissa).
+TEST_P(CudaPointwiseWidths, TwoAndEightByteTypesMoveInVectors) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  const WidthCase& w = GetParam();
+  TempDir dir;
+  Compiled c = compile_cuda_dumped(double_model(w.dtype), dir.path);
+  EXPECT_EQ(c.model.stats().kernels, 1);
+  EXPECT_EQ(count(c.kernels, fmt::format("kiln_raw = *reinterpret_cast<const {}*>(", w.vector)),
+            w.accesses)
+      << c.kernels;
+  EXPECT_EQ(count(c.kernels,
+                  fmt::format("*reinterpret_cast<{}*>(reinterpret_cast<char*>(out_ptr0", w.vector)),
+            w.accesses)
+      << c.kernels;
+  if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device (the kernels compiled)";
+  graph::Tensor x(w.dtype, {7, 129});
+  std::mt19937 rng(5);
+  const size_t n = 7 * 129;
+  std::vector<graph::Tensor> y;
+  if (w.dtype == DType::kFloat16 || w.dtype == DType::kBFloat16) {
+    const int mantissa = w.dtype == DType::kFloat16 ? 10 : 7;
+    const int top = w.dtype == DType::kFloat16 ? 29 : 253;
+    auto bits = x.mutable_values<uint16_t>();
+    for (uint16_t& b : bits) {
+      const unsigned sign = rng() & 1u, exponent = 1 + rng() % top;
+      const unsigned frac = rng() & ((1u << mantissa) - 1);
+      b = static_cast<uint16_t>((sign << 15) | (exponent << mantissa) | frac);
+    }
+    y = c.model.run({x});
+    ASSERT_EQ(y.size(), 1u);
+    for (size_t k = 0; k < n; ++k) {
+      ASSERT_EQ(y[0].values<uint16_t>()[k], bits[k] + (1u << mantissa)) << "at " << k;
+    }
+  } else if (w.dtype == DType::kInt64) {
+    auto v = x.mutable_values<int64_t>();
+    for (int64_t& e : v) e = static_cast<int64_t>(rng()) * 1000003 - (int64_t{1} << 40);
+    y = c.model.run({x});
+    ASSERT_EQ(y.size(), 1u);
+    for (size_t k = 0; k < n; ++k) ASSERT_EQ(y[0].values<int64_t>()[k], 2 * v[k]) << "at " << k;
+  } else {
+    auto v = x.mutable_values<double>();
+    std::uniform_real_distribution<double> uniform(-1e6, 1e6);
+    for (double& e : v) e = uniform(rng);
+    y = c.model.run({x});
+    ASSERT_EQ(y.size(), 1u);
+    for (size_t k = 0; k < n; ++k) ASSERT_EQ(y[0].values<double>()[k], 2 * v[k]) << "at " << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaPointwiseWidths,
+                         ::testing::Values(WidthCase{DType::kFloat16, "uint2", 1},
+                                           WidthCase{DType::kBFloat16, "uint2", 1},
+                                           WidthCase{DType::kInt64, "uint4", 2},
+                                           WidthCase{DType::kFloat64, "uint4", 2}),
+                         [](const ::testing::TestParamInfo<WidthCase>& info) {
+                           return std::string(graph::dtype_name(info.param.dtype));
+                         });
 
 /// Relu(Transpose(x, perm)) over x of `dims`.
 graph::Model transpose_model(const std::vector<int64_t>& dims, const std::vector<int64_t>& perm) {

@@ -150,5 +150,103 @@ TEST(CudaLayerNorm, OneWelfordKernelMatchesTheReference) {
   }
 }
 
+/// A reduction of a [rows, cols] input into [rows]: over its last axis, or with `inner` > 0 over
+/// the last two axes of the same data as [rows, cols / inner, inner].
+graph::Model reduce_model(const std::string& op, int64_t rows, int64_t cols, int64_t inner) {
+  ModelBuilder m(18);
+  graph::Value* x =
+      m.input("x", DType::kFloat32,
+              inner > 0 ? graph::Shape{rows, cols / inner, inner} : graph::Shape{rows, cols});
+  graph::Tensor axes(DType::kInt64, {inner > 0 ? 2 : 1});
+  axes.mutable_values<int64_t>()[0] = 1;
+  if (inner > 0) axes.mutable_values<int64_t>()[1] = 2;
+  m.output(m.op(op, {x, m.constant(std::move(axes))}, {{"keepdims", int64_t{0}}}));
+  return std::move(m.model);
+}
+
+struct SplitCase {
+  std::string op;
+  int64_t rows, cols;
+  int64_t inner = 0;  // > 0: two reduced axes, the last of this length
+};
+
+class CudaSplitReduction : public ::testing::TestWithParam<SplitCase> {};
+
+// Few rows of many elements: two kernels, a block per chunk of a row writing partial results,
+// then the partials of each row reduced in order (no atomics: the same bits every run), and
+// what follows the reduction (ReduceMean's division, ReduceL2's root) in the second kernel.
+TEST_P(CudaSplitReduction, TwoKernelsMatchTheReference) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  const SplitCase& k = GetParam();
+  TempDir dir;
+  Compiled c = compile_cuda_dumped(reduce_model(k.op, k.rows, k.cols, k.inner), dir.path);
+  EXPECT_EQ(c.model.stats().kernels, 2) << c.kernels;
+  const std::string schedule = files::read(dir.path / "dump" / "2_schedule.txt");
+  EXPECT_NE(schedule.find("_partial: kernel"), std::string::npos) << schedule;
+  if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device (the kernels compiled)";
+  std::vector<float> in = random_values(static_cast<size_t>(k.rows * k.cols), 21, -1, 1.5f);
+  graph::Tensor x(DType::kFloat32, k.inner > 0
+                                       ? std::vector<int64_t>{k.rows, k.cols / k.inner, k.inner}
+                                       : std::vector<int64_t>{k.rows, k.cols});
+  std::copy(in.begin(), in.end(), x.mutable_values<float>().begin());
+  std::vector<graph::Tensor> first = c.model.run({x});
+  std::vector<graph::Tensor> second = c.model.run({x});
+  ASSERT_EQ(first.size(), 1u);
+  auto out = first[0].values<float>();
+  ASSERT_EQ(out.size(), static_cast<size_t>(k.rows));
+  for (int64_t r = 0; r < k.rows; ++r) {
+    double sum = 0, sq = 0, top = -INFINITY;
+    for (int64_t i = 0; i < k.cols; ++i) {
+      const double v = in[r * k.cols + i];
+      sum += v;
+      sq += v * v;
+      top = std::max(top, v);
+    }
+    double want = sum, scale = 0;
+    for (int64_t i = 0; i < k.cols; ++i) scale += std::abs(in[r * k.cols + i]);
+    if (k.op == "ReduceMean") want = sum / k.cols, scale /= k.cols;
+    if (k.op == "ReduceL2") want = std::sqrt(sq), scale = want;
+    if (k.op == "ReduceMax") want = top, scale = 0;
+    // float32 sums of up to 2^20 terms in a tree of partials: 1e-5 of the sum of magnitudes.
+    EXPECT_NEAR(out[r], want, 1e-5 * scale) << k.op << " row " << r;
+    // Reproducible: the same bits on a second run.
+    EXPECT_EQ(out[r], second[0].values<float>()[r]) << "row " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, CudaSplitReduction,
+                         ::testing::Values(SplitCase{"ReduceSum", 8, int64_t{1} << 20},
+                                           SplitCase{"ReduceMean", 1, 3 << 16},
+                                           SplitCase{"ReduceMax", 3, 40000},
+                                           SplitCase{"ReduceL2", 2, 65536},
+                                           SplitCase{"ReduceSum", 3, 1000 * 48, 48}),
+                         [](const ::testing::TestParamInfo<SplitCase>& info) {
+                           return info.param.op + "_" + std::to_string(info.param.rows) + "x" +
+                                  std::to_string(info.param.cols) +
+                                  (info.param.inner > 0 ? "_two_axes" : "");
+                         });
+
+// A row that fits in registers: each thread loads its elements once, in 16-byte vectors, and
+// the members (max, sum of exponentials, quotient) work on registers, with no shared memory.
+TEST(CudaRegisterRow, SoftmaxAndLayerNormHoldTheRowInRegisters) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  Compiled s = compile_cuda_dumped(softmax_model(64, 128), dir.path / "softmax");
+  // Rows of 128: a lane holds 4 elements of each of the 4 rows its warp takes.
+  EXPECT_NE(s.kernels.find("float kiln_row0[4][4];"), std::string::npos) << s.kernels;
+  EXPECT_NE(s.kernels.find("*reinterpret_cast<const float4*>(in_ptr0"), std::string::npos);
+  EXPECT_NE(s.kernels.find("*reinterpret_cast<float4*>(out_ptr0"), std::string::npos);
+  EXPECT_EQ(s.kernels.find("kiln_smem"), std::string::npos) << "no shared-memory row";
+  Compiled l = compile_cuda_dumped(
+      layer_norm_model(8, 768, std::vector<float>(768, 1), std::vector<float>(768, 0)),
+      dir.path / "layernorm");
+  EXPECT_NE(l.kernels.find("[24];"), std::string::npos) << "24 elements a lane" << l.kernels;
+  // A row too long for registers (256 threads x 32 elements) loops as before (enough rows not
+  // to be split).
+  Compiled big = compile_cuda_dumped(softmax_model(300, 9000), dir.path / "big");
+  EXPECT_EQ(big.model.stats().kernels, 1);
+  EXPECT_EQ(big.kernels.find("kiln_row0["), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln::driver

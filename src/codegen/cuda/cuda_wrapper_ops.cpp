@@ -41,6 +41,7 @@ void CudaWrapperOps::note(const ir::ExternCall& call) {
     uses_workspace_ = true;
     uses_blas_ = uses_blas_ || call.as<ir::MatMulCall>() != nullptr;
     uses_dnn_ = uses_dnn_ || call.as<ir::ConvCall>() != nullptr;
+    conv_epilogue_ = conv_epilogue_ || conv_has_epilogue(call);
     return;
   }
   host_->note(call);
@@ -148,12 +149,16 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
     source += '\n';
     source += k->source();
   }
+  // A convolution with an epilogue (cuda_conv.h) runs it as a kernel of its own where cuDNN has
+  // no engine for the fused graph: the module carries that kernel.
+  if (conv_epilogue_) source += conv_epilogue_source();
   std::vector<CudaBinary> binaries;
   const std::vector<int> archs = library_ ? cuda_library_archs() : cuda_target_archs();
   // A library for other machines carries PTX for its oldest architecture too: the driver
   // compiles it for GPUs newer than every cubin.
   const int ptx_arch = library_ ? *std::min_element(archs.begin(), archs.end()) : 0;
-  if (!kernels.empty()) binaries = nvrtc_compile(source, archs, cache_dir_, ptx_arch);
+  if (!kernels.empty() || conv_epilogue_)
+    binaries = nvrtc_compile(source, archs, cache_dir_, ptx_arch);
   device_sources_.emplace_back("kernels.cu", source);
   out.line(
       "// The model's CUDA kernels (compiled by NVRTC): one cubin per architecture, and for a");

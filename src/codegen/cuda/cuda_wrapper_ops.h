@@ -116,8 +116,9 @@ class CudaWrapperOps final : public WrapperOps {
   std::filesystem::path cache_dir_;
   ir::Precision precision_;
   bool library_;
-  bool uses_blas_ = false;  // a matrix product on cuBLASLt
-  bool uses_dnn_ = false;   // a convolution on cuDNN
+  bool uses_blas_ = false;      // a matrix product on cuBLASLt
+  bool uses_dnn_ = false;       // a convolution on cuDNN
+  bool conv_epilogue_ = false;  // one with a bias, residual or Relu (conv_epilogue_source)
   bool uses_workspace_ = false;
   bool waits_ = false;  // the run waits for the GPU midway (a host fallback, a size from data)  //
                         // a product or convolution: the arena keeps their workspace

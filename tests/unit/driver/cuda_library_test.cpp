@@ -39,11 +39,13 @@ constexpr int64_t kOpset = 20;  // Gelu's first version
 
 using namespace cuda_test;  // NOLINT: the shared fixtures
 
-CompiledModel compile_cuda(const graph::Model& model, const fs::path& dir,
-                           ir::Precision precision) {
+CompiledModel compile_cuda(const graph::Model& model, const fs::path& dir, ir::Precision precision,
+                           bool channels_last = false) {
   CompileOptions options;
   options.device = ir::Device::kCuda;
   options.precision = precision;
+  options.lowering.conv_layout =
+      channels_last ? lower::ConvLayout::kChannelsLast : lower::ConvLayout::kNchw;
   options.dump_dir = dir / "dump";
   options.cache_dir = dir / "cache";
   return compile(model, options);
@@ -51,9 +53,10 @@ CompiledModel compile_cuda(const graph::Model& model, const fs::path& dir,
 
 /// The wrapper of `model` compiled for CUDA (kernels for sm_90 only).
 std::string cuda_wrapper(const graph::Model& model, const fs::path& dir,
-                         ir::Precision precision = ir::Precision::kTf32) {
+                         ir::Precision precision = ir::Precision::kTf32,
+                         bool channels_last = false) {
   setenv("KILN_CUDA_ARCHS", "90", 1);
-  compile_cuda(model, dir, precision);
+  compile_cuda(model, dir, precision, channels_last);
   unsetenv("KILN_CUDA_ARCHS");
   return files::read(dir / "dump" / "5_wrapper.cpp");
 }
@@ -238,6 +241,8 @@ struct Case {
   std::function<void(ModelBuilder&, const std::vector<Value*>&)> build;
   std::function<std::pair<Dense, std::vector<double>>(const std::vector<Dense>&)> reference;
   DType dtype = DType::kFloat32;
+  /// Compiled with --conv-layout nhwc (channels-last activations, weights packed [M, KH, KW, C]).
+  bool channels_last = false;
 };
 
 /// MatMul(x0, x1).
@@ -373,6 +378,8 @@ std::vector<Case> cases() {
     std::vector<int64_t> strides, pads, dilations;
     bool bias_relu;
     DType dtype = DType::kFloat32;
+    bool residual = false;  // Relu(Conv + bias + x3), x3 of the output's dims
+    bool channels_last = false;
   };
   const std::vector<ConvCase> convs = {
       {"conv2d_strided_dilated_bias_relu",
@@ -403,10 +410,60 @@ std::vector<Case> cases() {
        {1, 1},
        true,
        DType::kFloat64},
+      // The epilogues cuDNN takes into the convolution's graph (cuda_conv.h), NCHW and
+      // channels-last (the weight packed [M, KH, KW, C] when compiling).
+      {"conv2d_bias_residual_relu",
+       {2, 8, 9, 7},
+       {16, 8, 3, 3},
+       1,
+       {1, 1},
+       {1, 1, 1, 1},
+       {1, 1},
+       true,
+       DType::kFloat32,
+       true},
+      {"conv2d_bias_residual_relu_nhwc",
+       {2, 8, 9, 7},
+       {16, 8, 3, 3},
+       1,
+       {1, 1},
+       {1, 1, 1, 1},
+       {1, 1},
+       true,
+       DType::kFloat32,
+       true,
+       true},
+      {"conv2d_strided_bias_relu_nhwc",
+       {1, 12, 11, 10},
+       {24, 12, 3, 3},
+       1,
+       {2, 2},
+       {1, 0, 1, 2},
+       {1, 1},
+       true,
+       DType::kFloat32,
+       false,
+       true},
+      {"conv2d_depthwise_nhwc",
+       {1, 16, 7, 7},
+       {16, 1, 3, 3},
+       16,
+       {1, 1},
+       {1, 1, 1, 1},
+       {1, 1},
+       true,
+       DType::kFloat32,
+       false,
+       true},
   };
   for (const ConvCase& v : convs) {
     std::vector<std::vector<int64_t>> inputs = {v.x, v.w};
     if (v.bias_relu) inputs.push_back({v.w[0]});
+    if (v.residual) {  // the output's dims (stride 1, same padding)
+      std::vector<int64_t> dims = v.x;
+      dims[1] = v.w[0];
+      inputs.push_back(dims);
+    }
     c.push_back({v.name, inputs,
                  [v](ModelBuilder& m, const std::vector<Value*>& x) {
                    std::vector<Value*> in = {x[0], x[1]};
@@ -416,6 +473,7 @@ std::vector<Case> cases() {
                                     {"strides", v.strides},
                                     {"pads", v.pads},
                                     {"dilations", v.dilations}});
+                   if (v.residual) y = m.op("Add", {y, x[3]});
                    m.output(v.bias_relu ? m.op("Relu", {y}) : y);
                  },
                  [v](const std::vector<Dense>& x) {
@@ -426,14 +484,15 @@ std::vector<Case> cases() {
                      for (size_t d = 2; d < out.dims.size(); ++d) inner *= out.dims[d];
                      for (size_t i = 0; i < out.values.size(); ++i) {
                        const int64_t channel = static_cast<int64_t>(i) / inner % out.dims[1];
-                       out.values[i] =
-                           std::max(0.0, out.values[i] + x[2].values[static_cast<size_t>(channel)]);
-                       scale[i] += 1;
+                       double value = out.values[i] + x[2].values[static_cast<size_t>(channel)];
+                       if (v.residual) value += x[3].values[i];
+                       out.values[i] = std::max(0.0, value);
+                       scale[i] += v.residual ? 2 : 1;
                      }
                    }
                    return std::make_pair(out, scale);
                  },
-                 v.dtype});
+                 v.dtype, v.channels_last});
   }
   return c;
 }
@@ -457,7 +516,7 @@ graph::Model build(const Case& c) {
 /// `relative` times the sum of its |a * b| terms (plus 1e-6).
 void run_and_compare(const Case& c, ir::Precision precision, double relative) {
   TempDir dir;
-  CompiledModel compiled = compile_cuda(build(c), dir.path, precision);
+  CompiledModel compiled = compile_cuda(build(c), dir.path, precision, c.channels_last);
   std::vector<Tensor> inputs;
   std::vector<Dense> dense_inputs;
   for (size_t k = 0; k < c.inputs.size(); ++k) {
@@ -559,21 +618,51 @@ TEST(CudaMatMul, BroadcastBatchDimsAreZeroStrides) {
   EXPECT_NE(wrapper.find("const int64_t sizes[] = {2, 3, 5, 4};"), std::string::npos) << wrapper;
 }
 
-TEST(CudaConv, ConvolutionIsACudnnCallWithItsBiasAndReluOneKernelAfterIt) {
+TEST(CudaConv, ConvolutionIsOneCudnnGraphWithItsBiasAndRelu) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
   TempDir dir;
   const std::string wrapper =
       cuda_wrapper(build(named("conv2d_strided_dilated_bias_relu")), dir.path);
   EXPECT_EQ(count(wrapper, "state.cuda.conv<float>("), 1u) << wrapper;
-  EXPECT_NE(wrapper.find("// cuDNN convolution, TF32 allowed"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("// cuDNN convolution + bias, Relu in its graph, TF32 allowed"),
+            std::string::npos)
+      << wrapper;
   EXPECT_NE(wrapper.find("const int64_t pads_begin[] = {1, 0};"), std::string::npos) << wrapper;
   EXPECT_NE(wrapper.find("const int64_t pads_end[] = {2, 1};"), std::string::npos) << wrapper;
   EXPECT_NE(wrapper.find("const int64_t dilations[] = {1, 2};"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("pads_end, dilations, false};"), std::string::npos) << wrapper;
   EXPECT_EQ(wrapper.find("// on the host"), std::string::npos) << wrapper;
-  // Bias and Relu: one kernel.
-  EXPECT_EQ(count(wrapper, "static void launch_cuda_"), 1u) << wrapper;
+  // Bias and Relu in the call: no kernel of Kiln's, the bias passed, Relu on, no residual.
+  EXPECT_EQ(count(wrapper, "static void launch_cuda_"), 0u) << wrapper;
+  EXPECT_NE(wrapper.find(", nullptr, true, true, \"conv ("), std::string::npos) << wrapper;
+  // The epilogue's kernel is in the module for when cuDNN has no engine for the fused graph.
+  const std::string kernels = files::read(dir.path / "dump" / "kernels.cu");
+  EXPECT_NE(kernels.find("kiln_conv_epilogue_f32"), std::string::npos);
   EXPECT_EQ(count(wrapper, "synchronize("),
             count(wrapper, "if (profile != nullptr) state.cuda.synchronize("));
+}
+
+TEST(CudaConv, ResidualAddAndReluFuseIntoTheChannelsLastCall) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const std::string wrapper = cuda_wrapper(build(named("conv2d_bias_residual_relu_nhwc")), dir.path,
+                                           ir::Precision::kFp32, true);
+  EXPECT_EQ(count(wrapper, "state.cuda.conv<float>("), 1u) << wrapper;
+  EXPECT_NE(wrapper.find("// cuDNN convolution (channels-last) + bias + residual, Relu in its "
+                         "graph, float32"),
+            std::string::npos)
+      << wrapper;
+  // Dims in NCHW order whatever the layout: X [2, 8, 9, 7], W [16, 8, 3, 3], Y [2, 16, 9, 7].
+  EXPECT_NE(wrapper.find("const int64_t x_dims[] = {2, 8, 9, 7};"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("const int64_t w_dims[] = {16, 8, 3, 3};"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("const int64_t y_dims[] = {2, 16, 9, 7};"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("pads_end, dilations, true};"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find(", true, false, \"conv ("), std::string::npos) << wrapper;
+  EXPECT_EQ(wrapper.find("// on the host"), std::string::npos) << wrapper;
+  // Bias and residual passed to the call (no nullptr among its operands).
+  const size_t call = wrapper.find("state.cuda.conv<float>(");
+  const std::string line = wrapper.substr(call, wrapper.find('\n', call) - call);
+  EXPECT_EQ(line.find("nullptr"), std::string::npos) << line;
 }
 
 TEST(CudaMatMul, PrecisionPicksTheComputeType) {

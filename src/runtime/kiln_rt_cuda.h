@@ -87,6 +87,7 @@ struct Driver {
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);
   CUresult (*cuMemFreeHost)(void*);
@@ -143,6 +144,7 @@ inline void find_symbols(void* lib, Driver& r) {
   find_symbol(lib, "cuEventRecord", r.cuEventRecord);
   find_symbol(lib, "cuEventDestroy_v2", r.cuEventDestroy);
   find_symbol(lib, "cuEventSynchronize", r.cuEventSynchronize);
+  find_symbol(lib, "cuEventElapsedTime", r.cuEventElapsedTime);
   find_symbol(lib, "cuStreamWaitEvent", r.cuStreamWaitEvent);
   find_symbol(lib, "cuMemHostAlloc", r.cuMemHostAlloc);
   find_symbol(lib, "cuMemFreeHost", r.cuMemFreeHost);
@@ -457,7 +459,8 @@ constexpr int kPointwiseAdd = 0, kPointwiseReluFwd = 100;  // pointwise modes
 constexpr int kPointwiseMode = 0, kPointwiseMathPrec = 1;
 constexpr int kPwOpDesc = 750, kPwOpX = 751, kPwOpB = 752, kPwOpY = 753;
 constexpr int kTensorIsVirtual = 907;
-constexpr int kDataFloat = 0, kDataDouble = 1, kCrossCorrelation = 1, kHeurModeA = 3;
+constexpr int kDataFloat = 0, kDataDouble = 1, kCrossCorrelation = 1, kHeurModeA = 3,
+              kHeurModeFallback = 2;
 constexpr int kNoteTensorCore = 0, kNoteDownConvertInputs = 1;
 constexpr int kTensorByteAlignment = 900, kTensorDataType = 901, kTensorDims = 902,
               kTensorStrides = 903, kTensorUid = 906;
@@ -526,12 +529,15 @@ struct ConvShape {
 /// and the execution plan, for the shape, alignment and precision in `key`.
 struct ConvPlan {
   std::vector<int64_t> key;
-  std::vector<void*> descriptors;  // destroyed in reverse order
+  std::vector<void*> descriptors;  // destroyed in reverse order; none in a borrowed plan
   void* plan = nullptr;
   int64_t workspace = 0;
   /// The graph is the convolution alone although the call has an epilogue (cuDNN had no engine
   /// for them fused): the epilogue runs as kiln_conv_epilogue after it.
   bool unfused = false;
+  /// With tuning (KILN_CUDNN_TUNE=1): the finalized engines to time at the first run, (plan,
+  /// workspace) each; the plan of the fastest becomes `plan`.
+  std::vector<std::pair<void*, int64_t>> candidates;
   void release() {
     for (size_t k = descriptors.size(); k-- > 0;) dnn_api().DestroyDescriptor(descriptors[k]);
     descriptors.clear();
@@ -839,6 +845,8 @@ class RunState {
     for (MatMulPlan& p : plans_) p.release();
     if (blas_handle_ != nullptr) blas().Destroy(blas_handle_);
     for (ConvPlan& p : conv_plans_) p.release();
+    for (size_t k = retired_conv_descriptors_.size(); k-- > 0;)
+      dnn_api().DestroyDescriptor(retired_conv_descriptors_[k]);
     if (dnn_handle_ != nullptr) {
       dnn_api().SetStream(dnn_handle_, own_stream_);  // not a caller's stream, which may be gone
       dnn_api().Destroy(dnn_handle_);
@@ -1306,9 +1314,20 @@ class RunState {
       conv_plans_.resize(static_cast<size_t>(site) + 1);
     ConvPlan& plan = conv_plans_[static_cast<size_t>(site)];
     if (plan.key != key) {
-      plan.release();
-      plan.key.clear();
+      retire_conv_plan(plan);
       plan.unfused = false;
+      // A call site of the same convolution (ResNet's repeated blocks) lends its plan: cuDNN
+      // finalizes each engine once (a runtime-compiled fusion engine takes up to seconds).
+      for (const ConvPlan& other : conv_plans_) {
+        if (&other == &plan || other.key != key || other.plan == nullptr) continue;
+        plan.plan = other.plan;
+        plan.workspace = other.workspace;
+        plan.unfused = other.unfused;
+        plan.key = key;
+        break;
+      }
+    }
+    if (plan.key != key) {
       const ConvDims dims{xd, wd, yd, stride, pre, post, dilation, s.channels_last};
       bool made = false;
       std::string why;
@@ -1327,34 +1346,40 @@ class RunState {
       if (!made) make_conv_plan(plan, f64, tf32, align, dims, ConvEpilogue{}, what, true);
       plan.key = key;
     }
-    Dnn& api = dnn_api();
-    void* pack = nullptr;
-    check_dnn(api.CreateDescriptor(dnn::kVariantPack, &pack), what);
-    // Unique ids as make_conv_plan numbers them: X 1, W 2, Y 3, bias 4, residual 5.
-    int64_t uids[5] = {1, 2, 3, 4, 5};
-    void* pointers[5] = {const_cast<T*>(x), const_cast<T*>(w), y, const_cast<T*>(bias),
-                         const_cast<T*>(residual)};
-    int64_t count = 3;
-    if (!plan.unfused) {
-      if (bias != nullptr) {
-        uids[count] = 4;
-        pointers[count++] = const_cast<T*>(bias);
+    // Queues `which` (a plan of this call's graph) with this call's pointers; cuDNN's status.
+    auto execute = [&](void* which, int64_t workspace_bytes) {
+      Dnn& api = dnn_api();
+      void* pack = nullptr;
+      check_dnn(api.CreateDescriptor(dnn::kVariantPack, &pack), what);
+      // Unique ids as make_conv_plan numbers them: X 1, W 2, Y 3, bias 4, residual 5.
+      int64_t uids[5] = {1, 2, 3, 4, 5};
+      void* pointers[5] = {const_cast<T*>(x), const_cast<T*>(w), y, const_cast<T*>(bias),
+                           const_cast<T*>(residual)};
+      int64_t count = 3;
+      if (!plan.unfused) {
+        if (bias != nullptr) {
+          uids[count] = 4;
+          pointers[count++] = const_cast<T*>(bias);
+        }
+        if (residual != nullptr) {
+          uids[count] = 5;
+          pointers[count++] = const_cast<T*>(residual);
+        }
       }
-      if (residual != nullptr) {
-        uids[count] = 5;
-        pointers[count++] = const_cast<T*>(residual);
-      }
-    }
-    void* workspace = plan.workspace > 0 ? library_workspace() : nullptr;
-    int status = api.SetAttribute(pack, dnn::kPackUids, dnn::kTypeInt64, count, uids);
-    if (status == 0)
-      status = api.SetAttribute(pack, dnn::kPackPointers, dnn::kTypeVoidPtr, count, pointers);
-    if (status == 0)
-      status = api.SetAttribute(pack, dnn::kPackWorkspace, dnn::kTypeVoidPtr, 1, &workspace);
-    if (status == 0) status = api.Finalize(pack);
-    if (status == 0) status = api.Execute(dnn_handle_, plan.plan, pack);
-    api.DestroyDescriptor(pack);
-    check_dnn(status, what);
+      void* workspace = workspace_bytes > 0 ? library_workspace() : nullptr;
+      int status = api.SetAttribute(pack, dnn::kPackUids, dnn::kTypeInt64, count, uids);
+      if (status == 0)
+        status = api.SetAttribute(pack, dnn::kPackPointers, dnn::kTypeVoidPtr, count, pointers);
+      if (status == 0)
+        status = api.SetAttribute(pack, dnn::kPackWorkspace, dnn::kTypeVoidPtr, 1, &workspace);
+      if (status == 0) status = api.Finalize(pack);
+      if (status == 0) status = api.Execute(dnn_handle_, which, pack);
+      api.DestroyDescriptor(pack);
+      return status;
+    };
+    if (plan.candidates.size() > 1 && !capturing_) pick_fastest(plan, execute, what);
+    plan.candidates.clear();
+    check_dnn(execute(plan.plan, plan.workspace), what);
     if (plan.unfused) conv_epilogue(y, bias, residual, relu, y_numel, channels, inner, what);
   }
 
@@ -1547,6 +1572,50 @@ class RunState {
     if (found == 0) kiln_rt::fail("%s: cuBLASLt has no algorithm for this product", what);
   }
 
+  /// Times each of `plan`'s candidates (CUDA events around 3 runs after one, on the run's
+  /// stream: the first run of a new shape waits for the GPU here) and keeps the fastest.
+  template <typename Execute>
+  void pick_fastest(ConvPlan& plan, Execute& execute, const char* what) {
+    Driver& d = driver();
+    CUevent start = nullptr, stop = nullptr;
+    check(d.cuEventCreate(&start, 0), what);
+    check(d.cuEventCreate(&stop, 0), what);
+    float best = -1;
+    for (const auto& [candidate, workspace] : plan.candidates) {
+      bool ok = execute(candidate, workspace) == 0;
+      check(d.cuEventRecord(start, stream_), what);
+      for (int k = 0; ok && k < 3; ++k) ok = execute(candidate, workspace) == 0;
+      check(d.cuEventRecord(stop, stream_), what);
+      check(d.cuEventSynchronize(stop), what);
+      float ms = 0;
+      if (!ok || d.cuEventElapsedTime(&ms, start, stop) != 0) continue;
+      if (best < 0 || ms < best) {
+        best = ms;
+        plan.plan = candidate;
+        plan.workspace = workspace;
+      }
+    }
+    d.cuEventDestroy(start);
+    d.cuEventDestroy(stop);
+  }
+
+  /// Empties `plan` before it is remade: its descriptors are destroyed unless another call site
+  /// borrowed its plan (kept until the run state goes, then).
+  void retire_conv_plan(ConvPlan& plan) {
+    bool lent = false;
+    for (const ConvPlan& other : conv_plans_) {
+      lent = lent || (&other != &plan && other.plan != nullptr && other.plan == plan.plan &&
+                      other.descriptors.empty());
+    }
+    if (lent) {
+      retired_conv_descriptors_.insert(retired_conv_descriptors_.end(), plan.descriptors.begin(),
+                                       plan.descriptors.end());
+      plan.descriptors.clear();
+    }
+    plan.release();
+    plan.key.clear();
+  }
+
   /// Queues `call`'s epilogue after the convolution alone wrote `y` (kiln_conv_epilogue, in the
   /// model's module when a convolution has one).
   template <typename T>
@@ -1683,7 +1752,7 @@ class RunState {
     if (epilogue.bias) {
       std::vector<int64_t> bias_dims(d.y.size(), 1);
       bias_dims[1] = d.y[1];
-      pointwise(dnn::kPointwiseAdd, tensor(bias_dims, 4, false, false));
+      pointwise(dnn::kPointwiseAdd, tensor(bias_dims, 4, d.last, false));
     }
     if (epilogue.residual) pointwise(dnn::kPointwiseAdd, tensor(d.y, 5, d.last, false));
     if (epilogue.relu) pointwise(dnn::kPointwiseReluFwd, nullptr);
@@ -1691,55 +1760,67 @@ class RunState {
     set(graph, dnn::kGraphOps, dnn::kTypeDescriptor, static_cast<int64_t>(ops.size()), ops.data());
     set(graph, dnn::kGraphHandle, dnn::kTypeHandle, 1, &dnn_handle_);
     check_dnn(api.Finalize(graph), what);
-    void* heuristics = make(dnn::kHeuristics);
-    const int heur_mode = dnn::kHeurModeA;
-    set(heuristics, dnn::kHeurGraph, dnn::kTypeDescriptor, 1, &graph);
-    set(heuristics, dnn::kHeurMode, dnn::kTypeHeurMode, 1, &heur_mode);
-    check_dnn(api.Finalize(heuristics), what);
-    int64_t count = 0;
-    check_dnn(
-        api.GetAttribute(heuristics, dnn::kHeurResults, dnn::kTypeDescriptor, 0, &count, nullptr),
-        what);
-    std::vector<void*> configs;
-    for (int64_t k = 0; k < count; ++k) configs.push_back(make(dnn::kEngineConfig));
-    int64_t returned = 0;
-    check_dnn(api.GetAttribute(heuristics, dnn::kHeurResults, dnn::kTypeDescriptor, count,
-                               &returned, configs.data()),
-              what);
-    for (int64_t k = 0; k < returned; ++k) {
-      if (!tf32 && !f64) {
-        void* engine = make(dnn::kEngine);
-        int64_t got = 0;
-        if (api.GetAttribute(configs[static_cast<size_t>(k)], dnn::kConfigEngine,
-                             dnn::kTypeDescriptor, 1, &got, &engine) != 0) {
-          continue;
-        }
-        int notes[32] = {};
-        int64_t n_notes = 0;
-        if (api.GetAttribute(engine, dnn::kEngineNotes, dnn::kTypeNumericalNote, 32, &n_notes,
-                             notes) != 0) {
-          continue;
-        }
-        bool tensor_core = false;
-        for (int64_t j = 0; j < n_notes; ++j) {
-          tensor_core = tensor_core || notes[j] == dnn::kNoteTensorCore ||
-                        notes[j] == dnn::kNoteDownConvertInputs;
-        }
-        if (tensor_core) continue;
+    // The heuristic's engines (mode A), then cuDNN's fallback list (runtime-compiled fusion
+    // engines among them).
+    for (const int heur_mode : {dnn::kHeurModeA, dnn::kHeurModeFallback}) {
+      if (plan.plan != nullptr) break;  // candidates enough to tune among
+      void* heuristics = make(dnn::kHeuristics);
+      set(heuristics, dnn::kHeurGraph, dnn::kTypeDescriptor, 1, &graph);
+      set(heuristics, dnn::kHeurMode, dnn::kTypeHeurMode, 1, &heur_mode);
+      // A mode that takes no such graph gives no engines, not an error.
+      int64_t count = 0;
+      if (api.Finalize(heuristics) != 0 ||
+          api.GetAttribute(heuristics, dnn::kHeurResults, dnn::kTypeDescriptor, 0, &count,
+                           nullptr) != 0) {
+        continue;
       }
-      void* candidate = make(dnn::kPlan);
-      set(candidate, dnn::kPlanHandle, dnn::kTypeHandle, 1, &dnn_handle_);
-      set(candidate, dnn::kPlanConfig, dnn::kTypeDescriptor, 1, &configs[static_cast<size_t>(k)]);
-      if (api.Finalize(candidate) != 0) continue;
-      int64_t workspace = 0, got = 0;
-      check_dnn(
-          api.GetAttribute(candidate, dnn::kPlanWorkspace, dnn::kTypeInt64, 1, &got, &workspace),
-          what);
-      if (workspace > static_cast<int64_t>(library_workspace_bytes_)) continue;
-      plan.plan = candidate;
-      plan.workspace = workspace;
-      return true;
+      std::vector<void*> configs;
+      for (int64_t k = 0; k < count; ++k) configs.push_back(make(dnn::kEngineConfig));
+      int64_t returned = 0;
+      if (api.GetAttribute(heuristics, dnn::kHeurResults, dnn::kTypeDescriptor, count, &returned,
+                           configs.data()) != 0) {
+        continue;
+      }
+      for (int64_t k = 0; k < returned; ++k) {
+        if (!tf32 && !f64) {
+          void* engine = make(dnn::kEngine);
+          int64_t got = 0;
+          if (api.GetAttribute(configs[static_cast<size_t>(k)], dnn::kConfigEngine,
+                               dnn::kTypeDescriptor, 1, &got, &engine) != 0) {
+            continue;
+          }
+          int notes[32] = {};
+          int64_t n_notes = 0;
+          if (api.GetAttribute(engine, dnn::kEngineNotes, dnn::kTypeNumericalNote, 32, &n_notes,
+                               notes) != 0) {
+            continue;
+          }
+          bool tensor_core = false;
+          for (int64_t j = 0; j < n_notes; ++j) {
+            tensor_core = tensor_core || notes[j] == dnn::kNoteTensorCore ||
+                          notes[j] == dnn::kNoteDownConvertInputs;
+          }
+          if (tensor_core) continue;
+        }
+        void* candidate = make(dnn::kPlan);
+        set(candidate, dnn::kPlanHandle, dnn::kTypeHandle, 1, &dnn_handle_);
+        set(candidate, dnn::kPlanConfig, dnn::kTypeDescriptor, 1, &configs[static_cast<size_t>(k)]);
+        if (api.Finalize(candidate) != 0) continue;
+        int64_t workspace = 0, got = 0;
+        check_dnn(
+            api.GetAttribute(candidate, dnn::kPlanWorkspace, dnn::kTypeInt64, 1, &got, &workspace),
+            what);
+        if (workspace > static_cast<int64_t>(library_workspace_bytes_)) continue;
+        if (plan.plan == nullptr) {
+          plan.plan = candidate;
+          plan.workspace = workspace;
+        }
+        if (!tune_convs_) return true;
+        plan.candidates.emplace_back(candidate, workspace);
+        if (plan.candidates.size() >= kConvTuneCandidates) return true;
+      }
     }
+    if (plan.plan != nullptr) return true;
     if (!required) return false;
     kiln_rt::fail("%s: cuDNN has no engine for this convolution%s", what,
                   tf32 || f64 ? "" : " without tensor cores (--precision fp32)");
@@ -1767,12 +1848,20 @@ class RunState {
   std::vector<Check> checks_;  // this run's index checks, numbered as the kernel reports them
   char* arena_ = nullptr;
   size_t arena_bytes_ = 0;
-  size_t library_offset_ = 0;               // where the libraries' workspace starts in the arena
-  size_t library_workspace_bytes_ = 0;      // 0: the model runs no product or convolution
-  void* blas_handle_ = nullptr;             // cublasLtHandle_t, made at the first product
-  std::vector<MatMulPlan> plans_;           // per call site
-  void* dnn_handle_ = nullptr;              // cudnnHandle_t, made at the first convolution
-  std::vector<ConvPlan> conv_plans_;        // per call site
+  size_t library_offset_ = 0;           // where the libraries' workspace starts in the arena
+  size_t library_workspace_bytes_ = 0;  // 0: the model runs no product or convolution
+  void* blas_handle_ = nullptr;         // cublasLtHandle_t, made at the first product
+  std::vector<MatMulPlan> plans_;       // per call site
+  void* dnn_handle_ = nullptr;          // cudnnHandle_t, made at the first convolution
+  std::vector<ConvPlan> conv_plans_;    // per call site; one may borrow another's plan
+  std::vector<void*> retired_conv_descriptors_;  // of remade plans another site borrowed
+  /// KILN_CUDNN_TUNE=1: a new convolution plan times up to kConvTuneCandidates of the
+  /// heuristic's engines at its first run and keeps the fastest (else the heuristic's first).
+  static constexpr size_t kConvTuneCandidates = 4;
+  bool tune_convs_ = [] {
+    const char* v = std::getenv("KILN_CUDNN_TUNE");
+    return v != nullptr && std::string(v) == "1";
+  }();
   CUfunction conv_epilogue_f32_ = nullptr;  // kiln_conv_epilogue_*, found when first needed
   CUfunction conv_epilogue_f64_ = nullptr;
   std::vector<void*> constants_;

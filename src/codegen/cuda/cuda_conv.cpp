@@ -118,7 +118,7 @@ __device__ void kiln_conv_epilogue(T* y, const T* bias, const T* residual, int64
     T v = y[i];
     if (bias != nullptr) v = v + bias[i / inner % channels];
     if (residual != nullptr) v = v + residual[i];
-    if (relu != 0) v = v > T(0) ? v : T(0);
+    if (relu != 0) v = v < T(0) ? T(0) : v;  // NaN stays NaN
     y[i] = v;
   }
 }

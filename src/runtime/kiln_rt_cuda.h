@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -984,6 +985,10 @@ class RunState {
     launch_function(functions_[static_cast<size_t>(k)], stream_, name, args...);
   }
 
+  /// --autotune max: each new convolution plan times up to kConvTuneCandidates engines at its
+  /// first run (as KILN_CUDNN_TUNE=1 does for any model).
+  void tune_convolutions() { tune_convs_ = true; }
+
   /// The model runs matrix products or convolutions: the arena keeps the libraries' workspace
   /// after the intermediates (called before arena()).
   void reserve_library_workspace() { library_workspace_bytes_ = kLibraryWorkspaceBytes; }
@@ -1572,16 +1577,38 @@ class RunState {
     if (found == 0) kiln_rt::fail("%s: cuBLASLt has no algorithm for this product", what);
   }
 
+  /// The engine each tuned convolution took in this process, by plan key: its index among the
+  /// candidates (the heuristic lists them in the same order for every run state).
+  struct TunedEngines {
+    std::mutex mutex;
+    std::map<std::vector<int64_t>, size_t> chosen;
+  };
+  static TunedEngines& tuned_engines() {
+    static TunedEngines t;
+    return t;
+  }
+
   /// Times each of `plan`'s candidates (CUDA events around 3 runs after one, on the run's
-  /// stream: the first run of a new shape waits for the GPU here) and keeps the fastest.
+  /// stream: the first run of a new shape waits for the GPU here) and keeps the fastest. The
+  /// first run state to tune a key decides for the whole process, so that concurrent runs run
+  /// the same engines and give identical outputs.
   template <typename Execute>
   void pick_fastest(ConvPlan& plan, Execute& execute, const char* what) {
+    TunedEngines& tuned = tuned_engines();
+    std::lock_guard<std::mutex> lock(tuned.mutex);
+    if (auto it = tuned.chosen.find(plan.key);
+        it != tuned.chosen.end() && it->second < plan.candidates.size()) {
+      std::tie(plan.plan, plan.workspace) = plan.candidates[it->second];
+      return;
+    }
     Driver& d = driver();
     CUevent start = nullptr, stop = nullptr;
     check(d.cuEventCreate(&start, 0), what);
     check(d.cuEventCreate(&stop, 0), what);
     float best = -1;
-    for (const auto& [candidate, workspace] : plan.candidates) {
+    size_t chosen = 0;
+    for (size_t index = 0; index < plan.candidates.size(); ++index) {
+      const auto [candidate, workspace] = plan.candidates[index];
       bool ok = execute(candidate, workspace) == 0;
       check(d.cuEventRecord(start, stream_), what);
       for (int k = 0; ok && k < 3; ++k) ok = execute(candidate, workspace) == 0;
@@ -1591,12 +1618,14 @@ class RunState {
       if (!ok || d.cuEventElapsedTime(&ms, start, stop) != 0) continue;
       if (best < 0 || ms < best) {
         best = ms;
+        chosen = index;
         plan.plan = candidate;
         plan.workspace = workspace;
       }
     }
     d.cuEventDestroy(start);
     d.cuEventDestroy(stop);
+    tuned.chosen[plan.key] = chosen;
   }
 
   /// Empties `plan` before it is remade: its descriptors are destroyed unless another call site

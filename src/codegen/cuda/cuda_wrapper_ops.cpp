@@ -65,6 +65,8 @@ void CudaWrapperOps::write_workspace(IndentedBuffer& out) {
   out.line("kiln_cuda::DeviceWorkspace ws(state.cuda.memory());");
   if (uses_workspace_)
     out.line("state.cuda.reserve_library_workspace();  // cuBLASLt's and cuDNN's, in the arena");
+  if (uses_dnn_ && tune_libraries_)
+    out.line("state.cuda.tune_convolutions();  // --autotune max: cuDNN engines timed");
 }
 
 void CudaWrapperOps::write_input_data(IndentedBuffer& out, size_t k, const std::string& ctype,

@@ -677,6 +677,24 @@ TEST(CudaConv, ConvolutionIsOneCudnnGraphWithItsBiasAndRelu) {
             count(wrapper, "if (profile != nullptr) state.cuda.synchronize("));
 }
 
+TEST(CudaConv, AutotuneMaxTimesCudnnEnginesAtTheFirstRun) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const graph::Model model = build(named("conv2d_one_by_one"));
+  const std::string plain = cuda_wrapper(model, dir.path / "plain");
+  EXPECT_EQ(plain.find("state.cuda.tune_convolutions();"), std::string::npos) << plain;
+  CompileOptions options;
+  options.device = ir::Device::kCuda;
+  options.autotune = autotune::AutotuneMode::kMax;
+  options.dump_dir = dir.path / "max" / "dump";
+  options.cache_dir = dir.path / "max" / "cache";
+  setenv("KILN_CUDA_ARCHS", "90", 1);
+  compile(model, options);
+  unsetenv("KILN_CUDA_ARCHS");
+  const std::string tuned = files::read(dir.path / "max" / "dump" / "5_wrapper.cpp");
+  EXPECT_NE(tuned.find("state.cuda.tune_convolutions();"), std::string::npos) << tuned;
+}
+
 TEST(CudaConv, ResidualAddAndReluFuseIntoTheChannelsLastCall) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
   TempDir dir;

@@ -138,6 +138,10 @@ void run_matmul(const Buffer& buffer, const MatMulCall& params, Storages& storag
   const double alpha = params.alpha, beta = params.beta;
   bool has_bias = has_input(call, 2);
   Operand c = has_bias ? operand(call, 2, storages, binding) : Operand{};
+  // Input 3: a residual the CUDA backend fused (codegen/cuda/cuda_matmul.h), laid out as the
+  // output and added with weight 1: out = act(alpha * A @ B + beta * C + R).
+  bool has_residual = has_input(call, 3);
+  Operand r = has_residual ? operand(call, 3, storages, binding) : Operand{};
   bool integer = !is_float_dtype(a.dtype) && !is_float_dtype(buffer.dtype);
   Storage& out = storages.at(buffer.name);
   for_each_index(out_layout.sizes, [&](const std::vector<int64_t>& index) {
@@ -159,6 +163,7 @@ void run_matmul(const Buffer& buffer, const MatMulCall& params, Storages& storag
     double value = integer ? static_cast<double>(static_cast<int64_t>(isum)) : sum;
     value *= alpha;
     if (has_bias) value += beta * c.real_at(broadcast_to(index, rank, c, c.rank()));
+    if (has_residual) value += r.real_at(broadcast_to(index, rank, r, r.rank()));
     switch (params.activation) {
       case MatMulActivation::kNone:
         break;

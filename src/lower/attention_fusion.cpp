@@ -91,7 +91,9 @@ bool reads_only_constants(LoweringContext& ctx, const TensorValue& value) {
 
 std::optional<TensorValue> fuse_attention(LoweringContext& ctx, const graph::Node& matmul,
                                           const ValueLookup& lookup, const UseCount& uses) {
-  if (ctx.options().device != ir::Device::kCpu || !ctx.options().fuse_attention) {
+  const bool cuda = ctx.options().device == ir::Device::kCuda;
+  if ((ctx.options().device != ir::Device::kCpu && !cuda) || !ctx.options().fuse_attention ||
+      (cuda && !ctx.options().cuda_fused_attention)) {
     return std::nullopt;
   }
   if (matmul.inputs().size() != 2 || matmul.outputs().size() != 1) return std::nullopt;
@@ -193,6 +195,13 @@ std::optional<TensorValue> fuse_attention(LoweringContext& ctx, const graph::Nod
   };
   const Expr& d = q.shape.back();
   const Expr& dv = vv.shape.back();
+  if (cuda) {
+    // The GPU kernel (codegen/cuda/cuda_attention.h) keeps heads of up to 128 in shared memory
+    // and registers, and up to 6 batch dims.
+    const std::optional<int64_t> dn = d.as_integer(), dvn = dv.as_integer();
+    if (!dn || !dvn || *dn < 1 || *dvn < 1 || *dn > 128 || *dvn > 128 || batch.size() > 6)
+      return std::nullopt;
+  }
   std::vector<std::optional<ir::View>> inputs = {operand(q, lq, d), operand(kt, d, lk),
                                                  operand(vv, lk, dv)};
   if (mask_value) inputs.push_back(operand(*mask_value, lq, lk));

@@ -60,6 +60,12 @@ class GraphLowering {
   bool is_float_argument(const graph::Value& input) const;
   void specialize(const graph::Value& input, TensorValue& value);
   void lower_node(const graph::Node& node);
+  /// On CUDA: lowers `matmul` and the other MatMul + Add(bias) projections of its input (a
+  /// transformer's Q, K and V) as one product against their weights concatenated along N, with
+  /// the biases concatenated likewise (one cuBLASLt call with its bias epilogue); each Add's
+  /// value is a column slice of it, a view. False (nothing lowered) unless `matmul` is the first
+  /// of at least two such projections.
+  bool lower_concatenated_projections(const graph::Node& matmul);
   /// The value of `value`: from this graph, or captured from an enclosing one.
   const TensorValue& lookup(const graph::Value& value);
   TensorValue settle(TensorValue value, const graph::Value& out);
@@ -75,6 +81,8 @@ class GraphLowering {
   ir::Program program_;
   LoweringContext ctx_;
   std::unordered_map<const graph::Value*, TensorValue> env_;
+  /// Nodes already lowered with an earlier one (lower_concatenated_projections).
+  std::set<const graph::Node*> lowered_with_others_;
   GraphLowering* parent_ = nullptr;  // set for a subgraph
   std::string name_;                 // "" for the main graph, "g<N>" for subgraphs
   std::vector<const graph::Value*> captures_;

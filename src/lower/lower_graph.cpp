@@ -15,6 +15,7 @@
 #include "lower/branch_specialization.h"
 #include "lower/constant_fold.h"
 #include "lower/graph_lowering.h"
+#include "lower/op_util.h"
 #include "support/error.h"
 #include "support/identifier.h"
 #include "support/log.h"
@@ -346,6 +347,7 @@ void GraphLowering::specialize(const graph::Value& input, TensorValue& value) {
 }
 
 void GraphLowering::lower_node(const graph::Node& node) {
+  if (lowered_with_others_.count(&node)) return;  // its outputs are set already
   ctx_.set_node(&node);
   const OpLowering* lowering = Registry::instance().find(node.domain(), node.op_type());
   if (lowering == nullptr) {
@@ -367,6 +369,9 @@ void GraphLowering::lower_node(const graph::Node& node) {
       env_[node.outputs()[0]] = settle(std::move(*fused), *node.outputs()[0]);
       return;
     }
+  }
+  if (node.domain().empty() && node.op_type() == "MatMul" && lower_concatenated_projections(node)) {
+    return;
   }
   std::vector<std::optional<TensorValue>> inputs;
   for (const graph::Value* in : node.inputs()) {
@@ -403,6 +408,101 @@ void GraphLowering::lower_node(const graph::Node& node) {
 
 /// Decides whether a freshly lowered value stays lazy (inlined into its users), is folded into
 /// a constant (it depends only on constants), or is materialized now.
+bool GraphLowering::lower_concatenated_projections(const graph::Node& matmul) {
+  if (ctx_.options().device != ir::Device::kCuda) return false;
+  // A projection: MatMul(x, W) with W a float32 [K, N] initializer, read only by an Add of a
+  // float32 [N] initializer (the bias).
+  struct Projection {
+    const graph::Node* matmul;
+    const graph::Node* add;
+    const graph::Tensor* weight;
+    const graph::Tensor* bias;
+  };
+  auto projection = [&](const graph::Node& mm) -> std::optional<Projection> {
+    if (!mm.domain().empty() || mm.op_type() != "MatMul" || mm.inputs().size() != 2 ||
+        mm.outputs().size() != 1 || mm.inputs()[0] != matmul.inputs()[0] ||
+        mm.inputs()[1] == nullptr) {
+      return std::nullopt;
+    }
+    const graph::Tensor* w = mm.inputs()[1]->initializer();
+    if (w == nullptr || w->dtype() != DType::kFloat32 || w->dims().size() != 2) return std::nullopt;
+    const graph::Value* y = mm.outputs()[0];
+    if (y == nullptr || y->users().size() != 1 || use_count(*y, graph_) != 1) return std::nullopt;
+    const graph::Node* add = y->users()[0];
+    if (!add->domain().empty() || add->op_type() != "Add" || add->inputs().size() != 2 ||
+        add->outputs().size() != 1) {
+      return std::nullopt;
+    }
+    const graph::Value* b = add->inputs()[0] == y ? add->inputs()[1] : add->inputs()[0];
+    if (b == nullptr || b == y) return std::nullopt;
+    const graph::Tensor* bias = b->initializer();
+    if (bias == nullptr || bias->dtype() != DType::kFloat32 ||
+        bias->dims() != std::vector<int64_t>{w->dims()[1]}) {
+      return std::nullopt;
+    }
+    return Projection{&mm, add, w, bias};
+  };
+  const graph::Value* x = matmul.inputs().empty() ? nullptr : matmul.inputs()[0];
+  if (x == nullptr || !projection(matmul)) return false;
+  std::vector<Projection> group;
+  for (const graph::Node* user : x->users()) {
+    const std::optional<Projection> p = projection(*user);
+    if (!p || p->weight->dims()[0] != projection(matmul)->weight->dims()[0]) continue;
+    if (std::any_of(group.begin(), group.end(),
+                    [&](const Projection& q) { return q.matmul == user; }))
+      continue;  // x read twice by one node
+    group.push_back(*p);
+  }
+  // Only from the first of them (node order), and only when there is more than one.
+  if (group.size() < 2 || group[0].matmul != &matmul) return false;
+  const int64_t k = group[0].weight->dims()[0];
+  int64_t n = 0;
+  for (const Projection& p : group) n += p.weight->dims()[1];
+  auto weight = std::make_shared<graph::Tensor>(DType::kFloat32, std::vector<int64_t>{k, n});
+  auto bias = std::make_shared<graph::Tensor>(DType::kFloat32, std::vector<int64_t>{n});
+  {
+    auto w = weight->mutable_values<float>();
+    auto b = bias->mutable_values<float>();
+    int64_t column = 0;
+    for (const Projection& p : group) {
+      const int64_t width = p.weight->dims()[1];
+      const auto from = p.weight->values<float>();
+      for (int64_t r = 0; r < k; ++r)
+        std::copy_n(from.begin() + r * width, width, w.begin() + r * n + column);
+      std::copy_n(p.bias->values<float>().begin(), width, b.begin() + column);
+      column += width;
+    }
+  }
+  const Registry& registry = Registry::instance();
+  std::vector<std::optional<TensorValue>> product_inputs = {lookup(*x), ctx_.from_constant(weight)};
+  std::vector<TensorValue> product = registry.find("", "MatMul")->fn(ctx_, matmul, product_inputs);
+  ctx_.set_node(group[0].add);
+  std::vector<std::optional<TensorValue>> sum_inputs = {product.at(0), ctx_.from_constant(bias)};
+  std::vector<TensorValue> sum = registry.find("", "Add")->fn(ctx_, *group[0].add, sum_inputs);
+  // One buffer (the product with its bias: an epilogue), read through column slices.
+  const TensorValue all = ctx_.realize(sum.at(0), "concatenated projections");
+  log::write(log::Category::kFusion, "{}: {} projections of one input as one product (N = {})",
+             matmul.describe(), group.size(), n);
+  int64_t column = 0;
+  for (const Projection& p : group) {
+    ctx_.set_node(p.add);
+    std::vector<sym::Expr> shape = all.shape;
+    shape.back() = sym::Expr(p.weight->dims()[1]);
+    const sym::Expr offset(column);
+    TensorValue slice = make_view(ctx_, all, shape, [offset](const std::vector<sym::Expr>& index) {
+      std::vector<sym::Expr> at = index;
+      at.back() = at.back() + offset;
+      return at;
+    });
+    env_[p.add->outputs()[0]] = settle(std::move(slice), *p.add->outputs()[0]);
+    lowered_with_others_.insert(p.matmul);
+    lowered_with_others_.insert(p.add);
+    column += p.weight->dims()[1];
+  }
+  ctx_.set_node(&matmul);
+  return true;
+}
+
 TensorValue GraphLowering::settle(TensorValue value, const graph::Value& out) {
   if (value.sequence || value.none) return value;  // a sequence's tensors settled when made
   check_type(value, out);

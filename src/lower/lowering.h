@@ -121,6 +121,11 @@ struct LoweringOptions {
   /// Attention written node by node (MatMul, scale, mask, Softmax, MatMul) runs as one fused CPU
   /// kernel where lower/attention_fusion.h recognizes it; off: node by node.
   bool fuse_attention = true;
+  /// On CUDA, attention is fused (Kiln's kernel, codegen/cuda/cuda_attention.h) only when this
+  /// is set as well: measured on an H200 (bench/ort's BERT-base, seq 128, tf32, CUDA graphs),
+  /// cuBLASLt's batched products and the one-kernel Softmax took 1.124 ms a run against the
+  /// fused kernel's 1.216 ms, so node by node is the default there.
+  bool cuda_fused_attention = false;
 };
 
 inline constexpr int64_t kMaxSpecializedElements = 8;

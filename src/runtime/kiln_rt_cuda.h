@@ -405,10 +405,35 @@ struct MatMulShape {
   const int64_t* out_strides;
 };
 
+/// The operands of the fused attention kernel (codegen/cuda/cuda_attention.cpp writes the
+/// kernels, kiln_attention_f32_d<D>_v<Dv>, with the same struct on the device side; it is passed by
+/// value): out[b, i, :] = sum_j softmax_j(s[b, i, j]) V[b, j, :], s = mask(scale * (Q K^T)[b, i,
+/// j]). Views of rank batch_rank + 2 with their strides in elements (broadcast dims: 0): q [.., Lq,
+/// D], kt [.., D, Lk], v [.., Lk, Dv], mask [.., Lq, Lk] (bool bytes or float32, by mask_kind,
+/// ir::AttentionMask's numbering); out contiguous [.., Lq, Dv]. D and Dv are at most 128.
+struct AttentionParams {
+  static constexpr int kMaxBatchRank = 6;
+  const float* q;
+  const float* kt;
+  const float* v;
+  const void* mask;
+  float* out;
+  int64_t lq, lk, d, dv;
+  int64_t batch[kMaxBatchRank];
+  int64_t q_strides[kMaxBatchRank + 2];
+  int64_t kt_strides[kMaxBatchRank + 2];
+  int64_t v_strides[kMaxBatchRank + 2];
+  int64_t mask_strides[kMaxBatchRank + 2];
+  int32_t batch_rank;
+  int32_t mask_kind;
+  float scale;
+  float fill;
+};
+
 /// What one call site of cublasLtMatmul keeps between runs: the descriptors and algorithm for
 /// the shape, strides, alignments, precision and epilogue it was made for (`key`).
 struct MatMulPlan {
-  using Key = std::array<int64_t, 20>;
+  using Key = std::array<int64_t, 21>;
   Key key{};  // all zero: no plan yet (a real key has a compute type)
   void* desc = nullptr;
   void* layouts[3] = {nullptr, nullptr, nullptr};  // cuBLASLt's A (our B), B (our A), C = D
@@ -989,6 +1014,20 @@ class RunState {
   /// first run (as KILN_CUDNN_TUNE=1 does for any model).
   void tune_convolutions() { tune_convs_ = true; }
 
+  /// Queues the fused attention of `p` (kernel `k` of the module: one
+  /// kiln_attention_f32_d<D>_v<Dv>, 8 query rows per block of 128 threads) on the run's stream,
+  /// without waiting.
+  void attention(int k, const AttentionParams& p, const char* what) {
+    if (p.d > 128 || p.dv > 128 || p.batch_rank > AttentionParams::kMaxBatchRank)
+      kiln_rt::fail("%s: the fused attention kernel takes heads of up to 128 and 6 batch dims",
+                    what);
+    int64_t batches = 1;
+    for (int b = 0; b < p.batch_rank; ++b) batches *= p.batch[b];
+    const int64_t blocks = batches * ((p.lq + 7) / 8);
+    if (blocks == 0 || p.dv == 0) return;
+    launch(k, what, blocks, 1, 1, 128, 1, 1, 0, p);
+  }
+
   /// The model runs matrix products or convolutions: the arena keeps the libraries' workspace
   /// after the intermediates (called before arena()).
   void reserve_library_workspace() { library_workspace_bytes_ = kLibraryWorkspaceBytes; }
@@ -1109,8 +1148,9 @@ class RunState {
                   static_cast<long long>(-c.size), static_cast<long long>(c.size - 1));
   }
 
-  /// Queues out = act(alpha * A @ B + bias) (shape and strides in `s`; `bias` a vector of N
-  /// elements added to each row, or null; `tf32`: float32 products may round their inputs to
+  /// Queues out = act(alpha * A @ B + residual + bias) (shape and strides in `s`; `bias` a
+  /// vector of N elements added to each row, or null; `residual` a matrix laid out as `out` is,
+  /// cuBLASLt's C with beta 1, or null; `tf32`: float32 products may round their inputs to
   /// TF32 on the tensor cores) through cuBLASLt on the run's stream, without waiting. The
   /// row-major product is the column-major out^T = B^T @ A^T, so cuBLASLt's A is our B and its
   /// B our A; transposed operands are the op flags. Batch dims that are one strided batch for
@@ -1118,7 +1158,7 @@ class RunState {
   /// wrapper; its plan is remade only when the shape, strides or alignment change.
   template <typename T>
   void matmul(int site, const MatMulShape& s, const T* a, const T* b, T* out, double alpha,
-              Epilogue epilogue, const T* bias, bool tf32, const char* what) {
+              Epilogue epilogue, const T* bias, const T* residual, bool tf32, const char* what) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                   "cuBLASLt products are float32 or float64 here");
     const int r = s.rank;
@@ -1130,7 +1170,8 @@ class RunState {
       kiln_rt::fail("%s: cuBLASLt writes rows of contiguous elements", what);
     if (replaying()) return;
     if (k == 0) {  // an empty sum: zeros (no epilogue is fused where K may be 0)
-      if (epilogue != Epilogue::kNone) kiln_rt::fail("%s: an epilogue over K = 0", what);
+      if (epilogue != Epilogue::kNone || residual != nullptr)
+        kiln_rt::fail("%s: an epilogue over K = 0", what);
       check(driver().cuMemsetD8Async(device_ptr(out), 0,
                                      static_cast<size_t>(batches * m * n) * sizeof(T), stream_),
             what);
@@ -1177,7 +1218,11 @@ class RunState {
                    align_a = alignment_of({reinterpret_cast<uint64_t>(a), a_steps,
                                            static_cast<uint64_t>(inner.a) * e}),
                    align_d = alignment_of({reinterpret_cast<uint64_t>(out), d_steps,
-                                           static_cast<uint64_t>(inner.d) * e});
+                                           static_cast<uint64_t>(inner.d) * e}),
+                   // C is the residual when there is one (laid out as D), else D itself.
+        align_c = residual == nullptr ? align_d
+                                      : alignment_of({reinterpret_cast<uint64_t>(residual), d_steps,
+                                                      static_cast<uint64_t>(inner.d) * e});
     const bool f64 = std::is_same_v<T, double>;
     const int compute = f64 ? kBlasCompute64F : tf32 ? kBlasCompute32FFastTf32 : kBlasCompute32F;
     const MatMulPlan::Key key = {compute,
@@ -1199,6 +1244,7 @@ class RunState {
                                  inner.d,
                                  align_a,
                                  align_b,
+                                 align_c,
                                  align_d};
     if (blas_handle_ == nullptr) check_blas(blas().Create(&blas_handle_), "creating a handle");
     if (plans_.size() <= static_cast<size_t>(site)) plans_.resize(static_cast<size_t>(site) + 1);
@@ -1208,7 +1254,7 @@ class RunState {
       plan.release();
       plan.key = {};
       make_plan(plan, compute, f64 ? kBlasR64F : kBlasR32F, epilogue, x, y, z, inner.size, inner.b,
-                inner.a, inner.d, align_b, align_a, align_d, workspace, what);
+                inner.a, inner.d, align_b, align_a, align_c, align_d, workspace, what);
       plan.key = key;
     }
     if (epilogue == Epilogue::kBias || epilogue == Epilogue::kReluBias ||
@@ -1216,7 +1262,7 @@ class RunState {
       check_blas(blas().MatmulDescSetAttribute(plan.desc, kBlasDescBiasPointer, &bias, sizeof bias),
                  what);
     }
-    const T alpha_t = static_cast<T>(alpha), beta_t = 0;
+    const T alpha_t = static_cast<T>(alpha), beta_t = residual != nullptr ? 1 : 0;
     char* ws = workspace > 0 ? library_workspace() : nullptr;
     // The looped batch dims, odometer order.
     std::vector<int64_t> at(dims.size(), 0);
@@ -1228,8 +1274,9 @@ class RunState {
         od += at[d] * dims[d].d;
       }
       T* dst = out + od;
+      const T* c = residual != nullptr ? residual + od : dst;
       check_blas(blas().Matmul(blas_handle_, plan.desc, &alpha_t, b + ob, plan.layouts[0], a + oa,
-                               plan.layouts[1], &beta_t, dst, plan.layouts[2], dst, plan.layouts[2],
+                               plan.layouts[1], &beta_t, c, plan.layouts[2], dst, plan.layouts[2],
                                plan.choice.algo, ws, workspace, stream_),
                  what);
       size_t d = dims.size();
@@ -1536,7 +1583,7 @@ class RunState {
   void make_plan(MatMulPlan& plan, int compute, int type, Epilogue epilogue, const BlasMatrix& x,
                  const BlasMatrix& y, const BlasMatrix& d, int64_t batch, int64_t x_stride,
                  int64_t y_stride, int64_t d_stride, uint32_t align_x, uint32_t align_y,
-                 uint32_t align_d, size_t workspace, const char* what) {
+                 uint32_t align_c, uint32_t align_d, size_t workspace, const char* what) {
     BlasLt& api = blas();
     check_blas(api.MatmulDescCreate(&plan.desc, compute, type), what);
     const int32_t op_x = x.op, op_y = y.op;
@@ -1566,7 +1613,7 @@ class RunState {
     api.MatmulPreferenceSetAttribute(pref, kBlasPrefWorkspace, &ws, sizeof ws);
     api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignA, &align_x, sizeof align_x);
     api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignB, &align_y, sizeof align_y);
-    api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignC, &align_d, sizeof align_d);
+    api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignC, &align_c, sizeof align_c);
     api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignD, &align_d, sizeof align_d);
     int found = 0;
     const int status =

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -19,16 +20,19 @@ using ir::ValueId;
 namespace {
 
 /// Matches the body of a pointwise consumer of a matrix product against the epilogues
-/// cuBLASLt computes. `z` is the product plus the bias (or the product alone); the stored value
-/// must be z, relu(z) or gelu_tanh(z) written as lower/activation.cpp writes it.
+/// cuBLASLt computes. `z` is the sum of the product and whichever of a bias vector and a
+/// residual matrix the consumer loads (cuBLASLt adds the residual as its C with beta 1 and the
+/// bias in its epilogue), each once, in any order and grouping; the stored value must be z,
+/// relu(z) or gelu_tanh(z) written as lower/activation.cpp writes it.
 class EpilogueMatcher {
  public:
-  EpilogueMatcher(const ir::LoopBody& body, ValueId product, std::optional<ValueId> bias)
-      : body_(body), product_(product), bias_(bias) {}
+  EpilogueMatcher(const ir::LoopBody& body, ValueId product, std::optional<ValueId> bias,
+                  std::optional<ValueId> residual)
+      : body_(body), product_(product), bias_(bias), residual_(residual) {}
 
   /// The activation when the stored value `v` is one of the forms.
   std::optional<MatMulActivation> activation(ValueId v) const {
-    if (bias_ && is_z(v)) return MatMulActivation::kNone;
+    if ((bias_ || residual_) && is_z(v)) return MatMulActivation::kNone;
     const ir::Op& op = body_.op(v);
     if (op.code == OpCode::kRelu && is_z(op.operands[0])) return MatMulActivation::kRelu;
     if (is_gelu_tanh(v)) return MatMulActivation::kGeluTanh;
@@ -36,12 +40,25 @@ class EpilogueMatcher {
   }
 
  private:
-  /// The product, or the product plus the bias when there is one.
+  /// The product plus the bias and the residual there are, each once.
   bool is_z(ValueId v) const {
-    if (!bias_) return v == product_;
+    std::vector<ValueId> terms;
+    if (!sum_terms(v, terms, 3)) return false;
+    std::vector<ValueId> want = {product_};
+    if (bias_) want.push_back(*bias_);
+    if (residual_) want.push_back(*residual_);
+    std::sort(terms.begin(), terms.end());
+    std::sort(want.begin(), want.end());
+    return terms == want;
+  }
+  /// The leaves of the tree of float Adds rooted at `v` (at most `limit` of them).
+  bool sum_terms(ValueId v, std::vector<ValueId>& terms, size_t limit) const {
     const ir::Op& op = body_.op(v);
-    return op.code == OpCode::kAdd && ((op.operands[0] == product_ && op.operands[1] == *bias_) ||
-                                       (op.operands[1] == product_ && op.operands[0] == *bias_));
+    if (op.code == OpCode::kAdd) {
+      return sum_terms(op.operands[0], terms, limit) && sum_terms(op.operands[1], terms, limit);
+    }
+    terms.push_back(v);
+    return terms.size() <= limit;
   }
   bool is_constant(ValueId v, double value) const {
     const ir::Op& op = body_.op(v);
@@ -77,7 +94,7 @@ class EpilogueMatcher {
 
   const ir::LoopBody& body_;
   ValueId product_;
-  std::optional<ValueId> bias_;
+  std::optional<ValueId> bias_, residual_;
 };
 
 }  // namespace
@@ -100,8 +117,8 @@ bool fuse_matmul_epilogue(const ir::Program& program, const ir::Buffer& product,
   const sym::Expr identity = sched::elementwise_index(program, product.layout, body);
   const sym::Expr stored_at = sched::elementwise_index(program, consumer.layout, body);
   const sym::Expr& column = body.vars().back();
-  std::optional<ValueId> loaded, bias, stored;
-  std::string bias_buffer;
+  std::optional<ValueId> loaded, bias, residual, stored;
+  std::string bias_buffer, residual_buffer;
   for (size_t id = 0; id < body.ops().size(); ++id) {
     const auto v = static_cast<ValueId>(id);
     const ir::Op& op = body.op(v);
@@ -115,6 +132,9 @@ bool fuse_matmul_epilogue(const ir::Program& program, const ir::Buffer& product,
       } else if (op.buffer != product.name && op.index == column && !bias) {
         bias = v;  // element n of a buffer: a bias vector over the columns
         bias_buffer = op.buffer;
+      } else if (op.buffer != product.name && op.index == identity && !residual) {
+        residual = v;  // the element at the product's own position: a residual matrix
+        residual_buffer = op.buffer;
       } else {
         return false;
       }
@@ -125,7 +145,7 @@ bool fuse_matmul_epilogue(const ir::Program& program, const ir::Buffer& product,
   }
   if (!loaded || !stored) return false;
   const std::optional<MatMulActivation> activation =
-      EpilogueMatcher(body, *loaded, bias).activation(*stored);
+      EpilogueMatcher(body, *loaded, bias, residual).activation(*stored);
   if (!activation) return false;
   ir::MatMulCall fused = *call;
   fused.activation = *activation;
@@ -140,6 +160,12 @@ bool fuse_matmul_epilogue(const ir::Program& program, const ir::Buffer& product,
     layout.strides.back() = sym::Expr(1);
     layout.offset = sym::Expr(0);
     consumer.call.inputs.push_back(ir::View{bias_buffer, graph::DType::kFloat32, layout});
+  }
+  if (residual) {
+    // cuBLASLt's C (beta 1): a matrix laid out as the product, contiguous from its start.
+    if (!bias) consumer.call.inputs.emplace_back();
+    ir::Layout layout = ir::Layout::contiguous(product.layout.sizes);
+    consumer.call.inputs.push_back(ir::View{residual_buffer, graph::DType::kFloat32, layout});
   }
   consumer.call.op = fused;
   for (const ir::Origin& o : product.origins) consumer.add_origin(o);
@@ -159,8 +185,9 @@ void write_cuda_matmul(IndentedBuffer& out, const ir::Buffer& buffer, int site,
   KILN_CHECK(a.layout.rank() == rank && b.layout.rank() == rank,
              "matmul {}: operands of rank {} and {} for an output of rank {}", buffer.name,
              a.layout.rank(), b.layout.rank(), rank);
-  // Input 2 on the GPU is only ever the bias fuse_matmul_epilogue adds.
+  // Inputs 2 and 3 on the GPU are only ever the bias and residual fuse_matmul_epilogue adds.
   const bool bias = in.size() > 2 && in[2].has_value();
+  const bool residual = in.size() > 3 && in[3].has_value();
   KILN_CHECK(!bias || call.beta == 1.0, "matmul {}: a C other than a fused bias on CUDA",
              buffer.name);
   std::string epilogue = "kNone";
@@ -176,11 +203,12 @@ void write_cuda_matmul(IndentedBuffer& out, const ir::Buffer& buffer, int site,
       break;
   }
   const std::string t = ctype(buffer.dtype);
-  out.linef("// cuBLASLt, {} compute{}",
+  out.linef("// cuBLASLt, {} compute{}{}",
             buffer.dtype == graph::DType::kFloat64 ? "float64"
             : precision == ir::Precision::kTf32    ? "TF32"
                                                    : "float32",
-            epilogue == "kNone" ? "" : ", epilogue " + epilogue.substr(1));
+            epilogue == "kNone" ? "" : ", epilogue " + epilogue.substr(1),
+            residual ? ", residual added as C (beta 1)" : "");
   out.linef("const int64_t sizes[] = {{{}}};", dims_list(buffer.layout.sizes));
   out.linef("const int64_t a_strides[] = {{{}}};", dims_list(a.layout.strides));
   out.linef("const int64_t b_strides[] = {{{}}};", dims_list(b.layout.strides));
@@ -189,10 +217,10 @@ void write_cuda_matmul(IndentedBuffer& out, const ir::Buffer& buffer, int site,
       "const kiln_cuda::MatMulShape shape{{{}, sizes, {}, a_strides, b_strides, out_strides}};",
       rank, cexpr(a.layout.sizes[rank - 1]));
   out.linef(
-      "state.cuda.matmul<{}>({}, shape, {}, {}, {}, {}, kiln_cuda::Epilogue::{}, {}, {}, {});", t,
-      site, data_pointer(a), data_pointer(b), buffer.name, call.alpha, epilogue,
-      bias ? data_pointer(*in[2]) : "nullptr", precision == ir::Precision::kTf32 ? "true" : "false",
-      cpp_quote(label));
+      "state.cuda.matmul<{}>({}, shape, {}, {}, {}, {}, kiln_cuda::Epilogue::{}, {}, {}, {}, {});",
+      t, site, data_pointer(a), data_pointer(b), buffer.name, call.alpha, epilogue,
+      bias ? data_pointer(*in[2]) : "nullptr", residual ? data_pointer(*in[3]) : "nullptr",
+      precision == ir::Precision::kTf32 ? "true" : "false", cpp_quote(label));
   // A profiled run waits for each call, so that its event times the product, not its launch.
   out.linef("if (profile != nullptr) state.cuda.synchronize({});", cpp_quote(label));
 }

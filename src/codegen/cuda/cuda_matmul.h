@@ -14,8 +14,10 @@ namespace kiln::codegen {
 /// Rewrites `consumer`, the only reader of the matrix product `product`, into the product with
 /// the consumer as its cuBLASLt epilogue when the consumer's body is one that cuBLASLt
 /// computes: the product plus a bias vector over the last dim (Gemm's C of shape [N], MatMul
-/// then Add), then nothing, a Relu or the tanh form of Gelu (cuBLASLt's BIAS, RELU, RELU_BIAS,
-/// GELU, GELU_BIAS). Float32 only. Returns false and leaves both alone otherwise.
+/// then Add) and/or a residual matrix of the product's shape (a transformer's Add of the
+/// layer's input: cuBLASLt's C with beta 1, the output D apart), then nothing, a Relu or the
+/// tanh form of Gelu (cuBLASLt's BIAS, RELU, RELU_BIAS, GELU, GELU_BIAS). Float32 only.
+/// Returns false and leaves both alone otherwise.
 bool fuse_matmul_epilogue(const ir::Program& program, const ir::Buffer& product,
                           ir::Buffer& consumer);
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "codegen/cpp/cpp_host_text.h"
+#include "codegen/cuda/cuda_attention.h"
 #include "codegen/cuda/cuda_conv.h"
 #include "codegen/cuda/cuda_matmul.h"
 #include "codegen/cuda/host_fallback.h"
@@ -37,6 +38,11 @@ std::string launch_dims(const std::array<sym::Expr, 3>& dims) {
 }  // namespace
 
 void CudaWrapperOps::note(const ir::ExternCall& call) {
+  if (call.as<ir::AttentionCall>() != nullptr) {
+    // Kiln's kernel for its heads (cuda_attention.h), in the module.
+    if (auto heads = cuda_attention_heads(call)) attention_heads_.insert(*heads);
+    return;
+  }
   if (call.as<ir::MatMulCall>() != nullptr || call.as<ir::ConvCall>() != nullptr) {
     uses_workspace_ = true;
     uses_blas_ = uses_blas_ || call.as<ir::MatMulCall>() != nullptr;
@@ -154,12 +160,14 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
   // A convolution with an epilogue (cuda_conv.h) runs it as a kernel of its own where cuDNN has
   // no engine for the fused graph: the module carries that kernel.
   if (conv_epilogue_) source += conv_epilogue_source();
+  const bool uses_attention = !attention_heads_.empty();
+  if (uses_attention) source += cuda_attention_source(attention_heads_);
   std::vector<CudaBinary> binaries;
   const std::vector<int> archs = library_ ? cuda_library_archs() : cuda_target_archs();
   // A library for other machines carries PTX for its oldest architecture too: the driver
   // compiles it for GPUs newer than every cubin.
   const int ptx_arch = library_ ? *std::min_element(archs.begin(), archs.end()) : 0;
-  if (!kernels.empty() || conv_epilogue_)
+  if (!kernels.empty() || conv_epilogue_ || uses_attention)
     binaries = nvrtc_compile(source, archs, cache_dir_, ptx_arch);
   device_sources_.emplace_back("kernels.cu", source);
   out.line(
@@ -193,8 +201,15 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
       min_driver, uses_blas_ ? "true" : "false", uses_dnn_ ? "true" : "false");
   out.line("static const char* const kKernelNames[] = {");
   for (const GeneratedKernel* k : kernels) out.linef("    \"{}\",", k->name);
-  if (kernels.empty()) out.line("    nullptr,");
+  for (const auto& [d, dv] : attention_heads_)
+    out.linef("    \"{}\",", cuda_attention_kernel_name(d, dv));
+  if (kernels.empty() && !uses_attention) out.line("    nullptr,");
   out.line("};");
+  if (uses_attention)
+    out.line("// The fused attention kernels' numbers in kKernelNames (RunState::attention).");
+  size_t number = kernels.size();
+  for (const auto& [d, dv] : attention_heads_)
+    out.linef("static constexpr int k_{} = {};", cuda_attention_kernel_name(d, dv), number++);
   out.line("");
   for (size_t i = 0; i < kernels.size(); ++i) {
     const GeneratedKernel& k = *kernels[i];
@@ -240,6 +255,10 @@ void CudaWrapperOps::write_library_call(IndentedBuffer& out, const ir::Buffer& b
   if (buffer.device == ir::Device::kCuda && buffer.call.as<ir::ConvCall>() != nullptr) {
     write_cuda_conv(out, buffer, conv_sites_++, precision_,
                     fmt::format("conv ({})", origins_text(buffer)));
+    return;
+  }
+  if (buffer.device == ir::Device::kCuda && buffer.call.as<ir::AttentionCall>() != nullptr) {
+    write_cuda_attention(out, buffer, fmt::format("attention ({})", origins_text(buffer)));
     return;
   }
   // lower/nn.cpp gives no GEMM choice (a CPU template's packed weights) for CUDA.

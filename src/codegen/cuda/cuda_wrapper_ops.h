@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -123,6 +124,8 @@ class CudaWrapperOps final : public WrapperOps {
   bool uses_blas_ = false;      // a matrix product on cuBLASLt
   bool uses_dnn_ = false;       // a convolution on cuDNN
   bool conv_epilogue_ = false;  // one with a bias, residual or Relu (conv_epilogue_source)
+  /// (D, Dv) of the fused attentions: Kiln's kernel for each, in the module.
+  std::set<std::pair<int64_t, int64_t>> attention_heads_;
   bool uses_workspace_ = false;
   bool waits_ = false;  // the run waits for the GPU midway (a host fallback, a size from data)  //
                         // a product or convolution: the arena keeps their workspace

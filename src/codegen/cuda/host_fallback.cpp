@@ -12,10 +12,8 @@ std::optional<std::string_view> cuda_host_fallback(const ir::LibraryCall& call) 
           [](const ir::MatMulCall&) -> Reason { return std::nullopt; },
           [](const ir::GemmCall&) -> Reason { return std::nullopt; },
           [](const ir::ConvCall&) -> Reason { return std::nullopt; },
-          // The fused attention kernel is made only for the CPU (lower/attention_fusion.cpp).
-          [](const ir::AttentionCall&) -> Reason {
-            return "fused attention: a CPU kernel, never made for CUDA";
-          },
+          // Fused attention is Kiln's own kernel on the GPU (codegen/cuda/cuda_attention.h).
+          [](const ir::AttentionCall&) -> Reason { return std::nullopt; },
           // Ops whose work is sequential or data-dependent in shape, small next to the model.
           [](const ir::TopKCall&) -> Reason {
             return "TopK: a partial sort per row, no GPU selection kernel yet";

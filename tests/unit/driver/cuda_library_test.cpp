@@ -42,8 +42,9 @@ constexpr int64_t kOpset = 20;  // Gelu's first version
 using namespace cuda_test;  // NOLINT: the shared fixtures
 
 CompiledModel compile_cuda(const graph::Model& model, const fs::path& dir, ir::Precision precision,
-                           bool channels_last = false) {
+                           bool fused_attention = true, bool channels_last = false) {
   CompileOptions options;
+  options.lowering.cuda_fused_attention = fused_attention;  // the attention cases' kernel
   options.device = ir::Device::kCuda;
   options.precision = precision;
   options.lowering.conv_layout =
@@ -56,9 +57,9 @@ CompiledModel compile_cuda(const graph::Model& model, const fs::path& dir, ir::P
 /// The wrapper of `model` compiled for CUDA (kernels for sm_90 only).
 std::string cuda_wrapper(const graph::Model& model, const fs::path& dir,
                          ir::Precision precision = ir::Precision::kTf32,
-                         bool channels_last = false) {
+                         bool fused_attention = true, bool channels_last = false) {
   setenv("KILN_CUDA_ARCHS", "90", 1);
-  compile_cuda(model, dir, precision, channels_last);
+  compile_cuda(model, dir, precision, fused_attention, channels_last);
   unsetenv("KILN_CUDA_ARCHS");
   return files::read(dir / "dump" / "5_wrapper.cpp");
 }
@@ -236,6 +237,46 @@ std::pair<Dense, std::vector<double>> conv_reference(const Dense& x, const Dense
   return {out, scale};
 }
 
+/// Attention in double: out[b, i, :] = sum_j softmax_j(s[b, i, j]) V[b, j, :] with s =
+/// score(b, i, j, q_b,i . k_b,j) (the scale and mask applied), Q [B, Lq, D], K [B, Lk, D] and V
+/// [B, Lk, Dv] flattened over their batch dims; the scale of each output's rounding error is
+/// max |V| (the output is a convex combination of V's rows).
+std::pair<Dense, std::vector<double>> attention_reference(
+    const Dense& q, const Dense& k, const Dense& v,
+    const std::function<double(int64_t, int64_t, int64_t, double)>& score) {
+  const size_t r = q.dims.size();
+  const int64_t lq = q.dims[r - 2], d = q.dims[r - 1], lk = k.dims[r - 2], dv = v.dims[r - 1];
+  const int64_t batches = static_cast<int64_t>(q.values.size()) / (lq * d);
+  Dense out;
+  out.dims = q.dims;
+  out.dims[r - 1] = dv;
+  double v_max = 0;
+  for (double x : v.values) v_max = std::max(v_max, std::abs(x));
+  for (int64_t b = 0; b < batches; ++b) {
+    for (int64_t i = 0; i < lq; ++i) {
+      std::vector<double> s(static_cast<size_t>(lk));
+      double top = -INFINITY;
+      for (int64_t j = 0; j < lk; ++j) {
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c)
+          dot += q.values[static_cast<size_t>((b * lq + i) * d + c)] *
+                 k.values[static_cast<size_t>((b * lk + j) * d + c)];
+        s[static_cast<size_t>(j)] = score(b, i, j, dot);
+        top = std::max(top, s[static_cast<size_t>(j)]);
+      }
+      double sum = 0;
+      for (double& x : s) sum += (x = std::exp(x - top));
+      for (int64_t c = 0; c < dv; ++c) {
+        double acc = 0;
+        for (int64_t j = 0; j < lk; ++j)
+          acc += s[static_cast<size_t>(j)] * v.values[static_cast<size_t>((b * lk + j) * dv + c)];
+        out.values.push_back(acc / sum);
+      }
+    }
+  }
+  return {out, std::vector<double>(out.values.size(), v_max)};
+}
+
 /// One product: its model (inputs x0, x1, ...), the inputs' dims, and its reference from them.
 struct Case {
   const char* name;
@@ -360,6 +401,35 @@ std::vector<Case> cases() {
                  }
                  return std::make_pair(out, scale);
                }});
+  // A transformer's projection: MatMul, Add of a bias vector, Add of the layer's input (the
+  // residual): cuBLASLt's BIAS epilogue with the residual as C (beta 1), batched.
+  c.push_back({"matmul_bias_residual",
+               {{2, 7, 16}, {16, 24}, {24}, {2, 7, 24}},
+               [](ModelBuilder& m, const std::vector<Value*>& x) {
+                 m.output(m.op("Add", {x[3], m.op("Add", {m.op("MatMul", {x[0], x[1]}), x[2]})}));
+               },
+               [](const std::vector<Dense>& x) {
+                 auto [out, scale] = matmul_reference(x[0], x[1]);
+                 for (size_t i = 0; i < out.values.size(); ++i) {
+                   out.values[i] += x[2].values[i % 24] + x[3].values[i];
+                   scale[i] += 2;
+                 }
+                 return std::make_pair(out, scale);
+               }});
+  // A residual without a bias, then Relu: RELU with the residual as C.
+  c.push_back({"matmul_residual_relu",
+               {{9, 12}, {12, 5}, {9, 5}},
+               [](ModelBuilder& m, const std::vector<Value*>& x) {
+                 m.output(m.op("Relu", {m.op("Add", {m.op("MatMul", {x[0], x[1]}), x[2]})}));
+               },
+               [](const std::vector<Dense>& x) {
+                 auto [out, scale] = matmul_reference(x[0], x[1]);
+                 for (size_t i = 0; i < out.values.size(); ++i) {
+                   out.values[i] = std::max(0.0, out.values[i] + x[2].values[i]);
+                   scale[i] += 1;
+                 }
+                 return std::make_pair(out, scale);
+               }});
   // MatMul then tanh-Gelu: cuBLASLt's GELU epilogue.
   c.push_back({"matmul_gelu_tanh",
                {{10, 32}, {32, 20}},
@@ -371,6 +441,104 @@ std::vector<Case> cases() {
                  auto [out, scale] = matmul_reference(x[0], x[1]);
                  for (double& v : out.values) v = gelu_tanh(v);
                  return std::make_pair(out, scale);
+               }});
+  // Three projections of one input (a transformer's Q, K and V: MatMul by a constant weight,
+  // Add of a constant bias), combined as q * k + v: one product against the weights
+  // concatenated along N (24 columns), with the concatenated bias as its epilogue.
+  c.push_back({"qkv_projections",
+               {{2, 5, 16}},
+               [](ModelBuilder& m, const std::vector<Value*>& x) {
+                 Value* out[3];
+                 for (int64_t p = 0; p < 3; ++p) {
+                   Value* w = m.constant(tensor(DType::kFloat32, {16, 8}, 10 + p));
+                   Value* b = m.constant(tensor(DType::kFloat32, {8}, 20 + p));
+                   out[p] = m.op("Add", {m.op("MatMul", {x[0], w}), b});
+                 }
+                 m.output(m.op("Add", {m.op("Mul", {out[0], out[1]}), out[2]}));
+               },
+               [](const std::vector<Dense>& x) {
+                 std::vector<Dense> y;
+                 std::vector<std::vector<double>> scales;
+                 for (int64_t p = 0; p < 3; ++p) {
+                   auto [out, scale] =
+                       matmul_reference(x[0], dense(tensor(DType::kFloat32, {16, 8}, 10 + p)));
+                   const Dense b = dense(tensor(DType::kFloat32, {8}, 20 + p));
+                   for (size_t i = 0; i < out.values.size(); ++i) {
+                     out.values[i] += b.values[i % 8];
+                     scale[i] += 1;
+                   }
+                   y.push_back(out);
+                   scales.push_back(scale);
+                 }
+                 Dense out = y[2];
+                 std::vector<double> scale = scales[2];
+                 for (size_t i = 0; i < out.values.size(); ++i) {
+                   out.values[i] += y[0].values[i] * y[1].values[i];
+                   scale[i] += scales[0][i] * std::abs(y[1].values[i]) +
+                               scales[1][i] * std::abs(y[0].values[i]);
+                 }
+                 return std::make_pair(out, scale);
+               }});
+  // Attention as exporters write it, fused into Kiln's kernel (codegen/cuda/cuda_attention.h;
+  // float32 at either precision). K given as [B, H, Lk, D] and transposed (K^T read along D),
+  // a Div scale, 2 x 3 heads, partial tiles (Lq 40: 5 blocks of 8; Lk 70: 3 tiles of 32) and
+  // Dv 72 (three output columns a lane, the last partly).
+  c.push_back(
+      {"attention_div_scale",
+       {{2, 3, 40, 64}, {2, 3, 70, 64}, {2, 3, 70, 72}},
+       [](ModelBuilder& m, const std::vector<Value*>& x) {
+         Tensor eight(DType::kFloat32, {});
+         eight.mutable_values<float>()[0] = 8.0f;
+         Value* kt = m.op("Transpose", {x[1]}, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}});
+         Value* s = m.op("Div", {m.op("MatMul", {x[0], kt}), m.constant(eight)});
+         m.output(m.op("MatMul", {m.op("Softmax", {s}, {{"axis", int64_t{-1}}}), x[2]}));
+       },
+       [](const std::vector<Dense>& x) {
+         return attention_reference(
+             x[0], x[1], x[2], [](int64_t, int64_t, int64_t, double dot) { return dot / 8.0; });
+       }});
+  // K^T given as [B, D, Lk] (read along the keys), a Mul scale and an additive float mask
+  // [Lq, Lk] broadcast over the batch; D 8, Dv 16 (lanes past Dv idle), Lk 45.
+  c.push_back({"attention_add_mask",
+               {{3, 33, 8}, {3, 8, 45}, {3, 45, 16}, {33, 45}},
+               [](ModelBuilder& m, const std::vector<Value*>& x) {
+                 Tensor scale(DType::kFloat32, {});
+                 scale.mutable_values<float>()[0] = 0.75f;
+                 Value* s = m.op("Mul", {m.op("MatMul", {x[0], x[1]}), m.constant(scale)});
+                 s = m.op("Add", {s, x[3]});
+                 m.output(m.op("MatMul", {m.op("Softmax", {s}, {{"axis", int64_t{-1}}}), x[2]}));
+               },
+               [](const std::vector<Dense>& x) {
+                 const Dense k = transposed(x[1]);
+                 const Dense mask = x[3];
+                 return attention_reference(
+                     x[0], k, x[2], [mask](int64_t, int64_t i, int64_t j, double dot) {
+                       return static_cast<double>(0.75f) * dot + mask.at({i, j});
+                     });
+               }});
+  // A bool mask from data (x3 < 0.2, [B, 1, Lq, Lk] broadcast over the heads) keeping the
+  // scores where true, -1e4 elsewhere (Where); Lq 20 and Lk 20.
+  c.push_back({"attention_where_mask",
+               {{2, 2, 20, 32}, {2, 2, 32, 20}, {2, 2, 20, 24}, {2, 1, 20, 20}},
+               [](ModelBuilder& m, const std::vector<Value*>& x) {
+                 Tensor scale(DType::kFloat32, {}), cut(DType::kFloat32, {}),
+                     fill(DType::kFloat32, {});
+                 scale.mutable_values<float>()[0] = 0.125f;
+                 cut.mutable_values<float>()[0] = 0.2f;
+                 fill.mutable_values<float>()[0] = -1e4f;
+                 Value* s = m.op("Mul", {m.constant(scale), m.op("MatMul", {x[0], x[1]})});
+                 Value* keep = m.op("Less", {x[3], m.constant(cut)});
+                 s = m.op("Where", {keep, s, m.constant(fill)});
+                 m.output(m.op("MatMul", {m.op("Softmax", {s}, {{"axis", int64_t{-1}}}), x[2]}));
+               },
+               [](const std::vector<Dense>& x) {
+                 const Dense k = transposed(x[1]);
+                 const Dense mask = x[3];
+                 return attention_reference(
+                     x[0], k, x[2], [mask](int64_t b, int64_t i, int64_t j, double dot) {
+                       const bool keep = static_cast<float>(mask.at({b / 2, 0, i, j})) < 0.2f;
+                       return keep ? 0.125 * dot : -1e4;
+                     });
                }});
   // Convolutions on cuDNN (the same file: the same harness; all run at both precisions).
   struct ConvCase {
@@ -551,7 +719,7 @@ graph::Model build(const Case& c) {
 /// `relative` times the sum of its |a * b| terms (plus 1e-6).
 void run_and_compare(const Case& c, ir::Precision precision, double relative) {
   TempDir dir;
-  CompiledModel compiled = compile_cuda(build(c), dir.path, precision, c.channels_last);
+  CompiledModel compiled = compile_cuda(build(c), dir.path, precision, true, c.channels_last);
   std::vector<Tensor> inputs;
   std::vector<Dense> dense_inputs;
   for (size_t k = 0; k < c.inputs.size(); ++k) {
@@ -641,6 +809,90 @@ TEST(CudaMatMul, BiasReluAndTanhGeluFuseButErfGeluDoesNot) {
   EXPECT_NE(plain.find("launch_cuda"), std::string::npos) << plain;
 }
 
+TEST(CudaMatMul, ResidualAddIsCublasLtsCWithTheBiasInTheEpilogue) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const std::string both = cuda_wrapper(build(named("matmul_bias_residual")), dir.path / "both");
+  EXPECT_EQ(count(both, "state.cuda.matmul<float>("), 1u) << both;
+  EXPECT_NE(both.find("// cuBLASLt, TF32 compute, epilogue Bias, residual added as C (beta 1)"),
+            std::string::npos)
+      << both;
+  // The bias (input x2) and the residual (x3): the two pointers after the epilogue.
+  EXPECT_NE(both.find("kiln_cuda::Epilogue::kBias, static_cast<const float*>(arg2_x2) + 0, "
+                      "static_cast<const float*>(arg3_x3) + 0, true,"),
+            std::string::npos)
+      << both;
+  EXPECT_EQ(both.find("launch_cuda"), std::string::npos) << both;
+  const std::string relu = cuda_wrapper(build(named("matmul_residual_relu")), dir.path / "relu");
+  EXPECT_NE(relu.find("kiln_cuda::Epilogue::kRelu, nullptr, "
+                      "static_cast<const float*>(arg2_x2) + 0, true,"),
+            std::string::npos)
+      << relu;
+  EXPECT_EQ(relu.find("launch_cuda"), std::string::npos) << relu;
+  // A scaled C (Gemm's beta 0.25) is not a residual: a kernel after the product.
+  const std::string beta = cuda_wrapper(build(named("gemm_beta_matrix")), dir.path / "beta");
+  EXPECT_NE(beta.find("kiln_cuda::Epilogue::kNone, nullptr, nullptr,"), std::string::npos) << beta;
+  EXPECT_NE(beta.find("launch_cuda"), std::string::npos) << beta;
+}
+
+TEST(CudaAttention, AttentionIsOneKernelOfKilnsWithItsMaskAndScale) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const std::string plain = cuda_wrapper(build(named("attention_div_scale")), dir.path / "div");
+  // One launch of Kiln's kernel, no product through cuBLASLt, no Softmax kernel.
+  EXPECT_EQ(count(plain, "state.cuda.attention(k_kiln_attention_f32_d64_v72, att,"), 1u) << plain;
+  EXPECT_NE(plain.find("\"kiln_attention_f32_d64_v72\","), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("state.cuda.matmul<"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("// on the host"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("att.scale = static_cast<float>(0.125);"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("att.mask_kind = 0;"), std::string::npos) << plain;
+  // K [2, 3, 70, 64] read as K^T [2, 3, 64, 70]: strides {13440, 4480, 1, 64}.
+  EXPECT_NE(plain.find("att.kt_strides[2] = 1;"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("att.kt_strides[3] = 64;"), std::string::npos) << plain;
+  EXPECT_NE(
+      files::read(dir.path / "div" / "dump" / "5_kernels.cu").find("kiln_attention_f32_d64_v72("),
+      std::string::npos);
+  const std::string where = cuda_wrapper(build(named("attention_where_mask")), dir.path / "where");
+  EXPECT_NE(where.find("att.mask_kind = 1;"), std::string::npos) << where;
+  EXPECT_NE(where.find("att.fill = static_cast<float>(-10000);"), std::string::npos) << where;
+  // The mask [2, 1, 20, 20] over the scores [2, 2, 20, 20]: the heads' stride 0.
+  EXPECT_NE(where.find("att.mask_strides[1] = 0;"), std::string::npos) << where;
+  const std::string add = cuda_wrapper(build(named("attention_add_mask")), dir.path / "add");
+  EXPECT_NE(add.find("att.mask_kind = 3;"), std::string::npos) << add;
+  EXPECT_NE(add.find("att.mask_strides[0] = 0;"), std::string::npos) << add;
+}
+
+TEST(CudaMatMul, ProjectionsOfOneInputAreOneProductWithTheirBiasesConcatenated) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const std::string wrapper = cuda_wrapper(build(named("qkv_projections")), dir.path);
+  EXPECT_EQ(count(wrapper, "state.cuda.matmul<float>("), 1u) << wrapper;
+  EXPECT_NE(wrapper.find("const int64_t sizes[] = {2, 5, 24};"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("kiln_cuda::Epilogue::kBias,"), std::string::npos) << wrapper;
+  // q * k + v over the slices: one kernel.
+  EXPECT_EQ(count(wrapper, "static void launch_cuda_"), 1u) << wrapper;
+}
+
+TEST(CudaAttention, NotFusedUnlessAskedFor) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  // The default on CUDA: cuBLASLt's two batched products, a Softmax kernel between them.
+  const std::string wrapper =
+      cuda_wrapper(build(named("attention_div_scale")), dir.path, ir::Precision::kTf32, false);
+  EXPECT_EQ(wrapper.find("state.cuda.attention("), std::string::npos) << wrapper;
+  EXPECT_EQ(count(wrapper, "state.cuda.matmul<float>("), 2u) << wrapper;
+}
+
+TEST(CudaAttention, HeadsOver128AreNotFused) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  Case wide = named("attention_add_mask");
+  wide.inputs = {{1, 4, 130}, {1, 130, 5}, {1, 5, 3}, {4, 5}};
+  const std::string wrapper = cuda_wrapper(build(wide), dir.path);
+  EXPECT_EQ(wrapper.find("state.cuda.attention("), std::string::npos) << wrapper;
+  EXPECT_EQ(count(wrapper, "state.cuda.matmul<float>("), 2u) << wrapper;
+}
+
 TEST(CudaMatMul, BroadcastBatchDimsAreZeroStrides) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
   TempDir dir;
@@ -699,7 +951,7 @@ TEST(CudaConv, ResidualAddAndReluFuseIntoTheChannelsLastCall) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
   TempDir dir;
   const std::string wrapper = cuda_wrapper(build(named("conv2d_bias_residual_relu_nhwc")), dir.path,
-                                           ir::Precision::kFp32, true);
+                                           ir::Precision::kFp32, true, true);
   // Y1 = Conv(X, W), then Relu(Conv(Y1, W) + bias + Y1) as one call.
   EXPECT_EQ(count(wrapper, "state.cuda.conv<float>("), 2u) << wrapper;
   EXPECT_NE(wrapper.find("// cuDNN convolution (channels-last), float32"), std::string::npos)

@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "autotune/select.h"
 #include "codecache/code_cache.h"
 #include "codecache/loaded_library.h"
 #include "codecache/process.h"
@@ -136,7 +137,10 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   // (the embedded weights' folder) must name the same files there.
   g.cache_dir = options.cache_dir.empty() ? codecache::default_cache_dir()
                                           : fs::absolute(options.cache_dir).lexically_normal();
-  g.codegen = codegen::make_device_codegen(options.device, g.cache_dir, options.precision, library);
+  const autotune::AutotuneMode tuning =
+      options.autotune ? *options.autotune : autotune::autotune_mode_from_env();
+  g.codegen = codegen::make_device_codegen(options.device, g.cache_dir, options.precision, library,
+                                           tuning == autotune::AutotuneMode::kMax);
   lower::LoweringOptions lowering = options.lowering;
   lowering.threads = omp_get_max_threads();
   lowering.code_cache_dir = g.cache_dir;

@@ -250,6 +250,7 @@ void run_conv(const Buffer& buffer, const ConvCall& params, Storages& storages,
   Operand w = operand(call, 1, storages, binding);
   bool has_bias = has_input(call, 2);
   Operand bias = has_bias ? operand(call, 2, storages, binding) : Operand{};
+  Operand residual = params.residual ? operand(call, 3, storages, binding) : Operand{};
   ConcreteLayout out_layout = concretize(buffer.layout, binding);
   size_t rank = x.rank();
   KILN_CHECK(rank >= 3 && rank <= 5 && w.rank() == rank && out_layout.sizes.size() == rank,
@@ -267,18 +268,25 @@ void run_conv(const Buffer& buffer, const ConvCall& params, Storages& storages,
   const std::vector<int64_t> x_sizes = nchw(x.layout.sizes), out_sizes = nchw(out_layout.sizes);
   size_t spatial = rank - 2;
   ConvParams p = conv_params(params, spatial);
+  // A weight packed channels-last (2-D): W [M, KH, KW, C / group], indexed here as [M, C, KH, KW].
+  const bool weight_last = params.weight_channels_last;
+  KILN_CHECK(!weight_last || rank == 4, "a channels-last conv weight of rank {}", rank);
   int64_t out_channels = w.layout.sizes[0];
-  int64_t group_channels = w.layout.sizes[1];
+  int64_t group_channels = w.layout.sizes[weight_last ? 3 : 1];
   KILN_CHECK(x_sizes[1] == group_channels * p.group && out_channels % p.group == 0,
              "conv channels: X has {}, W {} x group {}", x_sizes[1], group_channels, p.group);
   for (size_t d = 0; d < spatial; ++d) {
     int64_t extent = x_sizes[2 + d] + p.pads[d] + p.pads[spatial + d] -
-                     p.dilations[d] * (w.layout.sizes[2 + d] - 1) - 1;
+                     p.dilations[d] * (w.layout.sizes[(weight_last ? 1 : 2) + d] - 1) - 1;
     KILN_CHECK(out_sizes[2 + d] == extent / p.strides[d] + 1,
                "conv output dim {} is {}, expected {}", d, out_sizes[2 + d],
                extent / p.strides[d] + 1);
   }
-  std::vector<int64_t> kernel_sizes(w.layout.sizes.begin() + 2, w.layout.sizes.end());
+  const std::vector<int64_t> w_sizes =
+      weight_last ? std::vector<int64_t>{w.layout.sizes[0], w.layout.sizes[3], w.layout.sizes[1],
+                                         w.layout.sizes[2]}
+                  : w.layout.sizes;
+  std::vector<int64_t> kernel_sizes(w_sizes.begin() + 2, w_sizes.end());
   Storage& out = storages.at(buffer.name);
   for_each_index(out_sizes, [&](const std::vector<int64_t>& o) {
     int64_t m = o[1];
@@ -297,9 +305,13 @@ void run_conv(const Buffer& buffer, const ConvCall& params, Storages& storages,
           xi[2 + d] = pos;
           wi[2 + d] = k[d];
         }
-        sum += x.real_at(physical(xi)) * w.real_at(wi);
+        sum += x.real_at(physical(xi)) *
+               w.real_at(weight_last ? std::vector<int64_t>{wi[0], wi[2], wi[3], wi[1]} : wi);
       });
     }
+    // The epilogue fused on CUDA: + residual, then the Relus.
+    if (params.residual) sum += residual.real_at(physical(o));
+    if (params.relu_post_ops > 0) sum = std::max(sum, 0.0);
     write_output(out, out_layout, physical(o), sum, buffer.name);
   });
 }

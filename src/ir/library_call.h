@@ -63,6 +63,12 @@ struct ConvCall {
   int relu_post_ops = 0;
   /// Channels-last (2-D only): X is [N, H, W, C] and the output [N, OH, OW, M] (lower/nn.cpp).
   bool channels_last = false;
+  /// W is [M, KH, KW, C / group] (packed so at compile time for cuDNN's channels-last
+  /// convolutions, lower/nn.cpp), not [M, C / group, KH, KW].
+  bool weight_channels_last = false;
+  /// On CUDA (codegen/cuda/cuda_conv.h fuses it): input 3 is a residual of the output's layout,
+  /// added after the bias and before the `relu_post_ops` Relus.
+  bool residual = false;
   autotune::ConvChoicePtr choice;
   std::string name() const { return "conv"; }
 };

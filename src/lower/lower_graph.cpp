@@ -628,9 +628,8 @@ bool is_convolution_network(const graph::Graph& graph) {
 ir::Program lower_graph(const graph::Graph& graph, const LoweringOptions& given) {
   LoweringOptions options = given;
   if (options.conv_layout == ConvLayout::kAuto) {
-    options.conv_layout = is_convolution_network(graph) && options.device == ir::Device::kCpu
-                              ? ConvLayout::kChannelsLast
-                              : ConvLayout::kNchw;
+    options.conv_layout =
+        is_convolution_network(graph) ? ConvLayout::kChannelsLast : ConvLayout::kNchw;
   }
   BranchSpecializer specializer(graph);
   for (;;) {

@@ -68,16 +68,17 @@ struct TensorValue {
 
 /// The activation layout of 2-D convolutions (lower/nn.cpp).
 enum class ConvLayout {
-  /// Channels-last on the CPU when the graph is a network of convolutions: it has a depthwise
-  /// convolution (MobileNet's chains of 1x1 and depthwise layers) or at least
+  /// Channels-last (on the CPU and on CUDA) when the graph is a network of convolutions: it has a
+  /// depthwise convolution (MobileNet's chains of 1x1 and depthwise layers) or at least
   /// kChannelsLastMinConvs float32 2-D convolutions (ResNet's chains of 3x3 and 1x1 ones), so that
   /// the reorders at the chain's ends are paid once; else NCHW.
   kAuto,
   kNchw,
-  /// The ungrouped and depthwise float32 2-D convolutions on the CPU run on channels-last
-  /// activations (ir::ConvCall::channels_last), with the values between them (pointwise ops,
-  /// residual adds, MaxPool, GlobalAveragePool) kept channels-last, so that a chain of them needs
-  /// no reorder; other grouped convolutions stay NCHW.
+  /// The ungrouped and depthwise float32 2-D convolutions run on channels-last activations
+  /// (ir::ConvCall::channels_last; on CUDA with weights packed [M, KH, KW, C] when compiling),
+  /// with the values between them (pointwise ops, residual adds, MaxPool, GlobalAveragePool) kept
+  /// channels-last, so that a chain of them needs no reorder; other grouped convolutions stay
+  /// NCHW.
   kChannelsLast,
 };
 

@@ -329,14 +329,14 @@ std::vector<TensorValue> lower_gemm(LoweringContext& ctx, const graph::Node& nod
   })};
 }
 
-// Whether a convolution runs channels-last (LoweringOptions::conv_layout): a 2-D float32 one on
-// the CPU that is ungrouped (any kernel, stride, padding and dilation: oneDNN's direct
-// convolutions and the channels-last templates take [N, H, W, C] as it is) or depthwise with one
-// output channel per input channel (each pixel a sum of channel vectors).
+// Whether a convolution runs channels-last (LoweringOptions::conv_layout): a 2-D float32 one
+// that is ungrouped (any kernel, stride, padding and dilation: oneDNN's direct convolutions, the
+// channels-last templates and cuDNN take [N, H, W, C] as it is) or depthwise with one output
+// channel per input channel (each pixel a sum of channel vectors).
 bool runs_channels_last(LoweringContext& ctx, const TensorValue& x, const TensorValue& w,
                         int64_t group) {
-  if (ctx.options().conv_layout != ConvLayout::kChannelsLast ||
-      ctx.options().device != ir::Device::kCpu || x.rank() != 4 || x.dtype != DType::kFloat32) {
+  if (ctx.options().conv_layout != ConvLayout::kChannelsLast || x.rank() != 4 ||
+      x.dtype != DType::kFloat32) {
     return false;
   }
   if (group == 1) return true;
@@ -346,6 +346,36 @@ bool runs_channels_last(LoweringContext& ctx, const TensorValue& x, const Tensor
 
 TensorValue conv_value(LoweringContext& ctx, const graph::Node& node, const TensorValue& x,
                        const TensorValue& w, const TensorValue* bias);
+
+/// W [M, C, KH, KW] (float32) as [M, KH, KW, C] (KRSC, cuDNN's channels-last weight): a
+/// constant weight packed here, so that a BatchNormalization after the convolution still finds
+/// a constant weight to fold into (lower/norm.cpp); any other weight reordered by a copy.
+TensorValue weight_krsc(LoweringContext& ctx, const TensorValue& w) {
+  const std::optional<std::string> name = ctx.as_buffer(w);
+  const ir::Buffer* buffer = name ? ctx.program().find(*name) : nullptr;
+  if (buffer == nullptr || buffer->kind != ir::BufferKind::kConstant || !buffer->constant ||
+      buffer->constant->dtype() != DType::kFloat32 || buffer->constant->dims().size() != 4 ||
+      !buffer->layout.is_contiguous() || buffer->layout.offset != Expr(0)) {
+    return ctx.realize(ctx.to_channels_last(w), "a convolution weight packed [M, KH, KW, C]");
+  }
+  const std::vector<int64_t> dims = buffer->constant->dims();
+  const int64_t m = dims[0], c = dims[1], kh = dims[2], kw = dims[3];
+  auto packed =
+      std::make_shared<graph::Tensor>(DType::kFloat32, std::vector<int64_t>{m, kh, kw, c});
+  std::span<const float> from = buffer->constant->values<float>();
+  std::span<float> to = packed->mutable_values<float>();
+  for (int64_t o = 0; o < m; ++o) {
+    for (int64_t i = 0; i < c; ++i) {
+      for (int64_t r = 0; r < kh; ++r) {
+        for (int64_t t = 0; t < kw; ++t) {
+          to[static_cast<size_t>(((o * kh + r) * kw + t) * c + i)] =
+              from[static_cast<size_t>(((o * c + i) * kh + r) * kw + t)];
+        }
+      }
+    }
+  }
+  return ctx.from_constant(packed);
+}
 
 /// `v` converted to float32, elementwise.
 TensorValue to_float32(LoweringContext& ctx, const TensorValue& v) {
@@ -413,26 +443,32 @@ TensorValue conv_value(LoweringContext& ctx, const graph::Node& node, const Tens
   // else is reordered as it is realized), the output [N, OH, OW, M] read through its NCHW view.
   const bool last = runs_channels_last(ctx, x, w, group);
   if (last) shape = {shape[0], shape[2], shape[3], shape[1]};
+  const bool cuda = ctx.options().device == ir::Device::kCuda;
+  // cuDNN's channels-last convolutions read W as [M, KH, KW, C / group] (KRSC): a constant
+  // weight is packed so when compiling (finish_constant_folding folds the copy).
+  const bool weight_last = cuda && last;
   std::vector<std::optional<ir::View>> views = {
-      ctx.as_view(last ? ctx.to_channels_last(x) : x, true), ctx.as_view(w, true)};
+      ctx.as_view(last ? ctx.to_channels_last(x) : x, true),
+      ctx.as_view(weight_last ? weight_krsc(ctx, w) : w, true)};
   if (bias != nullptr && bias->rank() != 1)
     ctx.fail("expected a 1-D bias, found " + graph::shape_str(bias->shape));
-  // On CUDA the bias is a pointwise consumer of the cuDNN convolution, so that it fuses with
-  // what follows (a BatchNormalization, the activation, a residual Add) into one kernel.
-  const bool cuda = ctx.options().device == ir::Device::kCuda;
-  if (bias != nullptr && !cuda) views.push_back(ctx.as_view(*bias, true));
+  // On CUDA a float32 convolution takes its bias into cuDNN's graph with what follows it (a
+  // residual Add, a Relu: cuda_conv.h fuses them); a float64 one has it as a pointwise consumer.
+  const bool bias_input = !cuda || x.dtype == DType::kFloat32;
+  if (bias != nullptr && bias_input) views.push_back(ctx.as_view(*bias, true));
   ir::ConvCall call;
   call.strides = g.strides;
   call.pads = g.pads;
   call.dilations = g.dilations;
   call.group = group;
   call.channels_last = last;
+  call.weight_channels_last = weight_last;
   TensorValue out = ctx.extern_call(std::move(call), x.dtype, shape, std::move(views));
   if (last) {
     ctx.mark_channels_last(*ctx.as_buffer(out));
     return ctx.from_channels_last(out);
   }
-  if (bias == nullptr || !cuda) return out;
+  if (bias == nullptr || bias_input) return out;
   return ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& index) {
     return body.binary(OpCode::kAdd, ctx.load_at(body, out, index),
                        ctx.load_at(body, *bias, {index[1]}));

@@ -308,10 +308,7 @@ std::optional<TensorValue> fold_into_conv(LoweringContext& ctx, const graph::Nod
                                           const TensorValue& beta, const TensorValue& mean,
                                           const TensorValue& var, double epsilon) {
   const graph::Value* input = node.input(0);
-  // On CUDA a convolution has no bias input (lower/nn.cpp): the normalization stays pointwise
-  // and fuses with the bias and what follows.
-  if (input == nullptr || input->users().size() != 1 || x.dtype != DType::kFloat32 ||
-      ctx.options().device == ir::Device::kCuda) {
+  if (input == nullptr || input->users().size() != 1 || x.dtype != DType::kFloat32) {
     return std::nullopt;
   }
   std::optional<std::string> name = ctx.as_buffer(x);

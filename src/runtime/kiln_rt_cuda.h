@@ -28,12 +28,15 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -85,6 +88,7 @@ struct Driver {
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);
   CUresult (*cuMemFreeHost)(void*);
@@ -141,6 +145,7 @@ inline void find_symbols(void* lib, Driver& r) {
   find_symbol(lib, "cuEventRecord", r.cuEventRecord);
   find_symbol(lib, "cuEventDestroy_v2", r.cuEventDestroy);
   find_symbol(lib, "cuEventSynchronize", r.cuEventSynchronize);
+  find_symbol(lib, "cuEventElapsedTime", r.cuEventElapsedTime);
   find_symbol(lib, "cuStreamWaitEvent", r.cuStreamWaitEvent);
   find_symbol(lib, "cuMemHostAlloc", r.cuMemHostAlloc);
   find_symbol(lib, "cuMemFreeHost", r.cuMemFreeHost);
@@ -470,11 +475,18 @@ struct Dnn {
 // The values of cudnn_graph.h used here.
 namespace dnn {
 constexpr int kTensor = 17, kConvolution = 1, kConvForward = 10, kGraph = 15, kHeuristics = 4,
-              kEngineConfig = 3, kEngine = 2, kPlan = 5, kVariantPack = 16;  // descriptor types
-constexpr int kTypeHandle = 0, kTypeDataType = 1, kTypeInt64 = 3, kTypeFloat = 4, kTypeDouble = 5,
-              kTypeVoidPtr = 6, kTypeConvMode = 7, kTypeHeurMode = 8, kTypeNumericalNote = 11,
-              kTypeDescriptor = 15;  // attribute types
-constexpr int kDataFloat = 0, kDataDouble = 1, kCrossCorrelation = 1, kHeurModeA = 3;
+              kEngineConfig = 3, kEngine = 2, kPlan = 5, kVariantPack = 16, kPointwise = 0,
+              kPointwiseOp = 13;  // descriptor types
+constexpr int kTypeHandle = 0, kTypeDataType = 1, kTypeBoolean = 2, kTypeInt64 = 3, kTypeFloat = 4,
+              kTypeDouble = 5, kTypeVoidPtr = 6, kTypeConvMode = 7, kTypeHeurMode = 8,
+              kTypeNumericalNote = 11, kTypePointwiseMode = 14,
+              kTypeDescriptor = 15;                        // attribute types
+constexpr int kPointwiseAdd = 0, kPointwiseReluFwd = 100;  // pointwise modes
+constexpr int kPointwiseMode = 0, kPointwiseMathPrec = 1;
+constexpr int kPwOpDesc = 750, kPwOpX = 751, kPwOpB = 752, kPwOpY = 753;
+constexpr int kTensorIsVirtual = 907;
+constexpr int kDataFloat = 0, kDataDouble = 1, kCrossCorrelation = 1, kHeurModeA = 3,
+              kHeurModeFallback = 2;
 constexpr int kNoteTensorCore = 0, kNoteDownConvertInputs = 1;
 constexpr int kTensorByteAlignment = 900, kTensorDataType = 901, kTensorDims = 902,
               kTensorStrides = 903, kTensorUid = 906;
@@ -524,8 +536,9 @@ inline void check_dnn(int status, const char* what) {
 }
 
 /// A convolution's shape: `spatial` (1 to 3) spatial dims; X [N, C, ...], W [K, C / group,
-/// ...] and Y [N, K, ...], all contiguous; per spatial dim its stride, padding before and after,
-/// and dilation.
+/// ...] and Y [N, K, ...] in that order; per spatial dim its stride, padding before and after,
+/// and dilation. The buffers are contiguous in that order, or with `channels_last` (2-D) as
+/// [N, H, W, C], [K, KH, KW, C / group] and [N, OH, OW, K].
 struct ConvShape {
   int spatial;
   const int64_t* x;
@@ -535,20 +548,42 @@ struct ConvShape {
   const int64_t* pads_begin;
   const int64_t* pads_end;
   const int64_t* dilations;
+  bool channels_last;
 };
 
 /// What one call site of a cuDNN convolution keeps between runs: every descriptor of its graph
 /// and the execution plan, for the shape, alignment and precision in `key`.
 struct ConvPlan {
   std::vector<int64_t> key;
-  std::vector<void*> descriptors;  // destroyed in reverse order
+  std::vector<void*> descriptors;  // destroyed in reverse order; none in a borrowed plan
   void* plan = nullptr;
   int64_t workspace = 0;
+  /// The graph is the convolution alone although the call has an epilogue (cuDNN had no engine
+  /// for them fused): the epilogue runs as kiln_conv_epilogue after it.
+  bool unfused = false;
+  /// With tuning (KILN_CUDNN_TUNE=1): the finalized engines to time at the first run, (plan,
+  /// workspace) each; the plan of the fastest becomes `plan`.
+  std::vector<std::pair<void*, int64_t>> candidates;
   void release() {
     for (size_t k = descriptors.size(); k-- > 0;) dnn_api().DestroyDescriptor(descriptors[k]);
     descriptors.clear();
     plan = nullptr;
   }
+};
+
+/// What a convolution call applies after the convolution, in this order: + bias (broadcast over
+/// all dims but the channel), + residual, Relu.
+struct ConvEpilogue {
+  bool bias = false;
+  bool residual = false;
+  bool relu = false;
+};
+
+/// A convolution's dims as cuDNN takes them (NCHW order, at least 2 spatial dims) and whether
+/// its activations and weight are channels-last in memory.
+struct ConvDims {
+  std::vector<int64_t> x, w, y, stride, pre, post, dilation;
+  bool last;
 };
 
 /// The kernels of one model: cubins for one or more architectures (`arch` 80 for sm_80 ...),
@@ -836,6 +871,8 @@ class RunState {
     for (MatMulPlan& p : plans_) p.release();
     if (blas_handle_ != nullptr) blas().Destroy(blas_handle_);
     for (ConvPlan& p : conv_plans_) p.release();
+    for (size_t k = retired_conv_descriptors_.size(); k-- > 0;)
+      dnn_api().DestroyDescriptor(retired_conv_descriptors_[k]);
     if (dnn_handle_ != nullptr) {
       dnn_api().SetStream(dnn_handle_, own_stream_);  // not a caller's stream, which may be gone
       dnn_api().Destroy(dnn_handle_);
@@ -972,6 +1009,10 @@ class RunState {
     if (replaying()) return;
     launch_function(functions_[static_cast<size_t>(k)], stream_, name, args...);
   }
+
+  /// --autotune max: each new convolution plan times up to kConvTuneCandidates engines at its
+  /// first run (as KILN_CUDNN_TUNE=1 does for any model).
+  void tune_convolutions() { tune_convs_ = true; }
 
   /// Queues the fused attention of `p` (kernel `k` of the module: one
   /// kiln_attention_f32_d<D>_v<Dv>, 8 query rows per block of 128 threads) on the run's stream,
@@ -1244,14 +1285,17 @@ class RunState {
     }
   }
 
-  /// Queues Y = conv(X, W) (no bias: lowering makes it a pointwise consumer) through cuDNN on
-  /// the run's stream, without waiting. A 1-D convolution is a 2-D one of height 1. `tf32`:
-  /// float32 convolutions may use TF32 tensor cores (else engines that use them are skipped).
-  /// `site` numbers the call in the wrapper; its plan is remade only when the shape, alignment
-  /// or precision change.
+  /// Queues Y = conv(X, W) [+ bias[k]] [+ residual] [then Relu] through cuDNN on the run's
+  /// stream, without waiting: one cuDNN graph, the convolution then pointwise nodes for the
+  /// epilogue, or where cuDNN has no engine for that graph the convolution alone and the
+  /// epilogue as kiln_conv_epilogue (decided when the call site's plan is made, said once on
+  /// stderr). A 1-D convolution is a 2-D one of height 1. `tf32`: float32 convolutions may use
+  /// TF32 tensor cores (else engines that use them are skipped). `site` numbers the call in the
+  /// wrapper; its plan is remade only when the shape, layout, epilogue, alignment or precision
+  /// change.
   template <typename T>
-  void conv(int site, const ConvShape& s, const T* x, const T* w, T* y, bool tf32,
-            const char* what) {
+  void conv(int site, const ConvShape& s, const T* x, const T* w, T* y, const T* bias,
+            const T* residual, bool relu, bool tf32, const char* what) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                   "cuDNN convolutions are float32 or float64 here");
     int64_t y_numel = 1, x_numel = 1, w_numel = 1;
@@ -1262,10 +1306,17 @@ class RunState {
     }
     if (y_numel == 0) return;
     if (replaying()) return;
-    if (x_numel == 0 || w_numel == 0) {  // an empty sum over channels: zeros
+    const int64_t channels = s.y[1];
+    int64_t inner = 1;  // the elements of one channel of Y that follow each other in memory
+    if (!s.channels_last) {
+      for (int d = 2; d < s.spatial + 2; ++d) inner *= s.y[d];
+    }
+    const bool epilogue = bias != nullptr || residual != nullptr || relu;
+    if (x_numel == 0 || w_numel == 0) {  // an empty sum over channels: zeros, then the epilogue
       check(driver().cuMemsetD8Async(device_ptr(y), 0, static_cast<size_t>(y_numel) * sizeof(T),
                                      stream_),
             what);
+      if (epilogue) conv_epilogue(y, bias, residual, relu, y_numel, channels, inner, what);
       return;
     }
     // Dims as cuDNN takes them (at least 2 spatial: a 1-D convolution gets height 1).
@@ -1297,9 +1348,13 @@ class RunState {
     }
     const int64_t align = std::min<int64_t>(
         16, alignment_of({reinterpret_cast<uint64_t>(x), reinterpret_cast<uint64_t>(w),
-                          reinterpret_cast<uint64_t>(y)}));
+                          reinterpret_cast<uint64_t>(y), reinterpret_cast<uint64_t>(bias),
+                          reinterpret_cast<uint64_t>(residual)}));
     const bool f64 = std::is_same_v<T, double>;
-    std::vector<int64_t> key = {f64 ? 1 : 0, tf32 ? 1 : 0, align, spatial};
+    const ConvEpilogue wanted{bias != nullptr, residual != nullptr, relu};
+    std::vector<int64_t> key = {f64 ? 1 : 0,     tf32 ? 1 : 0,       align,
+                                spatial,         s.channels_last,    wanted.bias,
+                                wanted.residual, wanted.relu ? 1 : 0};
     for (const std::vector<int64_t>* v : {&xd, &wd, &yd, &stride, &pre, &post, &dilation})
       key.insert(key.end(), v->begin(), v->end());
     if (dnn_handle_ == nullptr) {
@@ -1311,26 +1366,73 @@ class RunState {
       conv_plans_.resize(static_cast<size_t>(site) + 1);
     ConvPlan& plan = conv_plans_[static_cast<size_t>(site)];
     if (plan.key != key) {
-      plan.release();
-      plan.key.clear();
-      make_conv_plan(plan, f64, tf32, align, xd, wd, yd, stride, pre, post, dilation, what);
+      retire_conv_plan(plan);
+      plan.unfused = false;
+      // A call site of the same convolution (ResNet's repeated blocks) lends its plan: cuDNN
+      // finalizes each engine once (a runtime-compiled fusion engine takes up to seconds).
+      for (const ConvPlan& other : conv_plans_) {
+        if (&other == &plan || other.key != key || other.plan == nullptr) continue;
+        plan.plan = other.plan;
+        plan.workspace = other.workspace;
+        plan.unfused = other.unfused;
+        plan.key = key;
+        break;
+      }
+    }
+    if (plan.key != key) {
+      const ConvDims dims{xd, wd, yd, stride, pre, post, dilation, s.channels_last};
+      bool made = false;
+      std::string why;
+      if (epilogue) {
+        try {
+          made = make_conv_plan(plan, f64, tf32, align, dims, wanted, what);
+        } catch (const kiln_rt::Error& e) {
+          why = e.what();
+        }
+        if (!made) {
+          plan.release();
+          plan.unfused = true;
+          note_unfused(what, why);
+        }
+      }
+      if (!made) make_conv_plan(plan, f64, tf32, align, dims, ConvEpilogue{}, what, true);
       plan.key = key;
     }
-    Dnn& api = dnn_api();
-    void* pack = nullptr;
-    check_dnn(api.CreateDescriptor(dnn::kVariantPack, &pack), what);
-    const int64_t uids[3] = {1, 2, 3};
-    void* pointers[3] = {const_cast<T*>(x), const_cast<T*>(w), y};
-    void* workspace = plan.workspace > 0 ? library_workspace() : nullptr;
-    int status = api.SetAttribute(pack, dnn::kPackUids, dnn::kTypeInt64, 3, uids);
-    if (status == 0)
-      status = api.SetAttribute(pack, dnn::kPackPointers, dnn::kTypeVoidPtr, 3, pointers);
-    if (status == 0)
-      status = api.SetAttribute(pack, dnn::kPackWorkspace, dnn::kTypeVoidPtr, 1, &workspace);
-    if (status == 0) status = api.Finalize(pack);
-    if (status == 0) status = api.Execute(dnn_handle_, plan.plan, pack);
-    api.DestroyDescriptor(pack);
-    check_dnn(status, what);
+    // Queues `which` (a plan of this call's graph) with this call's pointers; cuDNN's status.
+    auto execute = [&](void* which, int64_t workspace_bytes) {
+      Dnn& api = dnn_api();
+      void* pack = nullptr;
+      check_dnn(api.CreateDescriptor(dnn::kVariantPack, &pack), what);
+      // Unique ids as make_conv_plan numbers them: X 1, W 2, Y 3, bias 4, residual 5.
+      int64_t uids[5] = {1, 2, 3, 4, 5};
+      void* pointers[5] = {const_cast<T*>(x), const_cast<T*>(w), y, const_cast<T*>(bias),
+                           const_cast<T*>(residual)};
+      int64_t count = 3;
+      if (!plan.unfused) {
+        if (bias != nullptr) {
+          uids[count] = 4;
+          pointers[count++] = const_cast<T*>(bias);
+        }
+        if (residual != nullptr) {
+          uids[count] = 5;
+          pointers[count++] = const_cast<T*>(residual);
+        }
+      }
+      void* workspace = workspace_bytes > 0 ? library_workspace() : nullptr;
+      int status = api.SetAttribute(pack, dnn::kPackUids, dnn::kTypeInt64, count, uids);
+      if (status == 0)
+        status = api.SetAttribute(pack, dnn::kPackPointers, dnn::kTypeVoidPtr, count, pointers);
+      if (status == 0)
+        status = api.SetAttribute(pack, dnn::kPackWorkspace, dnn::kTypeVoidPtr, 1, &workspace);
+      if (status == 0) status = api.Finalize(pack);
+      if (status == 0) status = api.Execute(dnn_handle_, which, pack);
+      api.DestroyDescriptor(pack);
+      return status;
+    };
+    if (plan.candidates.size() > 1 && !capturing_) pick_fastest(plan, execute, what);
+    plan.candidates.clear();
+    check_dnn(execute(plan.plan, plan.workspace), what);
+    if (plan.unfused) conv_epilogue(y, bias, residual, relu, y_numel, channels, inner, what);
   }
 
   /// Element `k` of `device`, for the host: a size computed from data. Waits for the GPU.
@@ -1522,51 +1624,173 @@ class RunState {
     if (found == 0) kiln_rt::fail("%s: cuBLASLt has no algorithm for this product", what);
   }
 
-  /// The graph of one convolution (tensors X, W, Y with unique ids 1, 2, 3) and the first of the
-  /// heuristic's engines that finalizes, uses no tensor cores at fp32 (PyTorch's filter for
-  /// TF32 disallowed) and needs no more workspace than the arena keeps.
-  void make_conv_plan(ConvPlan& plan, bool f64, bool tf32, int64_t align,
-                      const std::vector<int64_t>& xd, const std::vector<int64_t>& wd,
-                      const std::vector<int64_t>& yd, const std::vector<int64_t>& stride,
-                      const std::vector<int64_t>& pre, const std::vector<int64_t>& post,
-                      const std::vector<int64_t>& dilation, const char* what) {
+  /// The engine each tuned convolution took in this process, by plan key: its index among the
+  /// candidates (the heuristic lists them in the same order for every run state).
+  struct TunedEngines {
+    std::mutex mutex;
+    std::map<std::vector<int64_t>, size_t> chosen;
+  };
+  static TunedEngines& tuned_engines() {
+    static TunedEngines t;
+    return t;
+  }
+
+  /// Times each of `plan`'s candidates (CUDA events around 3 runs after one, on the run's
+  /// stream: the first run of a new shape waits for the GPU here) and keeps the fastest. The
+  /// first run state to tune a key decides for the whole process, so that concurrent runs run
+  /// the same engines and give identical outputs.
+  template <typename Execute>
+  void pick_fastest(ConvPlan& plan, Execute& execute, const char* what) {
+    TunedEngines& tuned = tuned_engines();
+    std::lock_guard<std::mutex> lock(tuned.mutex);
+    if (auto it = tuned.chosen.find(plan.key);
+        it != tuned.chosen.end() && it->second < plan.candidates.size()) {
+      std::tie(plan.plan, plan.workspace) = plan.candidates[it->second];
+      return;
+    }
+    Driver& d = driver();
+    CUevent start = nullptr, stop = nullptr;
+    check(d.cuEventCreate(&start, 0), what);
+    check(d.cuEventCreate(&stop, 0), what);
+    float best = -1;
+    size_t chosen = 0;
+    for (size_t index = 0; index < plan.candidates.size(); ++index) {
+      const auto [candidate, workspace] = plan.candidates[index];
+      bool ok = execute(candidate, workspace) == 0;
+      check(d.cuEventRecord(start, stream_), what);
+      for (int k = 0; ok && k < 3; ++k) ok = execute(candidate, workspace) == 0;
+      check(d.cuEventRecord(stop, stream_), what);
+      check(d.cuEventSynchronize(stop), what);
+      float ms = 0;
+      if (!ok || d.cuEventElapsedTime(&ms, start, stop) != 0) continue;
+      if (best < 0 || ms < best) {
+        best = ms;
+        chosen = index;
+        plan.plan = candidate;
+        plan.workspace = workspace;
+      }
+    }
+    d.cuEventDestroy(start);
+    d.cuEventDestroy(stop);
+    tuned.chosen[plan.key] = chosen;
+  }
+
+  /// Empties `plan` before it is remade: its descriptors are destroyed unless another call site
+  /// borrowed its plan (kept until the run state goes, then).
+  void retire_conv_plan(ConvPlan& plan) {
+    bool lent = false;
+    for (const ConvPlan& other : conv_plans_) {
+      lent = lent || (&other != &plan && other.plan != nullptr && other.plan == plan.plan &&
+                      other.descriptors.empty());
+    }
+    if (lent) {
+      retired_conv_descriptors_.insert(retired_conv_descriptors_.end(), plan.descriptors.begin(),
+                                       plan.descriptors.end());
+      plan.descriptors.clear();
+    }
+    plan.release();
+    plan.key.clear();
+  }
+
+  /// Queues `call`'s epilogue after the convolution alone wrote `y` (kiln_conv_epilogue, in the
+  /// model's module when a convolution has one).
+  template <typename T>
+  void conv_epilogue(T* y, const T* bias, const T* residual, bool relu, int64_t n, int64_t channels,
+                     int64_t inner, const char* what) {
+    constexpr bool f64 = std::is_same_v<T, double>;
+    CUfunction& f = f64 ? conv_epilogue_f64_ : conv_epilogue_f32_;
+    const char* name = f64 ? "kiln_conv_epilogue_f64" : "kiln_conv_epilogue_f32";
+    if (f == nullptr) {
+      if (module_ == nullptr)
+        kiln_rt::fail("%s: the model's kernels have no convolution epilogue", what);
+      check(driver().cuModuleGetFunction(&f, module_, name), name);
+    }
+    constexpr int64_t kThreads = 256;
+    const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 4096);
+    launch_function(f, stream_, name, blocks, 1, 1, kThreads, 1, 1, 0, y, bias, residual,
+                    relu ? 1 : 0, n, channels, inner);
+  }
+
+  /// Says once per process per call site that its convolution and epilogue run unfused.
+  static void note_unfused(const char* what, const std::string& why) {
+    static std::mutex mutex;
+    static std::vector<std::string> said;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (std::find(said.begin(), said.end(), what) != said.end()) return;
+    said.emplace_back(what);
+    std::fprintf(stderr,
+                 "kiln: %s: cuDNN has no engine for the convolution fused with its epilogue%s%s; "
+                 "the epilogue runs as a kernel of its own after it\n",
+                 what, why.empty() ? "" : ": ", why.c_str());
+  }
+
+  /// The graph of one convolution (tensors X, W, Y with unique ids 1, 2, 3) with the pointwise
+  /// nodes of `epilogue` after it (bias 4, broadcast [1, K, 1, 1], then residual 5 of Y's dims,
+  /// then Relu; the values between them virtual), and the first of the heuristic's engines that
+  /// finalizes, uses no tensor cores at fp32 (PyTorch's filter for TF32 disallowed) and needs
+  /// no more workspace than the arena keeps. Returns false when none does, or fails when
+  /// `required`.
+  bool make_conv_plan(ConvPlan& plan, bool f64, bool tf32, int64_t align, const ConvDims& d,
+                      const ConvEpilogue& epilogue, const char* what, bool required = false) {
     Dnn& api = dnn_api();
     auto make = [&](int type) {
-      void* d = nullptr;
-      check_dnn(api.CreateDescriptor(type, &d), what);
-      plan.descriptors.push_back(d);
-      return d;
+      void* t = nullptr;
+      check_dnn(api.CreateDescriptor(type, &t), what);
+      plan.descriptors.push_back(t);
+      return t;
     };
-    auto set = [&](void* d, int attribute, int type, int64_t count, const void* value) {
-      check_dnn(api.SetAttribute(d, attribute, type, count, value), what);
+    auto set = [&](void* t, int attribute, int type, int64_t count, const void* value) {
+      check_dnn(api.SetAttribute(t, attribute, type, count, value), what);
     };
     const int data = f64 ? dnn::kDataDouble : dnn::kDataFloat;
-    auto tensor = [&](const std::vector<int64_t>& dims, int64_t uid) {
-      std::vector<int64_t> strides(dims.size(), 1);
-      for (size_t k = dims.size() - 1; k-- > 0;) strides[k] = strides[k + 1] * dims[k + 1];
+    // Strides of a tensor of NCHW-ordered `dims`: row-major, or channels-last (N, H, W, C in
+    // memory) for the activations and weight of a channels-last call.
+    auto strides_of = [&](const std::vector<int64_t>& dims, bool last) {
+      std::vector<int64_t> st(dims.size(), 1);
+      if (last && dims.size() == 4) {
+        st = {dims[1] * dims[2] * dims[3], 1, dims[3] * dims[1], dims[1]};
+      } else {
+        for (size_t k = dims.size() - 1; k-- > 0;) st[k] = st[k + 1] * dims[k + 1];
+      }
+      return st;
+    };
+    auto tensor = [&](const std::vector<int64_t>& dims, int64_t uid, bool last, bool is_virtual) {
+      const std::vector<int64_t> st = strides_of(dims, last);
       void* t = make(dnn::kTensor);
       set(t, dnn::kTensorDataType, dnn::kTypeDataType, 1, &data);
       set(t, dnn::kTensorDims, dnn::kTypeInt64, static_cast<int64_t>(dims.size()), dims.data());
-      set(t, dnn::kTensorStrides, dnn::kTypeInt64, static_cast<int64_t>(dims.size()),
-          strides.data());
+      set(t, dnn::kTensorStrides, dnn::kTypeInt64, static_cast<int64_t>(dims.size()), st.data());
       set(t, dnn::kTensorUid, dnn::kTypeInt64, 1, &uid);
       set(t, dnn::kTensorByteAlignment, dnn::kTypeInt64, 1, &align);
+      if (is_virtual) {
+        const bool yes = true;
+        set(t, dnn::kTensorIsVirtual, dnn::kTypeBoolean, 1, &yes);
+      }
       check_dnn(api.Finalize(t), what);
       return t;
     };
-    void* tx = tensor(xd, 1);
-    void* tw = tensor(wd, 2);
-    void* ty = tensor(yd, 3);
+    void* tx = tensor(d.x, 1, d.last, false);
+    void* tw = tensor(d.w, 2, d.last, false);
+    const int stages =
+        (epilogue.bias ? 1 : 0) + (epilogue.residual ? 1 : 0) + (epilogue.relu ? 1 : 0);
+    int64_t next_virtual = 100;
+    // Each node's output: Y itself for the last node, else a virtual tensor of Y's dims.
+    auto output = [&](int& left) {
+      return --left == 0 ? tensor(d.y, 3, d.last, false)
+                         : tensor(d.y, next_virtual++, d.last, true);
+    };
+    int left = stages + 1;
+    void* ty = output(left);
     void* conv = make(dnn::kConvolution);
-    const int64_t dims = static_cast<int64_t>(stride.size());
+    const int64_t dims = static_cast<int64_t>(d.stride.size());
     const int mode = dnn::kCrossCorrelation;
     set(conv, dnn::kConvCompType, dnn::kTypeDataType, 1, &data);
     set(conv, dnn::kConvMode, dnn::kTypeConvMode, 1, &mode);
     set(conv, dnn::kConvSpatialDims, dnn::kTypeInt64, 1, &dims);
-    set(conv, dnn::kConvDilations, dnn::kTypeInt64, dims, dilation.data());
-    set(conv, dnn::kConvStrides, dnn::kTypeInt64, dims, stride.data());
-    set(conv, dnn::kConvPrePad, dnn::kTypeInt64, dims, pre.data());
-    set(conv, dnn::kConvPostPad, dnn::kTypeInt64, dims, post.data());
+    set(conv, dnn::kConvDilations, dnn::kTypeInt64, dims, d.dilation.data());
+    set(conv, dnn::kConvStrides, dnn::kTypeInt64, dims, d.stride.data());
+    set(conv, dnn::kConvPrePad, dnn::kTypeInt64, dims, d.pre.data());
+    set(conv, dnn::kConvPostPad, dnn::kTypeInt64, dims, d.post.data());
     check_dnn(api.Finalize(conv), what);
     void* op = make(dnn::kConvForward);
     set(op, dnn::kOpX, dnn::kTypeDescriptor, 1, &tx);
@@ -1583,59 +1807,97 @@ class RunState {
       set(op, dnn::kOpBeta, dnn::kTypeFloat, 1, &beta_f);
     }
     check_dnn(api.Finalize(op), what);
+    std::vector<void*> ops = {op};
+    // A pointwise node: out = `pw_mode`(in[, b]).
+    void* current = ty;
+    auto pointwise = [&](int pw_mode, void* b) {
+      void* pw = make(dnn::kPointwise);
+      set(pw, dnn::kPointwiseMode, dnn::kTypePointwiseMode, 1, &pw_mode);
+      set(pw, dnn::kPointwiseMathPrec, dnn::kTypeDataType, 1, &data);
+      check_dnn(api.Finalize(pw), what);
+      void* out = output(left);
+      void* node = make(dnn::kPointwiseOp);
+      set(node, dnn::kPwOpDesc, dnn::kTypeDescriptor, 1, &pw);
+      set(node, dnn::kPwOpX, dnn::kTypeDescriptor, 1, &current);
+      if (b != nullptr) set(node, dnn::kPwOpB, dnn::kTypeDescriptor, 1, &b);
+      set(node, dnn::kPwOpY, dnn::kTypeDescriptor, 1, &out);
+      check_dnn(api.Finalize(node), what);
+      ops.push_back(node);
+      current = out;
+    };
+    if (epilogue.bias) {
+      std::vector<int64_t> bias_dims(d.y.size(), 1);
+      bias_dims[1] = d.y[1];
+      pointwise(dnn::kPointwiseAdd, tensor(bias_dims, 4, d.last, false));
+    }
+    if (epilogue.residual) pointwise(dnn::kPointwiseAdd, tensor(d.y, 5, d.last, false));
+    if (epilogue.relu) pointwise(dnn::kPointwiseReluFwd, nullptr);
     void* graph = make(dnn::kGraph);
-    set(graph, dnn::kGraphOps, dnn::kTypeDescriptor, 1, &op);
+    set(graph, dnn::kGraphOps, dnn::kTypeDescriptor, static_cast<int64_t>(ops.size()), ops.data());
     set(graph, dnn::kGraphHandle, dnn::kTypeHandle, 1, &dnn_handle_);
     check_dnn(api.Finalize(graph), what);
-    void* heuristics = make(dnn::kHeuristics);
-    const int heur_mode = dnn::kHeurModeA;
-    set(heuristics, dnn::kHeurGraph, dnn::kTypeDescriptor, 1, &graph);
-    set(heuristics, dnn::kHeurMode, dnn::kTypeHeurMode, 1, &heur_mode);
-    check_dnn(api.Finalize(heuristics), what);
-    int64_t count = 0;
-    check_dnn(
-        api.GetAttribute(heuristics, dnn::kHeurResults, dnn::kTypeDescriptor, 0, &count, nullptr),
-        what);
-    std::vector<void*> configs;
-    for (int64_t k = 0; k < count; ++k) configs.push_back(make(dnn::kEngineConfig));
-    int64_t returned = 0;
-    check_dnn(api.GetAttribute(heuristics, dnn::kHeurResults, dnn::kTypeDescriptor, count,
-                               &returned, configs.data()),
-              what);
-    for (int64_t k = 0; k < returned; ++k) {
-      if (!tf32 && !f64) {
-        void* engine = make(dnn::kEngine);
-        int64_t got = 0;
-        if (api.GetAttribute(configs[static_cast<size_t>(k)], dnn::kConfigEngine,
-                             dnn::kTypeDescriptor, 1, &got, &engine) != 0) {
-          continue;
-        }
-        int notes[32] = {};
-        int64_t n_notes = 0;
-        if (api.GetAttribute(engine, dnn::kEngineNotes, dnn::kTypeNumericalNote, 32, &n_notes,
-                             notes) != 0) {
-          continue;
-        }
-        bool tensor_core = false;
-        for (int64_t j = 0; j < n_notes; ++j) {
-          tensor_core = tensor_core || notes[j] == dnn::kNoteTensorCore ||
-                        notes[j] == dnn::kNoteDownConvertInputs;
-        }
-        if (tensor_core) continue;
+    // The heuristic's engines (mode A), then cuDNN's fallback list (runtime-compiled fusion
+    // engines among them).
+    for (const int heur_mode : {dnn::kHeurModeA, dnn::kHeurModeFallback}) {
+      if (plan.plan != nullptr) break;  // candidates enough to tune among
+      void* heuristics = make(dnn::kHeuristics);
+      set(heuristics, dnn::kHeurGraph, dnn::kTypeDescriptor, 1, &graph);
+      set(heuristics, dnn::kHeurMode, dnn::kTypeHeurMode, 1, &heur_mode);
+      // A mode that takes no such graph gives no engines, not an error.
+      int64_t count = 0;
+      if (api.Finalize(heuristics) != 0 ||
+          api.GetAttribute(heuristics, dnn::kHeurResults, dnn::kTypeDescriptor, 0, &count,
+                           nullptr) != 0) {
+        continue;
       }
-      void* candidate = make(dnn::kPlan);
-      set(candidate, dnn::kPlanHandle, dnn::kTypeHandle, 1, &dnn_handle_);
-      set(candidate, dnn::kPlanConfig, dnn::kTypeDescriptor, 1, &configs[static_cast<size_t>(k)]);
-      if (api.Finalize(candidate) != 0) continue;
-      int64_t workspace = 0, got = 0;
-      check_dnn(
-          api.GetAttribute(candidate, dnn::kPlanWorkspace, dnn::kTypeInt64, 1, &got, &workspace),
-          what);
-      if (workspace > static_cast<int64_t>(library_workspace_bytes_)) continue;
-      plan.plan = candidate;
-      plan.workspace = workspace;
-      return;
+      std::vector<void*> configs;
+      for (int64_t k = 0; k < count; ++k) configs.push_back(make(dnn::kEngineConfig));
+      int64_t returned = 0;
+      if (api.GetAttribute(heuristics, dnn::kHeurResults, dnn::kTypeDescriptor, count, &returned,
+                           configs.data()) != 0) {
+        continue;
+      }
+      for (int64_t k = 0; k < returned; ++k) {
+        if (!tf32 && !f64) {
+          void* engine = make(dnn::kEngine);
+          int64_t got = 0;
+          if (api.GetAttribute(configs[static_cast<size_t>(k)], dnn::kConfigEngine,
+                               dnn::kTypeDescriptor, 1, &got, &engine) != 0) {
+            continue;
+          }
+          int notes[32] = {};
+          int64_t n_notes = 0;
+          if (api.GetAttribute(engine, dnn::kEngineNotes, dnn::kTypeNumericalNote, 32, &n_notes,
+                               notes) != 0) {
+            continue;
+          }
+          bool tensor_core = false;
+          for (int64_t j = 0; j < n_notes; ++j) {
+            tensor_core = tensor_core || notes[j] == dnn::kNoteTensorCore ||
+                          notes[j] == dnn::kNoteDownConvertInputs;
+          }
+          if (tensor_core) continue;
+        }
+        void* candidate = make(dnn::kPlan);
+        set(candidate, dnn::kPlanHandle, dnn::kTypeHandle, 1, &dnn_handle_);
+        set(candidate, dnn::kPlanConfig, dnn::kTypeDescriptor, 1, &configs[static_cast<size_t>(k)]);
+        if (api.Finalize(candidate) != 0) continue;
+        int64_t workspace = 0, got = 0;
+        check_dnn(
+            api.GetAttribute(candidate, dnn::kPlanWorkspace, dnn::kTypeInt64, 1, &got, &workspace),
+            what);
+        if (workspace > static_cast<int64_t>(library_workspace_bytes_)) continue;
+        if (plan.plan == nullptr) {
+          plan.plan = candidate;
+          plan.workspace = workspace;
+        }
+        if (!tune_convs_) return true;
+        plan.candidates.emplace_back(candidate, workspace);
+        if (plan.candidates.size() >= kConvTuneCandidates) return true;
+      }
     }
+    if (plan.plan != nullptr) return true;
+    if (!required) return false;
     kiln_rt::fail("%s: cuDNN has no engine for this convolution%s", what,
                   tf32 || f64 ? "" : " without tensor cores (--precision fp32)");
   }
@@ -1667,7 +1929,17 @@ class RunState {
   void* blas_handle_ = nullptr;         // cublasLtHandle_t, made at the first product
   std::vector<MatMulPlan> plans_;       // per call site
   void* dnn_handle_ = nullptr;          // cudnnHandle_t, made at the first convolution
-  std::vector<ConvPlan> conv_plans_;    // per call site
+  std::vector<ConvPlan> conv_plans_;    // per call site; one may borrow another's plan
+  std::vector<void*> retired_conv_descriptors_;  // of remade plans another site borrowed
+  /// KILN_CUDNN_TUNE=1: a new convolution plan times up to kConvTuneCandidates of the
+  /// heuristic's engines at its first run and keeps the fastest (else the heuristic's first).
+  static constexpr size_t kConvTuneCandidates = 4;
+  bool tune_convs_ = [] {
+    const char* v = std::getenv("KILN_CUDNN_TUNE");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  CUfunction conv_epilogue_f32_ = nullptr;  // kiln_conv_epilogue_*, found when first needed
+  CUfunction conv_epilogue_f64_ = nullptr;
   std::vector<void*> constants_;
 };
 

@@ -189,9 +189,12 @@ class DeviceCodegen {
 /// `precision`: the arithmetic of the GPU's matrix products (ir/device.h). `library`: the code
 /// goes into a model library for other machines (`kiln compile`): the CUDA backend then builds
 /// its kernels for every architecture of cuda_library_archs() plus PTX, not for this machine's
-/// GPU.
+/// GPU. `tune_libraries` (--autotune max): the CUDA backend's library calls time their
+/// candidate algorithms at their first run (kiln_rt_cuda.h: cuDNN engines) instead of taking
+/// the heuristic's first.
 std::unique_ptr<DeviceCodegen> make_device_codegen(ir::Device device,
                                                    const std::filesystem::path& cache_dir,
-                                                   ir::Precision precision, bool library = false);
+                                                   ir::Precision precision, bool library = false,
+                                                   bool tune_libraries = false);
 
 }  // namespace kiln::codegen

@@ -7,8 +7,12 @@
 
 namespace kiln::codegen {
 
-CudaCodegen::CudaCodegen(std::filesystem::path cache_dir, ir::Precision precision, bool library)
-    : cache_dir_(std::move(cache_dir)), precision_(precision), library_(library) {
+CudaCodegen::CudaCodegen(std::filesystem::path cache_dir, ir::Precision precision, bool library,
+                         bool tune_libraries)
+    : cache_dir_(std::move(cache_dir)),
+      precision_(precision),
+      library_(library),
+      tune_libraries_(tune_libraries) {
   if (std::string why = nvrtc_missing(); !why.empty()) user_error("--device cuda: {}", why);
 }
 
@@ -25,7 +29,7 @@ std::string CudaCodegen::prelude() const { return cuda_kernel_prelude(); }
 
 std::unique_ptr<WrapperOps> CudaCodegen::wrapper_ops() const {
   return std::make_unique<CudaWrapperOps>(host_.wrapper_ops(), prelude(), cache_dir_, precision_,
-                                          library_);
+                                          library_, tune_libraries_);
 }
 
 codecache::CompilerConfig CudaCodegen::build_config(const BuildNeeds& needs) const {

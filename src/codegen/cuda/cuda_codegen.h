@@ -20,7 +20,8 @@ class CudaCodegen final : public DeviceCodegen {
   /// `precision`: the compute type of the cuBLASLt matrix products. `library`: kernels for
   /// cuda_library_archs() plus PTX (a model library for other machines), else for this
   /// machine's GPU (cuda_target_archs()).
-  CudaCodegen(std::filesystem::path cache_dir, ir::Precision precision, bool library = false);
+  CudaCodegen(std::filesystem::path cache_dir, ir::Precision precision, bool library = false,
+              bool tune_libraries = false);
   ir::Device device() const override { return ir::Device::kCuda; }
   const sched::Backend& scheduling() const override { return backend_; }
   /// Kernel groups, inputs and constants; library calls on the host-fallback list
@@ -40,6 +41,7 @@ class CudaCodegen final : public DeviceCodegen {
   std::filesystem::path cache_dir_;
   ir::Precision precision_;
   bool library_;
+  bool tune_libraries_;  // --autotune max: cuDNN engines timed at their first run
 };
 
 }  // namespace kiln::codegen

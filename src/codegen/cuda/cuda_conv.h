@@ -1,8 +1,12 @@
 #pragma once
 /// Convolutions on the GPU (ir::ConvCall under --device cuda) through cuDNN 9's graph API: the
-/// wrapper's call of kiln_rt_cuda.h's RunState::conv. Lowering for CUDA gives the convolution
-/// without its bias (a pointwise consumer, fused with what follows into one kernel) and makes
-/// no CPU convolution choice.
+/// wrapper's call of kiln_rt_cuda.h's RunState::conv. Lowering gives a float32 convolution its
+/// bias as input 2 (a float64 one as a pointwise consumer) and, for networks of convolutions,
+/// channels-last activations with the weight packed [M, KH, KW, C] (lower/nn.cpp); it makes no
+/// CPU convolution choice. fuse_conv_epilogue folds the pointwise reader that adds a residual
+/// and applies a Relu into the call, so that bias, residual Add and Relu are nodes of the one
+/// cuDNN graph (with a kernel of its own after the convolution, kiln_conv_epilogue, where cuDNN
+/// has no engine for that graph).
 
 #include <string>
 
@@ -11,6 +15,22 @@
 #include "support/indented_buffer.h"
 
 namespace kiln::codegen {
+
+/// When `consumer`, the only reader of the float32 convolution `product` (no epilogue yet), is
+/// product [+ residual] [then Relu] elementwise, with a residual buffer of the product's
+/// layout: rewrites `consumer` into the call with that epilogue (ConvCall::residual, input 3;
+/// relu_post_ops) and returns true; else leaves both alone and returns false.
+bool fuse_conv_epilogue(const ir::Program& program, const ir::Buffer& product,
+                        ir::Buffer& consumer);
+
+/// Whether a convolution call on CUDA adds a bias, a residual or applies a Relu after the
+/// convolution: the model's module then carries kiln_conv_epilogue (conv_epilogue_source).
+bool conv_has_epilogue(const ir::ExternCall& call);
+
+/// The CUDA source of kiln_conv_epilogue_f32 and _f64: y = relu?(y + bias[c] + residual), the
+/// epilogue the run applies after the convolution alone where cuDNN has no engine for the fused
+/// graph.
+std::string conv_epilogue_source();
 
 /// Writes the call computing `buffer`, a ConvCall on the GPU (float32 or float64, contiguous X
 /// and W). `site` numbers the call in the wrapper (the run state keeps a plan per site);

@@ -11,6 +11,7 @@
 #include "codegen/cpp/cpp_body.h"
 #include "codegen/cpp/cpp_kernel.h"
 #include "codegen/cpp/cpp_ops.h"
+#include "codegen/cuda/cuda_conv.h"
 #include "codegen/cuda/cuda_matmul.h"
 #include "support/error.h"
 #include "support/identifier.h"
@@ -1171,7 +1172,8 @@ std::optional<std::string> CudaBackend::can_fuse_horizontal(const sched::NodeInf
 
 bool CudaBackend::fuse_library_epilogue(const ir::Program& program, const ir::Buffer& product,
                                         ir::Buffer& consumer) const {
-  return fuse_matmul_epilogue(program, product, consumer);
+  return fuse_matmul_epilogue(program, product, consumer) ||
+         fuse_conv_epilogue(program, product, consumer);
 }
 
 }  // namespace kiln::codegen

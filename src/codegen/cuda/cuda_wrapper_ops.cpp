@@ -47,6 +47,7 @@ void CudaWrapperOps::note(const ir::ExternCall& call) {
     uses_workspace_ = true;
     uses_blas_ = uses_blas_ || call.as<ir::MatMulCall>() != nullptr;
     uses_dnn_ = uses_dnn_ || call.as<ir::ConvCall>() != nullptr;
+    conv_epilogue_ = conv_epilogue_ || conv_has_epilogue(call);
     return;
   }
   host_->note(call);
@@ -70,6 +71,8 @@ void CudaWrapperOps::write_workspace(IndentedBuffer& out) {
   out.line("kiln_cuda::DeviceWorkspace ws(state.cuda.memory());");
   if (uses_workspace_)
     out.line("state.cuda.reserve_library_workspace();  // cuBLASLt's and cuDNN's, in the arena");
+  if (uses_dnn_ && tune_libraries_)
+    out.line("state.cuda.tune_convolutions();  // --autotune max: cuDNN engines timed");
 }
 
 void CudaWrapperOps::write_input_data(IndentedBuffer& out, size_t k, const std::string& ctype,
@@ -154,6 +157,9 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
     source += '\n';
     source += k->source();
   }
+  // A convolution with an epilogue (cuda_conv.h) runs it as a kernel of its own where cuDNN has
+  // no engine for the fused graph: the module carries that kernel.
+  if (conv_epilogue_) source += conv_epilogue_source();
   const bool uses_attention = !attention_heads_.empty();
   if (uses_attention) source += cuda_attention_source(attention_heads_);
   std::vector<CudaBinary> binaries;
@@ -161,7 +167,7 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
   // A library for other machines carries PTX for its oldest architecture too: the driver
   // compiles it for GPUs newer than every cubin.
   const int ptx_arch = library_ ? *std::min_element(archs.begin(), archs.end()) : 0;
-  if (!kernels.empty() || uses_attention)
+  if (!kernels.empty() || conv_epilogue_ || uses_attention)
     binaries = nvrtc_compile(source, archs, cache_dir_, ptx_arch);
   device_sources_.emplace_back("kernels.cu", source);
   out.line(

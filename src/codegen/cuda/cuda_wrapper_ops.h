@@ -30,14 +30,17 @@ class CudaWrapperOps final : public WrapperOps {
  public:
   /// `host` writes the library calls on the host (the CPU's WrapperOps); `prelude` starts the
   /// CUDA unit; cubins are cached under `cache_dir`/cuda; `precision` is that of the matrix
-  /// products; `library`: cubins for cuda_library_archs() plus PTX (else for this machine's GPU).
+  /// products; `library`: cubins for cuda_library_archs() plus PTX (else for this machine's GPU);
+  /// `tune_libraries`: the run state times cuDNN's engines at each plan's first run.
   CudaWrapperOps(std::unique_ptr<WrapperOps> host, std::string prelude,
-                 std::filesystem::path cache_dir, ir::Precision precision, bool library)
+                 std::filesystem::path cache_dir, ir::Precision precision, bool library,
+                 bool tune_libraries = false)
       : host_(std::move(host)),
         prelude_(std::move(prelude)),
         cache_dir_(std::move(cache_dir)),
         precision_(precision),
-        library_(library) {}
+        library_(library),
+        tune_libraries_(tune_libraries) {}
 
   /// Matrix products run on cuBLASLt and convolutions on cuDNN (no OpenBLAS or oneDNN to link);
   /// the other calls' needs are the host's.
@@ -117,8 +120,10 @@ class CudaWrapperOps final : public WrapperOps {
   std::filesystem::path cache_dir_;
   ir::Precision precision_;
   bool library_;
-  bool uses_blas_ = false;  // a matrix product on cuBLASLt
-  bool uses_dnn_ = false;   // a convolution on cuDNN
+  bool tune_libraries_;
+  bool uses_blas_ = false;      // a matrix product on cuBLASLt
+  bool uses_dnn_ = false;       // a convolution on cuDNN
+  bool conv_epilogue_ = false;  // one with a bias, residual or Relu (conv_epilogue_source)
   /// (D, Dv) of the fused attentions: Kiln's kernel for each, in the module.
   std::set<std::pair<int64_t, int64_t>> attention_heads_;
   bool uses_workspace_ = false;

@@ -17,7 +17,9 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "codegen/cuda/nvrtc_compile.h"
@@ -40,11 +42,13 @@ constexpr int64_t kOpset = 20;  // Gelu's first version
 using namespace cuda_test;  // NOLINT: the shared fixtures
 
 CompiledModel compile_cuda(const graph::Model& model, const fs::path& dir, ir::Precision precision,
-                           bool fused_attention = true) {
+                           bool fused_attention = true, bool channels_last = false) {
   CompileOptions options;
   options.lowering.cuda_fused_attention = fused_attention;  // the attention cases' kernel
   options.device = ir::Device::kCuda;
   options.precision = precision;
+  options.lowering.conv_layout =
+      channels_last ? lower::ConvLayout::kChannelsLast : lower::ConvLayout::kNchw;
   options.dump_dir = dir / "dump";
   options.cache_dir = dir / "cache";
   return compile(model, options);
@@ -53,9 +57,9 @@ CompiledModel compile_cuda(const graph::Model& model, const fs::path& dir, ir::P
 /// The wrapper of `model` compiled for CUDA (kernels for sm_90 only).
 std::string cuda_wrapper(const graph::Model& model, const fs::path& dir,
                          ir::Precision precision = ir::Precision::kTf32,
-                         bool fused_attention = true) {
+                         bool fused_attention = true, bool channels_last = false) {
   setenv("KILN_CUDA_ARCHS", "90", 1);
-  compile_cuda(model, dir, precision, fused_attention);
+  compile_cuda(model, dir, precision, fused_attention, channels_last);
   unsetenv("KILN_CUDA_ARCHS");
   return files::read(dir / "dump" / "5_wrapper.cpp");
 }
@@ -280,6 +284,8 @@ struct Case {
   std::function<void(ModelBuilder&, const std::vector<Value*>&)> build;
   std::function<std::pair<Dense, std::vector<double>>(const std::vector<Dense>&)> reference;
   DType dtype = DType::kFloat32;
+  /// Compiled with --conv-layout nhwc (channels-last activations, weights packed [M, KH, KW, C]).
+  bool channels_last = false;
 };
 
 /// MatMul(x0, x1).
@@ -542,6 +548,12 @@ std::vector<Case> cases() {
     std::vector<int64_t> strides, pads, dilations;
     bool bias_relu;
     DType dtype = DType::kFloat32;
+    // Relu(Conv + bias + residual): 1 the residual is x3 (the output's dims); 2 a first
+    // convolution Y1 = Conv(X, W) (no bias) is both the input and the residual, Relu(Conv(Y1, W)
+    // + bias + Y1) (C == M, stride 1, same padding), as in a network where Y1 is an
+    // intermediate channels-last buffer.
+    int residual = 0;
+    bool channels_last = false;
   };
   const std::vector<ConvCase> convs = {
       {"conv2d_strided_dilated_bias_relu",
@@ -572,37 +584,118 @@ std::vector<Case> cases() {
        {1, 1},
        true,
        DType::kFloat64},
+      // The epilogues cuDNN takes into the convolution's graph (cuda_conv.h), NCHW and
+      // channels-last (the weight packed [M, KH, KW, C] when compiling).
+      {"conv2d_bias_residual_relu",
+       {2, 8, 9, 7},
+       {16, 8, 3, 3},
+       1,
+       {1, 1},
+       {1, 1, 1, 1},
+       {1, 1},
+       true,
+       DType::kFloat32,
+       1},
+      {"conv2d_bias_residual_relu_nhwc",
+       {2, 16, 9, 7},
+       {16, 16, 3, 3},
+       1,
+       {1, 1},
+       {1, 1, 1, 1},
+       {1, 1},
+       true,
+       DType::kFloat32,
+       2,
+       true},
+      {"conv2d_strided_bias_relu_nhwc",
+       {1, 12, 11, 10},
+       {24, 12, 3, 3},
+       1,
+       {2, 2},
+       {1, 0, 1, 2},
+       {1, 1},
+       true,
+       DType::kFloat32,
+       0,
+       true},
+      {"conv2d_depthwise_nhwc",
+       {1, 16, 7, 7},
+       {16, 1, 3, 3},
+       16,
+       {1, 1},
+       {1, 1, 1, 1},
+       {1, 1},
+       true,
+       DType::kFloat32,
+       0,
+       true},
   };
   for (const ConvCase& v : convs) {
     std::vector<std::vector<int64_t>> inputs = {v.x, v.w};
     if (v.bias_relu) inputs.push_back({v.w[0]});
+    if (v.residual == 1) {  // the output's dims (stride 1, same padding)
+      std::vector<int64_t> dims = v.x;
+      dims[1] = v.w[0];
+      inputs.push_back(dims);
+    }
     c.push_back({v.name, inputs,
                  [v](ModelBuilder& m, const std::vector<Value*>& x) {
-                   std::vector<Value*> in = {x[0], x[1]};
+                   const std::map<std::string, graph::AttributeValue> attributes = {
+                       {"group", v.group},
+                       {"strides", v.strides},
+                       {"pads", v.pads},
+                       {"dilations", v.dilations}};
+                   Value* first = v.residual == 2 ? m.op("Conv", {x[0], x[1]}, attributes) : x[0];
+                   std::vector<Value*> in = {first, x[1]};
                    if (v.bias_relu) in.push_back(x[2]);
-                   Value* y = m.op("Conv", in,
-                                   {{"group", v.group},
-                                    {"strides", v.strides},
-                                    {"pads", v.pads},
-                                    {"dilations", v.dilations}});
-                   m.output(v.bias_relu ? m.op("Relu", {y}) : y);
+                   Value* y = m.op("Conv", in, attributes);
+                   if (v.residual) y = m.op("Add", {y, v.residual == 1 ? x[3] : first});
+                   if (v.bias_relu) y = m.op("Relu", {y});
+                   // A channels-last model's output is NCHW: a 1x1 MaxPool (the identity) keeps
+                   // the Relu channels-last, as between a network's convolutions, so that it
+                   // fuses into the call.
+                   if (v.channels_last)
+                     y = m.op("MaxPool", {y}, {{"kernel_shape", std::vector<int64_t>{1, 1}}});
+                   m.output(y);
                  },
                  [v](const std::vector<Dense>& x) {
+                   Dense first = x[0];
+                   std::vector<double> first_scale(x[0].values.size(), 0.0);
+                   if (v.residual == 2) {
+                     std::tie(first, first_scale) =
+                         conv_reference(x[0], x[1], v.group, v.strides, v.pads, v.dilations);
+                   }
                    auto [out, scale] =
-                       conv_reference(x[0], x[1], v.group, v.strides, v.pads, v.dilations);
+                       conv_reference(first, x[1], v.group, v.strides, v.pads, v.dilations);
+                   if (v.residual == 2) {
+                     // Y1's rounding carries into the second convolution: at most the largest
+                     // sum of |W| over an output channel's taps times Y1's largest bound.
+                     double w_sum = 0, s1 = 0;
+                     const size_t taps = x[1].values.size() / static_cast<size_t>(x[1].dims[0]);
+                     for (size_t mm = 0; mm < static_cast<size_t>(x[1].dims[0]); ++mm) {
+                       double sum = 0;
+                       for (size_t t = 0; t < taps; ++t)
+                         sum += std::abs(x[1].values[mm * taps + t]);
+                       w_sum = std::max(w_sum, sum);
+                     }
+                     for (double b : first_scale) s1 = std::max(s1, b);
+                     for (size_t i = 0; i < scale.size(); ++i)
+                       scale[i] += first_scale[i] + w_sum * s1;
+                   }
                    if (v.bias_relu) {
                      int64_t inner = 1;
                      for (size_t d = 2; d < out.dims.size(); ++d) inner *= out.dims[d];
                      for (size_t i = 0; i < out.values.size(); ++i) {
                        const int64_t channel = static_cast<int64_t>(i) / inner % out.dims[1];
-                       out.values[i] =
-                           std::max(0.0, out.values[i] + x[2].values[static_cast<size_t>(channel)]);
-                       scale[i] += 1;
+                       double value = out.values[i] + x[2].values[static_cast<size_t>(channel)];
+                       if (v.residual) value += (v.residual == 1 ? x[3] : first).values[i];
+                       out.values[i] = std::max(0.0, value);
+                       scale[i] += v.residual ? 2 : 1;
                      }
                    }
                    return std::make_pair(out, scale);
                  },
-                 v.dtype});
+                 v.dtype, v.channels_last});
   }
   return c;
 }
@@ -626,7 +719,7 @@ graph::Model build(const Case& c) {
 /// `relative` times the sum of its |a * b| terms (plus 1e-6).
 void run_and_compare(const Case& c, ir::Precision precision, double relative) {
   TempDir dir;
-  CompiledModel compiled = compile_cuda(build(c), dir.path, precision);
+  CompiledModel compiled = compile_cuda(build(c), dir.path, precision, true, c.channels_last);
   std::vector<Tensor> inputs;
   std::vector<Dense> dense_inputs;
   for (size_t k = 0; k < c.inputs.size(); ++k) {
@@ -812,21 +905,75 @@ TEST(CudaMatMul, BroadcastBatchDimsAreZeroStrides) {
   EXPECT_NE(wrapper.find("const int64_t sizes[] = {2, 3, 5, 4};"), std::string::npos) << wrapper;
 }
 
-TEST(CudaConv, ConvolutionIsACudnnCallWithItsBiasAndReluOneKernelAfterIt) {
+TEST(CudaConv, ConvolutionIsOneCudnnGraphWithItsBiasAndRelu) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
   TempDir dir;
   const std::string wrapper =
       cuda_wrapper(build(named("conv2d_strided_dilated_bias_relu")), dir.path);
   EXPECT_EQ(count(wrapper, "state.cuda.conv<float>("), 1u) << wrapper;
-  EXPECT_NE(wrapper.find("// cuDNN convolution, TF32 allowed"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("// cuDNN convolution + bias, Relu in its graph, TF32 allowed"),
+            std::string::npos)
+      << wrapper;
   EXPECT_NE(wrapper.find("const int64_t pads_begin[] = {1, 0};"), std::string::npos) << wrapper;
   EXPECT_NE(wrapper.find("const int64_t pads_end[] = {2, 1};"), std::string::npos) << wrapper;
   EXPECT_NE(wrapper.find("const int64_t dilations[] = {1, 2};"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("pads_end, dilations, false};"), std::string::npos) << wrapper;
   EXPECT_EQ(wrapper.find("// on the host"), std::string::npos) << wrapper;
-  // Bias and Relu: one kernel.
-  EXPECT_EQ(count(wrapper, "static void launch_cuda_"), 1u) << wrapper;
+  // Bias and Relu in the call: no kernel of Kiln's, the bias passed, Relu on, no residual.
+  EXPECT_EQ(count(wrapper, "static void launch_cuda_"), 0u) << wrapper;
+  EXPECT_NE(wrapper.find(", nullptr, true, true, \"conv ("), std::string::npos) << wrapper;
+  // The epilogue's kernel is in the module for when cuDNN has no engine for the fused graph.
+  const std::string kernels = files::read(dir.path / "dump" / "5_kernels.cu");
+  EXPECT_NE(kernels.find("kiln_conv_epilogue_f32"), std::string::npos);
   EXPECT_EQ(count(wrapper, "synchronize("),
             count(wrapper, "if (profile != nullptr) state.cuda.synchronize("));
+}
+
+TEST(CudaConv, AutotuneMaxTimesCudnnEnginesAtTheFirstRun) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const graph::Model model = build(named("conv2d_one_by_one"));
+  const std::string plain = cuda_wrapper(model, dir.path / "plain");
+  EXPECT_EQ(plain.find("state.cuda.tune_convolutions();"), std::string::npos) << plain;
+  CompileOptions options;
+  options.device = ir::Device::kCuda;
+  options.autotune = autotune::AutotuneMode::kMax;
+  options.dump_dir = dir.path / "max" / "dump";
+  options.cache_dir = dir.path / "max" / "cache";
+  setenv("KILN_CUDA_ARCHS", "90", 1);
+  compile(model, options);
+  unsetenv("KILN_CUDA_ARCHS");
+  const std::string tuned = files::read(dir.path / "max" / "dump" / "5_wrapper.cpp");
+  EXPECT_NE(tuned.find("state.cuda.tune_convolutions();"), std::string::npos) << tuned;
+}
+
+TEST(CudaConv, ResidualAddAndReluFuseIntoTheChannelsLastCall) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  TempDir dir;
+  const std::string wrapper = cuda_wrapper(build(named("conv2d_bias_residual_relu_nhwc")), dir.path,
+                                           ir::Precision::kFp32, true, true);
+  // Y1 = Conv(X, W), then Relu(Conv(Y1, W) + bias + Y1) as one call.
+  EXPECT_EQ(count(wrapper, "state.cuda.conv<float>("), 2u) << wrapper;
+  EXPECT_NE(wrapper.find("// cuDNN convolution (channels-last), float32"), std::string::npos)
+      << wrapper;
+  EXPECT_NE(wrapper.find("// cuDNN convolution (channels-last) + bias + residual, Relu in its "
+                         "graph, float32"),
+            std::string::npos)
+      << wrapper;
+  // Dims in NCHW order whatever the layout: X [2, 16, 9, 7], W [16, 16, 3, 3] (packed
+  // [M, KH, KW, C] in memory), Y [2, 16, 9, 7].
+  EXPECT_NE(wrapper.find("const int64_t x_dims[] = {2, 16, 9, 7};"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("const int64_t w_dims[] = {16, 16, 3, 3};"), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find("pads_end, dilations, true};"), std::string::npos) << wrapper;
+  EXPECT_EQ(wrapper.find("pads_end, dilations, false};"), std::string::npos) << wrapper;
+  EXPECT_EQ(wrapper.find("// on the host"), std::string::npos) << wrapper;
+  // The second call: bias and residual (the first call's output) passed, Relu on, fp32.
+  const size_t second =
+      wrapper.find("state.cuda.conv<float>(", wrapper.find("state.cuda.conv<float>(") + 1);
+  ASSERT_NE(second, std::string::npos);
+  const std::string line = wrapper.substr(second, wrapper.find('\n', second) - second);
+  EXPECT_EQ(line.find("nullptr"), std::string::npos) << line;
+  EXPECT_NE(line.find(", true, false, \"conv ("), std::string::npos) << line;
 }
 
 TEST(CudaMatMul, PrecisionPicksTheComputeType) {

@@ -41,9 +41,9 @@ inline void conv_direct(const ConvParams& p, const T* x, const T* w, const T* bi
   const int64_t in_size = p.in[0] * p.in[1] * p.in[2];
   const int64_t out_size = p.out[0] * p.out[1] * p.out[2];
   const int64_t k_size = p.kernel[0] * p.kernel[1] * p.kernel[2];
-#pragma omp parallel for collapse(2) if (p.n * p.m * out_size > 4096)
-  for (int64_t b = 0; b < p.n; ++b) {
-    for (int64_t oc = 0; oc < p.m; ++oc) {
+  parallel_for(p.n * p.m * out_size > 4096, (p.n) * (p.m), [&](int64_t kiln_lo, int64_t kiln_hi) {
+    for (int64_t kiln_flat = kiln_lo; kiln_flat < kiln_hi; ++kiln_flat) {
+      const int64_t b = kiln_flat / (p.m), oc = kiln_flat % (p.m);
       const int64_t g = oc / mg;
       for (int64_t o = 0; o < out_size; ++o) {
         const int64_t o0 = o / (p.out[1] * p.out[2]), o1 = (o / p.out[2]) % p.out[1],
@@ -70,7 +70,7 @@ inline void conv_direct(const ConvParams& p, const T* x, const T* w, const T* bi
         out[(b * p.m + oc) * out_size + o] = acc;
       }
     }
-  }
+  });
 }
 
 #if defined(KILN_RT_WITH_DNNL)
@@ -83,6 +83,9 @@ class ConvSite {
   void run(const ConvParams& p, const float* x, const float* w, const float* bias, float* out,
            bool constant_weights, const char* post_ops = "") {
     std::lock_guard<std::mutex> lock(mutex_);
+    // oneDNN (OpenMP build) would start an OpenMP team beside Kiln's pool: it creates and runs
+    // the primitive on this thread alone (the autotuner times it so).
+    SingleThreadedCall single;
     const bool has_bias = bias != nullptr;
     if (!ready_ || !(p == params_) || has_bias != has_bias_ || post_ops_ != post_ops) {
       build(p, has_bias, post_ops);

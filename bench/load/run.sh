@@ -103,7 +103,8 @@ run_engine() {  # run_engine ENGINE MODEL ITERS WARMUP: one JSON line
 BUSY_PIDS=()
 start_busy() {  # start_busy COUNT
   for _ in $(seq 1 "$1"); do
-    pin sh -c 'while :; do :; done' &
+    # taskset itself (not a shell function, whose subshell would outlive a kill) execs the shell.
+    taskset -c "$CPUS" sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &
     BUSY_PIDS+=($!)
   done
 }
@@ -141,7 +142,8 @@ for load in $LOADS; do
 j = json.load(sys.stdin)
 j.update(engine=sys.argv[1], name=sys.argv[2], load=sys.argv[3], round=int(sys.argv[4]))
 print(json.dumps(j))
-print(f"   {j[\"name\"]:9} {j[\"engine\"]:10} round {j[\"round\"]}: p50 {j[\"p50_ms\"]:.4f} ms, p99 {j[\"p99_ms\"]:.4f} ms", file=sys.stderr)' \
+print("   %-9s %-10s round %d: p50 %.4f ms, p99 %.4f ms"
+      % (j["name"], j["engine"], j["round"], j["p50_ms"], j["p99_ms"]), file=sys.stderr)' \
           "$engine" "$m" "$load" "$r" >>"$RESULTS"
       done
     done

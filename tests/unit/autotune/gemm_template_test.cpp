@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "autotune/gemm_template.h"
+#include "autotune/runtime_headers.h"
 #include "codecache/code_cache.h"
 #include "codecache/loaded_library.h"
 #include "support/error.h"
@@ -37,6 +38,7 @@ namespace fs = std::filesystem;
 codecache::CompilerConfig test_compiler_config() {
   codecache::CompilerConfig config;
   config.flags = {"-O3", "-march=x86-64-v3", "-fopenmp", "-shared", "-fPIC", "-std=c++17"};
+  config.include_dirs = {runtime_include_dir()};  // kiln_rt_pool.h
   return config;
 }
 

@@ -219,8 +219,10 @@ class Pool {
 };
 
 /// The pool of this library (one per loaded model library; its workers are joined when the
-/// library is unloaded).
-inline Pool& pool() {
+/// library is unloaded). Hidden: with default visibility the static would be a GNU unique symbol,
+/// which the dynamic linker binds across libraries, so a library loaded after another was
+/// unloaded would find the unloaded one's pool.
+__attribute__((visibility("hidden"))) inline Pool& pool() {
   static Pool instance;
   return instance;
 }

@@ -281,7 +281,8 @@ TEST(GemmTemplate, RenderedSourceIsReadable) {
             std::string::npos);
   EXPECT_NE(source.find("c5_1 = _mm256_fmadd_ps(a5, b1, c5_1);"), std::string::npos);
   EXPECT_EQ(source.find("c6_0"), std::string::npos);
-  EXPECT_NE(source.find("#pragma omp for collapse(2) schedule(static)"), std::string::npos);
+  // The (N block, M block) tiles are shared out on Kiln's pool (kiln_rt_pool.h).
+  EXPECT_NE(source.find("kiln_rt::parallel_for(parallel, n_blocks * m_blocks,"), std::string::npos);
 }
 
 }  // namespace

@@ -80,11 +80,14 @@ inline void conv_direct(const ConvParams& p, const T* x, const T* w, const T* bi
 
 /// One piece of a convolution cut for the pool (conv_pieces): the sub-problem `params` reads X
 /// from element x_offset, W from w_offset and the bias from bias_offset, and writes the output
-/// from out_offset. Each piece's tensors are dense in the convolution's layout, so a library call
-/// computes it as a convolution of its own.
+/// from out_offset. Its input and weights are dense in the convolution's layouts, so a library
+/// call computes it as a convolution of its own. So is its output when out_pitch is 0; else (a
+/// channel slice of channels-last output) the piece computes a dense output of its own, whose
+/// pixel p goes to out_offset + p * out_pitch.
 struct ConvPiece {
   ConvParams params;
   int64_t x_offset = 0, w_offset = 0, bias_offset = 0, out_offset = 0;
+  int64_t out_pitch = 0;
 };
 
 /// The fewest multiply-adds a piece of a convolution gets: a single-threaded oneDNN call of
@@ -103,10 +106,13 @@ inline int64_t conv_piece_macs() {
 /// sub-problem (see ConvPiece); one piece (the whole) when one thread is asked for or the work
 /// is too small to share.
 ///   - Images first: with at least `threads` images, pieces are ranges of images.
-///   - Else each image is cut along an axis over which its parts stay dense: output rows for
-///     channels-last activations (each piece reads the input rows under its window, its top and
-///     bottom padding adjusted), output channels in blocks of 16 for ungrouped NCHW ones (the
-///     input whole), groups for grouped NCHW ones.
+///   - Else each image is cut along an axis over which its parts stay dense: output channels in
+///     blocks of 16 for ungrouped NCHW activations (the input whole), groups for grouped NCHW
+///     ones. A channels-last image is cut by output rows (each piece reads the input rows under
+///     its window, its top and bottom padding adjusted), unless its weights outweigh its input
+///     and twice its output: every row piece reads the whole weights, so (ResNet's 3x3 layers at
+///     14 x 14 and 7 x 7, where the weights are 2-9 MB) it is cut by output channels instead,
+///     each piece writing a dense output of its own that it copies to its channels (out_pitch).
 /// The count per image is the one of about `threads` or 2 x `threads` pieces (more pieces let a
 /// thread that is not running hold less of the work) whose balanced ranges, claimed in order by
 /// the first free thread, finish first; ties go to more pieces.
@@ -138,7 +144,9 @@ inline std::vector<ConvPiece> conv_pieces(const ConvParams& p, int threads) {
   enum class Axis { kRows, kChannels, kGroups };
   Axis axis;
   int64_t units;
-  if (p.channels_last) {
+  const bool weights_outweigh =
+      p.m * cg * k_size > in_size * p.c + 2 * out_size * p.m;  // per image, in elements
+  if (p.channels_last && (p.group > 1 || !weights_outweigh)) {
     if (p.spatial != 2) return whole;
     axis = Axis::kRows;
     units = p.out[1];
@@ -205,7 +213,12 @@ inline std::vector<ConvPiece> conv_pieces(const ConvParams& p, int threads) {
           piece.x_offset = n * p.c * in_size;
           piece.w_offset = m0 * p.c * k_size;
           piece.bias_offset = m0;
-          piece.out_offset = (n * p.m + m0) * out_size;
+          if (p.channels_last) {
+            piece.out_offset = n * out_size * p.m + m0;
+            piece.out_pitch = p.m;
+          } else {
+            piece.out_offset = (n * p.m + m0) * out_size;
+          }
           break;
         }
         case Axis::kGroups: {
@@ -303,6 +316,7 @@ class ConvSite {
     size_t kernel = 0, weights = 0;
     dnnl::stream stream;
     dnnl::memory scratchpad, src_in_scratchpad, dst_out_scratchpad, blocked_src, blocked_dst;
+    dnnl::memory own_dst;  // the dense output of a piece with an out_pitch
   };
 
   static dnnl::memory::dims dims_of(const ConvParams& p, int64_t lead0, int64_t lead1,
@@ -349,6 +363,7 @@ class ConvSite {
         part.dst_out_scratchpad = dnnl::memory(kernel.dst_out.scratchpad_md, engine_);
         part.blocked_dst = dnnl::memory(kernel.primitive_dst_md, engine_);
       }
+      if (piece.out_pitch != 0) part.own_dst = dnnl::memory(kernel.dst_md, engine_);
       parts_.push_back(std::move(part));
     }
     params_ = p;
@@ -442,7 +457,9 @@ class ConvSite {
     const Kernel& kernel = kernels_[part.kernel];
     const ConvPiece& piece = part.piece;
     dnnl::memory src(kernel.src_md, engine_, const_cast<float*>(x + piece.x_offset));
-    dnnl::memory dst(kernel.dst_md, engine_, out + piece.out_offset);
+    dnnl::memory dst = piece.out_pitch != 0
+                           ? part.own_dst
+                           : dnnl::memory(kernel.dst_md, engine_, out + piece.out_offset);
     if (kernel.src_in.active) {
       kernel.src_in.primitive.execute(part.stream, {{DNNL_ARG_FROM, src},
                                                     {DNNL_ARG_TO, part.blocked_src},
@@ -465,6 +482,17 @@ class ConvSite {
                                         {DNNL_ARG_SCRATCHPAD, part.dst_out_scratchpad}});
     }
     part.stream.wait();
+    if (piece.out_pitch != 0) {
+      // Channels [m0, m0 + m) of each output pixel, from the piece's dense output.
+      const int64_t m = piece.params.m;
+      const int64_t pixels =
+          piece.params.n * piece.params.out[0] * piece.params.out[1] * piece.params.out[2];
+      const float* from = static_cast<const float*>(part.own_dst.get_data_handle());
+      for (int64_t px = 0; px < pixels; ++px) {
+        std::memcpy(out + piece.out_offset + px * piece.out_pitch, from + px * m,
+                    static_cast<size_t>(m) * sizeof(float));
+      }
+    }
   }
 
   /// oneDNN's default scratchpad is one buffer shared by every primitive of the process, which

@@ -93,7 +93,9 @@ struct ConvPiece {
 /// The fewest multiply-adds a piece of a convolution gets: a single-threaded oneDNN call of
 /// 2^18 takes about 10 us on one core, well above what waking a pool thread and a call's own
 /// overhead cost. KILN_CONV_PIECE_MACS overrides it (the tests set 1 to cut small convolutions).
-inline int64_t conv_piece_macs() {
+/// Hidden: a static of default visibility would be a GNU unique symbol, bound across libraries,
+/// also to one since unloaded (see pool()).
+__attribute__((visibility("hidden"))) inline int64_t conv_piece_macs() {
   static const int64_t macs = [] {
     const char* env = std::getenv("KILN_CONV_PIECE_MACS");
     const long long v = env != nullptr ? std::atoll(env) : 0;

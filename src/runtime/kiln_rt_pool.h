@@ -11,7 +11,7 @@
 //   - a loop is cut into more chunks than threads and every participant, the calling thread
 //     included, claims unclaimed chunks: a worker that is not running when the loop starts finds
 //     nothing left, and the caller never waits for a thread to arrive, only for chunks claimed;
-//   - a worker spins a bounded time (kSpinNanos) for its next loop, then sleeps on a futex;
+//   - a worker spins a bounded time (spin_nanos()) for its next loop, then sleeps on a futex;
 //   - a loop whose work does not pay for waking threads runs on the caller (the grain check is
 //     the caller's: parallel_for's `parallel` argument);
 //   - a run asking for N threads wakes at most N - 1 workers, so with the caller at most N of
@@ -31,6 +31,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -48,6 +49,19 @@ namespace pool_detail {
 /// for chunks still running before it sleeps: kernels of one run follow each other within
 /// microseconds, and waking a sleeping thread costs a few.
 inline constexpr int64_t kSpinNanos = 50'000;
+
+/// kSpinNanos, or KILN_POOL_SPIN_US microseconds when set (read once; for measuring the trade).
+/// Hidden, as pool(): a static of default visibility would be a GNU unique symbol, bound across
+/// libraries, also to one since unloaded.
+__attribute__((visibility("hidden"))) inline int64_t spin_nanos() {
+  static const int64_t nanos = [] {
+    const char* env = std::getenv("KILN_POOL_SPIN_US");
+    return env != nullptr && *env != '\0' ? std::max<int64_t>(std::atoll(env), 0) * 1000
+                                          : kSpinNanos;
+  }();
+  return nanos;
+}
+
 /// Chunks per participating thread: a thread that stalls holds at most this fraction of its share.
 inline constexpr int64_t kChunksPerThread = 4;
 
@@ -73,15 +87,15 @@ inline void futex_wake(std::atomic<uint32_t>* word, int count) {
           0);
 }
 
-/// Polls `done()` for kSpinNanos, then sleeps on `word` (its value `current()` re-read each
+/// Polls `done()` for spin_nanos(), then sleeps on `word` (its value `current()` re-read each
 /// time) with `sleeping` set, so that whoever changes `word` knows to wake it.
 template <typename Done, typename Current>
 inline void spin_then_sleep(std::atomic<uint32_t>* word, std::atomic<uint32_t>* sleeping, Done done,
                             Current current) {
-  const int64_t start = now_ns();
+  const int64_t start = now_ns(), spin = spin_nanos();
   for (int i = 0; !done(); ++i) {
     cpu_relax();
-    if ((i & 63) != 63 || now_ns() - start < kSpinNanos) continue;
+    if ((i & 63) != 63 || now_ns() - start < spin) continue;
     while (true) {
       const uint32_t seen = current();
       sleeping->store(1, std::memory_order_seq_cst);

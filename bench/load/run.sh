@@ -18,7 +18,8 @@
 #   KILN                 the kiln to time (default BUILD_DIR/bin/kiln)
 #   KILN_BASE            another kiln timed beside it as "kiln-base" (e.g. a build before a change)
 #   PYTHON               a python3 with onnx and numpy (default /usr/bin/python3)
-# Everything it writes is under BUILD_DIR/bench-load/ (models, code caches, results.jsonl).
+# Everything it writes is under BUILD_DIR/bench-load/ (models, code caches, model libraries,
+# results.jsonl).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR="$(realpath "${1:-build}")"
@@ -77,6 +78,8 @@ warmup() { echo $(($(iters "$1") / 5 + 2)); }
 input_arg() { echo "input=$MODEL_DIR/$1.input.npy"; }
 
 ENGINES="kiln ort"
+library() { echo "$WORK/lib/$1-$2.so"; }  # library ENGINE MODEL
+mkdir -p "$WORK/lib"
 [ -n "$KILN_BASE" ] && ENGINES="kiln kiln-base ort"
 run_engine() {  # run_engine ENGINE MODEL ITERS WARMUP: one JSON line
   local engine="$1" model="$2"
@@ -84,8 +87,8 @@ run_engine() {  # run_engine ENGINE MODEL ITERS WARMUP: one JSON line
     kiln | kiln-base)
       local kiln="$KILN"
       [ "$engine" = kiln-base ] && kiln="$KILN_BASE"
-      pin "$kiln" bench "$MODEL_DIR/$model.onnx" --json --threads "$THREADS" --iters "$3" \
-        --warmup "$4" --cache-dir "$WORK/cache-$engine" --input "$(input_arg "$model")"
+      pin "$kiln" bench "$(library "$engine" "$model")" --json --threads "$THREADS" --iters "$3" \
+        --warmup "$4" --input "$(input_arg "$model")"
       ;;
     ort)
       if [ "$ORT" = node ]; then
@@ -122,10 +125,16 @@ RESULTS="$WORK/results.jsonl"
 : >"$RESULTS"
 echo "== bench-load: engines $ENGINES; ONNX Runtime $ort_version; CPUs $CPUS ($NCPU)," \
   "$THREADS threads each; $ROUNDS rounds; CPU: $(lscpu | sed -n 's/^Model name: *//p')"
-# Compiled once, idle, before anything is timed.
+# Compiled once, idle, before anything is timed, into model libraries (kiln compile, for this
+# CPU, with the thread count the runs ask for), so a timed run only loads its library.
 for engine in $ENGINES; do
   [ "$engine" = ort ] && continue
-  for m in $MODELS; do run_engine "$engine" "$m" 1 0 >/dev/null; done
+  kiln="$KILN"
+  [ "$engine" = kiln-base ] && kiln="$KILN_BASE"
+  for m in $MODELS; do
+    OMP_NUM_THREADS="$THREADS" "$kiln" compile "$MODEL_DIR/$m.onnx" --target native \
+      --cache-dir "$WORK/cache-$engine" -o "$(library "$engine" "$m")" >/dev/null
+  done
 done
 for load in $LOADS; do
   count=$(busy_count "$load")

@@ -104,6 +104,65 @@ __attribute__((visibility("hidden"))) inline int64_t conv_piece_macs() {
   return macs;
 }
 
+/// The axes along which conv_pieces cuts one image (see there).
+enum class ConvAxis { kRows, kChannels, kGroups };
+
+/// Makes `piece` (a copy of the whole) the units [u0, u1) of image n along `axis`: output rows,
+/// blocks of 16 output channels or groups. False when a row piece's window lies entirely in the
+/// padding (the convolution then stays whole).
+inline bool conv_piece_in_image(const ConvParams& p, ConvAxis axis, int64_t n, int64_t u0,
+                                int64_t u1, ConvPiece& piece) {
+  const int64_t in_size = p.in[0] * p.in[1] * p.in[2];
+  const int64_t out_size = p.out[0] * p.out[1] * p.out[2];
+  const int64_t k_size = p.kernel[0] * p.kernel[1] * p.kernel[2];
+  const int64_t cg = p.c / p.group, mg = p.m / p.group;
+  ConvParams& s = piece.params;
+  s.n = 1;
+  switch (axis) {
+    case ConvAxis::kRows: {
+      // Output rows [u0, u1) read input rows [lo, hi) (padding included), of which
+      // [first, last) are inside the image.
+      const int64_t lo = u0 * p.stride[1] - p.pad_begin[1];
+      const int64_t hi =
+          (u1 - 1) * p.stride[1] - p.pad_begin[1] + (p.kernel[1] - 1) * p.dilation[1] + 1;
+      const int64_t first = std::max<int64_t>(lo, 0), last = std::min(hi, p.in[1]);
+      if (last <= first) return false;  // a window entirely in the padding
+      s.in[1] = last - first;
+      s.out[1] = u1 - u0;
+      s.pad_begin[1] = first - lo;
+      s.pad_end[1] = hi - last;
+      piece.x_offset = (n * p.in[1] + first) * p.in[2] * p.c;
+      piece.out_offset = (n * p.out[1] + u0) * p.out[2] * p.m;
+      break;
+    }
+    case ConvAxis::kChannels: {
+      const int64_t m0 = std::min(16 * u0, p.m), m1 = std::min(16 * u1, p.m);
+      s.m = m1 - m0;
+      piece.x_offset = n * p.c * in_size;
+      piece.w_offset = m0 * p.c * k_size;
+      piece.bias_offset = m0;
+      if (p.channels_last) {
+        piece.out_offset = n * out_size * p.m + m0;
+        piece.out_pitch = p.m;
+      } else {
+        piece.out_offset = (n * p.m + m0) * out_size;
+      }
+      break;
+    }
+    case ConvAxis::kGroups: {
+      s.group = u1 - u0;
+      s.c = s.group * cg;
+      s.m = s.group * mg;
+      piece.x_offset = (n * p.c + u0 * cg) * in_size;
+      piece.w_offset = u0 * mg * cg * k_size;
+      piece.bias_offset = u0 * mg;
+      piece.out_offset = (n * p.m + u0 * mg) * out_size;
+      break;
+    }
+  }
+  return true;
+}
+
 /// Cuts convolution `p` into pieces for `threads` threads of the pool, each piece a dense
 /// sub-problem (see ConvPiece); one piece (the whole) when one thread is asked for or the work
 /// is too small to share.
@@ -122,7 +181,7 @@ inline std::vector<ConvPiece> conv_pieces(const ConvParams& p, int threads) {
   const int64_t in_size = p.in[0] * p.in[1] * p.in[2];
   const int64_t out_size = p.out[0] * p.out[1] * p.out[2];
   const int64_t k_size = p.kernel[0] * p.kernel[1] * p.kernel[2];
-  const int64_t cg = p.c / p.group, mg = p.m / p.group;
+  const int64_t cg = p.c / p.group;
   const int64_t macs = p.n * p.m * out_size * cg * k_size;
   std::vector<ConvPiece> whole = {ConvPiece{p}};
   const int64_t min_macs = conv_piece_macs();
@@ -143,20 +202,19 @@ inline std::vector<ConvPiece> conv_pieces(const ConvParams& p, int threads) {
   }
 
   // Per image: `units` along the axis (rows, blocks of 16 channels or groups).
-  enum class Axis { kRows, kChannels, kGroups };
-  Axis axis;
+  ConvAxis axis;
   int64_t units;
   const bool weights_outweigh =
       p.m * cg * k_size > in_size * p.c + 2 * out_size * p.m;  // per image, in elements
   if (p.channels_last && (p.group > 1 || !weights_outweigh)) {
     if (p.spatial != 2) return whole;
-    axis = Axis::kRows;
+    axis = ConvAxis::kRows;
     units = p.out[1];
   } else if (p.group == 1) {
-    axis = Axis::kChannels;
+    axis = ConvAxis::kChannels;
     units = (p.m + 15) / 16;
   } else {
-    axis = Axis::kGroups;
+    axis = ConvAxis::kGroups;
     units = p.group;
   }
   // The finishing time of `count` balanced ranges of the units over `threads` threads, each
@@ -190,50 +248,7 @@ inline std::vector<ConvPiece> conv_pieces(const ConvParams& p, int threads) {
     for (int64_t i = 0; i < best; ++i) {
       const int64_t u0 = units * i / best, u1 = units * (i + 1) / best;
       ConvPiece piece{p};
-      ConvParams& s = piece.params;
-      s.n = 1;
-      switch (axis) {
-        case Axis::kRows: {
-          // Output rows [u0, u1) read input rows [lo, hi) (padding included), of which
-          // [first, last) are inside the image.
-          const int64_t lo = u0 * p.stride[1] - p.pad_begin[1];
-          const int64_t hi =
-              (u1 - 1) * p.stride[1] - p.pad_begin[1] + (p.kernel[1] - 1) * p.dilation[1] + 1;
-          const int64_t first = std::max<int64_t>(lo, 0), last = std::min(hi, p.in[1]);
-          if (last <= first) return whole;  // a window entirely in the padding
-          s.in[1] = last - first;
-          s.out[1] = u1 - u0;
-          s.pad_begin[1] = first - lo;
-          s.pad_end[1] = hi - last;
-          piece.x_offset = (n * p.in[1] + first) * p.in[2] * p.c;
-          piece.out_offset = (n * p.out[1] + u0) * p.out[2] * p.m;
-          break;
-        }
-        case Axis::kChannels: {
-          const int64_t m0 = std::min(16 * u0, p.m), m1 = std::min(16 * u1, p.m);
-          s.m = m1 - m0;
-          piece.x_offset = n * p.c * in_size;
-          piece.w_offset = m0 * p.c * k_size;
-          piece.bias_offset = m0;
-          if (p.channels_last) {
-            piece.out_offset = n * out_size * p.m + m0;
-            piece.out_pitch = p.m;
-          } else {
-            piece.out_offset = (n * p.m + m0) * out_size;
-          }
-          break;
-        }
-        case Axis::kGroups: {
-          s.group = u1 - u0;
-          s.c = s.group * cg;
-          s.m = s.group * mg;
-          piece.x_offset = (n * p.c + u0 * cg) * in_size;
-          piece.w_offset = u0 * mg * cg * k_size;
-          piece.bias_offset = u0 * mg;
-          piece.out_offset = (n * p.m + u0 * mg) * out_size;
-          break;
-        }
-      }
+      if (!conv_piece_in_image(p, axis, n, u0, u1, piece)) return whole;
       pieces.push_back(piece);
     }
   }

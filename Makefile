@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 
-.PHONY: all deps configure build install demo bench bench-gemm bench-conv bench-resnet-conv bench-ort bench-cuda bench-compile test test-cuda-compile test-sanitize fuzz format clean
+.PHONY: all deps configure build install demo bench bench-gemm bench-conv bench-resnet-conv bench-ort bench-load bench-cuda bench-compile test test-cuda-compile test-sanitize fuzz format clean
 
 all: build
 
@@ -55,6 +55,13 @@ bench-conv: deps configure
 bench-ort: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln
 	bash bench/ort/run.sh $(BUILD_DIR)
+
+# Latency under load (issue 14): Kiln and ONNX Runtime 1.30 on a tiny MLP and a ResNet-18-shaped
+# CNN, idle, with one busy process per core and with one and a half, alternating; prints p50, p99
+# and loaded/idle ratios (bench/load/run.sh; CPUS=2,3 pins everything to those CPUs).
+bench-load: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kiln
+	bash bench/load/run.sh $(BUILD_DIR)
 
 # On a machine with an NVIDIA GPU, PyTorch, onnx and onnxruntime: Kiln's latency on bench/ort's
 # ResNet-50-shaped CNN and BERT-base-shaped encoder next to PyTorch eager and torch.compile at fp32

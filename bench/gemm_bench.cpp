@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "autotune/gemm_template.h"
+#include "autotune/runtime_headers.h"
 #include "bench_util.h"
 #include "codecache/code_cache.h"
 #include "codecache/loaded_library.h"
@@ -223,16 +224,21 @@ Summary bench_shape(const Shape& s, bool quick, double peak, kiln::codecache::Co
   Summary summary;
   summary.shape = s;
 
+  // The templates include the runtime's kiln_rt_pool.h.
+  kiln::codecache::CompilerConfig with_runtime;
+  with_runtime.include_dirs = {kiln::autotune::runtime_include_dir()};
   // Compile every config at once (the code cache runs compilers in parallel).
   std::vector<kiln::codecache::LibrarySpec> specs;
   for (const GemmConfig& config : configs) {
-    specs.push_back({{{"gemm.cpp", kiln::autotune::render_gemm(config, problem, "gemm")}}, {}});
+    specs.push_back(
+        {{{"gemm.cpp", kiln::autotune::render_gemm(config, problem, "gemm")}}, with_runtime});
   }
   // The default once more with a fused bias + Relu epilogue: what the epilogue costs.
   const kiln::autotune::TemplateEpilogue bias_relu{.expr = "std::max(v + bias[n], 0.0f)",
                                                    .args = {"bias"}};
   specs.push_back(
-      {{{"gemm.cpp", kiln::autotune::render_gemm(configs[0], problem, "gemm", bias_relu)}}, {}});
+      {{{"gemm.cpp", kiln::autotune::render_gemm(configs[0], problem, "gemm", bias_relu)}},
+       with_runtime});
   const auto compile_start = Clock::now();
   const std::vector<fs::path> paths = cache.compile_many(specs);
   fmt::print(

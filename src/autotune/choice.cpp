@@ -1,5 +1,6 @@
 #include "autotune/choice.h"
 
+#include "autotune/runtime_headers.h"
 #include "autotune/template_text.h"
 
 #include <fmt/format.h>
@@ -9,6 +10,8 @@
 
 #include "support/error.h"
 #include "support/hash.h"
+#include "support/image_path.h"
+#include "support/log.h"
 
 namespace kiln::autotune {
 namespace {
@@ -48,8 +51,11 @@ constexpr std::string_view kOpenblasSource = R"(// Kiln GEMM choice: OpenBLAS cb
 #include <cstdint>
 #include <mutex>
 
-// OpenBLAS's OpenMP build does not support concurrent callers: BLAS calls of a model library
-// take this lock (the same inline variable as kiln_rt_blas.h's).
+#include "kiln_rt_pool.h"
+
+// Concurrent runs of a model library serialize their BLAS products on this lock (the same
+// inline variable as kiln_rt_blas.h's); the blocks of one product are single-threaded calls on
+// Kiln's pool.
 inline std::mutex kiln_blas_mutex;
 
 extern "C" void @NAME@(int64_t M, const float* A, const float* B, float* C@PARAMS@) {
@@ -59,10 +65,15 @@ extern "C" void @NAME@(int64_t M, const float* A, const float* B, float* C@PARAM
         std::fill_n(C, M * kN, 0.0f);
     } else {
         std::lock_guard<std::mutex> lock(kiln_blas_mutex);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(M),
-                    static_cast<blasint>(kN), static_cast<blasint>(kK), 1.0f, A,
-                    static_cast<blasint>(kK), B, static_cast<blasint>(kN), 0.0f, C,
-                    static_cast<blasint>(kN));
+        kiln_rt::parallel_gemm(M, kN, kK, [&](bool by_rows, int64_t first, int64_t last) {
+            const int64_t rows = by_rows ? last - first : M, cols = by_rows ? kN : last - first;
+            const int64_t a_at = by_rows ? first * kK : 0, b_at = by_rows ? 0 : first;
+            const int64_t c_at = by_rows ? first * kN : first;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows),
+                        static_cast<blasint>(cols), static_cast<blasint>(kK), 1.0f, A + a_at,
+                        static_cast<blasint>(kK), B + b_at, static_cast<blasint>(kN), 0.0f,
+                        C + c_at, static_cast<blasint>(kN));
+        });
     }
 @EPILOGUE@}
 )";
@@ -81,6 +92,8 @@ constexpr std::string_view kOnednnSource = R"(// Kiln GEMM choice: oneDNN matmul
 #include <map>
 #include <mutex>
 
+#include "kiln_rt_pool.h"
+
 namespace {
 
 @STATE@
@@ -98,6 +111,9 @@ extern "C" void @NAME@(int64_t M, const float* A, const float* B, float* C@PARAM
         const dnnl::memory::desc a_md({M, kK}, dt::f32, tag::ab);
         const dnnl::memory::desc b_md({kK, kN}, dt::f32, tag::ab);
         const dnnl::memory::desc c_md({M, kN}, dt::f32, tag::ab);
+        // oneDNN (OpenMP build) would start an OpenMP team beside Kiln's pool: it creates and
+        // runs the primitive on this thread alone.
+        kiln_rt::SingleThreadedCall single;
         dnnl::stream stream(state.engine);
 @CALL@        stream.wait();
     }
@@ -292,18 +308,33 @@ std::vector<GemmChoicePtr> gemm_choices(int64_t m_hint, const GemmProblem& probl
   return choices;
 }
 
+// An installed Kiln (PREFIX/bin/kiln, PREFIX/lib/libkiln.so) uses the headers installed beside
+// it, so it keeps working when the source tree it was built from is gone; a build tree has no
+// such folders and uses the source tree's.
+std::filesystem::path runtime_include_dir() {
+  static const std::filesystem::path dir = [] {
+    std::filesystem::path installed = installed_path("share/kiln/runtime");
+    if (installed.empty()) installed = KILN_RUNTIME_INCLUDE_DIR;
+    log::write(log::Category::kCompile, "runtime headers: {}", installed.string());
+    return installed;
+  }();
+  return dir;
+}
+
 std::string render_epilogue_pass(const GemmProblem& problem, const TemplateEpilogue& epilogue) {
   if (epilogue.empty()) return "";
   return fmt::format(
       "    // The epilogue, in a pass over C.\n"
-      "    #pragma omp parallel for if (M * {0} >= (int64_t{{1}} << 16))\n"
-      "    for (int64_t m = 0; m < M; ++m) {{\n"
-      "        #pragma omp simd\n"
-      "        for (int64_t n = 0; n < {0}; ++n) {{\n"
-      "            const float v = C[m * {0} + n];\n"
-      "            C[m * {0} + n] = ({1});\n"
+      "    kiln_rt::parallel_for(M * {0} >= (int64_t{{1}} << 16), M, [&](int64_t lo, int64_t hi) "
+      "{{\n"
+      "        for (int64_t m = lo; m < hi; ++m) {{\n"
+      "            #pragma omp simd\n"
+      "            for (int64_t n = 0; n < {0}; ++n) {{\n"
+      "                const float v = C[m * {0} + n];\n"
+      "                C[m * {0} + n] = ({1});\n"
+      "            }}\n"
       "        }}\n"
-      "    }}\n",
+      "    }});\n",
       problem.n, epilogue.expr);
 }
 

@@ -30,15 +30,17 @@ constexpr int64_t kPT = @PT@, kPL = @PL@, kPB = @PB@, kPR = @PR@, kOH = @OH@, kO
 // Bias and epilogue in one pass over Y (library choices: the call wrote the plain convolution).
 constexpr std::string_view kBiasPass = R"(    // The bias and the epilogue, in a pass over Y.
     const float* bias = Wp + kM * kDepth;
-    #pragma omp parallel for if (kN * kM * kOH * kOW >= (int64_t{1} << 16))
-    for (int64_t m = 0; m < kN * kM * kOH; ++m) {
-        const float bq = bias[(m / kOH) % kM];
-        float* y = Y + m * kOW;
-        for (int64_t n = 0; n < kOW; ++n) {
-            const float v = y[n] + bq;
-            y[n] = @EXPR@;
+    kiln_rt::parallel_for(kN * kM * kOH * kOW >= (int64_t{1} << 16), kN * kM * kOH,
+                          [&](int64_t lo, int64_t hi) {
+        for (int64_t m = lo; m < hi; ++m) {
+            const float bq = bias[(m / kOH) % kM];
+            float* y = Y + m * kOW;
+            for (int64_t n = 0; n < kOW; ++n) {
+                const float v = y[n] + bq;
+                y[n] = @EXPR@;
+            }
         }
-    }
+    });
 )";
 
 // oneDNN 2.x: the primitive is created and the weights reordered into its layout on the first
@@ -52,6 +54,8 @@ constexpr std::string_view kOnednnSource = R"(// Kiln convolution choice: oneDNN
 #include <cmath>
 #include <cstdint>
 #include <mutex>
+
+#include "kiln_rt_pool.h"
 
 namespace {
 
@@ -73,6 +77,9 @@ extern "C" void @NAME@(const float* X, const float* Wp, float* Y@PARAMS@) {
     static ConvState s;
     {
         std::lock_guard<std::mutex> lock(s.mutex);
+        // oneDNN (OpenMP build) would start an OpenMP team beside Kiln's pool: it creates and
+        // runs the primitive on this thread alone.
+        kiln_rt::SingleThreadedCall single;
         dnnl::stream stream(s.engine);
         if (s.source != Wp) {
             s.src_md = dnnl::memory::desc({kN, kC, kH, kW}, dt::f32, tag::@ACT@);
@@ -118,8 +125,10 @@ constexpr std::string_view kIm2colSource = R"(// Kiln convolution choice: im2col
 #include <mutex>
 #include <vector>
 
-// OpenBLAS's OpenMP build does not support concurrent callers: BLAS calls of a model library
-// take this lock (the same inline variable as kiln_rt_blas.h's).
+#include "kiln_rt_pool.h"
+
+// Concurrent runs of a model library serialize their BLAS products on this lock (the same
+// inline variable as kiln_rt_blas.h's).
 inline std::mutex kiln_blas_mutex;
 
 namespace {
@@ -130,8 +139,9 @@ constexpr bool kDirect = kKH == 1 && kKW == 1 && kSH == 1 && kSW == 1 && kPT == 
                          kPB == 0 && kPR == 0;
 
 void im2col(const float* x, float* col) {
-    #pragma omp parallel for if (kDepth * kOH * kOW >= (int64_t{1} << 15))
-    for (int64_t t = 0; t < kDepth; ++t) {
+  kiln_rt::parallel_for(kDepth * kOH * kOW >= (int64_t{1} << 15), kDepth,
+                        [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
         const int64_t ic = t / (kKH * kKW), kh = (t / kKW) % kKH, kw = t % kKW;
         float* dst = col + t * (kOH * kOW);
         for (int64_t oh = 0; oh < kOH; ++oh) {
@@ -148,6 +158,7 @@ void im2col(const float* x, float* col) {
             }
         }
     }
+  });
 }
 
 }  // namespace
@@ -163,10 +174,18 @@ extern "C" void @NAME@(const float* X, const float* Wp, float* Y@PARAMS@) {
             B = col.data();
         }
         std::lock_guard<std::mutex> lock(kiln_blas_mutex);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(kM),
-                    static_cast<blasint>(kOH * kOW), static_cast<blasint>(kDepth), 1.0f, Wp,
-                    static_cast<blasint>(kDepth), B, static_cast<blasint>(kOH * kOW), 0.0f,
-                    Y + b * (kM * kOH * kOW), static_cast<blasint>(kOH * kOW));
+        // Blocks of Y's rows (or columns) as single-threaded calls on Kiln's pool.
+        constexpr int64_t kP = kOH * kOW;
+        float* y = Y + b * (kM * kP);
+        kiln_rt::parallel_gemm(kM, kP, kDepth, [&](bool by_rows, int64_t first, int64_t last) {
+            const int64_t rows = by_rows ? last - first : kM, cols = by_rows ? kP : last - first;
+            const int64_t w_at = by_rows ? first * kDepth : 0, b_at = by_rows ? 0 : first;
+            const int64_t y_at = by_rows ? first * kP : first;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows),
+                        static_cast<blasint>(cols), static_cast<blasint>(kDepth), 1.0f, Wp + w_at,
+                        static_cast<blasint>(kDepth), B + b_at, static_cast<blasint>(kP), 0.0f,
+                        y + y_at, static_cast<blasint>(kP));
+        });
     }
 @EPILOGUE@}
 )";
@@ -174,14 +193,16 @@ extern "C" void @NAME@(const float* X, const float* Wp, float* Y@PARAMS@) {
 // The same pass over a channels-last Y: rows of M channels, one per output pixel.
 constexpr std::string_view kBiasPassNhwc = R"(    // The bias and the epilogue, in a pass over Y.
     const float* bias = Wp + kM * kDepth;
-    #pragma omp parallel for if (kN * kM * kOH * kOW >= (int64_t{1} << 16))
-    for (int64_t m = 0; m < kN * kOH * kOW; ++m) {
-        float* y = Y + m * kM;
-        for (int64_t n = 0; n < kM; ++n) {
-            const float v = y[n] + bias[n];
-            y[n] = @EXPR@;
+    kiln_rt::parallel_for(kN * kM * kOH * kOW >= (int64_t{1} << 16), kN * kOH * kOW,
+                          [&](int64_t lo, int64_t hi) {
+        for (int64_t m = lo; m < hi; ++m) {
+            float* y = Y + m * kM;
+            for (int64_t n = 0; n < kM; ++n) {
+                const float v = y[n] + bias[n];
+                y[n] = @EXPR@;
+            }
         }
-    }
+    });
 )";
 
 std::vector<std::pair<std::string, std::string>> values(const ConvProblem& p,
@@ -233,26 +254,30 @@ std::string onednn_epilogue(const ConvProblem& p, const TemplateEpilogue& epilog
   if (p.channels_last) {
     return fmt::format(
         "    // The epilogue, in a pass over Y.\n"
-        "    #pragma omp parallel for if (kN * kM * kOH * kOW >= (int64_t{{1}} << 16))\n"
-        "    for (int64_t m = 0; m < kN * kOH * kOW; ++m) {{\n"
-        "        float* y = Y + m * kM;\n"
-        "        for (int64_t n = 0; n < kM; ++n) {{\n"
-        "            const float v = y[n];\n"
-        "            y[n] = ({});\n"
+        "    kiln_rt::parallel_for(kN * kM * kOH * kOW >= (int64_t{{1}} << 16), kN * kOH * kOW,\n"
+        "                          [&](int64_t lo, int64_t hi) {{\n"
+        "        for (int64_t m = lo; m < hi; ++m) {{\n"
+        "            float* y = Y + m * kM;\n"
+        "            for (int64_t n = 0; n < kM; ++n) {{\n"
+        "                const float v = y[n];\n"
+        "                y[n] = ({});\n"
+        "            }}\n"
         "        }}\n"
-        "    }}\n",
+        "    }});\n",
         epilogue.expr);
   }
   return fmt::format(
       "    // The epilogue, in a pass over Y.\n"
-      "    #pragma omp parallel for if (kN * kM * kOH * kOW >= (int64_t{{1}} << 16))\n"
-      "    for (int64_t m = 0; m < kN * kM * kOH; ++m) {{\n"
-      "        float* y = Y + m * kOW;\n"
-      "        for (int64_t n = 0; n < kOW; ++n) {{\n"
-      "            const float v = y[n];\n"
-      "            y[n] = ({});\n"
+      "    kiln_rt::parallel_for(kN * kM * kOH * kOW >= (int64_t{{1}} << 16), kN * kM * kOH,\n"
+      "                          [&](int64_t lo, int64_t hi) {{\n"
+      "        for (int64_t m = lo; m < hi; ++m) {{\n"
+      "            float* y = Y + m * kOW;\n"
+      "            for (int64_t n = 0; n < kOW; ++n) {{\n"
+      "                const float v = y[n];\n"
+      "                y[n] = ({});\n"
+      "            }}\n"
       "        }}\n"
-      "    }}\n",
+      "    }});\n",
       epilogue.expr);
 }
 

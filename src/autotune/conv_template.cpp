@@ -32,6 +32,7 @@ void render_header(IndentedBuffer& out, const ConvConfig& config, const ConvProb
   out.line("#include <algorithm>");
   out.line("#include <cmath>");
   out.line("#include <cstdint>");
+  out.line("#include \"kiln_rt_pool.h\"");
   out.line("");
   out.line("namespace {");
   out.line("");
@@ -227,26 +228,19 @@ void render_entry(IndentedBuffer& out, const ConvConfig& config, const ConvProbl
   out.line("// Threads only pay off with some work per thread.");
   out.linef("constexpr bool kParallel = kN * kBlocks * kOH > 1 && {} >= (int64_t{{1}} << 18);",
             static_cast<int64_t>(p.flops() / 2));
-  out.line("#pragma omp parallel if (kParallel)");
-  out.line("{");
-  {
-    auto _ = out.scope();
-    out.line("alignas(64) float acc[kOWPad * kOCB];");
-    out.line("#pragma omp for collapse(3) schedule(static)");
-    out.line("for (int64_t b = 0; b < kN; ++b) {");
-    if (config.rows_outer) {
-      out.line("    for (int64_t oh = 0; oh < kOH; ++oh) {");
-      out.line("        for (int64_t j = 0; j < kBlocks; ++j) {");
-    } else {
-      out.line("    for (int64_t j = 0; j < kBlocks; ++j) {");
-      out.line("        for (int64_t oh = 0; oh < kOH; ++oh) {");
-    }
-    out.linef("            row(X, Wp, Y, b, j, oh, acc{});", epilogue_call_args(epilogue));
-    out.line("        }");
-    out.line("    }");
-    out.line("}");
+  // Rows are shared out on Kiln's pool (kiln_rt_pool.h).
+  if (config.rows_outer) {
+    out.line(
+        "kiln_rt::parallel_for_3d(kParallel, kN, kOH, kBlocks, [&](int64_t b, int64_t oh, "
+        "int64_t j) {");
+  } else {
+    out.line(
+        "kiln_rt::parallel_for_3d(kParallel, kN, kBlocks, kOH, [&](int64_t b, int64_t j, "
+        "int64_t oh) {");
   }
-  out.line("}");
+  out.line("    alignas(64) float acc[kOWPad * kOCB];");
+  out.linef("    row(X, Wp, Y, b, j, oh, acc{});", epilogue_call_args(epilogue));
+  out.line("});");
 }
 
 // The output columns per register block: all of OW when it fits, else the block in

@@ -22,6 +22,7 @@ void render_header(IndentedBuffer& out, TemplateIsa isa, const ConvProblem& p,
   out.line("#include <algorithm>");
   out.line("#include <cmath>");
   out.line("#include <cstdint>");
+  out.line("#include \"kiln_rt_pool.h\"");
   out.line("");
   out.line("namespace {");
   out.line("");
@@ -102,14 +103,11 @@ void render_entry(IndentedBuffer& out, const ConvProblem& p, const std::string& 
   out.line("// Threads only pay off with some work per thread.");
   out.linef("constexpr bool kParallel = kN * kM * kOH > 1 && {} >= (int64_t{{1}} << 16);",
             static_cast<int64_t>(p.flops() / 2));
-  out.line("#pragma omp parallel for collapse(3) schedule(static) if (kParallel)");
-  out.line("for (int64_t b = 0; b < kN; ++b) {");
-  out.line("    for (int64_t oc = 0; oc < kM; ++oc) {");
-  out.line("        for (int64_t oh = 0; oh < kOH; ++oh) {");
-  out.linef("            row(X, Wp, Y, b, oc, oh{});", epilogue_call_args(epilogue));
-  out.line("        }");
-  out.line("    }");
-  out.line("}");
+  out.line(
+      "kiln_rt::parallel_for_3d(kParallel, kN, kM, kOH, [&](int64_t b, int64_t oc, "
+      "int64_t oh) {");
+  out.linef("    row(X, Wp, Y, b, oc, oh{});", epilogue_call_args(epilogue));
+  out.line("});");
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ void render_header(IndentedBuffer& out, const GemmConfig& config, const GemmProb
   out.line("#include <algorithm>");
   out.line("#include <cmath>");
   out.line("#include <cstdint>");
+  out.line("#include \"kiln_rt_pool.h\"");
   out.line("");
   out.line("namespace {");
   out.line("");
@@ -301,34 +302,35 @@ void render_entry(IndentedBuffer& out, const GemmConfig& config, const GemmProbl
   out.line("constexpr int64_t n_blocks = (kN + kNC - 1) / kNC;");
   out.line("// Threads only pay off with more than one tile and some work per thread.");
   out.line("const bool parallel = m_blocks * n_blocks > 1 && M * kN * kK >= (int64_t{1} << 18);");
-  out.line("#pragma omp parallel if (parallel)");
-  out.line("{");
+  // Tiles are shared out on Kiln's pool (kiln_rt_pool.h); each chunk packs A into its own Ap.
+  const char* outer = config.thread_split == GemmThreadSplit::kM   ? "m_blocks"
+                      : config.thread_split == GemmThreadSplit::kN ? "n_blocks"
+                                                                   : "n_blocks * m_blocks";
+  out.linef("kiln_rt::parallel_for(parallel, {}, [&](int64_t kiln_lo, int64_t kiln_hi) {{", outer);
   {
     auto _ = out.scope();
     // The packed block of A (direct A packs only a short last panel).
     out.linef("alignas(64) float Ap[{} * kKC];", config.pack_a ? "kMC" : "kMR");
     switch (config.thread_split) {
       case GemmThreadSplit::kMN:
-        out.line("#pragma omp for collapse(2) schedule(static)");
-        out.line("for (int64_t jb = 0; jb < n_blocks; ++jb) {");
+        out.line("for (int64_t t = kiln_lo; t < kiln_hi; ++t) {");
+        out.line("    const int64_t jb = t / m_blocks, ib = t % m_blocks;");
+        out.line("    " + call);
+        out.line("}");
+        break;
+      case GemmThreadSplit::kN:
+        out.line("for (int64_t jb = kiln_lo; jb < kiln_hi; ++jb) {");
         out.line("    for (int64_t ib = 0; ib < m_blocks; ++ib) " + call);
         out.line("}");
         break;
       case GemmThreadSplit::kM:
-        out.line("#pragma omp for schedule(static)");
-        out.line("for (int64_t ib = 0; ib < m_blocks; ++ib) {");
+        out.line("for (int64_t ib = kiln_lo; ib < kiln_hi; ++ib) {");
         out.line("    for (int64_t jb = 0; jb < n_blocks; ++jb) " + call);
-        out.line("}");
-        break;
-      case GemmThreadSplit::kN:
-        out.line("#pragma omp for schedule(static)");
-        out.line("for (int64_t jb = 0; jb < n_blocks; ++jb) {");
-        out.line("    for (int64_t ib = 0; ib < m_blocks; ++ib) " + call);
         out.line("}");
         break;
     }
   }
-  out.line("}");
+  out.line("});");
 }
 
 const char* loop_order_name(GemmLoopOrder order) {

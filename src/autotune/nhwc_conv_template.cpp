@@ -27,6 +27,7 @@ void render_depthwise_header(IndentedBuffer& out, TemplateIsa isa, const ConvPro
   out.line("#include <algorithm>");
   out.line("#include <cmath>");
   out.line("#include <cstdint>");
+  out.line("#include \"kiln_rt_pool.h\"");
   out.line("");
   out.line("namespace {");
   out.line("");
@@ -86,9 +87,8 @@ void render_depthwise_entry(IndentedBuffer& out, TemplateIsa isa, const ConvProb
   out.line("// Threads only pay off with some work per thread.");
   out.linef("constexpr bool kParallel = kN * kOH > 1 && {} >= (int64_t{{1}} << 16);",
             static_cast<int64_t>(p.flops() / 2));
-  out.line("#pragma omp parallel for collapse(2) schedule(static) if (kParallel)");
-  out.line("for (int64_t b = 0; b < kN; ++b) {");
-  out.line("    for (int64_t oh = 0; oh < kOH; ++oh) {");
+  out.line("kiln_rt::parallel_for_2d(kParallel, kN, kOH, [&](int64_t b, int64_t oh) {");
+  out.line("    {");
   out.line("        // The kernel rows inside the image.");
   out.line("        const int64_t ih0 = oh * kSH - kPT;");
   out.line("        int64_t kh0 = 0, kh1 = kKH;");
@@ -108,7 +108,7 @@ void render_depthwise_entry(IndentedBuffer& out, TemplateIsa isa, const ConvProb
   }
   out.line("        }");
   out.line("    }");
-  out.line("}");
+  out.line("});");
 }
 
 }  // namespace

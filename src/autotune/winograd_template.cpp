@@ -81,6 +81,7 @@ void render_header(IndentedBuffer& out, TemplateIsa isa, const ConvProblem& p,
   out.line("#include <algorithm>");
   out.line("#include <cmath>");
   out.line("#include <cstdint>");
+  out.line("#include \"kiln_rt_pool.h\"");
   out.line("#include <cstring>");
   out.line("#include <map>");
   out.line("#include <mutex>");
@@ -136,8 +137,8 @@ void render_weight_transform(IndentedBuffer& out) {
     out.line("t.bias.assign(kMPad, 0.0f);");
     out.line("std::copy(Wp + kM * kC * 9, Wp + kM * kC * 9 + kM, t.bias.begin());");
     out.line("float* u = t.u.data();");
-    out.line("#pragma omp parallel for if (kM * kC >= 4096)");
-    out.line("for (int64_t k = 0; k < kM; ++k) {");
+    out.line("kiln_rt::parallel_for(kM * kC >= 4096, kM, [&](int64_t lo, int64_t hi) {");
+    out.line("for (int64_t k = lo; k < hi; ++k) {");
     out.line("    for (int64_t c = 0; c < kC; ++c) {");
     out.line("        const float* g = Wp + (k * kC + c) * 9;");
     out.line("        double gg[6][3];");
@@ -156,6 +157,7 @@ void render_weight_transform(IndentedBuffer& out) {
     out.line("        }");
     out.line("    }");
     out.line("}");
+    out.line("});");
     out.line("return t;");
   }
   out.line("}");
@@ -335,30 +337,22 @@ void render_entry(IndentedBuffer& out, const ConvProblem& p, const std::string& 
   out.line("// Threads only pay off with some work per thread.");
   out.linef("constexpr bool kParallel = {} >= (int64_t{{1}} << 18);",
             static_cast<int64_t>(p.flops() / 2));
-  out.line("#pragma omp parallel if (kParallel)");
-  out.line("{");
-  {
-    auto _ = out.scope();
-    out.line("#pragma omp for collapse(3) schedule(static)");
-    out.line("for (int64_t b = 0; b < kN; ++b) {");
-    out.line("    for (int64_t c = 0; c < kC; ++c) {");
-    out.line("        for (int64_t ti = 0; ti < kTH; ++ti) transform_input_row(X, V, b, c, ti);");
-    out.line("    }");
-    out.line("}");
-    out.line("#pragma omp for collapse(3) schedule(static)");
-    out.line("for (int64_t xi = 0; xi < 36; ++xi) {");
-    out.line("    for (int64_t kb = 0; kb < kMPad / kKB; ++kb) {");
-    out.line("        for (int64_t tb = 0; tb < kTPad / kR; ++tb) {");
-    out.line("            multiply_block(U, V, Mt, xi, kb, tb);");
-    out.line("        }");
-    out.line("    }");
-    out.line("}");
-    out.line("#pragma omp for schedule(static)");
-    out.line("for (int64_t t = 0; t < kT; ++t) {");
-    out.linef("    transform_output_tile(Mt, bias, Y, t{});", epilogue_call_args(epilogue));
-    out.line("}");
-  }
-  out.line("}");
+  // Three passes on Kiln's pool (kiln_rt_pool.h), each over the caller's V and Mt.
+  out.line(
+      "kiln_rt::parallel_for_3d(kParallel, kN, kC, kTH, [&](int64_t b, int64_t c, "
+      "int64_t ti) {");
+  out.line("    transform_input_row(X, V, b, c, ti);");
+  out.line("});");
+  out.line(
+      "kiln_rt::parallel_for_3d(kParallel, 36, kMPad / kKB, kTPad / kR, [&](int64_t xi, "
+      "int64_t kb, int64_t tb) {");
+  out.line("    multiply_block(U, V, Mt, xi, kb, tb);");
+  out.line("});");
+  out.line("kiln_rt::parallel_for(kParallel, kT, [&](int64_t lo, int64_t hi) {");
+  out.line("    for (int64_t t = lo; t < hi; ++t) {");
+  out.linef("        transform_output_tile(Mt, bias, Y, t{});", epilogue_call_args(epilogue));
+  out.line("    }");
+  out.line("});");
 }
 
 }  // namespace

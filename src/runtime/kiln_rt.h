@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln_rt_pool.h"
+
 namespace kiln_rt {
 
 inline constexpr int kMaxRank = 16;

@@ -425,20 +425,18 @@ inline void attention(const AttentionArgs& a, float* out) {
   const int64_t blocks = (a.lq + kBlockQ - 1) / kBlockQ;
   // Enough tasks for every thread: split each batch element's query blocks into `parts` ranges
   // (each range packs K and V once).
-  const int64_t threads = omp_get_max_threads();
+  const int64_t threads = requested_threads();
   const int64_t parts = std::clamp<int64_t>((2 * threads + batch - 1) / batch, 1, blocks);
   const int64_t tasks = batch * parts;
   const int64_t flops = batch * a.lq * a.lk * (a.d + a.dv);
-#pragma omp parallel if (tasks > 1 && flops > (int64_t{1} << 16))
-  {
+  parallel_for(tasks > 1 && flops > (int64_t{1} << 16), tasks, [&](int64_t lo, int64_t hi) {
     Scratch scratch;
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < tasks; ++t) {
+    for (int64_t t = lo; t < hi; ++t) {
       const int64_t flat = t / parts, part = t % parts;
       task(a, flat, blocks * part / parts, blocks * (part + 1) / parts, out + flat * a.lq * a.dv,
            scratch);
     }
-  }
+  });
 }
 
 }  // namespace kiln_rt

@@ -1,7 +1,7 @@
 #pragma once
-// Kiln runtime: matrix multiplication through BLAS (OpenBLAS, OpenMP build, sharing the OpenMP
-// pool with Kiln's kernels). Extern kernel "matmul": out[..., M, N] = alpha * A[..., M, K] @
-// B[..., K, N] + beta * C, with batch dims broadcast through stride-0 views.
+// Kiln runtime: matrix multiplication through BLAS (OpenBLAS, OpenMP build, called
+// single-threaded from the chunks of Kiln's pool). Extern kernel "matmul": out[..., M, N] = alpha *
+// A[..., M, K] @ B[..., K, N] + beta * C, with batch dims broadcast through stride-0 views.
 
 #include <cblas.h>
 #include <immintrin.h>
@@ -13,28 +13,43 @@
 
 #include "kiln_rt.h"
 
-/// OpenBLAS's OpenMP build does not support concurrent callers (its buffers and thread pool are
-/// shared), so every BLAS call of a model library takes this lock: concurrent runs of one model
-/// serialize their BLAS calls. The GEMM choice that calls OpenBLAS (autotune/choice.cpp)
-/// declares the same inline variable, so the library has one.
+/// Concurrent runs of one model serialize their BLAS products on this lock (OpenBLAS's OpenMP
+/// build shares its buffers and thread setting between callers); the chunks of one product run
+/// concurrently, each a single-threaded call. The GEMM choice that calls OpenBLAS
+/// (autotune/choice.cpp) declares the same inline variable, so the library has one.
 inline std::mutex kiln_blas_mutex;
 
 namespace kiln_rt {
 
 namespace blas_detail {
 
-inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
-                 float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                 float* c, int64_t ldc) {
-  std::lock_guard<std::mutex> lock(kiln_blas_mutex);
+inline void blas_call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                      float beta, float* c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
-                 double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
-                 double beta, double* c, int64_t ldc) {
-  std::lock_guard<std::mutex> lock(kiln_blas_mutex);
+inline void blas_call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
+                      double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
+                      double beta, double* c, int64_t ldc) {
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/// C = alpha * op(A) @ op(B) + beta * C, row-major, as single-threaded BLAS calls on blocks of C
+/// run on Kiln's pool (parallel_gemm), so OpenBLAS starts no threads of its own.
+template <typename T>
+inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, T alpha,
+                 const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  std::lock_guard<std::mutex> lock(kiln_blas_mutex);
+  parallel_gemm(m, n, k, [&](bool by_rows, int64_t first, int64_t last) {
+    if (by_rows) {
+      const T* a_rows = ta == CblasNoTrans ? a + first * lda : a + first;
+      blas_call(ta, tb, last - first, n, k, alpha, a_rows, lda, b, ldb, beta, c + first * ldc, ldc);
+    } else {
+      const T* b_cols = tb == CblasNoTrans ? b + first : b + first * ldb;
+      blas_call(ta, tb, m, last - first, k, alpha, a, lda, b_cols, ldb, beta, c + first, ldc);
+    }
+  });
 }
 
 /// How BLAS reads a 2-D strided matrix of rows x cols: row-major with a leading dimension, or
@@ -79,8 +94,8 @@ inline bool rows_fold(const View& v, int batch_rank) {
 #define KILN_RT_SMALL_BATCHED_GEMM 1
 
 /// Batched float32 products too small for a BLAS call each (attention's Q K^T and P V: per head
-/// 128 x 128 x 64 spent most of its time in OpenBLAS's per-call threading): OpenMP threads share
-/// (batch element, block of rows) tasks, each packs its B into NR-column panels and runs an
+/// 128 x 128 x 64 spent most of its time in OpenBLAS's per-call threading): the pool's threads
+/// share (batch element, block of rows) tasks, each packs its B into NR-column panels and runs an
 /// MR x NR register-blocked kernel (the GEMM template's 6 x 64 on AVX-512, 6 x 16 on AVX2)
 /// reading A in place through its strides. out = alpha * A @ B (+ out when accumulate).
 namespace small_gemm {
@@ -199,15 +214,16 @@ inline void matmul(const View& a, const View& b, const View* c, T* out, const in
   if (c != nullptr && c->data != nullptr && beta != 0) {
     const T* cdata = static_cast<const T*>(c->data);
     int64_t total = batch * m * n;
-#pragma omp parallel for if (total > 32768)
-    for (int64_t flat = 0; flat < total; ++flat) {
-      int64_t rest = flat, offset = 0;
-      for (int d = rank - 1; d >= 0; --d) {
-        offset += (rest % out_shape[d]) * c->strides[d];
-        rest /= out_shape[d];
+    parallel_for(total > 32768, total, [&](int64_t kiln_lo, int64_t kiln_hi) {
+      for (int64_t flat = kiln_lo; flat < kiln_hi; ++flat) {
+        int64_t rest = flat, offset = 0;
+        for (int d = rank - 1; d >= 0; --d) {
+          offset += (rest % out_shape[d]) * c->strides[d];
+          rest /= out_shape[d];
+        }
+        out[flat] = static_cast<T>(beta) * cdata[offset];
       }
-      out[flat] = static_cast<T>(beta) * cdata[offset];
-    }
+    });
     gemm_beta = 1;
   }
 
@@ -224,11 +240,11 @@ inline void matmul(const View& a, const View& b, const View* c, T* out, const in
       const int64_t brs = b.strides[rank - 2], bcs = b.strides[rank - 1];
       const size_t packed_size =
           static_cast<size_t>(k * ((n + small_gemm::kNR - 1) / small_gemm::kNR) * small_gemm::kNR);
-#pragma omp parallel
-      {
+      const int64_t tasks = batch * tasks_per_batch;
+      parallel_for(tasks > 1, tasks, [&](int64_t lo, int64_t hi) {
+        // Each chunk packs into its own buffers.
         std::vector<float> packed(packed_size), rest(static_cast<size_t>(small_gemm::kMR * k));
-#pragma omp for schedule(static)
-        for (int64_t task = 0; task < batch * tasks_per_batch; ++task) {
+        for (int64_t task = lo; task < hi; ++task) {
           const int64_t i = task / tasks_per_batch;
           const int64_t r0 = task % tasks_per_batch * small_gemm::kRowsPerTask;
           const int64_t r1 = std::min(m, r0 + small_gemm::kRowsPerTask);
@@ -238,7 +254,7 @@ inline void matmul(const View& a, const View& b, const View* c, T* out, const in
               acs, static_cast<const float*>(b.data) + batch_offset(b, out_shape, batch_rank, i),
               brs, bcs, out + i * m * n, gemm_beta != 0, packed.data(), rest.data());
         }
-      }
+      });
       return;
     }
   }

@@ -25,9 +25,9 @@ inline void topk_indices(const T* x, const int64_t* shape, int rank, int axis, i
   if (k > n)
     fail("TopK: k = %lld exceeds the axis size %lld", static_cast<long long>(k),
          static_cast<long long>(n));
-#pragma omp parallel for collapse(2) if (outer * inner > 64)
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t i = 0; i < inner; ++i) {
+  parallel_for(outer * inner > 64, (outer) * (inner), [&](int64_t kiln_lo, int64_t kiln_hi) {
+    for (int64_t kiln_flat = kiln_lo; kiln_flat < kiln_hi; ++kiln_flat) {
+      const int64_t o = kiln_flat / (inner), i = kiln_flat % (inner);
       const T* base = x + o * n * inner + i;
       std::vector<int64_t> order(static_cast<size_t>(n));
       std::iota(order.begin(), order.end(), 0);
@@ -42,7 +42,7 @@ inline void topk_indices(const T* x, const int64_t* shape, int rank, int axis, i
       std::partial_sort(order.begin(), order.begin() + k, order.end(), better);
       for (int64_t j = 0; j < k; ++j) out[(o * k + j) * inner + i] = order[static_cast<size_t>(j)];
     }
-  }
+  });
 }
 
 }  // namespace kiln_rt
@@ -128,72 +128,74 @@ inline void rnn(const RnnParams& p, const T* x, const T* w, const T* r, const T*
     const double* al = p.alpha + d * F;
     const double* be = p.beta + d * F;
     auto act = [&](int k, double v) { return rnn_activate(fn[k], v, al[k], be[k]); };
-#pragma omp parallel for if (B * G * H * (I + H) > 65536)
-    for (int64_t n = 0; n < B; ++n) {
-      std::vector<double> h(H, 0), c(H, 0), gx(G * H), gh(G * H);
-      auto state_at = [&](const T* s, int64_t j) {
-        return p.batch_major ? s[(n * p.dirs + d) * H + j] : s[(d * B + n) * H + j];
-      };
-      for (int64_t j = 0; j < H; ++j) {
-        if (h0) h[j] = state_at(h0, j);
-        if (c0) c[j] = state_at(c0, j);
-      }
-      const int64_t len = lens ? std::min<int64_t>(lens[n], S) : S;
-      for (int64_t step = 0; step < len; ++step) {
-        const int64_t t = backward ? len - 1 - step : step;
-        const T* xt = p.batch_major ? x + (n * S + t) * I : x + (t * B + n) * I;
-        for (int64_t g = 0; g < G * H; ++g) {
-          double ax = bd ? bd[g] : 0, ah = bd ? bd[G * H + g] : 0;
-          for (int64_t k = 0; k < I; ++k) ax += double(xt[k]) * wd[g * I + k];
-          gx[g] = ax;
-          if (p.kind == 1 && g >= 2 * H) continue;  // GRU: h gate's recurrent part below
-          for (int64_t k = 0; k < H; ++k) ah += h[k] * rd[g * H + k];
-          gh[g] = ah;
-        }
-        auto clip = [&](double v) {
-          return p.clip > 0 ? std::max(-p.clip, std::min(p.clip, v)) : v;
+    parallel_for(B * G * H * (I + H) > 65536, B, [&](int64_t kiln_lo, int64_t kiln_hi) {
+      for (int64_t n = kiln_lo; n < kiln_hi; ++n) {
+        std::vector<double> h(H, 0), c(H, 0), gx(G * H), gh(G * H);
+        auto state_at = [&](const T* s, int64_t j) {
+          return p.batch_major ? s[(n * p.dirs + d) * H + j] : s[(d * B + n) * H + j];
         };
-        std::vector<double> next(H), reset(p.kind == 1 ? H : 0);
-        for (int64_t j = 0; j < static_cast<int64_t>(reset.size()); ++j) {
-          reset[j] = act(0, clip(gx[H + j] + gh[H + j]));
+        for (int64_t j = 0; j < H; ++j) {
+          if (h0) h[j] = state_at(h0, j);
+          if (c0) c[j] = state_at(c0, j);
+        }
+        const int64_t len = lens ? std::min<int64_t>(lens[n], S) : S;
+        for (int64_t step = 0; step < len; ++step) {
+          const int64_t t = backward ? len - 1 - step : step;
+          const T* xt = p.batch_major ? x + (n * S + t) * I : x + (t * B + n) * I;
+          for (int64_t g = 0; g < G * H; ++g) {
+            double ax = bd ? bd[g] : 0, ah = bd ? bd[G * H + g] : 0;
+            for (int64_t k = 0; k < I; ++k) ax += double(xt[k]) * wd[g * I + k];
+            gx[g] = ax;
+            if (p.kind == 1 && g >= 2 * H) continue;  // GRU: h gate's recurrent part below
+            for (int64_t k = 0; k < H; ++k) ah += h[k] * rd[g * H + k];
+            gh[g] = ah;
+          }
+          auto clip = [&](double v) {
+            return p.clip > 0 ? std::max(-p.clip, std::min(p.clip, v)) : v;
+          };
+          std::vector<double> next(H), reset(p.kind == 1 ? H : 0);
+          for (int64_t j = 0; j < static_cast<int64_t>(reset.size()); ++j) {
+            reset[j] = act(0, clip(gx[H + j] + gh[H + j]));
+          }
+          for (int64_t j = 0; j < H; ++j) {
+            if (p.kind == 0) {
+              next[j] = act(0, clip(gx[j] + gh[j]));
+            } else if (p.kind == 1) {
+              const double z = act(0, clip(gx[j] + gh[j]));
+              double rec = bd ? bd[G * H + 2 * H + j] : 0;
+              if (p.linear_before_reset) {
+                for (int64_t k = 0; k < H; ++k) rec += h[k] * rd[(2 * H + j) * H + k];
+                rec *= reset[j];
+              } else {
+                for (int64_t k = 0; k < H; ++k) rec += reset[k] * h[k] * rd[(2 * H + j) * H + k];
+              }
+              const double hh = act(1, clip(gx[2 * H + j] + rec));
+              next[j] = (1 - z) * hh + z * h[j];
+            } else {
+              double i = gx[j] + gh[j], o = gx[H + j] + gh[H + j],
+                     f = gx[2 * H + j] + gh[2 * H + j];
+              if (pd) {
+                i += pd[j] * c[j];
+                f += pd[2 * H + j] * c[j];
+              }
+              i = act(0, clip(i));
+              f = p.input_forget ? 1 - i : act(0, clip(f));
+              const double cc = act(1, clip(gx[3 * H + j] + gh[3 * H + j]));
+              c[j] = f * c[j] + i * cc;
+              if (pd) o += pd[H + j] * c[j];
+              next[j] = act(0, clip(o)) * act(2, c[j]);
+            }
+          }
+          h = next;
+          T* yt = y_at(t, d, n);
+          for (int64_t j = 0; j < H; ++j) yt[j] = static_cast<T>(h[j]);
         }
         for (int64_t j = 0; j < H; ++j) {
-          if (p.kind == 0) {
-            next[j] = act(0, clip(gx[j] + gh[j]));
-          } else if (p.kind == 1) {
-            const double z = act(0, clip(gx[j] + gh[j]));
-            double rec = bd ? bd[G * H + 2 * H + j] : 0;
-            if (p.linear_before_reset) {
-              for (int64_t k = 0; k < H; ++k) rec += h[k] * rd[(2 * H + j) * H + k];
-              rec *= reset[j];
-            } else {
-              for (int64_t k = 0; k < H; ++k) rec += reset[k] * h[k] * rd[(2 * H + j) * H + k];
-            }
-            const double hh = act(1, clip(gx[2 * H + j] + rec));
-            next[j] = (1 - z) * hh + z * h[j];
-          } else {
-            double i = gx[j] + gh[j], o = gx[H + j] + gh[H + j], f = gx[2 * H + j] + gh[2 * H + j];
-            if (pd) {
-              i += pd[j] * c[j];
-              f += pd[2 * H + j] * c[j];
-            }
-            i = act(0, clip(i));
-            f = p.input_forget ? 1 - i : act(0, clip(f));
-            const double cc = act(1, clip(gx[3 * H + j] + gh[3 * H + j]));
-            c[j] = f * c[j] + i * cc;
-            if (pd) o += pd[H + j] * c[j];
-            next[j] = act(0, clip(o)) * act(2, c[j]);
-          }
+          y_at(S, d, n)[j] = static_cast<T>(h[j]);
+          y_at(S + 1, d, n)[j] = static_cast<T>(c[j]);
         }
-        h = next;
-        T* yt = y_at(t, d, n);
-        for (int64_t j = 0; j < H; ++j) yt[j] = static_cast<T>(h[j]);
       }
-      for (int64_t j = 0; j < H; ++j) {
-        y_at(S, d, n)[j] = static_cast<T>(h[j]);
-        y_at(S + 1, d, n)[j] = static_cast<T>(c[j]);
-      }
-    }
+    });
   }
 }
 
@@ -205,31 +207,32 @@ namespace kiln_rt {
 /// in double precision.
 template <typename T>
 inline void det(const T* x, int64_t count, int64_t n, T* out) {
-#pragma omp parallel for if (count * n * n * n > 65536)
-  for (int64_t m = 0; m < count; ++m) {
-    std::vector<double> a(x + m * n * n, x + (m + 1) * n * n);
-    double d = 1;
-    for (int64_t c = 0; c < n && d != 0; ++c) {
-      int64_t pivot = c;
-      for (int64_t r = c + 1; r < n; ++r) {
-        if (std::abs(a[r * n + c]) > std::abs(a[pivot * n + c])) pivot = r;
+  parallel_for(count * n * n * n > 65536, count, [&](int64_t kiln_lo, int64_t kiln_hi) {
+    for (int64_t m = kiln_lo; m < kiln_hi; ++m) {
+      std::vector<double> a(x + m * n * n, x + (m + 1) * n * n);
+      double d = 1;
+      for (int64_t c = 0; c < n && d != 0; ++c) {
+        int64_t pivot = c;
+        for (int64_t r = c + 1; r < n; ++r) {
+          if (std::abs(a[r * n + c]) > std::abs(a[pivot * n + c])) pivot = r;
+        }
+        if (a[pivot * n + c] == 0) {
+          d = 0;
+          break;
+        }
+        if (pivot != c) {
+          for (int64_t k = 0; k < n; ++k) std::swap(a[c * n + k], a[pivot * n + k]);
+          d = -d;
+        }
+        d *= a[c * n + c];
+        for (int64_t r = c + 1; r < n; ++r) {
+          double f = a[r * n + c] / a[c * n + c];
+          for (int64_t k = c; k < n; ++k) a[r * n + k] -= f * a[c * n + k];
+        }
       }
-      if (a[pivot * n + c] == 0) {
-        d = 0;
-        break;
-      }
-      if (pivot != c) {
-        for (int64_t k = 0; k < n; ++k) std::swap(a[c * n + k], a[pivot * n + k]);
-        d = -d;
-      }
-      d *= a[c * n + c];
-      for (int64_t r = c + 1; r < n; ++r) {
-        double f = a[r * n + c] / a[c * n + c];
-        for (int64_t k = c; k < n; ++k) a[r * n + k] -= f * a[c * n + k];
-      }
+      out[m] = static_cast<T>(d);
     }
-    out[m] = static_cast<T>(d);
-  }
+  });
 }
 
 /// RoiAlign: out [rois, C, oh, ow] from X [N, C, H, W], boxes [rois, 4] (x1, y1, x2, y2) and
@@ -264,49 +267,51 @@ inline void roi_align(const RoiAlignParams& p, const T* x, const T* boxes, const
     const int64_t gh = p.sampling_ratio > 0 ? p.sampling_ratio : int64_t(std::ceil(rh / p.oh));
     const int64_t gw = p.sampling_ratio > 0 ? p.sampling_ratio : int64_t(std::ceil(rw / p.ow));
     const double count = std::max<int64_t>(gh * gw, 1);
-#pragma omp parallel for if (p.c * p.oh * p.ow * gh * gw > 65536)
-    for (int64_t ch = 0; ch < p.c; ++ch) {
-      const T* plane = x + (b * p.c + ch) * p.h * p.w;
-      for (int64_t ph = 0; ph < p.oh; ++ph) {
-        for (int64_t pw = 0; pw < p.ow; ++pw) {
-          double acc = 0, best = -std::numeric_limits<double>::infinity();
-          for (int64_t iy = 0; iy < gh; ++iy) {
-            double y = y1 + ph * bin_h + (iy + 0.5) * bin_h / gh;
-            for (int64_t ix = 0; ix < gw; ++ix) {
-              double xx = x1 + pw * bin_w + (ix + 0.5) * bin_w / gw;
-              if (y < -1.0 || y > p.h || xx < -1.0 || xx > p.w) {
-                best = std::max(best, 0.0);
-                continue;
-              }
-              double yc = std::max(y, 0.0), xc = std::max(xx, 0.0);
-              int64_t y0 = static_cast<int64_t>(yc), x0 = static_cast<int64_t>(xc), yh, xh;
-              if (y0 >= p.h - 1) {
-                yh = y0 = p.h - 1;
-                yc = double(y0);
-              } else {
-                yh = y0 + 1;
-              }
-              if (x0 >= p.w - 1) {
-                xh = x0 = p.w - 1;
-                xc = double(x0);
-              } else {
-                xh = x0 + 1;
-              }
-              const double ly = yc - y0, lx = xc - x0, hy = 1 - ly, hx = 1 - lx;
-              const double v[4] = {hy * hx * plane[y0 * p.w + x0], hy * lx * plane[y0 * p.w + xh],
-                                   ly * hx * plane[yh * p.w + x0], ly * lx * plane[yh * p.w + xh]};
-              if (p.max_mode) {
-                for (double t : v) best = std::max(best, t);
-              } else {
-                acc += v[0] + v[1] + v[2] + v[3];
+    parallel_for(p.c * p.oh * p.ow * gh * gw > 65536, p.c, [&](int64_t kiln_lo, int64_t kiln_hi) {
+      for (int64_t ch = kiln_lo; ch < kiln_hi; ++ch) {
+        const T* plane = x + (b * p.c + ch) * p.h * p.w;
+        for (int64_t ph = 0; ph < p.oh; ++ph) {
+          for (int64_t pw = 0; pw < p.ow; ++pw) {
+            double acc = 0, best = -std::numeric_limits<double>::infinity();
+            for (int64_t iy = 0; iy < gh; ++iy) {
+              double y = y1 + ph * bin_h + (iy + 0.5) * bin_h / gh;
+              for (int64_t ix = 0; ix < gw; ++ix) {
+                double xx = x1 + pw * bin_w + (ix + 0.5) * bin_w / gw;
+                if (y < -1.0 || y > p.h || xx < -1.0 || xx > p.w) {
+                  best = std::max(best, 0.0);
+                  continue;
+                }
+                double yc = std::max(y, 0.0), xc = std::max(xx, 0.0);
+                int64_t y0 = static_cast<int64_t>(yc), x0 = static_cast<int64_t>(xc), yh, xh;
+                if (y0 >= p.h - 1) {
+                  yh = y0 = p.h - 1;
+                  yc = double(y0);
+                } else {
+                  yh = y0 + 1;
+                }
+                if (x0 >= p.w - 1) {
+                  xh = x0 = p.w - 1;
+                  xc = double(x0);
+                } else {
+                  xh = x0 + 1;
+                }
+                const double ly = yc - y0, lx = xc - x0, hy = 1 - ly, hx = 1 - lx;
+                const double v[4] = {hy * hx * plane[y0 * p.w + x0], hy * lx * plane[y0 * p.w + xh],
+                                     ly * hx * plane[yh * p.w + x0],
+                                     ly * lx * plane[yh * p.w + xh]};
+                if (p.max_mode) {
+                  for (double t : v) best = std::max(best, t);
+                } else {
+                  acc += v[0] + v[1] + v[2] + v[3];
+                }
               }
             }
+            out[((r * p.c + ch) * p.oh + ph) * p.ow + pw] =
+                static_cast<T>(p.max_mode ? best : acc / count);
           }
-          out[((r * p.c + ch) * p.oh + ph) * p.ow + pw] =
-              static_cast<T>(p.max_mode ? best : acc / count);
         }
       }
-    }
+    });
   }
 }
 

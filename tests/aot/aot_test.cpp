@@ -280,7 +280,7 @@ TEST(ModelLibrary, FusedAttentionEachVariantMatchesNumpy) {
 // nhwc convolutions) at batch 2 and 1, and the static batch-2 one (the channels-last 1x1
 // template where it applies), each in each variant, so that the AVX2 forms run here too.
 // Within rtol 1e-4, atol 1e-5 of numpy.
-TEST(ModelLibrary, ResNetBlocksChannelsLastEachVariantMatchesNumpy) {
+void resnet_blocks_match_numpy() {
   const fs::path dynamic = compile_models_script("make_resnet.py", "resnet");
   const fs::path dir = scratch() / "resnet";
   driver::LibraryOptions options;
@@ -310,6 +310,17 @@ TEST(ModelLibrary, ResNetBlocksChannelsLastEachVariantMatchesNumpy) {
       }
     });
   }
+}
+
+TEST(ModelLibrary, ResNetBlocksChannelsLastEachVariantMatchesNumpy) { resnet_blocks_match_numpy(); }
+
+// The same with every oneDNN convolution cut into pieces on the pool (KILN_CONV_PIECE_MACS=1,
+// read by each library at its first convolution; kiln_rt_conv.h's conv_pieces): ranges of images
+// at batch 2, output rows and blocks of output channels at batch 1, when the machine has 2 or
+// more hardware threads.
+TEST(ModelLibrary, ResNetBlocksInConvPiecesMatchNumpy) {
+  ASSERT_EQ(setenv("KILN_CONV_PIECE_MACS", "1", 1), 0);
+  resnet_blocks_match_numpy();
 }
 
 TEST(ModelLibrary, MatchesNumpyWithLibraryAndCallerBuffers) {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 
+#include "autotune/runtime_headers.h"
 #include "codegen/cpp/cpp_body.h"
 #include "codegen/cpp/cpp_ops.h"
 #include "support/error.h"
@@ -37,15 +38,13 @@ bool fills_a_vector(const sym::Expr& size) {
   return !n || *n >= kVectorWidth;
 }
 
-/// Everything one kernel's generation needs.
-/// A loop over [0, size) as a vector loop in steps of the vector width up to `<v>_end`, then a
-/// scalar loop over the tail; `pass(vector)` writes one pass's body. `pragma`, when not empty,
-/// goes before the vector loop.
+/// A loop over [begin, size) as a vector loop in steps of the vector width up to `<v>_end`, then
+/// a scalar loop over the tail; `pass(vector)` writes one pass's body.
 void emit_vector_and_tail(IndentedBuffer& out, const std::string& v, const std::string& size,
-                          const std::string& pragma, const std::function<void(bool)>& pass) {
-  out.linef("const int64_t {0}_end = {1} - {1} % kiln::vec::kWidth;", v, size);
-  if (!pragma.empty()) out.line(pragma);
-  out.linef("for (int64_t {0} = 0; {0} < {0}_end; {0} += kiln::vec::kWidth) {{", v);
+                          const std::function<void(bool)>& pass, const std::string& begin = "0") {
+  out.linef("const int64_t {0}_end = {2} + ({1} - {2}) / kiln::vec::kWidth * kiln::vec::kWidth;", v,
+            size, begin);
+  out.linef("for (int64_t {0} = {1}; {0} < {0}_end; {0} += kiln::vec::kWidth) {{", v, begin);
   {
     auto _ = out.scope();
     pass(true);
@@ -79,6 +78,12 @@ class CppKernelBuilder {
   void collect_sizes();
   std::string signature() const;
   std::string parallel_if() const;
+  std::string chunk_params() const;
+  std::string chunk_args() const;
+  void emit_parallel_loops(IndentedBuffer& out, const std::vector<sym::Expr>& vars,
+                           const std::vector<sym::Expr>& sizes,
+                           const std::function<void(IndentedBuffer&)>& prologue,
+                           const std::function<void(IndentedBuffer&)>& body);
   void emit_pointwise(IndentedBuffer& out);
   void emit_pointwise_inner_loop(IndentedBuffer& out, const sym::Expr& var, const sym::Expr& size,
                                  bool vectorize, bool simd);
@@ -125,9 +130,87 @@ std::string CppKernelBuilder::signature() const {
   return text;
 }
 
+/// The run-time test that a kernel's work pays for more threads (kiln_rt::parallel_for's first
+/// argument).
 std::string CppKernelBuilder::parallel_if() const {
   sym::Expr work = group_.numel() * group_.reduce_numel();
-  return fmt::format("if({} > {})", ctx_.cpp(work), options_.parallel_threshold);
+  return fmt::format("{} > {}", ctx_.cpp(work), options_.parallel_threshold);
+}
+
+/// The kernel's parameters (as in its signature, restrict included) and the names passing them:
+/// the chunk function takes them as parameters, so the C++ compiler sees the same no-alias
+/// promises inside a chunk as in the kernel.
+std::string CppKernelBuilder::chunk_params() const {
+  std::string text;
+  for (size_t k = 0; k < args_.size(); ++k) {
+    const KernelArg& a = args_[k];
+    text += ", ";
+    if (a.kind == KernelArg::Kind::kSize) {
+      text += fmt::format("int64_t {}", a.name);
+    } else {
+      text += fmt::format("{}{}* __restrict__ {}", a.is_output ? "" : "const ",
+                          graph::dtype_cpp_storage(a.dtype), param_names_[k]);
+    }
+  }
+  return text;
+}
+
+std::string CppKernelBuilder::chunk_args() const {
+  std::string text;
+  for (size_t k = 0; k < args_.size(); ++k) {
+    text += ", ";
+    text += args_[k].kind == KernelArg::Kind::kSize ? args_[k].name : param_names_[k];
+  }
+  return text;
+}
+
+/// The loop nest over `vars` (sizes `sizes`) run on Kiln's thread pool (kiln_rt_pool.h): the
+/// nest is flattened to one range cut into chunks; a chunk function (a lambda capturing nothing,
+/// taking the kernel's parameters) runs [kiln_chunk_lo, kiln_chunk_hi), deriving the loop
+/// variables at its first index and stepping them like an odometer. `prologue` writes what each
+/// chunk declares first (scratch), `body` one iteration.
+void CppKernelBuilder::emit_parallel_loops(IndentedBuffer& out, const std::vector<sym::Expr>& vars,
+                                           const std::vector<sym::Expr>& sizes,
+                                           const std::function<void(IndentedBuffer&)>& prologue,
+                                           const std::function<void(IndentedBuffer&)>& body) {
+  const size_t n = vars.size();
+  std::string total;
+  for (size_t k = 0; k < n; ++k) total += fmt::format("{}({})", k ? " * " : "", ctx_.cpp(sizes[k]));
+  out.linef("auto kiln_chunk = [](int64_t kiln_chunk_lo, int64_t kiln_chunk_hi{}) {{",
+            chunk_params());
+  {
+    auto _ = out.scope();
+    prologue(out);
+    // The loop variables at kiln_chunk_lo (the last one varies fastest).
+    out.line("int64_t kiln_rest = kiln_chunk_lo;");
+    for (size_t k = n; k-- > 0;) {
+      const std::string v = ctx_.cpp(vars[k]);
+      if (k == 0) {
+        out.linef("int64_t {} = kiln_rest;", v);
+      } else {
+        out.linef("int64_t {0} = kiln_rest % ({1});", v, ctx_.cpp(sizes[k]));
+        out.linef("kiln_rest /= ({});", ctx_.cpp(sizes[k]));
+      }
+    }
+    out.line("(void)kiln_rest;");
+    out.line("for (int64_t kiln_i = kiln_chunk_lo; kiln_i < kiln_chunk_hi; ++kiln_i) {");
+    {
+      auto _ = out.scope();
+      body(out);
+      // Next index: the odometer step (no division per iteration).
+      for (size_t k = n; k-- > 1;) {
+        out.linef("if (++{0} < ({1})) continue;", ctx_.cpp(vars[k]), ctx_.cpp(sizes[k]));
+        out.linef("{} = 0;", ctx_.cpp(vars[k]));
+      }
+      out.linef("++{};", ctx_.cpp(vars[0]));
+    }
+    out.line("}");
+  }
+  out.line("};");
+  out.linef("kiln_rt::parallel_for({}, {}, [&](int64_t kiln_chunk_lo, int64_t kiln_chunk_hi) {{",
+            parallel_if(), total);
+  out.linef("  kiln_chunk(kiln_chunk_lo, kiln_chunk_hi{});", chunk_args());
+  out.line("});");
 }
 
 void CppKernelBuilder::emit_pass(IndentedBuffer& out, bool vector, const sym::Expr& var) {
@@ -151,7 +234,7 @@ void CppKernelBuilder::emit_pointwise_inner_loop(IndentedBuffer& out, const sym:
     out.line("}");
     return;
   }
-  emit_vector_and_tail(out, v, n, "", [&](bool vector) { emit_pass(out, vector, var); });
+  emit_vector_and_tail(out, v, n, [&](bool vector) { emit_pass(out, vector, var); });
 }
 
 void CppKernelBuilder::emit_pointwise(IndentedBuffer& out) {
@@ -170,32 +253,45 @@ void CppKernelBuilder::emit_pointwise(IndentedBuffer& out) {
   std::string v = ctx_.cpp(inner);
   std::string size = ctx_.cpp(group_.sizes.back());
   if (n == 1) {
-    if (!vectorize) {
-      out.linef("#pragma omp parallel for{} {}", simd ? " simd" : "", parallel_if());
-      out.linef("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{", v, size);
-      {
-        auto _ = out.scope();
-        emit_pass(out, false, inner);
+    // One dim: chunks of whole vectors ([kiln_chunk_lo, kiln_chunk_hi) counts vectors), the
+    // last chunk ending at the scalar tail.
+    const std::string vectors =
+        fmt::format("(({}) + kiln::vec::kWidth - 1) / kiln::vec::kWidth", size);
+    out.linef("auto kiln_chunk = [](int64_t kiln_chunk_lo, int64_t kiln_chunk_hi{}) {{",
+              chunk_params());
+    {
+      auto _ = out.scope();
+      out.line("const int64_t kiln_begin = kiln_chunk_lo * kiln::vec::kWidth;");
+      out.linef(
+          "const int64_t kiln_end = std::min<int64_t>(kiln_chunk_hi * kiln::vec::kWidth, {});",
+          size);
+      if (!vectorize) {
+        if (simd) out.line("#pragma omp simd");
+        out.linef("for (int64_t {0} = kiln_begin; {0} < kiln_end; ++{0}) {{", v);
+        {
+          auto _ = out.scope();
+          emit_pass(out, false, inner);
+        }
+        out.line("}");
+      } else {
+        emit_vector_and_tail(
+            out, v, "kiln_end", [&](bool vector) { emit_pass(out, vector, inner); }, "kiln_begin");
       }
-      out.line("}");
-      return;
     }
-    emit_vector_and_tail(out, v, size, fmt::format("#pragma omp parallel for {}", parallel_if()),
-                         [&](bool vector) { emit_pass(out, vector, inner); });
+    out.line("};");
+    out.linef("kiln_rt::parallel_for({}, {}, [&](int64_t kiln_chunk_lo, int64_t kiln_chunk_hi) {{",
+              parallel_if(), vectors);
+    out.linef("  kiln_chunk(kiln_chunk_lo, kiln_chunk_hi{});", chunk_args());
+    out.line("});");
     return;
   }
-  std::string collapse = n - 1 > 1 ? fmt::format(" collapse({})", n - 1) : "";
-  out.linef("#pragma omp parallel for{} {}", collapse, parallel_if());
-  for (size_t k = 0; k + 1 < n; ++k) {
-    out.linef("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{", ctx_.cpp(group_.vars[k]),
-              ctx_.cpp(group_.sizes[k]));
-    out.indent();
-  }
-  emit_pointwise_inner_loop(out, inner, group_.sizes.back(), vectorize, simd);
-  for (size_t k = 0; k + 1 < n; ++k) {
-    out.dedent();
-    out.line("}");
-  }
+  std::vector<sym::Expr> vars(group_.vars.begin(), group_.vars.end() - 1);
+  std::vector<sym::Expr> sizes(group_.sizes.begin(), group_.sizes.end() - 1);
+  emit_parallel_loops(
+      out, vars, sizes, [](IndentedBuffer&) {},
+      [&](IndentedBuffer& o) {
+        emit_pointwise_inner_loop(o, inner, group_.sizes.back(), vectorize, simd);
+      });
 }
 
 void CppKernelBuilder::emit_inner_loops(IndentedBuffer& out, MemberEmitter& m, bool vectorize) {
@@ -215,7 +311,7 @@ void CppKernelBuilder::emit_inner_loops(IndentedBuffer& out, MemberEmitter& m, b
     m.emit_loop_body(out, loop);
   };
   if (vectorize) {
-    emit_vector_and_tail(out, v, size, "", pass);
+    emit_vector_and_tail(out, v, size, pass);
   } else {
     out.linef("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{", v, size);
     {
@@ -279,38 +375,23 @@ void CppKernelBuilder::emit_reduction(IndentedBuffer& out) {
                                   ctx_.cpp(group_.reduce_numel()), name));
     scratch.push_back(fmt::format("{0}* __restrict__ {1} = {1}_storage.data();", t, local));
   }
-  auto open_outer_loops = [&] {
-    for (size_t k = 0; k < n; ++k) {
-      out.linef("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{", ctx_.cpp(group_.vars[k]),
-                ctx_.cpp(group_.sizes[k]));
-      out.indent();
+  if (n == 0) {
+    out.line("{");
+    {
+      auto _ = out.scope();
+      for (const std::string& line : scratch) out.line(line);
+      emit_outer_body(out);
     }
-  };
-  auto close_outer_loops = [&] {
-    for (size_t k = 0; k < n; ++k) {
-      out.dedent();
-      out.line("}");
-    }
-  };
-  std::string collapse = n > 1 ? fmt::format(" collapse({})", n) : "";
-  if (n > 0 && scratch.empty()) {
-    out.linef("#pragma omp parallel for{} {}", collapse, parallel_if());
-    open_outer_loops();
-    emit_outer_body(out);
-    close_outer_loops();
+    out.line("}");
     return;
   }
-  if (n > 0) out.linef("#pragma omp parallel {}", parallel_if());
-  out.line("{");
-  {
-    auto _ = out.scope();
-    for (const std::string& line : scratch) out.line(line);
-    if (n > 0) out.linef("#pragma omp for{}", collapse);
-    open_outer_loops();
-    emit_outer_body(out);
-    close_outer_loops();
-  }
-  out.line("}");
+  // Each chunk has its own scratch.
+  emit_parallel_loops(
+      out, group_.vars, group_.sizes,
+      [&](IndentedBuffer& o) {
+        for (const std::string& line : scratch) o.line(line);
+      },
+      [&](IndentedBuffer& o) { emit_outer_body(o); });
 }
 
 GeneratedKernel CppKernelBuilder::build() {
@@ -341,8 +422,7 @@ GeneratedKernel generate_cpp_kernel(const sched::ScheduleItem& item, const ir::P
 }
 
 std::string cpp_kernel_prelude() {
-  std::string text = R"(#include <omp.h>
-#include <immintrin.h>
+  std::string text = R"(#include <immintrin.h>
 #include <sleef.h>
 
 #include <cmath>
@@ -351,6 +431,7 @@ std::string cpp_kernel_prelude() {
 #include <vector>
 
 #include "kiln_half.h"
+#include "kiln_rt_pool.h"
 #include "kiln_scalar.h"
 #include "kiln_simd_math.h"
 #include "kiln_vec.h"
@@ -360,18 +441,7 @@ std::string cpp_kernel_prelude() {
   return text;
 }
 
-// An installed Kiln (PREFIX/bin/kiln, PREFIX/lib/libkiln.so) uses the headers installed beside
-// it, so it keeps working when the source tree it was built from is gone; a build tree has no
-// such folders and uses the source tree's.
-std::filesystem::path cpp_runtime_include_dir() {
-  static const std::filesystem::path dir = [] {
-    std::filesystem::path installed = installed_path("share/kiln/runtime");
-    if (installed.empty()) installed = KILN_RUNTIME_INCLUDE_DIR;
-    log::write(log::Category::kCompile, "runtime headers: {}", installed.string());
-    return installed;
-  }();
-  return dir;
-}
+std::filesystem::path cpp_runtime_include_dir() { return autotune::runtime_include_dir(); }
 
 std::filesystem::path cpp_public_include_dir() {
   static const std::filesystem::path dir = [] {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "autotune/choice.h"
+#include "autotune/runtime_headers.h"
 #include "codecache/code_cache.h"
 #include "codecache/loaded_library.h"
 
@@ -34,6 +35,7 @@ codecache::CompilerConfig config_for(const GemmChoice& choice) {
   codecache::CompilerConfig config;
   const ChoiceLinkage link = choice.linkage();
   config.include_dirs.assign(link.include_dirs.begin(), link.include_dirs.end());
+  config.include_dirs.push_back(runtime_include_dir());  // kiln_rt_pool.h
   config.libraries = link.libraries;
   return config;
 }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "autotune/gemm_template.h"
+#include "autotune/runtime_headers.h"
 #include "codecache/code_cache.h"
 #include "codecache/loaded_library.h"
 #include "support/error.h"
@@ -37,6 +38,7 @@ namespace fs = std::filesystem;
 codecache::CompilerConfig test_compiler_config() {
   codecache::CompilerConfig config;
   config.flags = {"-O3", "-march=x86-64-v3", "-fopenmp", "-shared", "-fPIC", "-std=c++17"};
+  config.include_dirs = {runtime_include_dir()};  // kiln_rt_pool.h
   return config;
 }
 
@@ -279,7 +281,8 @@ TEST(GemmTemplate, RenderedSourceIsReadable) {
             std::string::npos);
   EXPECT_NE(source.find("c5_1 = _mm256_fmadd_ps(a5, b1, c5_1);"), std::string::npos);
   EXPECT_EQ(source.find("c6_0"), std::string::npos);
-  EXPECT_NE(source.find("#pragma omp for collapse(2) schedule(static)"), std::string::npos);
+  // The (N block, M block) tiles are shared out on Kiln's pool (kiln_rt_pool.h).
+  EXPECT_NE(source.find("kiln_rt::parallel_for(parallel, n_blocks * m_blocks,"), std::string::npos);
 }
 
 }  // namespace

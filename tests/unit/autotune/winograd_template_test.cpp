@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "autotune/conv_choice.h"
+#include "autotune/runtime_headers.h"
 #include "autotune/winograd_template.h"
 #include "codecache/code_cache.h"
 #include "codecache/loaded_library.h"
@@ -126,7 +127,9 @@ double run_and_check(codecache::CodeCache& cache, const ConvChoice& choice, bool
   epilogue.expr = "std::min(std::max(v + e0[m * " + std::to_string(p.ow()) + " + n], 0.0f), 6.0f)";
   std::vector<codecache::SourceUnit> sources = {{"conv.cpp", choice.render("conv")}};
   if (fused) sources.push_back({"fused.cpp", choice.render("conv_fused", epilogue)});
-  codecache::LoadedLibrary library(cache.compile_shared_library(sources));
+  codecache::CompilerConfig config;
+  config.include_dirs = {runtime_include_dir()};  // kiln_rt_pool.h
+  codecache::LoadedLibrary library(cache.compile_shared_library(sources, config));
   const std::vector<float> x = random_matrix(p.n, p.c * p.h * p.w, 3);
   const std::vector<float> w = random_matrix(p.m, p.depth(), 4);
   const std::vector<float> bias = random_matrix(1, p.m, 5);

@@ -59,7 +59,7 @@ TEST(CppKernel, PointwiseAddReluMulIsOneVectorizedKernel) {
   const std::string& src = c.kernel_sources[0];
   EXPECT_TRUE(contains(src, "extern \"C\" void cpp_fused_add_relu_mul_0(")) << src;
   EXPECT_TRUE(contains(src, "kiln::vec::VecF32::loadu")) << src;
-  EXPECT_TRUE(contains(src, "#pragma omp parallel for")) << src;
+  EXPECT_TRUE(contains(src, "kiln_rt::parallel_for(")) << src;  // Kiln's pool (kiln_rt_pool.h)
   EXPECT_TRUE(contains(src, "ONNX node a_node (Add)")) << src;
   EXPECT_TRUE(contains(src, "int64_t s_s0, int64_t s_s1")) << src;
   for (int64_t cols : kTailSizes) {

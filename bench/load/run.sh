@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Issue 14: latency under load. Kiln and ONNX Runtime 1.30 on a tiny MLP and a ResNet-18-shaped
+# CNN (make_models.py), each idle, with one busy process per core ("busy") and with one and a
+# half busy processes per core ("over"; busy processes are `while :; do :; done` shells),
+# alternating engine by engine within each round. Prints per model, engine and load the p50 and
+# p99 (medians over the rounds) and the loaded/idle p50 ratio. It prints; it asserts nothing.
+#
+# Usage: bench/load/run.sh [BUILD_DIR]   (`make bench-load` builds kiln and runs it)
+# Environment:
+#   CPUS                 CPU list everything is pinned to (taskset -c), e.g. CPUS=2,3 reads a
+#                        bigger host as a 2-core machine; default: every CPU of this process
+#   BENCH_LOAD_THREADS   threads per engine (default: the number of CPUs in CPUS)
+#   BENCH_LOAD_ROUNDS    rounds per load (3); BENCH_LOAD_ITERS_MLP (400), BENCH_LOAD_ITERS_CNN (15)
+#   BENCH_LOAD_MODELS    ("mlp resnet18"); BENCH_LOAD_LOADS ("idle busy over")
+#   BENCH_LOAD_ORT       node (onnxruntime-node from npm, as bench/ort), python (onnxruntime's
+#                        Python API, for hosts without Node.js) or auto (node when node and npm are
+#                        on PATH, else python)
+#   KILN                 the kiln to time (default BUILD_DIR/bin/kiln)
+#   KILN_BASE            another kiln timed beside it as "kiln-base" (e.g. a build before a change)
+#   PYTHON               a python3 with onnx and numpy (default /usr/bin/python3)
+# Everything it writes is under BUILD_DIR/bench-load/ (models, code caches, model libraries,
+# results.jsonl).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD_DIR="$(realpath "${1:-build}")"
+HERE=bench/load
+KILN="${KILN:-$BUILD_DIR/bin/kiln}"
+KILN_BASE="${KILN_BASE:-}"
+WORK="$BUILD_DIR/bench-load"
+PYTHON="${PYTHON:-/usr/bin/python3}"
+CPUS="${CPUS:-$(taskset -pc $$ | sed 's/.*: //')}"
+# The number of CPUs in the list (ranges such as 0-3 included).
+NCPU=$(taskset -c "$CPUS" nproc)
+THREADS="${BENCH_LOAD_THREADS:-$NCPU}"
+ROUNDS="${BENCH_LOAD_ROUNDS:-3}"
+ITERS_MLP="${BENCH_LOAD_ITERS_MLP:-400}"
+ITERS_CNN="${BENCH_LOAD_ITERS_CNN:-15}"
+MODELS="${BENCH_LOAD_MODELS:-mlp resnet18}"
+LOADS="${BENCH_LOAD_LOADS:-idle busy over}"
+ORT="${BENCH_LOAD_ORT:-auto}"
+ORT_VERSION=1.30.0
+mkdir -p "$WORK"
+[ -x "$KILN" ] || { echo "bench-load: no $KILN; build it first (make build)" >&2; exit 1; }
+pin() { taskset -c "$CPUS" "$@"; }
+
+# --- ONNX Runtime ------------------------------------------------------------------------------
+if [ "$ORT" = auto ]; then
+  if command -v node >/dev/null && command -v npm >/dev/null; then ORT=node; else ORT=python; fi
+fi
+if [ "$ORT" = node ]; then
+  ORT_DIR="$BUILD_DIR/bench-ort/onnxruntime-node"  # shared with bench/ort/run.sh
+  installed="$(cat "$ORT_DIR/node_modules/onnxruntime-node/package.json" 2>/dev/null |
+    "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["version"])' 2>/dev/null || true)"
+  if [ "$installed" != "$ORT_VERSION" ]; then
+    echo "bench-load: installing onnxruntime-node@$ORT_VERSION into $ORT_DIR"
+    mkdir -p "$ORT_DIR"
+    echo '{"name": "kiln-bench-ort", "private": true}' >"$ORT_DIR/package.json"
+    ONNXRUNTIME_NODE_INSTALL=skip npm install --prefix "$ORT_DIR" --no-audit --no-fund \
+      --loglevel=error "onnxruntime-node@$ORT_VERSION"
+  fi
+  export NODE_PATH="$ORT_DIR/node_modules"
+  ort_version="$ORT_VERSION (onnxruntime-node)"
+else
+  ort_version="$("$PYTHON" -c 'import onnxruntime; print(onnxruntime.__version__)') (Python API)"
+fi
+
+# --- models ------------------------------------------------------------------------------------
+MODEL_DIR="$WORK/models"
+stamp="$(sha256sum "$HERE/make_models.py" bench/ort/make_models.py | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$MODEL_DIR/stamp" 2>/dev/null)" != "$stamp" ]; then
+  echo "bench-load: building the models into $MODEL_DIR"
+  rm -rf "$MODEL_DIR"
+  "$PYTHON" "$HERE/make_models.py" "$MODEL_DIR"
+  echo "$stamp" >"$MODEL_DIR/stamp"
+fi
+iters() { case "$1" in mlp) echo "$ITERS_MLP" ;; *) echo "$ITERS_CNN" ;; esac; }
+warmup() { echo $(($(iters "$1") / 5 + 2)); }
+input_arg() { echo "input=$MODEL_DIR/$1.input.npy"; }
+
+ENGINES="kiln ort"
+library() { echo "$WORK/lib/$1-$2.so"; }  # library ENGINE MODEL
+mkdir -p "$WORK/lib"
+[ -n "$KILN_BASE" ] && ENGINES="kiln kiln-base ort"
+run_engine() {  # run_engine ENGINE MODEL ITERS WARMUP: one JSON line
+  local engine="$1" model="$2"
+  case "$engine" in
+    kiln | kiln-base)
+      local kiln="$KILN"
+      [ "$engine" = kiln-base ] && kiln="$KILN_BASE"
+      pin "$kiln" bench "$(library "$engine" "$model")" --json --threads "$THREADS" --iters "$3" \
+        --warmup "$4" --input "$(input_arg "$model")"
+      ;;
+    ort)
+      if [ "$ORT" = node ]; then
+        pin node bench/ort/ort_bench.js "$MODEL_DIR/$model.onnx" --threads "$THREADS" \
+          --iters "$3" --warmup "$4" --input "$(input_arg "$model")"
+      else
+        pin "$PYTHON" "$HERE/ort_bench.py" "$MODEL_DIR/$model.onnx" --threads "$THREADS" \
+          --iters "$3" --warmup "$4" --input "$(input_arg "$model")"
+      fi
+      ;;
+  esac
+}
+
+# --- busy processes ----------------------------------------------------------------------------
+BUSY_PIDS=()
+start_busy() {  # start_busy COUNT
+  for _ in $(seq 1 "$1"); do
+    # taskset itself (not a shell function, whose subshell would outlive a kill) execs the shell.
+    taskset -c "$CPUS" sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &
+    BUSY_PIDS+=($!)
+  done
+}
+stop_busy() {
+  for pid in "${BUSY_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${BUSY_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  BUSY_PIDS=()
+}
+trap stop_busy EXIT
+busy_count() {
+  case "$1" in idle) echo 0 ;; busy) echo "$NCPU" ;; over) echo $(((3 * NCPU + 1) / 2)) ;; esac
+}
+
+RESULTS="$WORK/results.jsonl"
+: >"$RESULTS"
+echo "== bench-load: engines $ENGINES; ONNX Runtime $ort_version; CPUs $CPUS ($NCPU)," \
+  "$THREADS threads each; $ROUNDS rounds; CPU: $(lscpu | sed -n 's/^Model name: *//p')"
+# Compiled once, idle, before anything is timed, into model libraries (kiln compile, for this
+# CPU, with the thread count the runs ask for), so a timed run only loads its library.
+for engine in $ENGINES; do
+  [ "$engine" = ort ] && continue
+  kiln="$KILN"
+  [ "$engine" = kiln-base ] && kiln="$KILN_BASE"
+  for m in $MODELS; do
+    OMP_NUM_THREADS="$THREADS" "$kiln" compile "$MODEL_DIR/$m.onnx" --target native \
+      --cache-dir "$WORK/cache-$engine" -o "$(library "$engine" "$m")" >/dev/null
+  done
+done
+for load in $LOADS; do
+  count=$(busy_count "$load")
+  start_busy "$count"
+  sleep 1
+  echo "== load $load: $count busy processes on CPUs $CPUS"
+  for r in $(seq 1 "$ROUNDS"); do
+    for m in $MODELS; do
+      order="$ENGINES"
+      [ $((r % 2)) -eq 0 ] && order="$(echo "$ENGINES" | tr ' ' '\n' | tac | tr '\n' ' ')"
+      for engine in $order; do
+        line="$(run_engine "$engine" "$m" "$(iters "$m")" "$(warmup "$m")")"
+        echo "$line" | "$PYTHON" -c 'import json, sys
+j = json.load(sys.stdin)
+j.update(engine=sys.argv[1], name=sys.argv[2], load=sys.argv[3], round=int(sys.argv[4]))
+print(json.dumps(j))
+print("   %-9s %-10s round %d: p50 %.4f ms, p99 %.4f ms"
+      % (j["name"], j["engine"], j["round"], j["p50_ms"], j["p99_ms"]), file=sys.stderr)' \
+          "$engine" "$m" "$load" "$r" >>"$RESULTS"
+      done
+    done
+  done
+  stop_busy
+done
+
+# --- summary -----------------------------------------------------------------------------------
+echo "== summary (medians over rounds; ratio = loaded p50 / idle p50; results in $RESULTS)"
+"$PYTHON" - "$RESULTS" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+key = lambda r: (r["name"], r["engine"], r["load"])
+groups = {}
+for r in rows:
+    groups.setdefault(key(r), []).append(r)
+med = lambda rs, f: statistics.median(r[f] for r in rs)
+print(f"{'model':9} {'engine':10} {'load':5} {'p50 ms':>10} {'p99 ms':>10} {'p99/p50':>8} {'loaded/idle':>11}")
+for (name, engine, load), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], ["idle", "busy", "over"].index(kv[0][2]))):
+    p50, p99 = med(rs, "p50_ms"), med(rs, "p99_ms")
+    idle = groups.get((name, engine, "idle"))
+    ratio = f"{p50 / med(idle, 'p50_ms'):11.2f}" if idle else f"{'-':>11}"
+    print(f"{name:9} {engine:10} {load:5} {p50:10.4f} {p99:10.4f} {p99 / p50:8.2f} {ratio}")
+PY

@@ -1,0 +1,338 @@
+#pragma once
+// Kiln runtime: the thread pool that runs the parallel loops of generated kernels, templates and
+// runtime calls (in place of OpenMP teams). Self-contained (standard headers, Linux futexes,
+// omp.h only to read the requested thread count), so every generated file can include it.
+//
+// Why not OpenMP: an OpenMP team of N threads has every thread check in at the end of each
+// region, and libgomp's idle threads spin for milliseconds before they sleep. With other
+// processes on the cores, a region waits for a descheduled teammate (a whole time slice) and
+// spinning teammates take the cores from the threads doing the work (issue 14: a 7-node MLP went
+// from 0.017 ms to 12 ms). Here:
+//   - a loop is cut into more chunks than threads and every participant, the calling thread
+//     included, claims unclaimed chunks: a worker that is not running when the loop starts finds
+//     nothing left, and the caller never waits for a thread to arrive, only for chunks claimed;
+//   - a worker spins a bounded time (spin_nanos()) for its next loop, then sleeps on a futex;
+//   - a loop whose work does not pay for waking threads runs on the caller (the grain check is
+//     the caller's: parallel_for's `parallel` argument);
+//   - a run asking for N threads wakes at most N - 1 workers, so with the caller at most N of
+//     Kiln's threads are runnable; OpenBLAS and oneDNN are called single-threaded from chunks
+//     (SingleThreadedCall), so they add none.
+// The requested count is OpenMP's (omp_get_max_threads() of the calling thread): `kiln bench
+// --threads`, the C API's thread option and the autotuner set it with omp_set_num_threads.
+// One loop runs on the pool at a time; a loop started while the pool is busy (a concurrent run
+// of the model, or a loop inside a chunk) runs on its caller alone.
+
+#include <linux/futex.h>
+#include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace kiln_rt {
+namespace pool_detail {
+
+/// How long an idle worker polls for the next loop before it sleeps, and how long a caller polls
+/// for chunks still running before it sleeps: kernels of one run follow each other within
+/// microseconds, and waking a sleeping thread costs a few.
+inline constexpr int64_t kSpinNanos = 50'000;
+
+/// kSpinNanos, or KILN_POOL_SPIN_US microseconds when set (read once; for measuring the trade).
+/// Hidden, as pool(): a static of default visibility would be a GNU unique symbol, bound across
+/// libraries, also to one since unloaded.
+__attribute__((visibility("hidden"))) inline int64_t spin_nanos() {
+  static const int64_t nanos = [] {
+    const char* env = std::getenv("KILN_POOL_SPIN_US");
+    return env != nullptr && *env != '\0' ? std::max<int64_t>(std::atoll(env), 0) * 1000
+                                          : kSpinNanos;
+  }();
+  return nanos;
+}
+
+/// Chunks per participating thread: a thread that stalls holds at most this fraction of its share.
+inline constexpr int64_t kChunksPerThread = 4;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+inline int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+inline void futex_wait(std::atomic<uint32_t>* word, uint32_t expected) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, nullptr,
+          nullptr, 0);
+}
+
+inline void futex_wake(std::atomic<uint32_t>* word, int count) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr,
+          0);
+}
+
+/// Polls `done()` for spin_nanos(), then sleeps on `word` (its value `current()` re-read each
+/// time) with `sleeping` set, so that whoever changes `word` knows to wake it.
+template <typename Done, typename Current>
+inline void spin_then_sleep(std::atomic<uint32_t>* word, std::atomic<uint32_t>* sleeping, Done done,
+                            Current current) {
+  const int64_t start = now_ns(), spin = spin_nanos();
+  for (int i = 0; !done(); ++i) {
+    cpu_relax();
+    if ((i & 63) != 63 || now_ns() - start < spin) continue;
+    while (true) {
+      const uint32_t seen = current();
+      sleeping->store(1, std::memory_order_seq_cst);
+      if (done()) break;
+      futex_wait(word, seen);
+      sleeping->store(0, std::memory_order_seq_cst);
+      if (done()) return;
+    }
+    sleeping->store(0, std::memory_order_seq_cst);
+    return;
+  }
+}
+
+/// The loop a pool runs: body(ctx, begin, end) over chunks of [0, n). `claim` packs the loop's
+/// generation (high 32 bits) and the next unclaimed chunk (low 32 bits), so a worker that wakes
+/// late cannot claim a chunk of a later loop with an older view of it.
+/// The fields are atomics (relaxed) because a late worker may read them while the next loop's
+/// caller writes them; it then fails its claim and drops what it read.
+struct Loop {
+  using Body = void (*)(void* ctx, int64_t begin, int64_t end);
+  std::atomic<Body> body{nullptr};
+  std::atomic<void*> ctx{nullptr};
+  std::atomic<int64_t> n{0};
+  std::atomic<int64_t> chunks{0};
+  std::atomic<uint64_t> claim{0};
+  std::atomic<uint32_t> done{0};
+  std::atomic<uint32_t> caller_sleeping{0};
+};
+
+inline constexpr uint64_t kClosed = 0xffffffffu;
+
+class Pool {
+ public:
+  Pool() = default;
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+  ~Pool() {
+    stopping_.store(true);
+    for (auto& w : workers_) {
+      w->wake.fetch_add(1);
+      futex_wake(&w->wake, 1);
+    }
+    for (auto& w : workers_) w->thread.join();
+  }
+
+  /// Threads created so far (the test of issue 14 reads it).
+  int workers() const { return static_cast<int>(workers_.size()); }
+
+  /// Runs body over [0, n) on up to `threads` threads (the caller one of them). False when the
+  /// pool is running another loop: the caller then runs it alone.
+  bool run(int threads, int64_t n, void (*body)(void*, int64_t, int64_t), void* ctx) {
+    std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
+    if (!busy.owns_lock()) return false;
+    const int64_t chunks = std::min<int64_t>(n, int64_t{threads} * kChunksPerThread);
+    const int helpers = static_cast<int>(std::min<int64_t>(threads - 1, chunks - 1));
+    grow(helpers);
+    // Close the previous loop's claims before its fields change (see Loop).
+    const uint64_t generation = (loop_.claim.load() >> 32) + 1;
+    loop_.claim.store((generation << 32) | kClosed);
+    loop_.body.store(body, std::memory_order_relaxed);
+    loop_.ctx.store(ctx, std::memory_order_relaxed);
+    loop_.n.store(n, std::memory_order_relaxed);
+    loop_.chunks.store(chunks, std::memory_order_relaxed);
+    loop_.done.store(0);
+    loop_.claim.store(generation << 32);
+    for (int w = 0; w < helpers; ++w) {
+      Worker& worker = *workers_[w];
+      worker.wake.fetch_add(1, std::memory_order_seq_cst);
+      if (worker.sleeping.load(std::memory_order_seq_cst)) futex_wake(&worker.wake, 1);
+    }
+    work(generation);
+    const uint32_t all = static_cast<uint32_t>(chunks);
+    spin_then_sleep(
+        &loop_.done, &loop_.caller_sleeping, [&] { return loop_.done.load() == all; },
+        [&] { return loop_.done.load(); });
+    return true;
+  }
+
+ private:
+  struct Worker {
+    std::atomic<uint32_t> wake{0};
+    std::atomic<uint32_t> sleeping{0};
+    std::thread thread;
+  };
+
+  void grow(int helpers) {
+    while (static_cast<int>(workers_.size()) < helpers) {
+      workers_.push_back(std::make_unique<Worker>());
+      Worker* w = workers_.back().get();
+      w->thread = std::thread([this, w] { worker_main(*w); });
+    }
+  }
+
+  /// Claims and runs chunks of loop `generation` until none is left.
+  void work(uint64_t generation) {
+    while (true) {
+      uint64_t claim = loop_.claim.load(std::memory_order_acquire);
+      if ((claim >> 32) != generation || (claim & kClosed) == kClosed) return;
+      const int64_t chunks = loop_.chunks.load(std::memory_order_relaxed);
+      const int64_t chunk = static_cast<int64_t>(claim & kClosed);
+      if (chunk >= chunks) return;
+      if (!loop_.claim.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel)) {
+        continue;
+      }
+      // The claim succeeded within `generation`, so the loop's fields are that loop's until
+      // this chunk is counted done.
+      const int64_t n = loop_.n.load(std::memory_order_relaxed);
+      loop_.body.load(std::memory_order_relaxed)(loop_.ctx.load(std::memory_order_relaxed),
+                                                 n * chunk / chunks, n * (chunk + 1) / chunks);
+      if (loop_.done.fetch_add(1, std::memory_order_seq_cst) + 1 == chunks &&
+          loop_.caller_sleeping.load(std::memory_order_seq_cst)) {
+        futex_wake(&loop_.done, 1);
+      }
+    }
+  }
+
+  void worker_main(Worker& w) {
+    // OpenBLAS and oneDNN (OpenMP builds) called from a chunk run on this thread alone.
+    omp_set_num_threads(1);
+    uint32_t seen = 0;
+    while (true) {
+      spin_then_sleep(
+          &w.wake, &w.sleeping, [&] { return w.wake.load() != seen || stopping_.load(); },
+          [&] { return w.wake.load(); });
+      if (stopping_.load()) return;
+      seen = w.wake.load();
+      work(loop_.claim.load() >> 32);
+    }
+  }
+
+  std::mutex busy_;
+  Loop loop_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::atomic<bool> stopping_{false};
+};
+
+/// The pool of this library (one per loaded model library; its workers are joined when the
+/// library is unloaded). Hidden: with default visibility the static would be a GNU unique symbol,
+/// which the dynamic linker binds across libraries, so a library loaded after another was
+/// unloaded would find the unloaded one's pool.
+__attribute__((visibility("hidden"))) inline Pool& pool() {
+  static Pool instance;
+  return instance;
+}
+
+template <typename F>
+void call_body(void* ctx, int64_t begin, int64_t end) {
+  (*static_cast<F*>(ctx))(begin, end);
+}
+
+}  // namespace pool_detail
+
+/// The thread count a run asked for (OpenMP's setting of the calling thread).
+inline int requested_threads() { return std::max(omp_get_max_threads(), 1); }
+
+/// Runs body(begin, end) over chunks covering [0, n): on the pool's threads when `parallel` (the
+/// caller's test that the work pays for it) and more than one thread is requested, else on the
+/// calling thread in one chunk. Chunks may run in any order and concurrently.
+template <typename F>
+inline void parallel_for(bool parallel, int64_t n, F&& body) {
+  if (n <= 0) return;
+  const int threads = parallel && n > 1 ? requested_threads() : 1;
+  using Body = std::remove_reference_t<F>;
+  if (threads > 1 && pool_detail::pool().run(threads, n, &pool_detail::call_body<Body>,
+                                             const_cast<void*>(static_cast<const void*>(&body)))) {
+    return;
+  }
+  body(int64_t{0}, n);
+}
+
+/// Runs body(thread, threads) once on each of the requested threads (the calling thread is 0):
+/// the shape of an OpenMP parallel region whose threads share work by a static split.
+template <typename F>
+inline void parallel_threads(bool parallel, F&& body) {
+  const int threads = parallel ? requested_threads() : 1;
+  parallel_for(threads > 1, threads, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) body(t, int64_t{threads});
+  });
+}
+
+/// parallel_for over the index pairs of [0, n0) x [0, n1) (the second fastest): body(i0, i1).
+template <typename F>
+inline void parallel_for_2d(bool parallel, int64_t n0, int64_t n1, F&& body) {
+  if (n0 <= 0 || n1 <= 0) return;
+  parallel_for(parallel, n0 * n1, [&](int64_t lo, int64_t hi) {
+    int64_t i0 = lo / n1, i1 = lo % n1;
+    for (int64_t i = lo; i < hi; ++i) {
+      body(i0, i1);
+      if (++i1 == n1) i1 = 0, ++i0;
+    }
+  });
+}
+
+/// parallel_for over the index triples of [0, n0) x [0, n1) x [0, n2): body(i0, i1, i2).
+template <typename F>
+inline void parallel_for_3d(bool parallel, int64_t n0, int64_t n1, int64_t n2, F&& body) {
+  if (n0 <= 0 || n1 <= 0 || n2 <= 0) return;
+  parallel_for(parallel, n0 * n1 * n2, [&](int64_t lo, int64_t hi) {
+    int64_t i0 = lo / (n1 * n2), i1 = lo / n2 % n1, i2 = lo % n2;
+    for (int64_t i = lo; i < hi; ++i) {
+      body(i0, i1, i2);
+      if (++i2 < n2) continue;
+      i2 = 0;
+      if (++i1 == n1) i1 = 0, ++i0;
+    }
+  });
+}
+
+/// Makes OpenBLAS and oneDNN (OpenMP builds: they read omp_get_max_threads() of the calling
+/// thread) run a call on the calling thread alone, restoring the setting after.
+class SingleThreadedCall {
+ public:
+  SingleThreadedCall() : previous_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~SingleThreadedCall() { omp_set_num_threads(previous_); }
+  SingleThreadedCall(const SingleThreadedCall&) = delete;
+  SingleThreadedCall& operator=(const SingleThreadedCall&) = delete;
+
+ private:
+  int previous_;
+};
+
+/// A row-major product C[m, n] = A[m, k] @ B[k, n] by a library (OpenBLAS) on the pool: C is cut
+/// into blocks of rows (or of columns, for few rows) and block(by_rows, first, last) computes
+/// rows (columns) [first, last) with one single-threaded library call. A product too small to
+/// pay for more threads is one block on the caller.
+template <typename F>
+inline void parallel_gemm(int64_t m, int64_t n, int64_t k, F&& block) {
+  const int threads = requested_threads();
+  const bool parallel = threads > 1 && m * n * k > (int64_t{1} << 18);
+  // Rows while every thread gets a few blocks of 8, else columns in blocks of 16.
+  const bool by_rows = m >= 16 * threads;
+  const int64_t unit = by_rows ? 8 : 16, extent = by_rows ? m : n;
+  const int64_t units = (extent + unit - 1) / unit;
+  parallel_for(parallel && units > 1, units, [&](int64_t lo, int64_t hi) {
+    SingleThreadedCall single;
+    block(by_rows, lo * unit, std::min(hi * unit, extent));
+  });
+}
+
+}  // namespace kiln_rt

@@ -1,0 +1,194 @@
+// Issue 14: a run with N threads never has more than N runnable threads of Kiln's, OpenBLAS's or
+// oneDNN's. A model of an OpenBLAS sgemm split by rows (MatMul of two inputs, 64 x 256 x 256), an
+// OpenBLAS dgemm split by columns (float64, 1 x 256 x 2048), a oneDNN convolution (weights an
+// input, so no template takes it; in pieces, each a single-threaded oneDNN call) and parallel
+// kernels (Relu, Softmax) runs repeatedly with N = 2 while another thread samples
+// /proc/self/task/*/stat. Checked: (1) the runs start at most N - 1 threads (Kiln's pool workers;
+// OpenBLAS and oneDNN start none of their own), (2) no sample sees more than N of this process's
+// threads in state R (the sampler excluded), (3) the outputs match double-precision loops here
+// (float32: 1e-4 relative + 1e-4 absolute, sums of 256 products of values in [-1, 1); float64:
+// 1e-9). Not timed.
+
+#include <dirent.h>
+#include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "driver/compile.h"
+#include "graph/graph.h"
+#include "model_builder.h"
+
+namespace kiln::driver {
+namespace {
+
+namespace fs = std::filesystem;
+using graph::DType;
+using graph::Tensor;
+using graph::Value;
+
+constexpr int kThreads = 2;
+constexpr int64_t kM = 64, kK = 256, kN = 256;  // sgemm by rows
+constexpr int64_t kWide = 2048;                 // dgemm by columns: 1 x kK x kWide
+// Conv 3x3, pads 1: 4.7M multiply-adds in 4 blocks of 16 output channels, so the convolution
+// runs in 2 pieces on the pool (kiln_rt_conv.h's conv_pieces).
+constexpr int64_t kC = 8, kOc = 64, kHw = 32;
+
+double wave(int64_t i, int64_t salt) {
+  return std::sin(0.37 * static_cast<double>(i) + 1.3 * salt);
+}
+
+template <typename T>
+Tensor filled(DType dtype, std::vector<int64_t> dims, int64_t salt) {
+  Tensor t(dtype, std::move(dims));
+  auto v = t.mutable_values<T>();
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<T>(wave(static_cast<int64_t>(i), salt));
+  return t;
+}
+
+graph::Model model() {
+  test_models::ModelBuilder m;
+  Value* a = m.input("a", DType::kFloat32, {kM, kK});
+  Value* b = m.input("b", DType::kFloat32, {kK, kN});
+  Value* v = m.input("v", DType::kFloat64, {1, kK});
+  Value* x = m.input("x", DType::kFloat32, {1, kC, kHw, kHw});
+  Value* w = m.input("w", DType::kFloat32, {kOc, kC, 3, 3});
+  Value* product = m.op("MatMul", {a, b}, {}, "product");
+  m.output(m.op("Softmax", {m.op("Relu", {product}, {}, "relu")}, {{"axis", int64_t{1}}}, "soft"));
+  Value* wide = m.constant(filled<double>(DType::kFloat64, {kK, kWide}, 4));
+  m.output(m.op("MatMul", {v, wide}, {}, "wide"));
+  m.output(m.op("Conv", {x, w}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}, "conv"));
+  return std::move(m.model);
+}
+
+/// The ids of this process's threads.
+std::set<int> thread_ids() {
+  std::set<int> ids;
+  for (const auto& entry : fs::directory_iterator("/proc/self/task")) {
+    ids.insert(std::stoi(entry.path().filename().string()));
+  }
+  return ids;
+}
+
+/// How many of this process's threads other than `self` are in state R (running or runnable).
+int runnable_threads(int self) {
+  int count = 0;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return 0;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.' || std::atoi(entry->d_name) == self) continue;
+    std::ifstream stat(std::string("/proc/self/task/") + entry->d_name + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;  // the thread ended
+    // "tid (comm) S ...": the state follows the last ')'.
+    const size_t close = line.rfind(')');
+    if (close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'R') ++count;
+  }
+  closedir(dir);
+  return count;
+}
+
+void expect_near_all(const std::vector<double>& want, const Tensor& got, double rel, double abs,
+                     const char* what) {
+  ASSERT_EQ(static_cast<size_t>(got.numel()), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double g =
+        got.dtype() == DType::kFloat64 ? got.values<double>()[i] : double{got.values<float>()[i]};
+    ASSERT_NEAR(g, want[i], abs + rel * std::abs(want[i])) << what << " element " << i;
+  }
+}
+
+TEST(RunnableThreads, ARunWithNThreadsHasAtMostNRunnable) {
+  CompileOptions options;
+  options.cache_dir = fs::path(KILN_BUILD_DIR) / "test-tmp" / "driver" / "runnable_threads";
+  omp_set_num_threads(kThreads);  // the runs' thread count: the calling thread's OpenMP setting
+  CompiledModel compiled = compile(model(), options);
+  const Tensor a = filled<float>(DType::kFloat32, {kM, kK}, 1);
+  const Tensor b = filled<float>(DType::kFloat32, {kK, kN}, 2);
+  const Tensor v = filled<double>(DType::kFloat64, {1, kK}, 3);
+  const Tensor x = filled<float>(DType::kFloat32, {1, kC, kHw, kHw}, 5);
+  const Tensor w = filled<float>(DType::kFloat32, {kOc, kC, 3, 3}, 6);
+
+  const std::set<int> before = thread_ids();
+  std::atomic<bool> done{false};
+  std::atomic<int> most{0};
+  std::set<int> seen;
+  std::thread sampler([&] {
+    const int self = static_cast<int>(syscall(SYS_gettid));
+    while (!done.load()) {
+      most.store(std::max(most.load(), runnable_threads(self)));
+      for (int id : thread_ids()) {
+        if (id != self) seen.insert(id);
+      }
+    }
+  });
+  std::vector<Tensor> out;
+  for (int run = 0; run < 200; ++run) out = compiled.run({a, b, v, x, w});
+  done.store(true);
+  sampler.join();
+  std::set<int> started;
+  for (int id : seen) {
+    if (!before.count(id)) started.insert(id);
+  }
+  EXPECT_LE(static_cast<int>(started.size()), kThreads - 1)
+      << "threads started by the runs beyond the pool's workers";
+  EXPECT_LE(most.load(), kThreads) << "runnable threads at once, the sampler excluded";
+
+  // The outputs, against double-precision loops.
+  auto av = a.values<float>(), bv = b.values<float>(), xv = x.values<float>();
+  auto wv = w.values<float>();
+  std::vector<double> soft(kM * kN);
+  for (int64_t i = 0; i < kM; ++i) {
+    double total = 0;
+    for (int64_t j = 0; j < kN; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < kK; ++p) acc += double{av[i * kK + p]} * bv[p * kN + j];
+      soft[i * kN + j] = std::exp(std::max(acc, 0.0));
+      total += soft[i * kN + j];
+    }
+    for (int64_t j = 0; j < kN; ++j) soft[i * kN + j] /= total;
+  }
+  std::vector<double> wide(kWide);
+  const Tensor wide_w = filled<double>(DType::kFloat64, {kK, kWide}, 4);
+  for (int64_t j = 0; j < kWide; ++j) {
+    for (int64_t p = 0; p < kK; ++p)
+      wide[j] += v.values<double>()[p] * wide_w.values<double>()[p * kWide + j];
+  }
+  std::vector<double> conv(kOc * kHw * kHw);
+  for (int64_t o = 0; o < kOc; ++o) {
+    for (int64_t i = 0; i < kHw; ++i) {
+      for (int64_t j = 0; j < kHw; ++j) {
+        double acc = 0;
+        for (int64_t c = 0; c < kC; ++c) {
+          for (int64_t ki = 0; ki < 3; ++ki) {
+            for (int64_t kj = 0; kj < 3; ++kj) {
+              const int64_t ii = i + ki - 1, jj = j + kj - 1;
+              if (ii < 0 || ii >= kHw || jj < 0 || jj >= kHw) continue;
+              acc += double{xv[(c * kHw + ii) * kHw + jj]} * wv[((o * kC + c) * 3 + ki) * 3 + kj];
+            }
+          }
+        }
+        conv[(o * kHw + i) * kHw + j] = acc;
+      }
+    }
+  }
+  ASSERT_EQ(out.size(), 3u);
+  expect_near_all(soft, out[0], 1e-4, 1e-7, "Softmax(Relu(a @ b))");
+  expect_near_all(wide, out[1], 1e-9, 1e-9, "v @ wide (float64)");
+  expect_near_all(conv, out[2], 1e-4, 1e-4, "Conv(x, w)");
+}
+
+}  // namespace
+}  // namespace kiln::driver

@@ -1,10 +1,13 @@
 #!/bin/bash
 # `make bench-cuda`: on a machine with an NVIDIA GPU, PyTorch, onnx and onnxruntime, for
 # bench/ort's ResNet-50-shaped CNN and BERT-base-shaped encoder (bench/ort/make_models.py):
-#   1. Kiln's latency (`kiln run --device cuda --repeat`, the median, a host input to a host
-#      output) at --precision fp32 and tf32, next to PyTorch eager and torch.compile on the same
-#      GPU and the same graph (bench/cuda/torch_bench.py) with TF32 disallowed (fp32) and allowed
-#      for matmuls and convolutions (tf32);
+#   1. Kiln's latency at --precision fp32 and tf32: `kiln run --device cuda --repeat` (the
+#      median, a host input to a host output) and the model as a library (`kiln compile
+#      --device cuda`, CUDA graphs on, bin/kiln_cuda_library_check: kiln_model_run from host
+#      buffers, and pinned buffers queued on the caller's stream), next to PyTorch eager,
+#      torch.compile (mode "default") and torch.compile mode="reduce-overhead" (CUDA graphs) on
+#      the same GPU and the same graph (bench/cuda/torch_bench.py), with TF32 disallowed (fp32)
+#      and allowed for matmuls and convolutions (tf32), printed as ratios;
 #   2. Kiln's outputs against onnxruntime's on the CPU: max |diff| / max |reference| within
 #      1e-4 at fp32 and 2e-3 at tf32 (shared/CUDA-DESIGN.md's per-model TF32 tolerance), and the
 #      same top-1 class for the CNN;
@@ -16,7 +19,9 @@
 #   scripts/device_bench_cuda.sh [BIN_DIR] [OUT_DIR]
 # BIN_DIR defaults to build/bin, OUT_DIR to $OUT/bench-cuda, else /tmp/kiln-bench-cuda. Each
 # stage is bounded by a timeout; it prints as it goes and writes its logs under OUT_DIR.
-# PARTS (default "models pointwise sanitize") picks the parts: 1-2, 3, 4.
+# PARTS (default "models pointwise sanitize") picks the parts: 1-2, 3, 4. PRECISIONS (default
+# "fp32 tf32") and TORCH_MODES (default "eager,compile,reduce-overhead") narrow part 1;
+# LIB_AUTOTUNE (default "max": cuDNN engines timed on this GPU) is the library's --autotune.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$(cd "${1:-$here/../build/bin}" && pwd)
@@ -46,26 +51,36 @@ if [ -n "$model_list" ] &&
 fi
 
 [[ $parts == *" models "* ]] || model_list=
+precisions=${PRECISIONS:-fp32 tf32}
 for model in $model_list; do
   case $model in resnet50) input=input output=logits ;; bert) input=hidden output=output ;; esac
   dir=$out/$model
   mkdir -p "$dir"
   echo "== $model"
-  timeout 300 "$py" "$files/torch_bench.py" "$models/$model.onnx" "$models/$model.input.npy" \
-    "$dir" >"$dir/torch.log" 2>&1
+  timeout 400 "$py" "$files/torch_bench.py" "$models/$model.onnx" "$models/$model.input.npy" \
+    "$dir" --precisions "$(echo $precisions | tr ' ' ,)" \
+    --modes "${TORCH_MODES:-eager,compile,reduce-overhead}" >"$dir/torch.log" 2>&1
   echo "torch_bench exit status: $?"
   grep -v '^torch [ft][p3]' "$dir/torch.log" | grep -v '^ *$' | tail -8
-  for precision in fp32 tf32; do
+  for precision in $precisions; do
+    # The model as a shipped library: compiled, then run through the C API alone.
+    timeout 240 "$bin/kiln" compile "$models/$model.onnx" --device cuda --precision "$precision" \
+      --autotune "${LIB_AUTOTUNE:-max}" --cache-dir "$cache" -o "$dir/kiln_$precision.so" \
+      >"$dir/lib_$precision.log" 2>&1 &&
+      timeout 240 "$bin/kiln_cuda_library_check" "$dir/kiln_$precision.so" "$dir/lib_$precision" \
+        "$input=$models/$model.input.npy" --threads 2 --runs 5 >>"$dir/lib_$precision.log" 2>&1 ||
+      { echo "library ($precision) failed:"; tail -5 "$dir/lib_$precision.log"; }
     timeout 240 "$bin/kiln" run "$models/$model.onnx" --device cuda --precision "$precision" \
       --input "$input=$models/$model.input.npy" --repeat 50 --cache-dir "$cache" \
       --output-dir "$dir/kiln_$precision" >"$dir/kiln_$precision.log" 2>&1
     status=$?
     [ $status -eq 0 ] || { echo "kiln run ($precision) failed ($status):"; tail -5 "$dir/kiln_$precision.log"; }
   done
-  "$py" - "$dir" "$output" "$model" <<'EOF'
+  "$py" - "$dir" "$output" "$model" $precisions <<'EOF'
 import os, re, sys
 import numpy as np
 d, output, model = sys.argv[1:4]
+precisions = sys.argv[4:]
 ref = np.load(os.path.join(d, "reference.npy"))
 scale = float(np.abs(ref).max())
 torch_ms = {}
@@ -73,13 +88,21 @@ for line in open(os.path.join(d, "torch.log")):
     f = line.split()
     if len(f) == 5 and f[0] == "torch" and f[1] in ("fp32", "tf32"):
         torch_ms[(f[1], f[2])] = (float(f[3]), float(f[4]))
-print(f"{model}: median ms, host input to host output (device-only in brackets for PyTorch)")
-print(f"  {'precision':<9} {'Kiln':>8} {'eager':>16} {'compile':>16}  Kiln/eager Kiln/compile  "
-      "Kiln vs onnxruntime (CPU)")
-for p, tol in (("fp32", 1e-4), ("tf32", 2e-3)):
+nan = float("nan")
+print(f"{model}: median ms, host input to host output (device-only in brackets: PyTorch from an "
+      "input on the GPU; Kiln's library from pinned buffers queued on a stream)")
+print(f"  {'precision':<9} {'kiln run':>8} {'Kiln .so':>16} {'eager':>16} {'compile':>16} "
+      f"{'reduce-overhead':>16}  Kiln run vs onnxruntime (CPU)")
+ratios = []
+for p in precisions:
+    tol = {"fp32": 1e-4, "tf32": 2e-3}[p]
     log = open(os.path.join(d, f"kiln_{p}.log")).read()
     m = re.search(r"median ([0-9.]+) ms", log)
-    kiln = float(m.group(1)) if m else float("nan")
+    kiln = float(m.group(1)) if m else nan
+    lib_log = os.path.join(d, f"lib_{p}.log")
+    m = re.search(r"CUDA graphs on\): kiln_model_run ([0-9.]+) ms, pinned buffers on the "
+                  r"caller's stream ([0-9.-]+) ms", open(lib_log).read() if os.path.exists(lib_log) else "")
+    lib = (float(m.group(1)), float(m.group(2))) if m else (nan, nan)
     path = os.path.join(d, f"kiln_{p}", output + ".npy")
     if os.path.exists(path):
         y = np.load(path)
@@ -91,10 +114,14 @@ for p, tol in (("fp32", 1e-4), ("tf32", 2e-3)):
         check = f"{err:.1e} (tolerance {tol:g}): {verdict}"
     else:
         check = "no output"
-    e = torch_ms.get((p, "eager"), (float("nan"),) * 2)
-    c = torch_ms.get((p, "compile"), (float("nan"),) * 2)
-    print(f"  {p:<9} {kiln:8.3f} {e[0]:8.3f} [{e[1]:5.3f}] {c[0]:8.3f} [{c[1]:5.3f}]  "
-          f"{kiln / e[0]:10.2f} {kiln / c[0]:12.2f}  {check}")
+    t = {k: torch_ms.get((p, k), (nan, nan)) for k in ("eager", "compile", "reduce-overhead")}
+    cells = "".join(f" {v[0]:8.3f} [{v[1]:5.3f}]" for v in (lib, t["eager"], t["compile"],
+                                                            t["reduce-overhead"]))
+    print(f"  {p:<9} {kiln:8.3f}{cells}  {check}")
+    for k in ("eager", "compile", "reduce-overhead"):
+        ratios.append(f"  {p} Kiln .so / torch {k}: {lib[0] / t[k][0]:.2f} host to host, "
+                      f"{lib[1] / t[k][1]:.2f} device-only")
+print("\n".join(ratios))
 EOF
 done
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch's side of `make bench-cuda` (scripts/device_bench_cuda.sh), on the GPU machine.
 
-Usage: python3 torch_bench.py MODEL.onnx INPUT.npy OUT_DIR [--runs N]
+Usage: python3 torch_bench.py MODEL.onnx INPUT.npy OUT_DIR [--runs N] [--precisions fp32,tf32]
+                               [--modes eager,compile,reduce-overhead]
 
 Runs the ONNX model node by node with PyTorch's CUDA ops (an interpreter over the graph: each
 node becomes the torch call of the same meaning, weights taken from the initializers), so that
@@ -9,10 +10,11 @@ PyTorch runs exactly the model Kiln runs. It writes into OUT_DIR:
   reference.npy    onnxruntime's output on the CPU (the reference both are compared with)
   torch_fp32.npy   PyTorch eager's output with TF32 disallowed
 and prints, for TF32 disallowed ("fp32") and allowed for matmuls and convolutions ("tf32"), the
-median latency of PyTorch eager and of torch.compile (mode "default"), each run timed from a
-host input to a host output (copy in, the model, copy out), as `kiln run --device cuda` is
-timed, over N runs after warm-up, as lines
-  torch <precision> <eager|compile> <median ms> <device-only median ms>
+median latency of PyTorch eager, of torch.compile (mode "default") and of torch.compile with
+mode "reduce-overhead" (CUDA graphs), each run timed from a host input to a host output (copy
+in, the model, copy out), as `kiln run --device cuda` and kiln_model_run are timed, over N runs
+after warm-up, as lines
+  torch <precision> <eager|compile|reduce-overhead> <median ms> <device-only median ms>
 where device-only starts from an input already on the GPU and ends when the GPU is done.
 Covers the ops of bench/ort/make_models.py's ResNet-50 and BERT models.
 """
@@ -133,6 +135,8 @@ def main():
     parser.add_argument("input")
     parser.add_argument("out_dir")
     parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--precisions", default="fp32,tf32")
+    parser.add_argument("--modes", default="eager,compile,reduce-overhead")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     model = onnx.load(args.model)
@@ -146,7 +150,8 @@ def main():
     net = OnnxAsTorch(model, "cuda")
     x_host = torch.from_numpy(x_np)
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}", flush=True)
-    for precision in ("fp32", "tf32"):
+    modes = args.modes.split(",")
+    for precision in args.precisions.split(","):
         set_tf32(precision == "tf32")
         with torch.inference_mode():
             y = net(x_host.cuda()).cpu().numpy()
@@ -155,17 +160,21 @@ def main():
               f"{float(np.abs(y - reference).max()) / scale:.2e}", flush=True)
         if precision == "fp32":
             np.save(os.path.join(args.out_dir, "torch_fp32.npy"), y)
-        eager = timed(net, x_host, args.runs)
-        print(f"torch {precision} eager {eager[0]:.3f} {eager[1]:.3f}", flush=True)
-        torch._dynamo.reset()
-        compiled = torch.compile(net)
-        start = time.perf_counter()
-        with torch.inference_mode():
-            compiled(x_host.cuda()).cpu()
-        print(f"  (torch.compile {precision}: first call {time.perf_counter() - start:.1f} s)",
-              flush=True)
-        comp = timed(compiled, x_host, args.runs)
-        print(f"torch {precision} compile {comp[0]:.3f} {comp[1]:.3f}", flush=True)
+        if "eager" in modes:
+            eager = timed(net, x_host, args.runs)
+            print(f"torch {precision} eager {eager[0]:.3f} {eager[1]:.3f}", flush=True)
+        for mode in ("compile", "reduce-overhead"):
+            if mode not in modes:
+                continue
+            torch._dynamo.reset()
+            compiled = torch.compile(net, mode="default" if mode == "compile" else mode)
+            start = time.perf_counter()
+            with torch.inference_mode():
+                compiled(x_host.cuda()).cpu()
+            print(f"  (torch.compile {precision} {mode}: first call "
+                  f"{time.perf_counter() - start:.1f} s)", flush=True)
+            comp = timed(compiled, x_host, args.runs)
+            print(f"torch {precision} {mode} {comp[0]:.3f} {comp[1]:.3f}", flush=True)
     return 0
 
 

@@ -158,8 +158,12 @@ inline void find_symbols(void* lib, Driver& r) {
 }
 
 /// The driver with device 0's primary context, loaded on first use; fails with a clear message
-/// when the machine has no driver or no GPU.
-inline Driver& driver() {
+/// when the machine has no driver or no GPU. Hidden, like every function of this header that
+/// has a static local: with default visibility GCC makes such a static a GNU unique symbol, which
+/// the dynamic linker binds across model libraries, so a library loaded after another was
+/// unloaded would use the unloaded one's destroyed objects (a process that ran two models with
+/// unfused convolutions, one after the other, freed note_unfused's list twice).
+__attribute__((visibility("hidden"))) inline Driver& driver() {
   static Driver d = [] {
     Driver r{};
     void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -316,7 +320,7 @@ enum class Epilogue : uint32_t {
 /// Hopper), at the end of the arena.
 constexpr size_t kLibraryWorkspaceBytes = 32u << 20;
 
-inline BlasLt& blas() {
+__attribute__((visibility("hidden"))) inline BlasLt& blas() {
   static BlasLt b = [] {
     BlasLt r{};
     const char* chosen = std::getenv("KILN_CUBLASLT_LIBRARY");
@@ -500,7 +504,7 @@ constexpr int kPlanHandle = 400, kPlanConfig = 401, kPlanWorkspace = 402;
 constexpr int kPackUids = 1000, kPackPointers = 1001, kPackWorkspace = 1003;
 }  // namespace dnn
 
-inline Dnn& dnn_api() {
+__attribute__((visibility("hidden"))) inline Dnn& dnn_api() {
   static Dnn d = [] {
     Dnn r{};
     const char* chosen = std::getenv("KILN_CUDNN_LIBRARY");
@@ -1485,7 +1489,7 @@ class RunState {
   enum class GraphMode { kNone, kCapture, kReplay };
   static constexpr size_t kMaxGraphs = 8;
 
-  static bool graphs_enabled() {
+  __attribute__((visibility("hidden"))) static bool graphs_enabled() {
     static const bool enabled = [] {
       const char* v = std::getenv("KILN_CUDA_GRAPHS");
       return v == nullptr || std::strcmp(v, "0") != 0;
@@ -1630,7 +1634,7 @@ class RunState {
     std::mutex mutex;
     std::map<std::vector<int64_t>, size_t> chosen;
   };
-  static TunedEngines& tuned_engines() {
+  __attribute__((visibility("hidden"))) static TunedEngines& tuned_engines() {
     static TunedEngines t;
     return t;
   }
@@ -1712,7 +1716,8 @@ class RunState {
   }
 
   /// Says once per process per call site that its convolution and epilogue run unfused.
-  static void note_unfused(const char* what, const std::string& why) {
+  __attribute__((visibility("hidden"))) static void note_unfused(const char* what,
+                                                                 const std::string& why) {
     static std::mutex mutex;
     static std::vector<std::string> said;
     std::lock_guard<std::mutex> lock(mutex);

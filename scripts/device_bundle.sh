@@ -168,7 +168,7 @@ cat >"$out/run.sh" <<'EOF'
 #             bench/ort's models compiled with the GPU hidden, against `kiln run --device cuda`
 #   sanitize  compute-sanitizer memcheck on the cases of SANITIZE_FILE (default a few)
 #   suite     the ONNX suite with --device cuda on the cases of CASES_FILE (default the whole
-#             suite), stopped after SUITE_SECONDS (default 420)
+#             suite; SHARD=K/N for a part of it), stopped after SUITE_SECONDS (default 420)
 #   bench     scripts/device_bench_cuda.sh: make bench-cuda (logs under $OUT/bench-cuda)
 #   run.sh [CASES_FILE] [SANITIZE_FILE]
 set -uo pipefail

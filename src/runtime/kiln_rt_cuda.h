@@ -93,6 +93,7 @@ struct Driver {
   CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);
   CUresult (*cuMemFreeHost)(void*);
   CUresult (*cuStreamBeginCapture)(CUstream, int);
+  CUresult (*cuStreamIsCapturing)(CUstream, int*);
   CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
   CUresult (*cuGraphInstantiate)(CUgraphExec*, CUgraph, unsigned long long);
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
@@ -150,6 +151,7 @@ inline void find_symbols(void* lib, Driver& r) {
   find_symbol(lib, "cuMemHostAlloc", r.cuMemHostAlloc);
   find_symbol(lib, "cuMemFreeHost", r.cuMemFreeHost);
   find_symbol(lib, "cuStreamBeginCapture_v2", r.cuStreamBeginCapture);
+  find_symbol(lib, "cuStreamIsCapturing", r.cuStreamIsCapturing);
   find_symbol(lib, "cuStreamEndCapture", r.cuStreamEndCapture);
   find_symbol(lib, "cuGraphInstantiateWithFlags", r.cuGraphInstantiate);
   find_symbol(lib, "cuGraphLaunch", r.cuGraphLaunch);
@@ -851,6 +853,49 @@ inline void launch_function(CUfunction f, CUstream stream, const char* name, int
       values);
 }
 
+/// The constants (weights) of a loaded model in device memory, one copy shared by all its run
+/// states (ModelState::cuda_constants): concurrent runs each have their own stream and arena,
+/// not their own weights. A constant is uploaded at its first use by any run state; destroyed
+/// with the model, after its run states (which wait for their streams).
+class SharedConstants {
+ public:
+  SharedConstants() = default;
+  SharedConstants(const SharedConstants&) = delete;
+  SharedConstants& operator=(const SharedConstants&) = delete;
+  ~SharedConstants() {
+    for (void* p : device_) {
+      if (p != nullptr) driver().cuMemFree(device_ptr(p));
+    }
+  }
+
+  /// Constant `k` (host data of `bytes`) in device memory. The first use uploads it on `stream`
+  /// and waits for the copy, so that runs on other streams may read it at once; null when
+  /// `stream` is being captured into a CUDA graph (no wait is possible there: the caller keeps
+  /// a copy of its own, uploaded by the capture).
+  const void* get(size_t k, const void* host, size_t bytes, CUstream stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (device_.size() <= k) device_.resize(k + 1, nullptr);
+    if (device_[k] != nullptr) return device_[k];
+    int capturing = 0;
+    check(driver().cuStreamIsCapturing(stream, &capturing), "querying a stream's capture");
+    if (capturing != 0) return nullptr;
+    void* p = alloc_device(bytes);
+    Driver& d = driver();
+    CUresult e = bytes == 0 ? 0 : d.cuMemcpyHtoDAsync(device_ptr(p), host, bytes, stream);
+    if (e == 0) e = d.cuStreamSynchronize(stream);
+    if (e != 0) {
+      d.cuMemFree(device_ptr(p));
+      check(e, "copying a constant to the GPU");
+    }
+    device_[k] = p;
+    return p;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<void*> device_;
+};
+
 /// What one run state keeps on the GPU: its stream, the loaded module and its kernels, the
 /// arena of the intermediates, the constants, and the index checks of the current run.
 class RunState {
@@ -868,9 +913,7 @@ class RunState {
     drop_graphs();
     if (done_ != nullptr) d.cuEventDestroy(done_);
     if (arena_ != nullptr) d.cuMemFree(device_ptr(arena_));
-    for (void* c : constants_) {
-      if (c != nullptr) d.cuMemFree(device_ptr(c));
-    }
+    for (void* c : own_constants_) d.cuMemFree(device_ptr(c));
     if (module_ != nullptr) d.cuModuleUnload(module_);
     for (MatMulPlan& p : plans_) p.release();
     if (blas_handle_ != nullptr) blas().Destroy(blas_handle_);
@@ -1066,12 +1109,20 @@ class RunState {
     return arena_;
   }
 
-  /// Constant `k` (host data of `bytes`, alive as long as the model) in device memory, uploaded
-  /// on first use, in the order of the run's stream.
+  /// The model's constants in device memory that this state's runs read (set before its first
+  /// run; without it, the state keeps copies of its own).
+  void share_constants(SharedConstants* shared) { shared_constants_ = shared; }
+
+  /// Constant `k` (host data of `bytes`, alive as long as the model) in device memory: the
+  /// model's shared copy, or where that cannot be made now (a run being captured into a graph),
+  /// a copy of this state's own, uploaded in the order of the run's stream.
   const void* constant(size_t k, const void* host, size_t bytes) {
     if (constants_.size() <= k) constants_.resize(k + 1, nullptr);
+    if (constants_[k] == nullptr && shared_constants_ != nullptr)
+      constants_[k] = shared_constants_->get(k, host, bytes, stream_);
     if (constants_[k] == nullptr) {
       void* p = alloc_device(bytes);
+      own_constants_.push_back(p);
       constants_[k] = p;
       upload(static_cast<char*>(p), static_cast<const char*>(host), static_cast<int64_t>(bytes));
     }
@@ -1945,7 +1996,9 @@ class RunState {
   }();
   CUfunction conv_epilogue_f32_ = nullptr;  // kiln_conv_epilogue_*, found when first needed
   CUfunction conv_epilogue_f64_ = nullptr;
-  std::vector<void*> constants_;
+  std::vector<const void*> constants_;  // by number: shared or own copies
+  std::vector<void*> own_constants_;    // freed with the state
+  SharedConstants* shared_constants_ = nullptr;
 };
 
 /// Runs `body` (a run of the model with run state `state`), again without a CUDA graph when it

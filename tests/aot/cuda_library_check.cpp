@@ -11,7 +11,8 @@
 //    pinned host buffers (kiln_cuda_host_alloc) on that stream: outputs bit-identical to 1;
 // 3. N threads (default 8) x N runs (default 100) on the one loaded model, each thread with its
 //    own stream and pinned buffers, alternating with plain kiln_model_run calls: every output
-//    bit-identical to 1.
+//    bit-identical to 1; the device memory they added is printed next to what the first run
+//    took (the weights are one copy for all run states, so the threads add arenas alone).
 // Prints what it checked; exits 0 when everything holds, 1 otherwise, 77 without a CUDA device.
 #include <dlfcn.h>
 
@@ -46,6 +47,7 @@ struct Cuda {
   int (*StreamCreate)(void**, unsigned);
   int (*StreamDestroy)(void*);
   int (*StreamSynchronize)(void*);
+  int (*MemGetInfo)(size_t*, size_t*);
   void* context = nullptr;
 };
 
@@ -62,7 +64,7 @@ bool load_cuda(Cuda& c) {
       !get(c.MemFree, "cuMemFree_v2") || !get(c.MemcpyHtoD, "cuMemcpyHtoD_v2") ||
       !get(c.MemcpyDtoH, "cuMemcpyDtoH_v2") || !get(c.StreamCreate, "cuStreamCreate") ||
       !get(c.StreamDestroy, "cuStreamDestroy_v2") ||
-      !get(c.StreamSynchronize, "cuStreamSynchronize")) {
+      !get(c.StreamSynchronize, "cuStreamSynchronize") || !get(c.MemGetInfo, "cuMemGetInfo_v2")) {
     return false;
   }
   int device = 0;
@@ -278,6 +280,12 @@ int main(int argc, char** argv) {
     std::printf("skipped: no CUDA device\n");
     return 77;
   }
+  auto used_mib = [&] {
+    size_t free = 0, total = 0;
+    cuda.MemGetInfo(&free, &total);
+    return static_cast<double>(total - free) / (1 << 20);
+  };
+  const double used_before = used_mib();
   Model m;
   if (!ok(kiln_model_load(library.c_str(), nullptr, &m.model), "kiln_model_load")) return 1;
   std::printf("%s: device %s, variant %s\n", library.c_str(), kiln_model_device(m.model),
@@ -357,6 +365,8 @@ int main(int argc, char** argv) {
   }
   cuda.StreamDestroy(stream);
 
+  const double used_first = used_mib();
+
   // 3. Threads, each with its own stream, alternating queued runs with plain ones.
   std::atomic<int> differ{0}, failed{0};
   std::vector<std::thread> pool;
@@ -404,6 +414,10 @@ int main(int argc, char** argv) {
       "with kiln_model_run): %d failed, %d differ from the single-threaded run\n",
       threads, runs, failed.load(), differ.load());
   failures += failed.load() + differ.load();
+  std::printf(
+      "device memory: the first runs took %.1f MiB (weights, a run state's arena, library "
+      "handles); the %d threads' run states added %.1f MiB\n",
+      used_first - used_before, threads, used_mib() - used_first);
 
   // 4. Latency, the median of 50 runs after 5: kiln_model_run (host buffers in and out), and
   // queued on the caller's stream with pinned buffers (waited for after each).

@@ -67,6 +67,9 @@ class WrapperOps {
   virtual void write_includes(IndentedBuffer& out, bool uses_control) = 0;
   /// Members of the per-run state struct.
   virtual void write_run_state_members(IndentedBuffer& out) = 0;
+  /// Members of the per-model state struct, shared by its runs (before its pool of run states,
+  /// so that they outlive them).
+  virtual void write_model_state_members(IndentedBuffer& out) { (void)out; }
   /// A function's workspace, its first line: the storage write_allocation's kWorkspace takes.
   virtual void write_workspace(IndentedBuffer& out) = 0;
   /// Declares `const ctype* pointer`: the data of model input `k` (`in<k>`, a TensorArg).

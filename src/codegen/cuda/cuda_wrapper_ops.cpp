@@ -63,6 +63,10 @@ void CudaWrapperOps::write_run_state_members(IndentedBuffer& out) {
   out.line("    kiln_cuda::RunState cuda;");
 }
 
+void CudaWrapperOps::write_model_state_members(IndentedBuffer& out) {
+  out.line("    kiln_cuda::SharedConstants cuda_constants;");
+}
+
 void CudaWrapperOps::write_workspace(IndentedBuffer& out) {
   out.line("state.cuda.begin_run(kCubins, sizeof kCubins / sizeof kCubins[0], kKernelNames,");
   out.line(
@@ -355,6 +359,7 @@ extern "C" int kiln_run_cuda(const kiln_rt::TensorArg* inputs, kiln_rt::TensorAr
                              int outputs_on_device) {
     try {
         auto run = static_cast<ModelState*>(state)->runs.acquire();
+        run->cuda.share_constants(&static_cast<ModelState*>(state)->cuda_constants);
         run->cuda.set_mode({stream, inputs_on_device != 0, outputs_on_device != 0});
         try {
             kiln_cuda::run_retrying(run->cuda, [&] { run_impl(inputs, outputs, constants, *run, profile); });

@@ -47,6 +47,8 @@ class CudaWrapperOps final : public WrapperOps {
   void note(const ir::ExternCall& call) override;
   void write_includes(IndentedBuffer& out, bool uses_control) override;
   void write_run_state_members(IndentedBuffer& out) override;
+  /// The model's constants on the GPU, one copy for all its run states.
+  void write_model_state_members(IndentedBuffer& out) override;
   void write_workspace(IndentedBuffer& out) override;
   void write_input_data(IndentedBuffer& out, size_t k, const std::string& ctype,
                         const std::string& pointer) override;
@@ -96,8 +98,9 @@ class CudaWrapperOps final : public WrapperOps {
   /// The run through kiln_cuda::run_retrying (again without a CUDA graph when its capture
   /// failed).
   std::string run_call() const override {
-    return "kiln_cuda::run_retrying(run->cuda, [&] { run_impl(inputs, outputs, constants, *run, "
-           "profile); });";
+    return "run->cuda.share_constants(&static_cast<ModelState*>(state)->cuda_constants);\n"
+           "        kiln_cuda::run_retrying(run->cuda, [&] { run_impl(inputs, outputs, constants, "
+           "*run, profile); });";
   }
   /// The CUDA source NVRTC compiled ("kernels.cu").
   std::vector<std::pair<std::string, std::string>> take_device_sources() override {

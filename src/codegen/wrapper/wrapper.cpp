@@ -98,6 +98,7 @@ class WrapperWriter {
     ops_->write_run_state_members(out);
     out.line("};");
     out.line("struct ModelState {");
+    ops_->write_model_state_members(out);
     out.line("    kiln_rt::Pool<RunState> runs;");
     out.line("};");
     out.line("");

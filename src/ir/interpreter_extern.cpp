@@ -242,6 +242,33 @@ void run_conv_prepared(const Buffer& buffer, const autotune::ConvChoice& choice,
 }
 
 /// conv: out[n, m, o...] = B[m] + sum_{c, k...} X[n, g*C/group + c, o*s - pad + k*d] * W[m, c, k].
+/// The activation a convolution on CUDA fused (ConvCall::activation), in double.
+double conv_activation(const ConvCall& params, double v) {
+  switch (params.activation) {
+    case ConvActivation::kNone:
+      return v;
+    case ConvActivation::kRelu:
+      return std::max(v, 0.0);
+    case ConvActivation::kSigmoid:
+      return 1 / (1 + std::exp(-v));
+    case ConvActivation::kTanh:
+      return std::tanh(v);
+    case ConvActivation::kClip:
+      return std::min(std::max(v, params.alpha), params.beta);
+    case ConvActivation::kLeakyRelu:
+      return v < 0 ? params.alpha * v : v;
+    case ConvActivation::kElu:
+      return v < 0 ? params.alpha * std::expm1(v) : v;
+    case ConvActivation::kGelu:
+      return 0.5 * v * (1 + std::erf(v * M_SQRT1_2));
+    case ConvActivation::kGeluTanh:
+      return 0.5 * v * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    case ConvActivation::kSwish:
+      return v / (1 + std::exp(-params.alpha * v));
+  }
+  return v;
+}
+
 void run_conv(const Buffer& buffer, const ConvCall& params, Storages& storages,
               const sym::Binding& binding) {
   const ExternCall& call = buffer.call;
@@ -312,6 +339,7 @@ void run_conv(const Buffer& buffer, const ConvCall& params, Storages& storages,
     // The epilogue fused on CUDA: + residual, then the Relus.
     if (params.residual) sum += residual.real_at(physical(o));
     if (params.relu_post_ops > 0) sum = std::max(sum, 0.0);
+    sum = conv_activation(params, sum);
     write_output(out, out_layout, physical(o), sum, buffer.name);
   });
 }

@@ -50,6 +50,22 @@ struct GemmCall {
   std::string name() const { return "gemm"; }
 };
 
+/// The activation a convolution on CUDA applies last, in place of its Relu (codegen/cuda/
+/// cuda_conv.h fuses it; each is a pointwise mode of cuDNN's graph). Their numbers are those of
+/// kiln_rt_cuda.h's kiln_cuda::ConvActivation.
+enum class ConvActivation : uint8_t {
+  kNone = 0,
+  kRelu = 1,       // max(x, 0)
+  kSigmoid = 2,    // 1 / (1 + exp(-x))
+  kTanh = 3,       // tanh(x)
+  kClip = 4,       // min(max(x, alpha), beta), alpha <= beta (Relu6: 0, 6)
+  kLeakyRelu = 5,  // x < 0 ? alpha x : x
+  kElu = 6,        // x < 0 ? alpha (exp(x) - 1) : x
+  kGelu = 7,       // x Phi(x) = x / 2 (1 + erf(x / sqrt 2))
+  kGeluTanh = 8,   // x / 2 (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+  kSwish = 9,      // x sigmoid(alpha x) (SiLU: alpha 1)
+};
+
 /// An N-D convolution: inputs X, W and an optional bias. Without a choice it runs through
 /// oneDNN (float32, with `relu_post_ops` Relus fused as post-ops) or the direct loop (other
 /// dtypes); with one (lower/conv_select.h: the C++ template or im2col + OpenBLAS on a 2-D float32
@@ -69,6 +85,10 @@ struct ConvCall {
   /// On CUDA (codegen/cuda/cuda_conv.h fuses it): input 3 is a residual of the output's layout,
   /// added after the bias and before the `relu_post_ops` Relus.
   bool residual = false;
+  /// On CUDA: an activation other than Relu after the bias and residual (relu_post_ops 0 then),
+  /// with its parameters (ConvActivation says which it uses).
+  ConvActivation activation = ConvActivation::kNone;
+  double alpha = 0, beta = 0;
   autotune::ConvChoicePtr choice;
   std::string name() const { return "conv"; }
 };

@@ -486,9 +486,13 @@ constexpr int kTensor = 17, kConvolution = 1, kConvForward = 10, kGraph = 15, kH
 constexpr int kTypeHandle = 0, kTypeDataType = 1, kTypeBoolean = 2, kTypeInt64 = 3, kTypeFloat = 4,
               kTypeDouble = 5, kTypeVoidPtr = 6, kTypeConvMode = 7, kTypeHeurMode = 8,
               kTypeNumericalNote = 11, kTypePointwiseMode = 14,
-              kTypeDescriptor = 15;                        // attribute types
-constexpr int kPointwiseAdd = 0, kPointwiseReluFwd = 100;  // pointwise modes
-constexpr int kPointwiseMode = 0, kPointwiseMathPrec = 1;
+              kTypeDescriptor = 15;  // attribute types
+constexpr int kPointwiseAdd = 0, kPointwiseReluFwd = 100, kPointwiseTanhFwd = 101,
+              kPointwiseSigmoidFwd = 102, kPointwiseEluFwd = 103, kPointwiseGeluFwd = 104,
+              kPointwiseSwishFwd = 106, kPointwiseGeluTanhFwd = 107;  // pointwise modes
+constexpr int kPointwiseMode = 0, kPointwiseMathPrec = 1, kPointwiseReluLowerClip = 3,
+              kPointwiseReluUpperClip = 4, kPointwiseReluLowerClipSlope = 5, kPointwiseEluAlpha = 6,
+              kPointwiseSwishBeta = 8;
 constexpr int kPwOpDesc = 750, kPwOpX = 751, kPwOpB = 752, kPwOpY = 753;
 constexpr int kTensorIsVirtual = 907;
 constexpr int kDataFloat = 0, kDataDouble = 1, kCrossCorrelation = 1, kHeurModeA = 3,
@@ -577,12 +581,21 @@ struct ConvPlan {
   }
 };
 
+/// The activation a convolution call applies last (ir::ConvActivation's numbers, which
+/// kiln_conv_epilogue's kernel also takes): 0 none, 1 Relu, 2 Sigmoid, 3 Tanh, 4 Clip to
+/// [alpha, beta], 5 LeakyRelu (slope alpha), 6 Elu (alpha), 7 Gelu, 8 Gelu's tanh form, 9 Swish
+/// x sigmoid(alpha x).
+struct ConvActivation {
+  int kind = 0;
+  double alpha = 0, beta = 0;
+};
+
 /// What a convolution call applies after the convolution, in this order: + bias (broadcast over
-/// all dims but the channel), + residual, Relu.
+/// all dims but the channel), + residual, the activation.
 struct ConvEpilogue {
   bool bias = false;
   bool residual = false;
-  bool relu = false;
+  ConvActivation act;
 };
 
 /// A convolution's dims as cuDNN takes them (NCHW order, at least 2 spatial dims) and whether
@@ -1340,7 +1353,7 @@ class RunState {
     }
   }
 
-  /// Queues Y = conv(X, W) [+ bias[k]] [+ residual] [then Relu] through cuDNN on the run's
+  /// Queues Y = conv(X, W) [+ bias[k]] [+ residual] [then `act`] through cuDNN on the run's
   /// stream, without waiting: one cuDNN graph, the convolution then pointwise nodes for the
   /// epilogue, or where cuDNN has no engine for that graph the convolution alone and the
   /// epilogue as kiln_conv_epilogue (decided when the call site's plan is made, said once on
@@ -1350,7 +1363,7 @@ class RunState {
   /// change.
   template <typename T>
   void conv(int site, const ConvShape& s, const T* x, const T* w, T* y, const T* bias,
-            const T* residual, bool relu, bool tf32, const char* what) {
+            const T* residual, ConvActivation act, bool tf32, const char* what) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                   "cuDNN convolutions are float32 or float64 here");
     int64_t y_numel = 1, x_numel = 1, w_numel = 1;
@@ -1366,12 +1379,13 @@ class RunState {
     if (!s.channels_last) {
       for (int d = 2; d < s.spatial + 2; ++d) inner *= s.y[d];
     }
-    const bool epilogue = bias != nullptr || residual != nullptr || relu;
+    if (act.kind < 0 || act.kind > 9) kiln_rt::fail("%s: activation %d unknown", what, act.kind);
+    const bool epilogue = bias != nullptr || residual != nullptr || act.kind != 0;
     if (x_numel == 0 || w_numel == 0) {  // an empty sum over channels: zeros, then the epilogue
       check(driver().cuMemsetD8Async(device_ptr(y), 0, static_cast<size_t>(y_numel) * sizeof(T),
                                      stream_),
             what);
-      if (epilogue) conv_epilogue(y, bias, residual, relu, y_numel, channels, inner, what);
+      if (epilogue) conv_epilogue(y, bias, residual, act, y_numel, channels, inner, what);
       return;
     }
     // Dims as cuDNN takes them (at least 2 spatial: a 1-D convolution gets height 1).
@@ -1406,10 +1420,12 @@ class RunState {
                           reinterpret_cast<uint64_t>(y), reinterpret_cast<uint64_t>(bias),
                           reinterpret_cast<uint64_t>(residual)}));
     const bool f64 = std::is_same_v<T, double>;
-    const ConvEpilogue wanted{bias != nullptr, residual != nullptr, relu};
-    std::vector<int64_t> key = {f64 ? 1 : 0,     tf32 ? 1 : 0,       align,
-                                spatial,         s.channels_last,    wanted.bias,
-                                wanted.residual, wanted.relu ? 1 : 0};
+    const ConvEpilogue wanted{bias != nullptr, residual != nullptr, act};
+    int64_t alpha_bits = 0, beta_bits = 0;  // the parameters' bits, for the key
+    std::memcpy(&alpha_bits, &act.alpha, sizeof alpha_bits);
+    std::memcpy(&beta_bits, &act.beta, sizeof beta_bits);
+    std::vector<int64_t> key = {f64 ? 1 : 0, tf32 ? 1 : 0,    align,    spatial,    s.channels_last,
+                                wanted.bias, wanted.residual, act.kind, alpha_bits, beta_bits};
     for (const std::vector<int64_t>* v : {&xd, &wd, &yd, &stride, &pre, &post, &dilation})
       key.insert(key.end(), v->begin(), v->end());
     if (dnn_handle_ == nullptr) {
@@ -1439,10 +1455,17 @@ class RunState {
       bool made = false;
       std::string why;
       if (epilogue) {
-        try {
-          made = make_conv_plan(plan, f64, tf32, align, dims, wanted, what);
-        } catch (const kiln_rt::Error& e) {
-          why = e.what();
+        // KILN_CUDNN_UNFUSED=1 (the tests of kiln_conv_epilogue): the convolution alone and the
+        // epilogue's kernel after it, as where cuDNN has no engine for the fused graph.
+        const char* unfused = std::getenv("KILN_CUDNN_UNFUSED");
+        if (unfused != nullptr && std::strcmp(unfused, "1") == 0) {
+          why = "KILN_CUDNN_UNFUSED=1";
+        } else {
+          try {
+            made = make_conv_plan(plan, f64, tf32, align, dims, wanted, what);
+          } catch (const kiln_rt::Error& e) {
+            why = e.what();
+          }
         }
         if (!made) {
           plan.release();
@@ -1487,7 +1510,7 @@ class RunState {
     if (plan.candidates.size() > 1 && !capturing_) pick_fastest(plan, execute, what);
     plan.candidates.clear();
     check_dnn(execute(plan.plan, plan.workspace), what);
-    if (plan.unfused) conv_epilogue(y, bias, residual, relu, y_numel, channels, inner, what);
+    if (plan.unfused) conv_epilogue(y, bias, residual, act, y_numel, channels, inner, what);
   }
 
   /// Element `k` of `device`, for the host: a size computed from data. Waits for the GPU.
@@ -1750,8 +1773,8 @@ class RunState {
   /// Queues `call`'s epilogue after the convolution alone wrote `y` (kiln_conv_epilogue, in the
   /// model's module when a convolution has one).
   template <typename T>
-  void conv_epilogue(T* y, const T* bias, const T* residual, bool relu, int64_t n, int64_t channels,
-                     int64_t inner, const char* what) {
+  void conv_epilogue(T* y, const T* bias, const T* residual, ConvActivation act, int64_t n,
+                     int64_t channels, int64_t inner, const char* what) {
     constexpr bool f64 = std::is_same_v<T, double>;
     CUfunction& f = f64 ? conv_epilogue_f64_ : conv_epilogue_f32_;
     const char* name = f64 ? "kiln_conv_epilogue_f64" : "kiln_conv_epilogue_f32";
@@ -1763,7 +1786,7 @@ class RunState {
     constexpr int64_t kThreads = 256;
     const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 4096);
     launch_function(f, stream_, name, blocks, 1, 1, kThreads, 1, 1, 0, y, bias, residual,
-                    relu ? 1 : 0, n, channels, inner);
+                    static_cast<int64_t>(act.kind), act.alpha, act.beta, n, channels, inner);
   }
 
   /// Says once per process per call site that its convolution and epilogue run unfused.
@@ -1782,9 +1805,9 @@ class RunState {
 
   /// The graph of one convolution (tensors X, W, Y with unique ids 1, 2, 3) with the pointwise
   /// nodes of `epilogue` after it (bias 4, broadcast [1, K, 1, 1], then residual 5 of Y's dims,
-  /// then Relu; the values between them virtual), and the first of the heuristic's engines that
-  /// finalizes, uses no tensor cores at fp32 (PyTorch's filter for TF32 disallowed) and needs
-  /// no more workspace than the arena keeps. Returns false when none does, or fails when
+  /// then the activation; the values between them virtual), and the first of the heuristic's
+  /// engines that finalizes, uses no tensor cores at fp32 (PyTorch's filter for TF32 disallowed)
+  /// and needs no more workspace than the arena keeps. Returns false when none does, or fails when
   /// `required`.
   bool make_conv_plan(ConvPlan& plan, bool f64, bool tf32, int64_t align, const ConvDims& d,
                       const ConvEpilogue& epilogue, const char* what, bool required = false) {
@@ -1828,7 +1851,7 @@ class RunState {
     void* tx = tensor(d.x, 1, d.last, false);
     void* tw = tensor(d.w, 2, d.last, false);
     const int stages =
-        (epilogue.bias ? 1 : 0) + (epilogue.residual ? 1 : 0) + (epilogue.relu ? 1 : 0);
+        (epilogue.bias ? 1 : 0) + (epilogue.residual ? 1 : 0) + (epilogue.act.kind != 0 ? 1 : 0);
     int64_t next_virtual = 100;
     // Each node's output: Y itself for the last node, else a virtual tensor of Y's dims.
     auto output = [&](int& left) {
@@ -1866,10 +1889,21 @@ class RunState {
     std::vector<void*> ops = {op};
     // A pointwise node: out = `pw_mode`(in[, b]).
     void* current = ty;
-    auto pointwise = [&](int pw_mode, void* b) {
+    // `params`: (attribute, value) pairs of the mode, set as float or double as the math
+    // precision is.
+    auto pointwise = [&](int pw_mode, void* b,
+                         std::initializer_list<std::pair<int, double>> params = {}) {
       void* pw = make(dnn::kPointwise);
       set(pw, dnn::kPointwiseMode, dnn::kTypePointwiseMode, 1, &pw_mode);
       set(pw, dnn::kPointwiseMathPrec, dnn::kTypeDataType, 1, &data);
+      for (const auto& [attribute, value] : params) {
+        const float value_f = static_cast<float>(value);
+        if (f64) {
+          set(pw, attribute, dnn::kTypeDouble, 1, &value);
+        } else {
+          set(pw, attribute, dnn::kTypeFloat, 1, &value_f);
+        }
+      }
       check_dnn(api.Finalize(pw), what);
       void* out = output(left);
       void* node = make(dnn::kPointwiseOp);
@@ -1887,7 +1921,36 @@ class RunState {
       pointwise(dnn::kPointwiseAdd, tensor(bias_dims, 4, d.last, false));
     }
     if (epilogue.residual) pointwise(dnn::kPointwiseAdd, tensor(d.y, 5, d.last, false));
-    if (epilogue.relu) pointwise(dnn::kPointwiseReluFwd, nullptr);
+    // The activation's pointwise mode (by ConvActivation::kind) and parameters: Clip is Relu
+    // clipped to [alpha, beta] (slope 0 below), LeakyRelu Relu clipped below at 0 with slope
+    // alpha there.
+    const ConvActivation& act = epilogue.act;
+    static constexpr int kModes[] = {0,
+                                     dnn::kPointwiseReluFwd,
+                                     dnn::kPointwiseSigmoidFwd,
+                                     dnn::kPointwiseTanhFwd,
+                                     dnn::kPointwiseReluFwd,
+                                     dnn::kPointwiseReluFwd,
+                                     dnn::kPointwiseEluFwd,
+                                     dnn::kPointwiseGeluFwd,
+                                     dnn::kPointwiseGeluTanhFwd,
+                                     dnn::kPointwiseSwishFwd};
+    if (act.kind == 4) {
+      pointwise(kModes[4], nullptr,
+                {{dnn::kPointwiseReluLowerClip, act.alpha},
+                 {dnn::kPointwiseReluUpperClip, act.beta},
+                 {dnn::kPointwiseReluLowerClipSlope, 0.0}});
+    } else if (act.kind == 5) {
+      pointwise(
+          kModes[5], nullptr,
+          {{dnn::kPointwiseReluLowerClip, 0.0}, {dnn::kPointwiseReluLowerClipSlope, act.alpha}});
+    } else if (act.kind == 6) {
+      pointwise(kModes[6], nullptr, {{dnn::kPointwiseEluAlpha, act.alpha}});
+    } else if (act.kind == 9) {
+      pointwise(kModes[9], nullptr, {{dnn::kPointwiseSwishBeta, act.alpha}});
+    } else if (act.kind != 0) {
+      pointwise(kModes[act.kind], nullptr);
+    }
     void* graph = make(dnn::kGraph);
     set(graph, dnn::kGraphOps, dnn::kTypeDescriptor, static_cast<int64_t>(ops.size()), ops.data());
     set(graph, dnn::kGraphHandle, dnn::kTypeHandle, 1, &dnn_handle_);

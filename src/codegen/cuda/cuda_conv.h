@@ -4,9 +4,10 @@
 /// bias as input 2 (a float64 one as a pointwise consumer) and, for networks of convolutions,
 /// channels-last activations with the weight packed [M, KH, KW, C] (lower/nn.cpp); it makes no
 /// CPU convolution choice. fuse_conv_epilogue folds the pointwise reader that adds a residual
-/// and applies a Relu into the call, so that bias, residual Add and Relu are nodes of the one
-/// cuDNN graph (with a kernel of its own after the convolution, kiln_conv_epilogue, where cuDNN
-/// has no engine for that graph).
+/// and applies an activation (Relu, Sigmoid, Tanh, Clip, LeakyRelu, Elu, Gelu, Swish: cuDNN's
+/// pointwise modes) into the call, so that bias, residual Add and activation are nodes of the
+/// one cuDNN graph (with a kernel of its own after the convolution, kiln_conv_epilogue, where
+/// cuDNN has no engine for that graph).
 
 #include <string>
 
@@ -17,17 +18,18 @@
 namespace kiln::codegen {
 
 /// When `consumer`, the only reader of the float32 convolution `product` (no epilogue yet), is
-/// product [+ residual] [then Relu] elementwise, with a residual buffer of the product's
-/// layout: rewrites `consumer` into the call with that epilogue (ConvCall::residual, input 3;
-/// relu_post_ops) and returns true; else leaves both alone and returns false.
+/// product [+ residual] [then an activation] elementwise, with a residual buffer of the
+/// product's layout: rewrites `consumer` into the call with that epilogue (ConvCall::residual,
+/// input 3; relu_post_ops for Relu, else ConvCall::activation) and returns true; else leaves
+/// both alone and returns false.
 bool fuse_conv_epilogue(const ir::Program& program, const ir::Buffer& product,
                         ir::Buffer& consumer);
 
-/// Whether a convolution call on CUDA adds a bias, a residual or applies a Relu after the
+/// Whether a convolution call on CUDA adds a bias, a residual or applies an activation after the
 /// convolution: the model's module then carries kiln_conv_epilogue (conv_epilogue_source).
 bool conv_has_epilogue(const ir::ExternCall& call);
 
-/// The CUDA source of kiln_conv_epilogue_f32 and _f64: y = relu?(y + bias[c] + residual), the
+/// The CUDA source of kiln_conv_epilogue_f32 and _f64: y = act(y + bias[c] + residual), the
 /// epilogue the run applies after the convolution alone where cuDNN has no engine for the fused
 /// graph.
 std::string conv_epilogue_source();

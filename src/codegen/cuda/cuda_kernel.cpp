@@ -35,8 +35,10 @@ constexpr int64_t kVectorElements = 4;
 /// The tiled transpose: kTile x kTile tiles (one more column in shared memory, so that a warp
 /// reading a column hits 32 different banks), kTileRows rows of threads, each taking
 /// kTile / kTileRows rows of the tile. Both sides of a tile must hold at least kTileMinSide
-/// elements for the tile to pay, and the other variables at most kTileMaxBatch combinations
-/// (gridDim.y).
+/// elements for the tile to pay (a symbolic side is taken: the sizes it stands for are
+/// run-time shapes, batch or sequence, and the edge tiles are bounds-checked either way). The
+/// combinations of the other variables are gridDim.y, at most kTileMaxBatch: where there may be
+/// more (a symbolic or large product), each block loops over them gridDim.y apart.
 constexpr int64_t kTile = 32;
 constexpr int64_t kTileRows = 8;
 constexpr int64_t kTileMinSide = 16;
@@ -139,7 +141,8 @@ class CudaKernelBuilder {
     std::string buffer;
     sym::Expr index;  // of every load of `buffer`
     size_t a = 0, b = 0;
-    int64_t size_a = 0, size_b = 0, batch = 1;
+    sym::Expr size_a, size_b, batch;  // run-time sizes where the group's are symbolic
+    bool batch_loop = false;          // batch may exceed kTileMaxBatch: blocks loop over it
   };
   std::optional<TilePlan> tile_plan() const;
   /// The tiled kernel of `plan`: a block of kTileRows x kTile threads per kTile x kTile tile of
@@ -424,12 +427,13 @@ void CudaKernelBuilder::emit_pointwise_vector(IndentedBuffer& out, const VectorB
 std::optional<CudaKernelBuilder::TilePlan> CudaKernelBuilder::tile_plan() const {
   const size_t n = group_.vars.size();
   if (n < 2) return std::nullopt;
-  std::vector<int64_t> sizes;
-  for (const sym::Expr& size : group_.sizes) {
-    const std::optional<int64_t> v = ctx_.analyzer.simplify(size).as_integer();
-    if (!v) return std::nullopt;  // static sizes only: the grid's split is decided here
-    sizes.push_back(*v);
-  }
+  std::vector<sym::Expr> sizes;
+  for (const sym::Expr& size : group_.sizes) sizes.push_back(ctx_.analyzer.simplify(size));
+  // A side too short for a tile to pay: known when compiling and under kTileMinSide.
+  auto short_side = [](const sym::Expr& size) {
+    const std::optional<int64_t> v = size.as_integer();
+    return v && *v < kTileMinSide;
+  };
   const sym::Expr flat =
       ctx_.analyzer.simplify(sym::dot(group_.vars, ir::Layout::contiguous(group_.sizes).strides));
   // How `index` moves when variable k does.
@@ -480,7 +484,7 @@ std::optional<CudaKernelBuilder::TilePlan> CudaKernelBuilder::tile_plan() const 
       }
       for (size_t a = 0; a + 1 < n; ++a) {
         if (step(index, a) != std::optional<int64_t>(1)) continue;
-        if (sizes[a] < kTileMinSide || sizes[n - 1] < kTileMinSide) break;
+        if (short_side(sizes[a]) || short_side(sizes[n - 1])) break;
         TilePlan p;
         p.buffer = op.buffer;
         p.index = index;
@@ -488,10 +492,14 @@ std::optional<CudaKernelBuilder::TilePlan> CudaKernelBuilder::tile_plan() const 
         p.b = n - 1;
         p.size_a = sizes[a];
         p.size_b = sizes[n - 1];
+        std::vector<sym::Expr> others;
         for (size_t v = 0; v + 1 < n; ++v) {
-          if (v != a) p.batch *= sizes[v];
+          if (v != a) others.push_back(sizes[v]);
         }
-        if (p.batch <= kTileMaxBatch) plan = p;
+        p.batch = ctx_.analyzer.simplify(sym::product(others));
+        const std::optional<int64_t> batch = p.batch.as_integer();
+        p.batch_loop = !batch || *batch > kTileMaxBatch;
+        plan = p;
         break;
       }
       if (!plan) rejected.insert(op.buffer);
@@ -503,20 +511,32 @@ std::optional<CudaKernelBuilder::TilePlan> CudaKernelBuilder::tile_plan() const 
 void CudaKernelBuilder::emit_pointwise_tiled(IndentedBuffer& out, const TilePlan& plan) {
   const std::string t(graph::dtype_cpp_storage(ctx_.program->find(plan.buffer)->dtype));
   const std::string a = ctx_.cpp(group_.vars[plan.a]), b = ctx_.cpp(group_.vars[plan.b]);
-  const int64_t tiles_b = (plan.size_b + kTile - 1) / kTile;
+  // The sizes as C++ expressions: literals where static, else of the kernel's size arguments.
+  const std::string size_a = ctx_.cpp(plan.size_a), size_b = ctx_.cpp(plan.size_b);
+  const sym::Expr tiles = ctx_.analyzer.simplify(sym::ceil_div(plan.size_b, sym::Expr(kTile)));
+  const std::string tiles_b =
+      tiles.is_integer() ? ctx_.cpp(tiles) : fmt::format("({})", ctx_.cpp(tiles));
   out.linef("// {} is read along {} and written along {}: through a {} x {} tile.", plan.buffer, a,
             b, kTile, kTile);
   out.linef("__shared__ {} kiln_tile[{}][{}];", t, kTile, kTile + 1);
   out.linef("const int64_t kiln_a0 = static_cast<int64_t>(blockIdx.x / {}) * {};", tiles_b, kTile);
   out.linef("const int64_t kiln_b0 = static_cast<int64_t>(blockIdx.x % {}) * {};", tiles_b, kTile);
-  // The other variables, from blockIdx.y.
+  // The other variables, from blockIdx.y, or where there may be more of their combinations than
+  // blocks along y, from a loop over them gridDim.y apart (the same trip count for every thread
+  // of the block, so the barriers inside stay uniform).
   std::vector<sym::Expr> others, other_sizes;
   for (size_t v = 0; v + 1 < group_.vars.size(); ++v) {
     if (v == plan.a) continue;
     others.push_back(group_.vars[v]);
     other_sizes.push_back(group_.sizes[v]);
   }
-  if (!others.empty()) {
+  if (plan.batch_loop) {
+    out.linef("for (int64_t kiln_batch = blockIdx.y; kiln_batch < {}; kiln_batch += gridDim.y) {{",
+              ctx_.cpp(plan.batch));
+    out.indent();
+    out.line("__syncthreads();  // the previous combination's tile has been read");
+    split_index(out, "kiln_batch", others, other_sizes);
+  } else if (!others.empty()) {
     out.line("const int64_t kiln_batch = blockIdx.y;");
     split_index(out, "kiln_batch", others, other_sizes);
   }
@@ -526,8 +546,8 @@ void CudaKernelBuilder::emit_pointwise_tiled(IndentedBuffer& out, const TilePlan
     auto _ = out.scope();
     out.linef("const int64_t {} = kiln_a0 + threadIdx.x;", a);
     out.linef("const int64_t {} = kiln_b0 + kiln_j;", b);
-    out.linef("if ({} < {} && {} < {}) kiln_tile[kiln_j][threadIdx.x] = {}[{}];", a, plan.size_a, b,
-              plan.size_b, ctx_.params.at(plan.buffer), ctx_.cpp(plan.index));
+    out.linef("if ({} < {} && {} < {}) kiln_tile[kiln_j][threadIdx.x] = {}[{}];", a, size_a, b,
+              size_b, ctx_.params.at(plan.buffer), ctx_.cpp(plan.index));
   }
   out.line("}");
   out.line("__syncthreads();");
@@ -537,12 +557,16 @@ void CudaKernelBuilder::emit_pointwise_tiled(IndentedBuffer& out, const TilePlan
     auto _ = out.scope();
     out.linef("const int64_t {} = kiln_a0 + kiln_j;", a);
     out.linef("const int64_t {} = kiln_b0 + threadIdx.x;", b);
-    out.linef("if ({} >= {} || {} >= {}) continue;", a, plan.size_a, b, plan.size_b);
+    out.linef("if ({} >= {} || {} >= {}) continue;", a, size_a, b, size_b);
     LoopPass pass;
     pass.forwarded[plan.buffer] = "kiln_tile[threadIdx.x][kiln_j]";
     for (auto& m : members_) m->emit_loop_body(out, pass);
   }
   out.line("}");
+  if (plan.batch_loop) {
+    out.dedent();
+    out.line("}");
+  }
 }
 
 bool CudaKernelBuilder::plan_register_row() {
@@ -961,9 +985,10 @@ GeneratedKernel CudaKernelBuilder::build() {
     threads = kTile * kTileRows;
     launch.block[0] = sym::Expr(kTile);
     launch.block[1] = sym::Expr(kTileRows);
-    launch.grid[0] =
-        sym::Expr(((tile->size_a + kTile - 1) / kTile) * ((tile->size_b + kTile - 1) / kTile));
-    launch.grid[1] = sym::Expr(tile->batch);
+    launch.grid[0] = sym::ceil_div(tile->size_a, sym::Expr(kTile)) *
+                     sym::ceil_div(tile->size_b, sym::Expr(kTile));
+    launch.grid[1] =
+        tile->batch_loop ? sym::min(tile->batch, sym::Expr(kTileMaxBatch)) : tile->batch;
   } else {
     const VectorBuffers vector = vector_buffers();
     if (vector.empty()) {
@@ -977,6 +1002,7 @@ GeneratedKernel CudaKernelBuilder::build() {
         sym::ceil_div(group_.numel(), sym::Expr(kPointwiseThreads * kPointwiseElements));
   }
   launch.grid[0] = ctx_.analyzer.simplify(launch.grid[0]);
+  launch.grid[1] = ctx_.analyzer.simplify(launch.grid[1]);
   if (!group_.is_reduction() && launch.block[1] == sym::Expr(1)) {
     launch.block[0] = sym::Expr(threads);
   }

@@ -300,6 +300,74 @@ Case matmul_case(const char* name, std::vector<int64_t> a, std::vector<int64_t> 
           dtype};
 }
 
+/// The convolutions of the activation cases: X [2, 8, 9, 7], W [16, 8, 3, 3] (NCHW) and X
+/// [1, 16, 7, 6], W [16, 16, 3, 3] (channels-last), each with a bias, padding 1.
+struct ConvActivationShape {
+  std::vector<int64_t> x, w;
+};
+const ConvActivationShape kActivationNchw{{2, 8, 9, 7}, {16, 8, 3, 3}};
+const ConvActivationShape kActivationNhwc{{1, 16, 7, 6}, {16, 16, 3, 3}};
+
+/// An activation after a convolution + bias: how the model applies it, its value in double, and
+/// the kiln_cuda::ConvActivation the wrapper passes for it (empty: it is not fused).
+struct ActivationCase {
+  const char* name;
+  std::function<Value*(ModelBuilder&, Value*)> apply;
+  std::function<double(double)> reference;
+  std::string passed;
+  bool channels_last = false;
+};
+
+/// A float32 scalar constant.
+Value* scalar(ModelBuilder& m, float v) {
+  Tensor t(DType::kFloat32, {});
+  t.mutable_values<float>()[0] = v;
+  return m.constant(std::move(t));
+}
+
+std::vector<ActivationCase> activation_cases() {
+  auto unary = [](const char* op, std::map<std::string, graph::AttributeValue> attributes = {}) {
+    return [op, attributes](ModelBuilder& m, Value* y) { return m.op(op, {y}, attributes); };
+  };
+  auto clip = [](float lo, float hi) {
+    return [lo, hi](ModelBuilder& m, Value* y) {
+      return m.op("Clip", {y, scalar(m, lo), scalar(m, hi)});
+    };
+  };
+  auto clamp = [](double lo, double hi) {
+    return [lo, hi](double v) { return std::min(std::max(v, lo), hi); };
+  };
+  auto sigmoid = [](double v) { return 1 / (1 + std::exp(-v)); };
+  auto gelu = [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); };
+  return {
+      {"conv2d_bias_sigmoid", unary("Sigmoid"), sigmoid, "{2, 0, 0}"},
+      {"conv2d_bias_tanh", unary("Tanh"), [](double v) { return std::tanh(v); }, "{3, 0, 0}"},
+      {"conv2d_bias_relu6", clip(0, 6), clamp(0, 6), "{4, 0, 6}"},
+      {"conv2d_bias_clip", clip(-1, 1.5f), clamp(-1, 1.5), "{4, -1, 1.5}"},
+      {"conv2d_bias_leaky_relu", unary("LeakyRelu", {{"alpha", 0.25f}}),
+       [](double v) { return v < 0 ? 0.25 * v : v; }, "{5, 0.25, 0}"},
+      {"conv2d_bias_elu", unary("Elu", {{"alpha", 0.5f}}),
+       [](double v) { return v < 0 ? 0.5 * std::expm1(v) : v; }, "{6, 0.5, 0}"},
+      {"conv2d_bias_gelu", unary("Gelu"), gelu, "{7, 0, 0}"},
+      {"conv2d_bias_gelu_tanh", unary("Gelu", {{"approximate", std::string("tanh")}}), gelu_tanh,
+       "{8, 0, 0}"},
+      {"conv2d_bias_silu",
+       [](ModelBuilder& m, Value* y) {
+         return m.op("Mul", {y, m.op("Sigmoid", {y})});
+       },
+       [sigmoid](double v) { return v * sigmoid(v); }, "{9, 1, 0}"},
+      // No pointwise mode of cuDNN: the call stops at the bias, the activation is a kernel.
+      {"conv2d_bias_hard_sigmoid", unary("HardSigmoid", {{"alpha", 0.25f}, {"beta", 0.5f}}),
+       [](double v) { return std::min(std::max(0.25 * v + 0.5, 0.0), 1.0); }, ""},
+      {"conv2d_bias_relu6_nhwc", clip(0, 6), clamp(0, 6), "{4, 0, 6}", true},
+      {"conv2d_bias_silu_nhwc",
+       [](ModelBuilder& m, Value* y) {
+         return m.op("Mul", {y, m.op("Sigmoid", {y})});
+       },
+       [sigmoid](double v) { return v * sigmoid(v); }, "{9, 1, 0}", true},
+  };
+}
+
 std::vector<Case> cases() {
   std::vector<Case> c = {
       matmul_case("one_by_one", {1, 1}, {1, 1}),
@@ -697,6 +765,40 @@ std::vector<Case> cases() {
                  },
                  v.dtype, v.channels_last});
   }
+  // Activations other than Relu in the convolution's graph (cuda_conv.h: cuDNN's pointwise
+  // modes): Conv + bias, then the activation, checked against the double reference. The bound
+  // is the convolution's times 1.2, the largest slope of these activations (Gelu's 1.13,
+  // Swish's 1.1), plus their own float32 rounding (a few ulps of the output, inside the
+  // harness's 1e-6 absolute and the relative part).
+  for (const ActivationCase& a : activation_cases()) {
+    const ConvActivationShape& v = a.channels_last ? kActivationNhwc : kActivationNchw;
+    c.push_back({a.name,
+                 {v.x, v.w, {v.w[0]}},
+                 [a](ModelBuilder& m, const std::vector<Value*>& x) {
+                   const std::map<std::string, graph::AttributeValue> attributes = {
+                       {"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+                   Value* y = a.apply(m, m.op("Conv", {x[0], x[1], x[2]}, attributes));
+                   // Channels-last: a 1x1 MaxPool keeps the activation channels-last, as between
+                   // a network's convolutions, so that it fuses into the call.
+                   if (a.channels_last)
+                     y = m.op("MaxPool", {y}, {{"kernel_shape", std::vector<int64_t>{1, 1}}});
+                   m.output(y);
+                 },
+                 [a](const std::vector<Dense>& x) {
+                   auto [out, scale] = conv_reference(x[0], x[1], 1, {1, 1}, {1, 1, 1, 1}, {1, 1});
+                   int64_t inner = 1;
+                   for (size_t d = 2; d < out.dims.size(); ++d) inner *= out.dims[d];
+                   for (size_t i = 0; i < out.values.size(); ++i) {
+                     const int64_t channel = static_cast<int64_t>(i) / inner % out.dims[1];
+                     out.values[i] =
+                         a.reference(out.values[i] + x[2].values[static_cast<size_t>(channel)]);
+                     scale[i] = 1.2 * (scale[i] + 1);
+                   }
+                   return std::make_pair(out, scale);
+                 },
+                 DType::kFloat32,
+                 a.channels_last});
+  }
   return c;
 }
 
@@ -921,7 +1023,9 @@ TEST(CudaConv, ConvolutionIsOneCudnnGraphWithItsBiasAndRelu) {
   EXPECT_EQ(wrapper.find("// on the host"), std::string::npos) << wrapper;
   // Bias and Relu in the call: no kernel of Kiln's, the bias passed, Relu on, no residual.
   EXPECT_EQ(count(wrapper, "static void launch_cuda_"), 0u) << wrapper;
-  EXPECT_NE(wrapper.find(", nullptr, true, true, \"conv ("), std::string::npos) << wrapper;
+  EXPECT_NE(wrapper.find(", nullptr, kiln_cuda::ConvActivation{1, 0, 0}, true, \"conv ("),
+            std::string::npos)
+      << wrapper;
   // The epilogue's kernel is in the module for when cuDNN has no engine for the fused graph.
   const std::string kernels = files::read(dir.path / "dump" / "5_kernels.cu");
   EXPECT_NE(kernels.find("kiln_conv_epilogue_f32"), std::string::npos);
@@ -973,7 +1077,53 @@ TEST(CudaConv, ResidualAddAndReluFuseIntoTheChannelsLastCall) {
   ASSERT_NE(second, std::string::npos);
   const std::string line = wrapper.substr(second, wrapper.find('\n', second) - second);
   EXPECT_EQ(line.find("nullptr"), std::string::npos) << line;
-  EXPECT_NE(line.find(", true, false, \"conv ("), std::string::npos) << line;
+  EXPECT_NE(line.find(", kiln_cuda::ConvActivation{1, 0, 0}, false, \"conv ("), std::string::npos)
+      << line;
+}
+
+// Each activation cuDNN has a pointwise mode for is a node of the convolution's graph: the call
+// passes it (kiln_cuda::ConvActivation{kind, alpha, beta}) and no kernel of Kiln's runs after
+// it; HardSigmoid (no such mode) stays a kernel after a call that adds the bias only. Every
+// module carries kiln_conv_epilogue (for when cuDNN has no engine for the fused graph), which
+// NVRTC compiled here.
+TEST(CudaConv, ActivationsCudnnHasFuseIntoTheCall) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  for (const ActivationCase& a : activation_cases()) {
+    SCOPED_TRACE(a.name);
+    TempDir dir;
+    const std::string wrapper =
+        cuda_wrapper(build(named(a.name)), dir.path, ir::Precision::kTf32, true, a.channels_last);
+    EXPECT_EQ(count(wrapper, "state.cuda.conv<float>("), 1u) << wrapper;
+    if (a.passed.empty()) {
+      EXPECT_NE(wrapper.find("kiln_cuda::ConvActivation{0, 0, 0}, true, \"conv ("),
+                std::string::npos)
+          << wrapper;
+      EXPECT_EQ(count(wrapper, "static void launch_cuda_"), 1u) << wrapper;
+      continue;
+    }
+    EXPECT_NE(wrapper.find("kiln_cuda::ConvActivation" + a.passed + ", true, \"conv ("),
+              std::string::npos)
+        << wrapper;
+    // (A channels-last model's kernels are its layout changes: X and the output.)
+    if (!a.channels_last) EXPECT_EQ(count(wrapper, "static void launch_cuda_"), 0u) << wrapper;
+    EXPECT_NE(wrapper.find(" in its graph, TF32 allowed"), std::string::npos) << wrapper;
+    const std::string kernels = files::read(dir.path / "dump" / "5_kernels.cu");
+    EXPECT_NE(kernels.find("kiln_conv_epilogue_f32"), std::string::npos);
+  }
+}
+
+// Where cuDNN has no engine for the fused graph, the convolution runs alone and
+// kiln_conv_epilogue applies bias and activation after it (forced here by KILN_CUDNN_UNFUSED=1):
+// the same values, within the fp32 bound.
+TEST(CudaConv, UnfusedEpilogueKernelComputesEachActivation) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device";
+  setenv("KILN_CUDNN_UNFUSED", "1", 1);
+  for (const ActivationCase& a : activation_cases()) {
+    SCOPED_TRACE(a.name);
+    run_and_compare(named(a.name), ir::Precision::kFp32, 2e-5);
+  }
+  unsetenv("KILN_CUDNN_UNFUSED");
 }
 
 TEST(CudaMatMul, PrecisionPicksTheComputeType) {

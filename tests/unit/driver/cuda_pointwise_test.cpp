@@ -214,7 +214,81 @@ INSTANTIATE_TEST_SUITE_P(Perms, CudaTranspose,
                          ::testing::Values(TransposeCase{{33, 17}, {1, 0}, true},
                                            TransposeCase{{2, 64, 4, 24}, {0, 2, 3, 1}, true},
                                            TransposeCase{{3, 40, 50}, {0, 2, 1}, true},
-                                           TransposeCase{{6, 5}, {1, 0}, false}));
+                                           TransposeCase{{6, 5}, {1, 0}, false},
+                                           // 65537 x 16 combinations of the other variables
+                                           // (rows): more than gridDim.y takes, so each
+                                           // block loops over them.
+                                           TransposeCase{{65537, 16, 16}, {0, 2, 1}, true}));
+
+/// Checks y = Relu(Transpose(x, perm)) exactly (a copy: no rounding): each output position is
+/// mapped to the input's in integer arithmetic.
+void expect_transposed(const graph::Tensor& x, const std::vector<int64_t>& perm,
+                       const graph::Tensor& y) {
+  const std::vector<int64_t>& dims = x.dims();
+  const size_t rank = dims.size();
+  std::vector<int64_t> in_strides(rank, 1), out_dims(rank);
+  for (size_t d = rank - 1; d > 0; --d) in_strides[d - 1] = in_strides[d] * dims[d];
+  for (size_t d = 0; d < rank; ++d) out_dims[d] = dims[static_cast<size_t>(perm[d])];
+  ASSERT_EQ(y.dims(), out_dims);
+  auto in = x.values<float>();
+  auto out = y.values<float>();
+  ASSERT_EQ(out.size(), in.size());
+  for (size_t k = 0; k < out.size(); ++k) {
+    int64_t rest = static_cast<int64_t>(k), at = 0;
+    for (size_t d = rank; d-- > 0;) {
+      at += (rest % out_dims[d]) * in_strides[static_cast<size_t>(perm[d])];
+      rest /= out_dims[d];
+    }
+    ASSERT_EQ(out[k], std::max(0.0f, in[static_cast<size_t>(at)])) << "at " << k;
+  }
+}
+
+// Run-time sizes: the tile's sides and the other variables are size arguments of the kernel, its
+// grid is computed from them at each run, and the edge tiles are bounds-checked. x: [batch, 33,
+// seq] -> [batch, seq, 33] (the sequence is the tile's written side) and NCHW [batch, 24, h, w]
+// -> NHWC, each run at awkward sizes (1, 31, 33, 257) and batches 1 and 3 from one compile.
+TEST(CudaTransposeDynamic, SymbolicSizesTakeTheTiledKernel) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  const sym::Expr batch = sym::Expr::symbol("batch"), seq = sym::Expr::symbol("seq");
+  const sym::Expr h = sym::Expr::symbol("h"), w = sym::Expr::symbol("w");
+  struct Case {
+    graph::Shape shape;
+    std::vector<int64_t> perm;
+    std::vector<std::vector<int64_t>> runs;  // the input's dims at each run
+  };
+  const std::vector<Case> cases = {
+      {{batch, sym::Expr(33), seq},
+       {0, 2, 1},
+       {{1, 33, 1}, {1, 33, 31}, {3, 33, 33}, {3, 33, 257}, {2, 33, 16}}},
+      {{batch, sym::Expr(24), h, w},
+       {0, 2, 3, 1},
+       {{1, 24, 1, 1}, {3, 24, 2, 31}, {1, 24, 3, 33}, {2, 24, 1, 257}}},
+  };
+  for (const Case& tc : cases) {
+    ModelBuilder m;
+    graph::Value* x = m.input("x", DType::kFloat32, tc.shape);
+    m.output(m.op("Relu", {m.op("Transpose", {x}, {{"perm", tc.perm}})}));
+    TempDir dir;
+    Compiled c = compile_cuda_dumped(m.model, dir.path);
+    EXPECT_EQ(c.model.stats().kernels, 1);
+    EXPECT_EQ(count(c.kernels, "kiln_tile[32][33];"), 1u) << c.kernels;
+    // The batch is symbolic: the blocks loop over the other variables' combinations.
+    EXPECT_EQ(count(c.kernels, "kiln_batch += gridDim.y"), 1u) << c.kernels;
+    // gridDim.y: the combinations, at most 65535, computed by the wrapper at each run.
+    EXPECT_NE(c.wrapper.find("std::min<int64_t>("), std::string::npos) << c.wrapper;
+    if (!has_cuda_device()) continue;
+    for (const std::vector<int64_t>& dims : tc.runs) {
+      SCOPED_TRACE(::testing::PrintToString(dims));
+      graph::Tensor xt(DType::kFloat32, dims);
+      auto v = xt.mutable_values<float>();
+      for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>(k % 13) - 6.0f;
+      std::vector<graph::Tensor> y = c.model.run({xt});
+      ASSERT_EQ(y.size(), 1u);
+      expect_transposed(xt, tc.perm, y[0]);
+    }
+  }
+  if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device (the kernels compiled)";
+}
 
 }  // namespace
 }  // namespace kiln::driver

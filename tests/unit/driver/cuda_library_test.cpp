@@ -1105,7 +1105,9 @@ TEST(CudaConv, ActivationsCudnnHasFuseIntoTheCall) {
               std::string::npos)
         << wrapper;
     // (A channels-last model's kernels are its layout changes: X and the output.)
-    if (!a.channels_last) EXPECT_EQ(count(wrapper, "static void launch_cuda_"), 0u) << wrapper;
+    if (!a.channels_last) {
+      EXPECT_EQ(count(wrapper, "static void launch_cuda_"), 0u) << wrapper;
+    }
     EXPECT_NE(wrapper.find(" in its graph, TF32 allowed"), std::string::npos) << wrapper;
     const std::string kernels = files::read(dir.path / "dump" / "5_kernels.cu");
     EXPECT_NE(kernels.find("kiln_conv_epilogue_f32"), std::string::npos);

@@ -149,9 +149,12 @@ void write_cuda_conv(IndentedBuffer& out, const ir::Buffer& buffer, int site,
   KILN_CHECK(call.channels_last == call.weight_channels_last,
              "conv {}: on CUDA, channels-last activations come with a [M, KH, KW, C] weight",
              buffer.name);
-  KILN_CHECK(buffer.dtype == graph::DType::kFloat32 || buffer.dtype == graph::DType::kFloat64,
-             "conv {}: cuDNN convolutions are float32 or float64, not {}", buffer.name,
-             graph::dtype_name(buffer.dtype));
+  const bool half =
+      buffer.dtype == graph::DType::kFloat16 || buffer.dtype == graph::DType::kBFloat16;
+  KILN_CHECK(
+      buffer.dtype == graph::DType::kFloat32 || buffer.dtype == graph::DType::kFloat64 || half,
+      "conv {}: cuDNN convolutions are float32, float64, float16 or bfloat16, not {}", buffer.name,
+      graph::dtype_name(buffer.dtype));
   const ir::View &x = *in[0], &w = *in[1];
   const bool bias = in.size() > 2 && in[2].has_value();
   KILN_CHECK(x.layout.is_contiguous() && w.layout.is_contiguous() &&
@@ -172,7 +175,7 @@ void write_cuda_conv(IndentedBuffer& out, const ir::Buffer& buffer, int site,
     if (!call.channels_last) return dims;
     return std::vector<sym::Expr>{dims[0], dims[3], dims[1], dims[2]};
   };
-  const bool tf32 = buffer.dtype == graph::DType::kFloat32 && precision == ir::Precision::kTf32;
+  const bool tf32 = buffer.dtype == graph::DType::kFloat32 && ir::allows_tf32(precision);
   std::string epilogue;
   if (bias) epilogue += " + bias";
   if (call.residual) epilogue += " + residual";
@@ -180,8 +183,9 @@ void write_cuda_conv(IndentedBuffer& out, const ir::Buffer& buffer, int site,
   out.linef("// cuDNN convolution{}{}, {}", call.channels_last ? " (channels-last)" : "",
             epilogue.empty() ? "" : epilogue + " in its graph",
             buffer.dtype == graph::DType::kFloat64 ? "float64"
-            : tf32                                 ? "TF32 allowed"
-                                                   : "float32");
+            : half ? fmt::format("{} tensors, float32 compute", graph::dtype_name(buffer.dtype))
+            : tf32 ? "TF32 allowed"
+                   : "float32");
   out.linef("const int64_t x_dims[] = {{{}}};", dims_list(nchw(x.layout.sizes)));
   out.linef("const int64_t w_dims[] = {{{}}};", dims_list(nchw(w.layout.sizes)));
   out.linef("const int64_t y_dims[] = {{{}}};", dims_list(nchw(buffer.layout.sizes)));
@@ -193,11 +197,12 @@ void write_cuda_conv(IndentedBuffer& out, const ir::Buffer& buffer, int site,
       "const kiln_cuda::ConvShape shape{{{}, x_dims, w_dims, y_dims, strides, pads_begin, "
       "pads_end, dilations, {}}};",
       spatial, call.channels_last ? "true" : "false");
-  out.linef("state.cuda.conv<{}>({}, shape, {}, {}, {}, {}, {}, {}, {}, {});", ctype(buffer.dtype),
-            site, data_pointer(x), data_pointer(w), buffer.name,
+  out.linef("state.cuda.conv<{}>({}, shape, {}, {}, {}, {}, {}, {}, {}, {}{});",
+            ctype(buffer.dtype), site, data_pointer(x), data_pointer(w), buffer.name,
             bias ? data_pointer(*in[2]) : "nullptr",
             call.residual ? data_pointer(*in[3]) : "nullptr",
-            call.relu_post_ops > 0 ? "true" : "false", tf32 ? "true" : "false", cpp_quote(label));
+            call.relu_post_ops > 0 ? "true" : "false", tf32 ? "true" : "false", cpp_quote(label),
+            buffer.dtype == graph::DType::kBFloat16 ? ", true" : "");
   // A profiled run waits for each call, so that its event times the convolution.
   out.linef("if (profile != nullptr) state.cuda.synchronize({});", cpp_quote(label));
 }

@@ -2,6 +2,8 @@
 // each value held in the type its consumers need and Cast nodes where that changes.
 #include "lower/mixed_precision.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <utility>
@@ -115,7 +117,10 @@ class Pass {
       if (copy == nullptr) copy = define(*v, v->type());
       g.set_initializer(copy, v->initializer_data());
     }
-    for (const auto& node : source_.nodes()) copy_node(*node);
+    find_batch_norm_folds();
+    for (const auto& node : source_.nodes()) {
+      if (!folded_away_.count(node.get())) copy_node(*node);
+    }
     for (const graph::Value* v : source_.outputs()) {
       graph::Value* now = current_.at(v->name());
       if (now->name() != v->name()) {
@@ -196,8 +201,89 @@ class Pass {
     return result;
   }
 
+  /// A tensor of `dims` holding `values`, in `dtype` (float32 or the half type).
+  std::shared_ptr<graph::Tensor> tensor_in(const std::vector<int64_t>& dims,
+                                           const std::vector<float>& values, DType dtype) const {
+    auto t = std::make_shared<graph::Tensor>(dtype, dims);
+    if (dtype == DType::kFloat32) {
+      std::copy(values.begin(), values.end(), t->mutable_values<float>().begin());
+      return t;
+    }
+    auto to = t->mutable_values<uint16_t>();
+    for (size_t k = 0; k < values.size(); ++k) {
+      to[k] = dtype == DType::kFloat16 ? graph::float_to_half(values[k])
+                                       : graph::float_to_bfloat16(values[k]);
+    }
+    return t;
+  }
+
+  /// Conv -> BatchNormalization pairs (the convolution's output read by nothing else, every
+  /// weight a float32 initializer): the normalization folds into the convolution's weight and
+  /// bias, in float32 before either is rounded to the half type, so that the convolution's
+  /// output goes on in the half type (a float32 BatchNormalization between two half
+  /// convolutions would cost two casts and a kernel).
+  void find_batch_norm_folds() {
+    auto weight = [](const graph::Value* v) -> const graph::Tensor* {
+      return v != nullptr && v->initializer() != nullptr &&
+                     v->initializer()->dtype() == DType::kFloat32
+                 ? v->initializer()
+                 : nullptr;
+    };
+    for (const auto& node : source_.nodes()) {
+      const graph::Node& bn = *node;
+      if (bn.op_type() != "BatchNormalization" || !bn.domain().empty() || bn.inputs().size() != 5)
+        continue;
+      bool extra_outputs = false;
+      for (size_t k = 1; k < bn.outputs().size(); ++k) extra_outputs |= bn.output(k) != nullptr;
+      if (extra_outputs || bn.attr_int("training_mode", 0) != 0) continue;
+      const graph::Value* y = bn.input(0);
+      graph::Node* conv = y != nullptr ? y->producer() : nullptr;
+      if (conv == nullptr || conv->op_type() != "Conv" || !conv->domain().empty() ||
+          y->users().size() != 1)
+        continue;
+      bool model_output = false;
+      for (const graph::Value* o : source_.outputs()) model_output |= o == y;
+      const graph::Tensor* w = weight(conv->input(1));
+      const graph::Tensor* b = conv->input(2) != nullptr ? weight(conv->input(2)) : nullptr;
+      if (model_output || w == nullptr || w->rank() < 3 ||
+          (conv->input(2) != nullptr && b == nullptr))
+        continue;
+      const int64_t m = w->dims()[0];
+      const graph::Tensor* p[4];
+      bool ok = true;
+      for (int k = 0; k < 4; ++k) {
+        p[k] = weight(bn.input(static_cast<size_t>(k) + 1));
+        ok = ok && p[k] != nullptr && p[k]->numel() == m;
+      }
+      if (!ok || (b != nullptr && b->numel() != m)) continue;
+      const double eps = bn.attr_float("epsilon", 1e-5f);
+      Fold f;
+      f.bn_output = bn.output(0);
+      f.weight_dims = w->dims();
+      f.weight.resize(static_cast<size_t>(w->numel()));
+      f.bias.resize(static_cast<size_t>(m));
+      const int64_t per_channel = w->numel() / m;
+      for (int64_t c = 0; c < m; ++c) {
+        const auto k = static_cast<size_t>(c);
+        const double scale =
+            double{p[0]->values<float>()[k]} / std::sqrt(double{p[3]->values<float>()[k]} + eps);
+        const double bias = b != nullptr ? b->values<float>()[k] : 0.0;
+        f.bias[k] = static_cast<float>((bias - p[2]->values<float>()[k]) * scale +
+                                       p[1]->values<float>()[k]);
+        for (int64_t e = 0; e < per_channel; ++e) {
+          const auto at = static_cast<size_t>(c * per_channel + e);
+          f.weight[at] = static_cast<float>(w->values<float>()[at] * scale);
+        }
+      }
+      folds_[conv] = std::move(f);
+      folded_away_.insert(&bn);
+      ++report_.folded_batch_norms;
+    }
+  }
+
   void copy_node(const graph::Node& node) {
     OpClass cls = op_class(node);
+    const auto fold = folds_.find(&node);
     // Float inputs: which are float32 (or already half), which come from outside the weights.
     bool any_float = false, unknown = false, half_data = false, float_data = false;
     for (size_t i = 0; i < node.inputs().size(); ++i) {
@@ -218,7 +304,21 @@ class Pass {
     if (cls == OpClass::kFollow) in_half = any_float && !unknown && half_data && !float_data;
 
     std::vector<graph::Value*> inputs;
-    for (size_t i = 0; i < node.inputs().size(); ++i) {
+    for (size_t i = 0; i < node.inputs().size() || (fold != folds_.end() && i < 3); ++i) {
+      if (fold != folds_.end() && i > 0) {
+        // The folded weight and bias, new initializers in the type the convolution runs in.
+        const Fold& f = fold->second;
+        const DType t = in_half ? half_ : DType::kFloat32;
+        const bool is_weight = i == 1;
+        graph::Value* v =
+            out_.graph->add_value(fresh(is_weight ? "kiln_folded_weight" : "kiln_folded_bias"),
+                                  graph::Type::tensor(t, std::nullopt));
+        out_.graph->set_initializer(
+            v, is_weight ? tensor_in(f.weight_dims, f.weight, t)
+                         : tensor_in({static_cast<int64_t>(f.bias.size())}, f.bias, t));
+        inputs.push_back(v);
+        continue;
+      }
       const graph::Value* in = node.input(i);
       if (in == nullptr) {
         inputs.push_back(nullptr);
@@ -238,7 +338,8 @@ class Pass {
     }
     std::vector<graph::Value*> outputs;
     for (size_t k = 0; k < node.outputs().size(); ++k) {
-      const graph::Value* out = node.output(k);
+      // A folded convolution writes the normalization's output.
+      const graph::Value* out = fold != folds_.end() ? fold->second.bn_output : node.output(k);
       if (out == nullptr) {
         outputs.push_back(nullptr);
         continue;
@@ -279,6 +380,13 @@ class Pass {
   std::map<std::pair<std::string, DType>, graph::Value*> converted_;
   std::set<std::string> taken_;
   int next_ = 0;
+  struct Fold {
+    const graph::Value* bn_output = nullptr;
+    std::vector<int64_t> weight_dims;
+    std::vector<float> weight, bias;  // float32, folded
+  };
+  std::map<const graph::Node*, Fold> folds_;  // Conv nodes taking a BatchNormalization in
+  std::set<const graph::Node*> folded_away_;  // the BatchNormalizations folded
 };
 
 }  // namespace

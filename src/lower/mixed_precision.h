@@ -17,6 +17,7 @@ struct MixedPrecisionReport {
   std::vector<std::string> half_values;  // values now stored in the half type, in node order
   int casts = 0;                         // Cast nodes inserted
   int converted_weights = 0;             // float32 initializers converted when compiling
+  int folded_batch_norms = 0;            // BatchNormalizations folded into the Conv before them
   std::string skipped;                   // why the model was left as it is ("" when it was not)
 };
 
@@ -29,7 +30,9 @@ struct MixedPrecisionReport {
 /// - every other op (reductions, Softmax, normalizations, Exp/Log/Pow/Erf/Sqrt, ops with
 ///   integer or shape semantics, ops not known to the pass) reads float32: a half input is cast
 ///   back first, and its outputs stay float32.
-/// Integer, bool and float64 values are never touched. A Cast to float32 is inserted before each
+/// A BatchNormalization (inference) right after a Conv with float32 weights folds into the
+/// convolution's weight and bias first, in float32. Integer, bool and float64 values are never
+/// touched. A Cast to float32 is inserted before each
 /// model output that became half, so the outputs keep their names and types. Models with
 /// control flow (If, Loop, Scan) are not converted: nullopt, with report->skipped saying why.
 /// Values whose dtype is unknown (no declared type and none derived by the pass) are left as

@@ -113,6 +113,51 @@ TEST(MixedPrecision, ModelOutputOfAHalfOpIsCastBackUnderItsName) {
   EXPECT_EQ(weight->dtype(), DType::kBFloat16);
 }
 
+TEST(MixedPrecision, BatchNormalizationFoldsIntoTheConvolutionInFloat32) {
+  test_models::ModelBuilder b;
+  std::mt19937 rng(4);
+  graph::Value* x = b.input("x", DType::kFloat32, {1, 2, 4, 4});
+  graph::Tensor w = random_tensor({3, 2, 1, 1}, rng), bias = random_tensor({3}, rng);
+  graph::Tensor scale = random_tensor({3}, rng), shift = random_tensor({3}, rng),
+                mean = random_tensor({3}, rng), var = random_tensor({3}, rng);
+  for (float& v : var.mutable_values<float>()) v = std::abs(v) + 0.5f;
+  const std::vector<float> wv(w.values<float>().begin(), w.values<float>().end());
+  const std::vector<float> bv(bias.values<float>().begin(), bias.values<float>().end());
+  auto vec = [](const graph::Tensor& t) {
+    return std::vector<float>(t.values<float>().begin(), t.values<float>().end());
+  };
+  const std::vector<float> s = vec(scale), sh = vec(shift), mu = vec(mean), v2 = vec(var);
+  graph::Value* conv = b.op("Conv", {x, b.constant(std::move(w)), b.constant(std::move(bias))});
+  graph::Value* bn = b.op("BatchNormalization",
+                          {conv, b.constant(std::move(scale)), b.constant(std::move(shift)),
+                           b.constant(std::move(mean)), b.constant(std::move(var))},
+                          {{"epsilon", 1e-3f}});
+  graph::Value* y = b.op("Relu", {bn});
+  b.output(y);
+  lower::MixedPrecisionReport report;
+  std::optional<graph::Model> m = lower::to_mixed_precision(b.model, DType::kFloat16, &report);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(report.folded_batch_norms, 1);
+  EXPECT_EQ(nodes_of(*m, "BatchNormalization"), 0);
+  // The convolution writes the normalization's output, in float16, and Relu follows.
+  EXPECT_EQ(report.half_values, (std::vector<std::string>{bn->name(), y->name()}));
+  const graph::Node& folded = *m->graph->find_local_value(bn->name())->producer();
+  ASSERT_EQ(folded.op_type(), "Conv");
+  const graph::Tensor* fw = folded.input(1)->initializer();
+  const graph::Tensor* fb = folded.input(2)->initializer();
+  ASSERT_TRUE(fw != nullptr && fb != nullptr);
+  ASSERT_EQ(fw->dtype(), DType::kFloat16);
+  for (size_t c = 0; c < 3; ++c) {
+    const double k = s[c] / std::sqrt(double{v2[c]} + double{1e-3f});
+    for (size_t e = 0; e < 2; ++e) {
+      EXPECT_EQ(fw->values<uint16_t>()[c * 2 + e],
+                graph::float_to_half(static_cast<float>(wv[c * 2 + e] * k)));
+    }
+    EXPECT_EQ(fb->values<uint16_t>()[c],
+              graph::float_to_half(static_cast<float>((double{bv[c]} - mu[c]) * k + sh[c])));
+  }
+}
+
 TEST(MixedPrecision, IntegersStayAndFloat32OperandsPromote) {
   test_models::ModelBuilder b;
   std::mt19937 rng(3);
@@ -274,6 +319,14 @@ double relative_error(const graph::Tensor& got, const std::vector<double>& want)
   return err / top;
 }
 
+/// The line of `text` holding the first `needle`.
+std::string line_of(const std::string& text, const std::string& needle) {
+  const size_t at = text.find(needle);
+  if (at == std::string::npos) return "";
+  const size_t begin = text.rfind('\n', at) + 1, end = text.find('\n', at);
+  return text.substr(begin, end - begin);
+}
+
 struct PrecisionCase {
   ir::Precision precision;
   DType half;
@@ -310,6 +363,17 @@ TEST_P(CudaHalfPrecision, CnnBlock) {
   EXPECT_NE(c.kernels.find("kiln::" + half_t + "_to_float("), std::string::npos) << c.kernels;
   EXPECT_NE(files::read(dir.path / "dump" / "0_mixed_precision.txt").find("Cast"),
             std::string::npos);
+  // The wrapper's cuDNN call takes 16-bit tensors, bfloat16 flagged as such; the bias is not
+  // in cuDNN's graph.
+  EXPECT_EQ(count(c.wrapper, "state.cuda.conv<uint16_t>("), 1u) << c.wrapper;
+  EXPECT_EQ(count(c.wrapper, "state.cuda.conv<float>("), 0u) << c.wrapper;
+  const std::string call = line_of(c.wrapper, "state.cuda.conv<uint16_t>(");
+  EXPECT_EQ(call.ends_with(", true);"), p.half == DType::kBFloat16) << call;
+  EXPECT_NE(call.find(", nullptr, nullptr, false, "), std::string::npos) << call;
+  EXPECT_NE(c.wrapper.find("// cuDNN convolution, " + std::string(graph::dtype_name(p.half)) +
+                           " tensors, float32 compute"),
+            std::string::npos)
+      << c.wrapper;
   if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device (the kernels compiled)";
   graph::Tensor x = random_tensor({1, 32, 8, 8}, rng);
   std::vector<graph::Tensor> y = c.model.run({x});
@@ -332,6 +396,13 @@ TEST_P(CudaHalfPrecision, AttentionBlock) {
   // Softmax reads and writes the half type around float arithmetic: its kernel converts.
   const std::string half_t = p.half == DType::kFloat16 ? "half" : "bf16";
   EXPECT_NE(c.kernels.find("kiln::" + half_t + "_to_float("), std::string::npos) << c.kernels;
+  // The three products on cuBLASLt with 16-bit operands and float32 accumulation.
+  EXPECT_EQ(count(c.wrapper, "state.cuda.matmul<uint16_t>("), 3u) << c.wrapper;
+  EXPECT_EQ(count(c.wrapper, "state.cuda.matmul<float>("), 0u) << c.wrapper;
+  EXPECT_EQ(count(c.wrapper, "// cuBLASLt, " + std::string(graph::dtype_name(p.half)) +
+                                 " operands, float32 compute"),
+            3u)
+      << c.wrapper;
   if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device (the kernels compiled)";
   graph::Tensor q = random_tensor({1, 4, 16, 32}, rng), k = random_tensor({1, 4, 16, 32}, rng),
                 v = random_tensor({1, 4, 16, 32}, rng);

@@ -335,21 +335,6 @@ struct PrecisionCase {
 
 class CudaHalfPrecision : public ::testing::TestWithParam<PrecisionCase> {};
 
-/// Compiles `model` for CUDA at the case's precision (sm_90 without a GPU), with a dump.
-Compiled compile_half(const graph::Model& model, const std::filesystem::path& dir,
-                      ir::Precision precision) {
-  if (!has_cuda_device()) setenv("KILN_CUDA_ARCHS", "90", 1);
-  CompileOptions options;
-  options.device = ir::Device::kCuda;
-  options.precision = precision;
-  options.dump_dir = dir / "dump";
-  options.cache_dir = dir / "cache";
-  CompiledModel compiled = compile(model, options);
-  unsetenv("KILN_CUDA_ARCHS");
-  return {std::move(compiled), files::read(dir / "dump" / "5_kernels.cu"),
-          files::read(dir / "dump" / "5_wrapper.cpp")};
-}
-
 TEST_P(CudaHalfPrecision, CnnBlock) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
   const PrecisionCase& p = GetParam();
@@ -357,7 +342,7 @@ TEST_P(CudaHalfPrecision, CnnBlock) {
   std::vector<float> w, bias;
   graph::Model model = cnn_block(rng, w, bias);
   TempDir dir;
-  Compiled c = compile_half(model, dir.path, p.precision);
+  Compiled c = compile_cuda_dumped(model, dir.path, p.precision);
   // The half type is what the kernels load and store (16-bit storage, float arithmetic).
   const std::string half_t = p.half == DType::kFloat16 ? "half" : "bf16";
   EXPECT_NE(c.kernels.find("kiln::" + half_t + "_to_float("), std::string::npos) << c.kernels;
@@ -392,7 +377,7 @@ TEST_P(CudaHalfPrecision, AttentionBlock) {
   std::vector<float> proj;
   graph::Model model = attention_block(rng, proj);
   TempDir dir;
-  Compiled c = compile_half(model, dir.path, p.precision);
+  Compiled c = compile_cuda_dumped(model, dir.path, p.precision);
   // Softmax reads and writes the half type around float arithmetic: its kernel converts.
   const std::string half_t = p.half == DType::kFloat16 ? "half" : "bf16";
   EXPECT_NE(c.kernels.find("kiln::" + half_t + "_to_float("), std::string::npos) << c.kernels;

@@ -220,6 +220,33 @@ TEST(MixedPrecision, TheCpuRefusesHalfPrecision) {
   }
 }
 
+/// The line of `text` holding the first `needle`.
+std::string line_of(const std::string& text, const std::string& needle) {
+  const size_t at = text.find(needle);
+  if (at == std::string::npos) return "";
+  const size_t begin = text.rfind('\n', at) + 1, end = text.find('\n', at);
+  return text.substr(begin, end - begin);
+}
+
+// A bias and Relu after a half product fuse into cuBLASLt's epilogue as they do at float32,
+// with the bias in the half type.
+TEST(CudaHalfPrecisionText, BiasAndReluFuseIntoTheHalfProduct) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  test_models::ModelBuilder b;
+  std::mt19937 rng(6);
+  graph::Value* x = b.input("x", DType::kFloat32, {16, 64});
+  graph::Value* mm = b.op("MatMul", {x, b.constant(random_tensor({64, 32}, rng))});
+  graph::Value* h = b.op("Relu", {b.op("Add", {mm, b.constant(random_tensor({32}, rng))})});
+  // A second product reads the activation in the half type (a model output would be cast to
+  // float32 in the same kernel, which cuBLASLt's one-type epilogue does not take).
+  b.output(b.op("MatMul", {h, b.constant(random_tensor({32, 8}, rng))}));
+  TempDir dir;
+  Compiled c = compile_cuda_dumped(b.model, dir.path, ir::Precision::kFp16);
+  const std::string call = line_of(c.wrapper, "state.cuda.matmul<uint16_t>(");
+  EXPECT_NE(call.find("kiln_cuda::Epilogue::kReluBias"), std::string::npos) << c.wrapper;
+  EXPECT_EQ(count(c.wrapper, "state.cuda.matmul<uint16_t>("), 2u) << c.wrapper;
+}
+
 /// Conv 3x3 (32 -> 32 channels, pad 1) + bias, Relu, + x (a residual block's tail), then
 /// GlobalAveragePool: the CNN block.
 graph::Model cnn_block(std::mt19937& rng, std::vector<float>& w, std::vector<float>& bias) {
@@ -317,14 +344,6 @@ double relative_error(const graph::Tensor& got, const std::vector<double>& want)
     top = std::max(top, std::abs(want[k]));
   }
   return err / top;
-}
-
-/// The line of `text` holding the first `needle`.
-std::string line_of(const std::string& text, const std::string& needle) {
-  const size_t at = text.find(needle);
-  if (at == std::string::npos) return "";
-  const size_t begin = text.rfind('\n', at) + 1, end = text.find('\n', at);
-  return text.substr(begin, end - begin);
 }
 
 struct PrecisionCase {

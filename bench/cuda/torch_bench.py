@@ -108,6 +108,20 @@ def set_tf32(on):
     torch.backends.cudnn.allow_tf32 = on
 
 
+def under(precision, fn):
+    """`fn` at `precision`: for fp16 and bf16 under torch.autocast (matmuls and convolutions in
+    that type, reductions, softmax and normalizations in float32), the output as float32."""
+    if precision not in ("fp16", "bf16"):
+        return fn
+    dtype = torch.float16 if precision == "fp16" else torch.bfloat16
+
+    def run(x):
+        with torch.autocast("cuda", dtype=dtype):
+            return fn(x).float()
+
+    return run
+
+
 def timed(fn, x_host, runs):
     """Median ms host -> host, and median ms with the input on the GPU (device only)."""
     with torch.inference_mode():
@@ -152,22 +166,24 @@ def main():
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}", flush=True)
     modes = args.modes.split(",")
     for precision in args.precisions.split(","):
-        set_tf32(precision == "tf32")
+        # fp16 and bf16: autocast, with TF32 allowed for what it leaves in float32 (Kiln's too).
+        set_tf32(precision != "fp32")
+        fn = under(precision, net)
         with torch.inference_mode():
-            y = net(x_host.cuda()).cpu().numpy()
+            y = fn(x_host.cuda()).cpu().numpy()
         scale = float(np.abs(reference).max())
         print(f"torch {precision} eager vs onnxruntime: max |diff| / max |ref| = "
               f"{float(np.abs(y - reference).max()) / scale:.2e}", flush=True)
         if precision == "fp32":
             np.save(os.path.join(args.out_dir, "torch_fp32.npy"), y)
         if "eager" in modes:
-            eager = timed(net, x_host, args.runs)
+            eager = timed(fn, x_host, args.runs)
             print(f"torch {precision} eager {eager[0]:.3f} {eager[1]:.3f}", flush=True)
         for mode in ("compile", "reduce-overhead"):
             if mode not in modes:
                 continue
             torch._dynamo.reset()
-            compiled = torch.compile(net, mode="default" if mode == "compile" else mode)
+            compiled = torch.compile(fn, mode="default" if mode == "compile" else mode)
             start = time.perf_counter()
             with torch.inference_mode():
                 compiled(x_host.cuda()).cpu()

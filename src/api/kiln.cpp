@@ -37,7 +37,8 @@ driver::LibraryOptions library_options(const CompileOptions& options) {
   if (!device) user_error("device '{}': expected cpu or cuda", options.device);
   library.compile.device = *device;
   const std::optional<ir::Precision> precision = ir::precision_from_name(options.precision);
-  if (!precision) user_error("precision '{}': expected fp32 or tf32", options.precision);
+  if (!precision)
+    user_error("precision '{}': expected fp32, tf32, fp16 or bf16", options.precision);
   library.compile.precision = *precision;
   return library;
 }

@@ -61,7 +61,7 @@ int compile_model(const CompileArgs& args) {
   if (!device) user_error("--device {}: expected cpu or cuda", args.device);
   options.compile.device = *device;
   std::optional<ir::Precision> precision = ir::precision_from_name(args.precision);
-  if (!precision) user_error("--precision {}: expected fp32 or tf32", args.precision);
+  if (!precision) user_error("--precision {}: expected fp32, tf32, fp16 or bf16", args.precision);
   options.compile.precision = *precision;
   const driver::LibraryResult r = driver::compile_library(model, options);
 
@@ -126,7 +126,8 @@ void add_compile_command(CLI::App& app, CommandAction& chosen) {
                   "kernels for sm_80 and sm_90 (KILN_CUDA_ARCHS) plus PTX, built without a GPU");
   cmd->add_option("--precision", args->precision,
                   "with --device cuda, the arithmetic of matrix products and convolutions: tf32 "
-                  "(the default) or fp32");
+                  "(the default), fp32, or fp16 / bf16 (activations and weights in that type, "
+                  "float32 accumulation and statistics)");
   cmd->add_flag("--no-fuse-attention", args->no_fuse_attention,
                 "run attention (MatMul, scale, mask, Softmax, MatMul) node by node instead of "
                 "as one fused kernel");

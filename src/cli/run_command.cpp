@@ -253,7 +253,7 @@ int run_model(const RunArgs& args) {
   options.cache_dir = args.cache_dir;
   options.device = parse_device(args.device);
   std::optional<ir::Precision> precision = ir::precision_from_name(args.precision);
-  if (!precision) user_error("--precision {}: expected fp32 or tf32", args.precision);
+  if (!precision) user_error("--precision {}: expected fp32, tf32, fp16 or bf16", args.precision);
   options.precision = *precision;
   if (!args.autotune.empty())
     options.autotune = autotune::parse_autotune_mode(args.autotune, "--autotune");
@@ -319,7 +319,8 @@ void add_run_command(CLI::App& app, CommandAction& chosen) {
   cmd->add_option("--precision", args->precision,
                   "matrix products on the GPU: tf32 (default: inputs rounded to TF32 on the "
                   "tensor cores, about 1e-3 relative error) or fp32 (about 1e-6); the CPU "
-                  "computes float32 either way");
+                  "computes float32 either way; fp16 and bf16 (cuda only) store activations and "
+                  "weights in that type, with float32 accumulation and statistics");
   cmd->add_flag("--print-kernels", args->print_kernels,
                 "list the generated kernels (read from the dumped wrapper) and library calls");
   cmd->callback([args, &chosen] { chosen = [args] { return run_model(*args); }; });

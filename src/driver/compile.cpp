@@ -26,6 +26,7 @@
 #include "codegen/wrapper/wrapper.h"
 #include "driver/placement.h"
 #include "lower/conv_select.h"
+#include "lower/mixed_precision.h"
 #include "sched/scheduler.h"
 #include "sched/template_epilogue.h"
 #include "support/error.h"
@@ -147,7 +148,27 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   lowering.template_isa = template_isa;
   lowering.device = options.device;
   if (options.autotune) lowering.autotune = options.autotune;
-  g.program = std::make_unique<ir::Program>(lower::lower_graph(*model.graph, lowering));
+  // --precision fp16|bf16: the graph with its float32 compute in the half type first.
+  std::optional<graph::Model> half_model;
+  if (ir::is_half_precision(options.precision)) {
+    if (options.device != ir::Device::kCuda) {
+      user_error("--precision {} is for --device cuda; the CPU computes float32 (use fp32)",
+                 ir::precision_name(options.precision));
+    }
+    lower::MixedPrecisionReport report;
+    half_model = lower::to_mixed_precision(model,
+                                           options.precision == ir::Precision::kFp16
+                                               ? graph::DType::kFloat16
+                                               : graph::DType::kBFloat16,
+                                           &report);
+    if (!report.skipped.empty()) {
+      fmt::print(stderr, "kiln: --precision {}: {}\n", ir::precision_name(options.precision),
+                 report.skipped);
+    }
+    dump.write("0_mixed_precision.txt", half_model ? graph::dump(*half_model->graph) : "");
+  }
+  const graph::Graph& graph = half_model ? *half_model->graph : *model.graph;
+  g.program = std::make_unique<ir::Program>(lower::lower_graph(graph, lowering));
   // CPU convolution choices (templates with prepacked weights) only for the CPU: CUDA runs every
   // convolution on cuDNN.
   if (options.device == ir::Device::kCpu) lower::select_conv_choices(*g.program, lowering);

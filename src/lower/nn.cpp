@@ -24,7 +24,14 @@ using sym::Expr;
 
 namespace {
 
-bool uses_extern_gemm(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64; }
+/// Whether products and convolutions of `dtype` go to the library call: float32 and float64,
+/// and on CUDA also float16 and bfloat16 (cuBLASLt and cuDNN accumulate those in float32, as
+/// --precision fp16|bf16 stores its activations).
+bool uses_extern_gemm(const LoweringContext& ctx, DType dtype) {
+  if (dtype == DType::kFloat32 || dtype == DType::kFloat64) return true;
+  return ctx.options().device == ir::Device::kCuda &&
+         (dtype == DType::kFloat16 || dtype == DType::kBFloat16);
+}
 
 /// Swaps the last two dims of a view (a transpose without a copy).
 void transpose_last_two(ir::Layout& layout) {
@@ -237,7 +244,7 @@ std::vector<TensorValue> lower_matmul(LoweringContext& ctx, const graph::Node&,
       vec_b || !cpu ? std::nullopt : template_gemm(ctx, a.value, b.value, false, 1.0);
   if (templated) {
     out = *templated;
-  } else if (uses_extern_gemm(dtype)) {
+  } else if (uses_extern_gemm(ctx, dtype)) {
     std::vector<Expr> shape = batch;
     shape.push_back(a.rows());
     shape.push_back(b.cols());
@@ -287,7 +294,7 @@ std::vector<TensorValue> lower_gemm(LoweringContext& ctx, const graph::Node& nod
   const bool cuda = ctx.options().device == ir::Device::kCuda;
   std::optional<TensorValue> templated =
       a.transposed || cuda ? std::nullopt : template_gemm(ctx, a_in, b_in, b.transposed, alpha);
-  if (cuda && uses_extern_gemm(dtype)) {
+  if (cuda && uses_extern_gemm(ctx, dtype)) {
     // alpha * A @ B in cuBLASLt; beta * C a pointwise consumer, which the CUDA backend fuses
     // into the call as its bias epilogue where C is a row vector and beta is 1.
     templated = ctx.extern_call(ir::MatMulCall{alpha, 0.0}, dtype, shape,
@@ -302,7 +309,7 @@ std::vector<TensorValue> lower_gemm(LoweringContext& ctx, const graph::Node& nod
       return body.binary(OpCode::kAdd, ctx.load_at(body, *templated, index), cv);
     })};
   }
-  if (uses_extern_gemm(dtype)) {
+  if (uses_extern_gemm(ctx, dtype)) {
     std::vector<std::optional<ir::View>> views = {operand_view(ctx, a, {}),
                                                   operand_view(ctx, b, {})};
     if (c != nullptr) {
@@ -400,11 +407,12 @@ std::vector<TensorValue> lower_conv(LoweringContext& ctx, const graph::Node& nod
                     graph::dtype_name(w.dtype),
                     bias == nullptr ? "" : fmt::format(", B {}", graph::dtype_name(bias->dtype))));
   }
-  if (x.dtype != DType::kFloat16 && x.dtype != DType::kBFloat16) {
+  if ((x.dtype != DType::kFloat16 && x.dtype != DType::kBFloat16) ||
+      ctx.options().device == ir::Device::kCuda) {
     return {conv_value(ctx, node, x, w, bias)};
   }
-  // float16 and bfloat16 convolve in float32 (the library calls take float32 and float64), one
-  // rounding to the storage type at the end.
+  // float16 and bfloat16 convolve in float32 on the CPU (its library calls take float32 and
+  // float64; cuDNN takes them as they are), one rounding to the storage type at the end.
   TensorValue xf = to_float32(ctx, x), wf = to_float32(ctx, w);
   std::optional<TensorValue> bf;
   if (bias != nullptr) bf = to_float32(ctx, *bias);
@@ -418,7 +426,7 @@ std::vector<TensorValue> lower_conv(LoweringContext& ctx, const graph::Node& nod
 /// Conv of float32 or float64 operands through the convolution library call.
 TensorValue conv_value(LoweringContext& ctx, const graph::Node& node, const TensorValue& x,
                        const TensorValue& w, const TensorValue* bias) {
-  if (!uses_extern_gemm(x.dtype)) {
+  if (!uses_extern_gemm(ctx, x.dtype)) {
     ctx.fail("unsupported dtype " + std::string(graph::dtype_name(x.dtype)) +
              " (float16, bfloat16, float32 and float64 are supported)");
   }
@@ -453,7 +461,8 @@ TensorValue conv_value(LoweringContext& ctx, const graph::Node& node, const Tens
   if (bias != nullptr && bias->rank() != 1)
     ctx.fail("expected a 1-D bias, found " + graph::shape_str(bias->shape));
   // On CUDA a float32 convolution takes its bias into cuDNN's graph with what follows it (a
-  // residual Add, a Relu: cuda_conv.h fuses them); a float64 one has it as a pointwise consumer.
+  // residual Add, a Relu: cuda_conv.h fuses them); a float64, float16 or bfloat16 one has it as
+  // a pointwise consumer (fused with the ops after it into one generated kernel).
   const bool bias_input = !cuda || x.dtype == DType::kFloat32;
   if (bias != nullptr && bias_input) views.push_back(ctx.as_view(*bias, true));
   ir::ConvCall call;

@@ -296,9 +296,9 @@ struct BlasLt {
 };
 
 // The values of cublasLt.h, cublas_api.h and library_types.h used here.
-constexpr int kBlasOpN = 0, kBlasOpT = 1;                          // cublasOperation_t
-constexpr int kBlasR32F = 0, kBlasR64F = 1;                        // cudaDataType_t
-constexpr int kBlasCompute32F = 68, kBlasCompute32FFastTf32 = 77;  // cublasComputeType_t
+constexpr int kBlasOpN = 0, kBlasOpT = 1;                                    // cublasOperation_t
+constexpr int kBlasR32F = 0, kBlasR64F = 1, kBlasR16F = 2, kBlasR16BF = 14;  // cudaDataType_t
+constexpr int kBlasCompute32F = 68, kBlasCompute32FFastTf32 = 77;            // cublasComputeType_t
 constexpr int kBlasCompute64F = 70;
 constexpr int kBlasDescTransA = 3, kBlasDescTransB = 4, kBlasDescEpilogue = 7,
               kBlasDescBiasPointer = 8;  // cublasLtMatmulDescAttributes_t
@@ -495,8 +495,8 @@ constexpr int kPointwiseMode = 0, kPointwiseMathPrec = 1, kPointwiseReluLowerCli
               kPointwiseSwishBeta = 8;
 constexpr int kPwOpDesc = 750, kPwOpX = 751, kPwOpB = 752, kPwOpY = 753;
 constexpr int kTensorIsVirtual = 907;
-constexpr int kDataFloat = 0, kDataDouble = 1, kCrossCorrelation = 1, kHeurModeA = 3,
-              kHeurModeFallback = 2;
+constexpr int kDataFloat = 0, kDataDouble = 1, kDataHalf = 2, kDataBf16 = 9;  // cudnnDataType_t
+constexpr int kCrossCorrelation = 1, kHeurModeA = 3, kHeurModeFallback = 2;
 constexpr int kNoteTensorCore = 0, kNoteDownConvertInputs = 1;
 constexpr int kTensorByteAlignment = 900, kTensorDataType = 901, kTensorDims = 902,
               kTensorStrides = 903, kTensorUid = 906;
@@ -1223,12 +1223,16 @@ class RunState {
   /// row-major product is the column-major out^T = B^T @ A^T, so cuBLASLt's A is our B and its
   /// B our A; transposed operands are the op flags. Batch dims that are one strided batch for
   /// all three go in one call; the others are looped here. `site` numbers the call in the
-  /// wrapper; its plan is remade only when the shape, strides or alignment change.
+  /// wrapper; its plan is remade only when the shape, strides or alignment change. uint16_t
+  /// elements are float16, or bfloat16 when `bf16` (--precision fp16|bf16): A, B, C, D and the
+  /// bias in that type, products accumulated and the epilogue computed in float32.
   template <typename T>
   void matmul(int site, const MatMulShape& s, const T* a, const T* b, T* out, double alpha,
-              Epilogue epilogue, const T* bias, const T* residual, bool tf32, const char* what) {
-    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                  "cuBLASLt products are float32 or float64 here");
+              Epilogue epilogue, const T* bias, const T* residual, bool tf32, const char* what,
+              bool bf16 = false) {
+    static_assert(
+        std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, uint16_t>,
+        "cuBLASLt products are float32, float64, float16 or bfloat16 here");
     const int r = s.rank;
     const int64_t m = s.sizes[r - 2], n = s.sizes[r - 1], k = s.k;
     int64_t batches = 1;
@@ -1291,9 +1295,13 @@ class RunState {
         align_c = residual == nullptr ? align_d
                                       : alignment_of({reinterpret_cast<uint64_t>(residual), d_steps,
                                                       static_cast<uint64_t>(inner.d) * e});
-    const bool f64 = std::is_same_v<T, double>;
-    const int compute = f64 ? kBlasCompute64F : tf32 ? kBlasCompute32FFastTf32 : kBlasCompute32F;
-    const MatMulPlan::Key key = {compute,
+    constexpr bool f64 = std::is_same_v<T, double>, half = std::is_same_v<T, uint16_t>;
+    // Half types accumulate in float32 (CUBLAS_COMPUTE_32F) on the tensor cores.
+    const int compute = f64             ? kBlasCompute64F
+                        : tf32 && !half ? kBlasCompute32FFastTf32
+                                        : kBlasCompute32F;
+    const int type = f64 ? kBlasR64F : !half ? kBlasR32F : bf16 ? kBlasR16BF : kBlasR16F;
+    const MatMulPlan::Key key = {compute * 64 + type,
                                  static_cast<int64_t>(epilogue),
                                  x.op,
                                  static_cast<int64_t>(x.rows),
@@ -1321,8 +1329,8 @@ class RunState {
     if (plan.key != key) {
       plan.release();
       plan.key = {};
-      make_plan(plan, compute, f64 ? kBlasR64F : kBlasR32F, epilogue, x, y, z, inner.size, inner.b,
-                inner.a, inner.d, align_b, align_a, align_c, align_d, workspace, what);
+      make_plan(plan, compute, f64 ? kBlasR64F : kBlasR32F, type, epilogue, x, y, z, inner.size,
+                inner.b, inner.a, inner.d, align_b, align_a, align_c, align_d, workspace, what);
       plan.key = key;
     }
     if (epilogue == Epilogue::kBias || epilogue == Epilogue::kReluBias ||
@@ -1330,7 +1338,9 @@ class RunState {
       check_blas(blas().MatmulDescSetAttribute(plan.desc, kBlasDescBiasPointer, &bias, sizeof bias),
                  what);
     }
-    const T alpha_t = static_cast<T>(alpha), beta_t = residual != nullptr ? 1 : 0;
+    // The scale type: the compute type's (float for the half types too).
+    using Scale = std::conditional_t<f64, double, float>;
+    const Scale alpha_t = static_cast<Scale>(alpha), beta_t = residual != nullptr ? 1 : 0;
     char* ws = workspace > 0 ? library_workspace() : nullptr;
     // The looped batch dims, odometer order.
     std::vector<int64_t> at(dims.size(), 0);
@@ -1361,11 +1371,18 @@ class RunState {
   /// TF32 tensor cores (else engines that use them are skipped). `site` numbers the call in the
   /// wrapper; its plan is remade only when the shape, layout, epilogue, alignment or precision
   /// change.
+  /// uint16_t elements are float16, or bfloat16 when `bf16` (--precision fp16|bf16): X, W and Y
+  /// in that type, computed in float32 on the tensor cores, with no epilogue (the bias and what
+  /// follows are a generated kernel).
   template <typename T>
   void conv(int site, const ConvShape& s, const T* x, const T* w, T* y, const T* bias,
-            const T* residual, ConvActivation act, bool tf32, const char* what) {
-    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                  "cuDNN convolutions are float32 or float64 here");
+            const T* residual, ConvActivation act, bool tf32, const char* what, bool bf16 = false) {
+    static_assert(
+        std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, uint16_t>,
+        "cuDNN convolutions are float32, float64, float16 or bfloat16 here");
+    constexpr bool half = std::is_same_v<T, uint16_t>;
+    if (half && (bias != nullptr || residual != nullptr || act.kind != 0))
+      kiln_rt::fail("%s: a float16/bfloat16 convolution with an epilogue", what);
     int64_t y_numel = 1, x_numel = 1, w_numel = 1;
     for (int d = 0; d < s.spatial + 2; ++d) {
       y_numel *= s.y[d];
@@ -1420,11 +1437,17 @@ class RunState {
                           reinterpret_cast<uint64_t>(y), reinterpret_cast<uint64_t>(bias),
                           reinterpret_cast<uint64_t>(residual)}));
     const bool f64 = std::is_same_v<T, double>;
+    const int data = f64     ? dnn::kDataDouble
+                     : !half ? dnn::kDataFloat
+                     : bf16  ? dnn::kDataBf16
+                             : dnn::kDataHalf;
+    // Half types take the tensor cores whatever --precision says of float32.
+    if (half) tf32 = true;
     const ConvEpilogue wanted{bias != nullptr, residual != nullptr, act};
     int64_t alpha_bits = 0, beta_bits = 0;  // the parameters' bits, for the key
     std::memcpy(&alpha_bits, &act.alpha, sizeof alpha_bits);
     std::memcpy(&beta_bits, &act.beta, sizeof beta_bits);
-    std::vector<int64_t> key = {f64 ? 1 : 0, tf32 ? 1 : 0,    align,    spatial,    s.channels_last,
+    std::vector<int64_t> key = {data,        tf32 ? 1 : 0,    align,    spatial,    s.channels_last,
                                 wanted.bias, wanted.residual, act.kind, alpha_bits, beta_bits};
     for (const std::vector<int64_t>* v : {&xd, &wd, &yd, &stride, &pre, &post, &dilation})
       key.insert(key.end(), v->begin(), v->end());
@@ -1462,7 +1485,7 @@ class RunState {
           why = "KILN_CUDNN_UNFUSED=1";
         } else {
           try {
-            made = make_conv_plan(plan, f64, tf32, align, dims, wanted, what);
+            made = make_conv_plan(plan, data, tf32, align, dims, wanted, what);
           } catch (const kiln_rt::Error& e) {
             why = e.what();
           }
@@ -1473,7 +1496,7 @@ class RunState {
           note_unfused(what, why);
         }
       }
-      if (!made) make_conv_plan(plan, f64, tf32, align, dims, ConvEpilogue{}, what, true);
+      if (!made) make_conv_plan(plan, data, tf32, align, dims, ConvEpilogue{}, what, true);
       plan.key = key;
     }
     // Queues `which` (a plan of this call's graph) with this call's pointers; cuDNN's status.
@@ -1658,12 +1681,13 @@ class RunState {
 
   /// Descriptors and the heuristic's best algorithm for one product (matmul's terms: x is
   /// cuBLASLt's A, y its B, an N x M result; batch strides in elements).
-  void make_plan(MatMulPlan& plan, int compute, int type, Epilogue epilogue, const BlasMatrix& x,
-                 const BlasMatrix& y, const BlasMatrix& d, int64_t batch, int64_t x_stride,
-                 int64_t y_stride, int64_t d_stride, uint32_t align_x, uint32_t align_y,
-                 uint32_t align_c, uint32_t align_d, size_t workspace, const char* what) {
+  void make_plan(MatMulPlan& plan, int compute, int scale_type, int type, Epilogue epilogue,
+                 const BlasMatrix& x, const BlasMatrix& y, const BlasMatrix& d, int64_t batch,
+                 int64_t x_stride, int64_t y_stride, int64_t d_stride, uint32_t align_x,
+                 uint32_t align_y, uint32_t align_c, uint32_t align_d, size_t workspace,
+                 const char* what) {
     BlasLt& api = blas();
-    check_blas(api.MatmulDescCreate(&plan.desc, compute, type), what);
+    check_blas(api.MatmulDescCreate(&plan.desc, compute, scale_type), what);
     const int32_t op_x = x.op, op_y = y.op;
     const uint32_t epi = static_cast<uint32_t>(epilogue);
     check_blas(api.MatmulDescSetAttribute(plan.desc, kBlasDescTransA, &op_x, sizeof op_x), what);
@@ -1775,6 +1799,9 @@ class RunState {
   template <typename T>
   void conv_epilogue(T* y, const T* bias, const T* residual, ConvActivation act, int64_t n,
                      int64_t channels, int64_t inner, const char* what) {
+    if constexpr (std::is_same_v<T, uint16_t>) {
+      kiln_rt::fail("%s: no convolution epilogue kernel for float16/bfloat16", what);
+    }
     constexpr bool f64 = std::is_same_v<T, double>;
     CUfunction& f = f64 ? conv_epilogue_f64_ : conv_epilogue_f32_;
     const char* name = f64 ? "kiln_conv_epilogue_f64" : "kiln_conv_epilogue_f32";
@@ -1809,7 +1836,7 @@ class RunState {
   /// engines that finalizes, uses no tensor cores at fp32 (PyTorch's filter for TF32 disallowed)
   /// and needs no more workspace than the arena keeps. Returns false when none does, or fails when
   /// `required`.
-  bool make_conv_plan(ConvPlan& plan, bool f64, bool tf32, int64_t align, const ConvDims& d,
+  bool make_conv_plan(ConvPlan& plan, int tensor_data, bool tf32, int64_t align, const ConvDims& d,
                       const ConvEpilogue& epilogue, const char* what, bool required = false) {
     Dnn& api = dnn_api();
     auto make = [&](int type) {
@@ -1821,6 +1848,9 @@ class RunState {
     auto set = [&](void* t, int attribute, int type, int64_t count, const void* value) {
       check_dnn(api.SetAttribute(t, attribute, type, count, value), what);
     };
+    // `data` is the compute type (of the convolution, the pointwise nodes and the virtual
+    // tensors between them); `tensor_data` that of X, W, Y, bias and residual.
+    const bool f64 = tensor_data == dnn::kDataDouble;
     const int data = f64 ? dnn::kDataDouble : dnn::kDataFloat;
     // Strides of a tensor of NCHW-ordered `dims`: row-major, or channels-last (N, H, W, C in
     // memory) for the activations and weight of a channels-last call.
@@ -1836,7 +1866,7 @@ class RunState {
     auto tensor = [&](const std::vector<int64_t>& dims, int64_t uid, bool last, bool is_virtual) {
       const std::vector<int64_t> st = strides_of(dims, last);
       void* t = make(dnn::kTensor);
-      set(t, dnn::kTensorDataType, dnn::kTypeDataType, 1, &data);
+      set(t, dnn::kTensorDataType, dnn::kTypeDataType, 1, is_virtual ? &data : &tensor_data);
       set(t, dnn::kTensorDims, dnn::kTypeInt64, static_cast<int64_t>(dims.size()), dims.data());
       set(t, dnn::kTensorStrides, dnn::kTypeInt64, static_cast<int64_t>(dims.size()), st.data());
       set(t, dnn::kTensorUid, dnn::kTypeInt64, 1, &uid);

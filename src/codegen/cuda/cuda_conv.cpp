@@ -314,9 +314,12 @@ void write_cuda_conv(IndentedBuffer& out, const ir::Buffer& buffer, int site,
   KILN_CHECK(call.channels_last == call.weight_channels_last,
              "conv {}: on CUDA, channels-last activations come with a [M, KH, KW, C] weight",
              buffer.name);
-  KILN_CHECK(buffer.dtype == graph::DType::kFloat32 || buffer.dtype == graph::DType::kFloat64,
-             "conv {}: cuDNN convolutions are float32 or float64, not {}", buffer.name,
-             graph::dtype_name(buffer.dtype));
+  const bool half =
+      buffer.dtype == graph::DType::kFloat16 || buffer.dtype == graph::DType::kBFloat16;
+  KILN_CHECK(
+      buffer.dtype == graph::DType::kFloat32 || buffer.dtype == graph::DType::kFloat64 || half,
+      "conv {}: cuDNN convolutions are float32, float64, float16 or bfloat16, not {}", buffer.name,
+      graph::dtype_name(buffer.dtype));
   const ir::View &x = *in[0], &w = *in[1];
   const bool bias = in.size() > 2 && in[2].has_value();
   KILN_CHECK(x.layout.is_contiguous() && w.layout.is_contiguous() &&
@@ -337,7 +340,7 @@ void write_cuda_conv(IndentedBuffer& out, const ir::Buffer& buffer, int site,
     if (!call.channels_last) return dims;
     return std::vector<sym::Expr>{dims[0], dims[3], dims[1], dims[2]};
   };
-  const bool tf32 = buffer.dtype == graph::DType::kFloat32 && precision == ir::Precision::kTf32;
+  const bool tf32 = buffer.dtype == graph::DType::kFloat32 && ir::allows_tf32(precision);
   std::string epilogue;
   if (bias) epilogue += " + bias";
   if (call.residual) epilogue += " + residual";
@@ -347,8 +350,9 @@ void write_cuda_conv(IndentedBuffer& out, const ir::Buffer& buffer, int site,
   out.linef("// cuDNN convolution{}{}, {}", call.channels_last ? " (channels-last)" : "",
             epilogue.empty() ? "" : epilogue + " in its graph",
             buffer.dtype == graph::DType::kFloat64 ? "float64"
-            : tf32                                 ? "TF32 allowed"
-                                                   : "float32");
+            : half ? fmt::format("{} tensors, float32 compute", graph::dtype_name(buffer.dtype))
+            : tf32 ? "TF32 allowed"
+                   : "float32");
   out.linef("const int64_t x_dims[] = {{{}}};", dims_list(nchw(x.layout.sizes)));
   out.linef("const int64_t w_dims[] = {{{}}};", dims_list(nchw(w.layout.sizes)));
   out.linef("const int64_t y_dims[] = {{{}}};", dims_list(nchw(buffer.layout.sizes)));
@@ -364,12 +368,12 @@ void write_cuda_conv(IndentedBuffer& out, const ir::Buffer& buffer, int site,
   // exactly (shortest round trip; the matcher took finite ones only).
   out.linef(
       "state.cuda.conv<{}>({}, shape, {}, {}, {}, {}, {}, kiln_cuda::ConvActivation{{{}, {}, {}}}, "
-      "{}, {});",
+      "{}, {}{});",
       ctype(buffer.dtype), site, data_pointer(x), data_pointer(w), buffer.name,
       bias ? data_pointer(*in[2]) : "nullptr", call.residual ? data_pointer(*in[3]) : "nullptr",
       static_cast<int>(act), act == ir::ConvActivation::kRelu ? 0.0 : call.alpha,
-      act == ir::ConvActivation::kRelu ? 0.0 : call.beta, tf32 ? "true" : "false",
-      cpp_quote(label));
+      act == ir::ConvActivation::kRelu ? 0.0 : call.beta, tf32 ? "true" : "false", cpp_quote(label),
+      buffer.dtype == graph::DType::kBFloat16 ? ", true" : "");
   // A profiled run waits for each call, so that its event times the convolution.
   out.linef("if (profile != nullptr) state.cuda.synchronize({});", cpp_quote(label));
 }

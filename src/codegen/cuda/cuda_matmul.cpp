@@ -102,10 +102,14 @@ class EpilogueMatcher {
 bool fuse_matmul_epilogue(const ir::Program& program, const ir::Buffer& product,
                           ir::Buffer& consumer) {
   const ir::MatMulCall* call = product.call.as<ir::MatMulCall>();
+  // float32, or a half type (--precision fp16|bf16): the bias and result in the product's type,
+  // the epilogue computed in float32 by cuBLASLt as the generated kernel would.
+  const graph::DType dtype = product.dtype;
+  const bool half = dtype == graph::DType::kFloat16 || dtype == graph::DType::kBFloat16;
   if (call == nullptr || call->activation != MatMulActivation::kNone ||
-      product.call.inputs.size() != 2 || product.dtype != graph::DType::kFloat32 ||
+      product.call.inputs.size() != 2 || (dtype != graph::DType::kFloat32 && !half) ||
       consumer.kind != ir::BufferKind::kComputed || consumer.is_reduction() ||
-      consumer.dtype != graph::DType::kFloat32 || consumer.layout.sizes != product.layout.sizes ||
+      consumer.dtype != dtype || consumer.layout.sizes != product.layout.sizes ||
       !consumer.layout.is_contiguous() || !product.layout.is_contiguous() ||
       consumer.body.sizes() != product.layout.sizes) {
     return false;
@@ -123,8 +127,8 @@ bool fuse_matmul_epilogue(const ir::Program& program, const ir::Buffer& product,
     const auto v = static_cast<ValueId>(id);
     const ir::Op& op = body.op(v);
     if (op.code == OpCode::kLoad) {
-      if (op.mask != ir::kNoValue || op.buffer_dtype != graph::DType::kFloat32 ||
-          op.dtype != graph::DType::kFloat32) {
+      if (op.mask != ir::kNoValue || op.buffer_dtype != dtype ||
+          (op.dtype != dtype && !(half && op.dtype == graph::DType::kFloat32))) {
         return false;
       }
       if (op.buffer == product.name && op.index == identity && !loaded) {
@@ -159,13 +163,13 @@ bool fuse_matmul_epilogue(const ir::Program& program, const ir::Buffer& product,
     layout.strides.assign(layout.sizes.size(), sym::Expr(0));
     layout.strides.back() = sym::Expr(1);
     layout.offset = sym::Expr(0);
-    consumer.call.inputs.push_back(ir::View{bias_buffer, graph::DType::kFloat32, layout});
+    consumer.call.inputs.push_back(ir::View{bias_buffer, dtype, layout});
   }
   if (residual) {
     // cuBLASLt's C (beta 1): a matrix laid out as the product, contiguous from its start.
     if (!bias) consumer.call.inputs.emplace_back();
     ir::Layout layout = ir::Layout::contiguous(product.layout.sizes);
-    consumer.call.inputs.push_back(ir::View{residual_buffer, graph::DType::kFloat32, layout});
+    consumer.call.inputs.push_back(ir::View{residual_buffer, dtype, layout});
   }
   consumer.call.op = fused;
   for (const ir::Origin& o : product.origins) consumer.add_origin(o);
@@ -177,9 +181,12 @@ void write_cuda_matmul(IndentedBuffer& out, const ir::Buffer& buffer, int site,
   const ir::MatMulCall& call = *buffer.call.as<ir::MatMulCall>();
   const auto& in = buffer.call.inputs;
   KILN_CHECK(in.size() >= 2 && in[0] && in[1], "matmul {}: expected inputs A and B", buffer.name);
-  KILN_CHECK(buffer.dtype == graph::DType::kFloat32 || buffer.dtype == graph::DType::kFloat64,
-             "matmul {}: cuBLASLt products are float32 or float64, not {}", buffer.name,
-             graph::dtype_name(buffer.dtype));
+  const bool half =
+      buffer.dtype == graph::DType::kFloat16 || buffer.dtype == graph::DType::kBFloat16;
+  KILN_CHECK(
+      buffer.dtype == graph::DType::kFloat32 || buffer.dtype == graph::DType::kFloat64 || half,
+      "matmul {}: cuBLASLt products are float32, float64, float16 or bfloat16, not {}", buffer.name,
+      graph::dtype_name(buffer.dtype));
   const ir::View &a = *in[0], &b = *in[1];
   const size_t rank = buffer.layout.rank();
   KILN_CHECK(a.layout.rank() == rank && b.layout.rank() == rank,
@@ -205,8 +212,9 @@ void write_cuda_matmul(IndentedBuffer& out, const ir::Buffer& buffer, int site,
   const std::string t = ctype(buffer.dtype);
   out.linef("// cuBLASLt, {} compute{}{}",
             buffer.dtype == graph::DType::kFloat64 ? "float64"
-            : precision == ir::Precision::kTf32    ? "TF32"
-                                                   : "float32",
+            : half ? fmt::format("{} operands, float32", graph::dtype_name(buffer.dtype))
+            : ir::allows_tf32(precision) ? "TF32"
+                                         : "float32",
             epilogue == "kNone" ? "" : ", epilogue " + epilogue.substr(1),
             residual ? ", residual added as C (beta 1)" : "");
   out.linef("const int64_t sizes[] = {{{}}};", dims_list(buffer.layout.sizes));
@@ -217,10 +225,12 @@ void write_cuda_matmul(IndentedBuffer& out, const ir::Buffer& buffer, int site,
       "const kiln_cuda::MatMulShape shape{{{}, sizes, {}, a_strides, b_strides, out_strides}};",
       rank, cexpr(a.layout.sizes[rank - 1]));
   out.linef(
-      "state.cuda.matmul<{}>({}, shape, {}, {}, {}, {}, kiln_cuda::Epilogue::{}, {}, {}, {}, {});",
+      "state.cuda.matmul<{}>({}, shape, {}, {}, {}, {}, kiln_cuda::Epilogue::{}, {}, {}, {}, "
+      "{}{});",
       t, site, data_pointer(a), data_pointer(b), buffer.name, call.alpha, epilogue,
       bias ? data_pointer(*in[2]) : "nullptr", residual ? data_pointer(*in[3]) : "nullptr",
-      precision == ir::Precision::kTf32 ? "true" : "false", cpp_quote(label));
+      ir::allows_tf32(precision) ? "true" : "false", cpp_quote(label),
+      buffer.dtype == graph::DType::kBFloat16 ? ", true" : "");
   // A profiled run waits for each call, so that its event times the product, not its launch.
   out.linef("if (profile != nullptr) state.cuda.synchronize({});", cpp_quote(label));
 }

@@ -48,11 +48,13 @@ struct Compiled {
 };
 
 /// Compiles `model` for CUDA under `dir` with a dump: sm_90 cubins without a GPU, the GPU's own
-/// architecture with one.
-inline Compiled compile_cuda_dumped(const graph::Model& model, const std::filesystem::path& dir) {
+/// architecture with one; at `precision` (--precision).
+inline Compiled compile_cuda_dumped(const graph::Model& model, const std::filesystem::path& dir,
+                                    ir::Precision precision = ir::Precision::kTf32) {
   if (!has_cuda_device()) setenv("KILN_CUDA_ARCHS", "90", 1);
   CompileOptions options;
   options.device = ir::Device::kCuda;
+  options.precision = precision;
   options.dump_dir = dir / "dump";
   options.cache_dir = dir / "cache";
   CompiledModel compiled = compile(model, options);

@@ -1,5 +1,5 @@
 // Issue 14: a run with N threads never has more than N runnable threads of Kiln's, OpenBLAS's or
-// oneDNN's. A model of an OpenBLAS sgemm split by rows (MatMul of two inputs, 64 x 256 x 256), an
+// oneDNN's. A model of an OpenBLAS sgemm (MatMul of two inputs, 64 x 256 x 256, by columns), an
 // OpenBLAS dgemm split by columns (float64, 1 x 256 x 2048), a oneDNN convolution (weights an
 // input, so no template takes it; in pieces, each a single-threaded oneDNN call) and parallel
 // kernels (Relu, Softmax) runs repeatedly with N = 2 while another thread samples
@@ -40,7 +40,7 @@ using graph::Tensor;
 using graph::Value;
 
 constexpr int kThreads = 2;
-constexpr int64_t kM = 64, kK = 256, kN = 256;  // sgemm by rows
+constexpr int64_t kM = 64, kK = 256, kN = 256;  // sgemm by columns (N > M)
 constexpr int64_t kWide = 2048;                 // dgemm by columns: 1 x kK x kWide
 // Conv 3x3, pads 1: 4.7M multiply-adds in 4 blocks of 16 output channels, so the convolution
 // runs in 2 pieces on the pool (kiln_rt_conv.h's conv_pieces).

@@ -3,7 +3,8 @@ JSON object bench/ort/ort_bench.js prints (model, threads, iters, warmup, min_ms
 p99_ms, mean_ms; nearest-rank percentiles, as kiln bench): bench/load/run.sh's ONNX Runtime on a
 host with onnxruntime for Python but no Node.js.
 
-Usage: ort_bench.py MODEL.onnx --threads N --iters N --warmup N --input NAME=FILE.npy
+Usage: ort_bench.py MODEL.onnx --threads N --iters N --warmup N [--wait-ms MS] --input NAME=FILE.npy
+(--wait-ms: an untimed sleep before each run, as `kiln bench --wait-ms`)
 """
 import argparse
 import json
@@ -24,6 +25,7 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--wait-ms", type=float, default=0.0)
     parser.add_argument("--input", action="append", default=[])
     args = parser.parse_args()
     options = ort.SessionOptions()
@@ -35,15 +37,18 @@ def main():
         name, path = item.split("=", 1)
         feeds[name] = np.load(path)
     for _ in range(args.warmup):
+        time.sleep(args.wait_ms / 1e3)
         session.run(None, feeds)
     ms = []
     for _ in range(args.iters):
+        time.sleep(args.wait_ms / 1e3)
         start = time.perf_counter()
         session.run(None, feeds)
         ms.append((time.perf_counter() - start) * 1e3)
     ms.sort()
     print(json.dumps({"model": args.model, "threads": args.threads, "iters": args.iters,
-                      "warmup": args.warmup, "min_ms": ms[0], "p50_ms": percentile(ms, 50),
+                      "warmup": args.warmup, "wait_ms": args.wait_ms,
+                      "min_ms": ms[0], "p50_ms": percentile(ms, 50),
                       "p90_ms": percentile(ms, 90), "p99_ms": percentile(ms, 99),
                       "mean_ms": sum(ms) / len(ms)}))
 

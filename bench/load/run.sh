@@ -2,8 +2,13 @@
 # Issue 14: latency under load. Kiln and ONNX Runtime 1.30 on a tiny MLP and a ResNet-18-shaped
 # CNN (make_models.py), each idle, with one busy process per core ("busy") and with one and a
 # half busy processes per core ("over"; busy processes are `while :; do :; done` shells),
-# alternating engine by engine within each round. Prints per model, engine and load the p50 and
-# p99 (medians over the rounds) and the loaded/idle p50 ratio. It prints; it asserts nothing.
+# alternating engine by engine within each round. Each engine is timed in two modes:
+#   tight  runs back to back (a batch job, or a server that always has a request waiting);
+#   paced  a fixed untimed sleep before each run (kiln bench / ort_bench --wait-ms), as a server
+#          between requests: the same wait for both engines, the larger of their idle p50s
+#          measured first, so each engine is busy about half the time or less.
+# Prints per model, mode, engine and load the p50 and p99 (medians over the rounds) and the
+# loaded/idle p50 ratio. It prints; it asserts nothing.
 #
 # Usage: bench/load/run.sh [BUILD_DIR]   (`make bench-load` builds kiln and runs it)
 # Environment:
@@ -12,6 +17,8 @@
 #   BENCH_LOAD_THREADS   threads per engine (default: the number of CPUs in CPUS)
 #   BENCH_LOAD_ROUNDS    rounds per load (3); BENCH_LOAD_ITERS_MLP (400), BENCH_LOAD_ITERS_CNN (15)
 #   BENCH_LOAD_MODELS    ("mlp resnet18"); BENCH_LOAD_LOADS ("idle busy over")
+#   BENCH_LOAD_MODES     ("tight paced"); BENCH_LOAD_WAIT_MS: the paced wait for every model
+#                        (default: per model, the larger idle p50 of the engines, measured first)
 #   BENCH_LOAD_ORT       node (onnxruntime-node from npm, as bench/ort), python (onnxruntime's
 #                        Python API, for hosts without Node.js) or auto (node when node and npm are
 #                        on PATH, else python)
@@ -37,6 +44,7 @@ ITERS_MLP="${BENCH_LOAD_ITERS_MLP:-400}"
 ITERS_CNN="${BENCH_LOAD_ITERS_CNN:-15}"
 MODELS="${BENCH_LOAD_MODELS:-mlp resnet18}"
 LOADS="${BENCH_LOAD_LOADS:-idle busy over}"
+MODES="${BENCH_LOAD_MODES:-tight paced}"
 ORT="${BENCH_LOAD_ORT:-auto}"
 ORT_VERSION=1.30.0
 mkdir -p "$WORK"
@@ -81,22 +89,27 @@ ENGINES="kiln ort"
 library() { echo "$WORK/lib/$1-$2.so"; }  # library ENGINE MODEL
 mkdir -p "$WORK/lib"
 [ -n "$KILN_BASE" ] && ENGINES="kiln kiln-base ort"
-run_engine() {  # run_engine ENGINE MODEL ITERS WARMUP: one JSON line
-  local engine="$1" model="$2"
+BASE_PACES=0
+[ -n "$KILN_BASE" ] && "$KILN_BASE" bench --help 2>&1 | grep -q -- --wait-ms && BASE_PACES=1
+run_engine() {  # run_engine ENGINE MODEL ITERS WARMUP [WAIT_MS]: one JSON line
+  local engine="$1" model="$2" wait="${5:-0}"
+  # --wait-ms only for paced runs, so a KILN_BASE from before the option still times tight runs.
+  local pace=()
+  [ "$wait" != 0 ] && pace=(--wait-ms "$wait")
   case "$engine" in
     kiln | kiln-base)
       local kiln="$KILN"
       [ "$engine" = kiln-base ] && kiln="$KILN_BASE"
       pin "$kiln" bench "$(library "$engine" "$model")" --json --threads "$THREADS" --iters "$3" \
-        --warmup "$4" --input "$(input_arg "$model")"
+        --warmup "$4" "${pace[@]}" --input "$(input_arg "$model")"
       ;;
     ort)
       if [ "$ORT" = node ]; then
         pin node bench/ort/ort_bench.js "$MODEL_DIR/$model.onnx" --threads "$THREADS" \
-          --iters "$3" --warmup "$4" --input "$(input_arg "$model")"
+          --iters "$3" --warmup "$4" "${pace[@]}" --input "$(input_arg "$model")"
       else
         pin "$PYTHON" "$HERE/ort_bench.py" "$MODEL_DIR/$model.onnx" --threads "$THREADS" \
-          --iters "$3" --warmup "$4" --input "$(input_arg "$model")"
+          --iters "$3" --warmup "$4" "${pace[@]}" --input "$(input_arg "$model")"
       fi
       ;;
   esac
@@ -136,6 +149,23 @@ for engine in $ENGINES; do
       --cache-dir "$WORK/cache-$engine" -o "$(library "$engine" "$m")" >/dev/null
   done
 done
+# The paced wait of each model, the same for every engine: the larger of the engines' idle p50s
+# (one short tight run each, untimed by the summary), so no engine is busy more than about half
+# the time. Kept in WAIT_<model>.
+p50_of() { "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["p50_ms"])'; }
+for m in $MODELS; do
+  wait_ms="${BENCH_LOAD_WAIT_MS:-}"
+  if [ -z "$wait_ms" ]; then
+    wait_ms=0
+    for engine in $ENGINES; do
+      p50="$(run_engine "$engine" "$m" $(($(iters "$m") / 2 + 1)) "$(warmup "$m")" | p50_of)"
+      wait_ms="$("$PYTHON" -c 'import sys; print("%.4f" % max(map(float, sys.argv[1:])))' \
+        "$wait_ms" "$p50")"
+    done
+  fi
+  eval "WAIT_$m=$wait_ms"
+  echo "== paced wait for $m: $wait_ms ms before each run"
+done
 for load in $LOADS; do
   count=$(busy_count "$load")
   start_busy "$count"
@@ -145,15 +175,22 @@ for load in $LOADS; do
     for m in $MODELS; do
       order="$ENGINES"
       [ $((r % 2)) -eq 0 ] && order="$(echo "$ENGINES" | tr ' ' '\n' | tac | tr '\n' ' ')"
-      for engine in $order; do
-        line="$(run_engine "$engine" "$m" "$(iters "$m")" "$(warmup "$m")")"
-        echo "$line" | "$PYTHON" -c 'import json, sys
+      for mode in $MODES; do
+        wait_ms=0
+        [ "$mode" = paced ] && eval "wait_ms=\$WAIT_$m"
+        for engine in $order; do
+          # A KILN_BASE built before `kiln bench --wait-ms` times the tight loop only.
+          [ "$mode" = paced ] && [ "$engine" = kiln-base ] && [ "$BASE_PACES" = 0 ] && continue
+          line="$(run_engine "$engine" "$m" "$(iters "$m")" "$(warmup "$m")" "$wait_ms")"
+          echo "$line" | "$PYTHON" -c 'import json, sys
 j = json.load(sys.stdin)
-j.update(engine=sys.argv[1], name=sys.argv[2], load=sys.argv[3], round=int(sys.argv[4]))
+j.update(engine=sys.argv[1], name=sys.argv[2], load=sys.argv[3], round=int(sys.argv[4]),
+         mode=sys.argv[5])
 print(json.dumps(j))
-print("   %-9s %-10s round %d: p50 %.4f ms, p99 %.4f ms"
-      % (j["name"], j["engine"], j["round"], j["p50_ms"], j["p99_ms"]), file=sys.stderr)' \
-          "$engine" "$m" "$load" "$r" >>"$RESULTS"
+print("   %-9s %-6s %-10s round %d: p50 %.4f ms, p99 %.4f ms"
+      % (j["name"], j["mode"], j["engine"], j["round"], j["p50_ms"], j["p99_ms"]),
+      file=sys.stderr)' "$engine" "$m" "$load" "$r" "$mode" >>"$RESULTS"
+        done
       done
     done
   done
@@ -161,19 +198,23 @@ print("   %-9s %-10s round %d: p50 %.4f ms, p99 %.4f ms"
 done
 
 # --- summary -----------------------------------------------------------------------------------
-echo "== summary (medians over rounds; ratio = loaded p50 / idle p50; results in $RESULTS)"
+echo "== summary (medians over rounds; loaded/idle = loaded p50 / idle p50 of the same mode;" \
+  "paced = a fixed wait before each run; results in $RESULTS)"
 "$PYTHON" - "$RESULTS" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-key = lambda r: (r["name"], r["engine"], r["load"])
+key = lambda r: (r["name"], r.get("mode", "tight"), r["engine"], r["load"])
 groups = {}
 for r in rows:
     groups.setdefault(key(r), []).append(r)
 med = lambda rs, f: statistics.median(r[f] for r in rs)
-print(f"{'model':9} {'engine':10} {'load':5} {'p50 ms':>10} {'p99 ms':>10} {'p99/p50':>8} {'loaded/idle':>11}")
-for (name, engine, load), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], ["idle", "busy", "over"].index(kv[0][2]))):
+print(f"{'model':9} {'mode':6} {'engine':10} {'load':5} {'p50 ms':>10} {'p99 ms':>10} {'p99/p50':>8} {'loaded/idle':>11}")
+modes = ["tight", "paced"]
+loads = ["idle", "busy", "over"]
+for (name, mode, engine, load), rs in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], modes.index(kv[0][1]), loads.index(kv[0][3]), kv[0][2])):
     p50, p99 = med(rs, "p50_ms"), med(rs, "p99_ms")
-    idle = groups.get((name, engine, "idle"))
+    idle = groups.get((name, mode, engine, "idle"))
     ratio = f"{p50 / med(idle, 'p50_ms'):11.2f}" if idle else f"{'-':>11}"
-    print(f"{name:9} {engine:10} {load:5} {p50:10.4f} {p99:10.4f} {p99 / p50:8.2f} {ratio}")
+    print(f"{name:9} {mode:6} {engine:10} {load:5} {p50:10.4f} {p99:10.4f} {p99 / p50:8.2f} {ratio}")
 PY

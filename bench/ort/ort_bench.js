@@ -1,8 +1,9 @@
 // Times one ONNX model with ONNX Runtime (onnxruntime-node, CPU execution provider), as
 // `kiln bench --json` times it with Kiln, for bench/ort/run.sh.
 //
-// Usage: node ort_bench.js MODEL.onnx [--threads N] [--iters N] [--warmup N]
+// Usage: node ort_bench.js MODEL.onnx [--threads N] [--iters N] [--warmup N] [--wait-ms MS]
 //                          [--input NAME=FILE.npy ...] [--output-dir DIR]
+// --wait-ms sleeps that long (untimed) before each run, as `kiln bench --wait-ms` does.
 // NODE_PATH must find onnxruntime-node (run.sh installs it under the build directory).
 // Inputs not given are seeded random float32 values in [-1, 1) (symbolic dims 1). With
 // --output-dir, one more run writes each output to DIR/<name>.npy (float32 only). Prints one JSON
@@ -14,7 +15,8 @@ const path = require('path');
 const ort = require('onnxruntime-node');
 
 function parseArgs(argv) {
-  const args = {threads: 2, iters: 100, warmup: 10, inputs: {}, outputDir: null, model: null};
+  const args = {threads: 2, iters: 100, warmup: 10, waitMs: 0, inputs: {}, outputDir: null,
+                model: null};
   for (let i = 0; i < argv.length; ++i) {
     const a = argv[i];
     const value = () => {
@@ -24,6 +26,7 @@ function parseArgs(argv) {
     if (a === '--threads') args.threads = parseInt(value(), 10);
     else if (a === '--iters') args.iters = parseInt(value(), 10);
     else if (a === '--warmup') args.warmup = parseInt(value(), 10);
+    else if (a === '--wait-ms') args.waitMs = parseFloat(value());
     else if (a === '--output-dir') args.outputDir = value();
     else if (a === '--input') {
       const [name, file] = value().split('=');
@@ -118,9 +121,19 @@ async function main() {
                outputs[name]);
     }
   }
-  for (let i = 0; i < args.warmup; ++i) await session.run(feeds);
+  // A blocking sleep (Atomics.wait), so the wait is the same plain sleep of the calling thread as
+  // kiln bench's, with no event-loop timer in between.
+  const sleeper = new Int32Array(new SharedArrayBuffer(4));
+  const pause = () => {
+    if (args.waitMs > 0) Atomics.wait(sleeper, 0, 0, args.waitMs);
+  };
+  for (let i = 0; i < args.warmup; ++i) {
+    pause();
+    await session.run(feeds);
+  }
   const ms = [];
   for (let i = 0; i < args.iters; ++i) {
+    pause();
     const start = process.hrtime.bigint();
     await session.run(feeds);
     ms.push(Number(process.hrtime.bigint() - start) / 1e6);
@@ -133,6 +146,7 @@ async function main() {
     threads: args.threads,
     iters: args.iters,
     warmup: args.warmup,
+    wait_ms: args.waitMs,
     load_s: loadSeconds,
     min_ms: ms[0],
     p50_ms: percentile(ms, 50),

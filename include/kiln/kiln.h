@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -316,12 +317,15 @@ inline BenchResult bench_figures(std::vector<double> ms, int warmup) {
 
 /// Milliseconds of `iters` timed calls of `run` after `warmup` untimed ones; `run` returns the
 /// run's outputs, which are released before the next call starts its clock. The timing loop of
-/// bench() and `kiln bench`.
+/// bench() and `kiln bench`. With `wait_ms` > 0 the caller sleeps that long (untimed) before each
+/// call, as a server waits between requests, so the runtime's threads go idle between runs.
 template <typename Run>
-std::vector<double> time_runs(int warmup, int iters, Run&& run) {
+std::vector<double> time_runs(int warmup, int iters, Run&& run, double wait_ms = 0) {
   decltype(run()) outputs;
   auto timed_run = [&] {
     outputs = {};
+    if (wait_ms > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(wait_ms));
     auto start = std::chrono::steady_clock::now();
     outputs = run();
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)

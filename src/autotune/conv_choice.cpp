@@ -43,73 +43,38 @@ constexpr std::string_view kBiasPass = R"(    // The bias and the epilogue, in a
     });
 )";
 
-// oneDNN 2.x: the primitive is created and the weights reordered into its layout on the first
-// call (and again if the weight pointer changes); a mutex serializes calls, which share the
-// primitive's scratchpad.
+// oneDNN, timed as a model runs it: through the runtime's convolution call site
+// (kiln_rt_conv.h's ConvSite), which cuts the convolution into pieces for the requested threads
+// and runs each as a single-threaded oneDNN call on Kiln's pool. (This source once ran the whole
+// convolution as one single-threaded call, so at 2 or more threads the autotuner compared
+// oneDNN on one thread with templates on all of them.) The site makes its primitives and
+// reorders the weights at the first call, and again if the weight pointer changes; it
+// serializes calls.
 constexpr std::string_view kOnednnSource = R"(// Kiln convolution choice: oneDNN convolution_forward
 // Y = epilogue(@PROBLEM@ + bias), @ACT@
-#include <dnnl.hpp>
+#define KILN_RT_WITH_DNNL 1
+#include "kiln_rt_conv.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <mutex>
-
-#include "kiln_rt_pool.h"
 
 namespace {
 
 @CONSTANTS@
-struct ConvState {
-    dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-    std::mutex mutex;
-    const float* source = nullptr;
-    dnnl::convolution_forward primitive;
-    dnnl::memory::desc src_md, dst_md, bias_md;
-    dnnl::memory weights, scratchpad;
-};
-
 }  // namespace
 
 extern "C" void @NAME@(const float* X, const float* Wp, float* Y@PARAMS@) {
-    using tag = dnnl::memory::format_tag;
-    using dt = dnnl::memory::data_type;
-    static ConvState s;
-    {
-        std::lock_guard<std::mutex> lock(s.mutex);
-        // oneDNN (OpenMP build) would start an OpenMP team beside Kiln's pool: it creates and
-        // runs the primitive on this thread alone.
-        kiln_rt::SingleThreadedCall single;
-        dnnl::stream stream(s.engine);
-        if (s.source != Wp) {
-            s.src_md = dnnl::memory::desc({kN, kC, kH, kW}, dt::f32, tag::@ACT@);
-            s.dst_md = dnnl::memory::desc({kN, kM, kOH, kOW}, dt::f32, tag::@ACT@);
-            s.bias_md = dnnl::memory::desc({kM}, dt::f32, tag::x);
-            const dnnl::memory::desc user_w_md(@WDIMS@, dt::f32, tag::@WTAG@);
-            const dnnl::memory::desc any_w_md(@WDIMS@, dt::f32, tag::any);
-            const dnnl::convolution_forward::desc desc(
-                dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, s.src_md,
-                any_w_md, s.bias_md, s.dst_md, {kSH, kSW}, {kDH - 1, kDW - 1}, {kPT, kPL},
-                {kPB, kPR});
-            dnnl::primitive_attr attr;
-            attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-            const dnnl::convolution_forward::primitive_desc pd(desc, attr, s.engine);
-            s.primitive = dnnl::convolution_forward(pd);
-            s.scratchpad = dnnl::memory(pd.scratchpad_desc(), s.engine);
-            s.weights = dnnl::memory(pd.weights_desc(), s.engine);
-            dnnl::memory user_w(user_w_md, s.engine, const_cast<float*>(Wp));
-            dnnl::reorder(user_w, s.weights).execute(stream, user_w, s.weights);
-            stream.wait();
-            s.source = Wp;
-        }
-        dnnl::memory src(s.src_md, s.engine, const_cast<float*>(X));
-        dnnl::memory dst(s.dst_md, s.engine, Y);
-        dnnl::memory bias(s.bias_md, s.engine, const_cast<float*>(Wp + kM * kDepth));
-        s.primitive.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, s.weights},
-                                     {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst},
-                                     {DNNL_ARG_SCRATCHPAD, s.scratchpad}});
-        stream.wait();
-    }
+    static kiln_rt::ConvSite site;
+    kiln_rt::ConvParams p;
+    p.spatial = 2;
+    p.n = kN; p.c = kC; p.m = kM; p.group = @GROUPS@;
+    p.channels_last = @CHANNELS_LAST@;
+    p.in[1] = kH; p.kernel[1] = kKH; p.out[1] = kOH;
+    p.stride[1] = kSH; p.dilation[1] = kDH; p.pad_begin[1] = kPT; p.pad_end[1] = kPB;
+    p.in[2] = kW; p.kernel[2] = kKW; p.out[2] = kOW;
+    p.stride[2] = kSW; p.dilation[2] = kDW; p.pad_begin[2] = kPL; p.pad_end[2] = kPR;
+    site.run(p, X, Wp, Wp + kM * kDepth, Y, true);
 @EPILOGUE@}
 )";
 
@@ -299,6 +264,8 @@ class LibraryChoice final : public ConvChoice {
     auto v = values(problem_, function_name, epilogue);
     if (onednn_) {
       v.back().second = onednn_epilogue(problem_, epilogue);
+      v.push_back({"GROUPS", std::to_string(problem_.group)});
+      v.push_back({"CHANNELS_LAST", problem_.channels_last ? "1" : "0"});
       return substitute_placeholders(std::string(kOnednnSource), v);
     }
     return substitute_placeholders(std::string(kIm2colSource), v);

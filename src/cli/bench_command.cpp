@@ -25,6 +25,7 @@ struct BenchArgs {
   int threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else the hardware threads)
   int iters = 100;
   int warmup = 10;
+  double wait_ms = 0;  // untimed sleep before each run (a server's gap between requests)
   std::vector<std::string> shapes;  // NAME=DIMS
   std::vector<std::string> inputs;  // NAME=FILE
   std::string cache_dir;
@@ -183,7 +184,8 @@ int bench_model(const BenchArgs& args) {
   if (!inputs.empty() && inputs[0].rank() > 0) batch = inputs[0].dims()[0];
 
   // Each run starts with the previous outputs released, so only the run is timed.
-  std::vector<double> ms = time_runs(args.warmup, args.iters, [&] { return model.run(inputs); });
+  std::vector<double> ms = time_runs(
+      args.warmup, args.iters, [&] { return model.run(inputs); }, args.wait_ms);
   // Nearest-rank percentiles, as kiln::bench (include/kiln/kiln.h) computes them for the C++ and
   // Python APIs.
   const kiln::BenchResult latency = kiln::bench_figures(ms, args.warmup);
@@ -212,6 +214,7 @@ int bench_model(const BenchArgs& args) {
                              {"p99_ms", latency.p99_ms},
                              {"mean_ms", latency.mean_ms},
                              {"throughput_per_s", per_second}};
+    j["wait_ms"] = args.wait_ms;
     if (batch) {
       j["batch"] = *batch;
       j["samples_per_s"] = per_second * static_cast<double>(*batch);
@@ -232,7 +235,9 @@ int bench_model(const BenchArgs& args) {
                model.given.tensors.count(model.inputs[k].name) ? "given" : "seeded random",
                graph::dtype_name(inputs[k].dtype()), dims_text(inputs[k].dims()));
   }
-  fmt::print("{} warm-up runs, {} timed runs\n", args.warmup, args.iters);
+  fmt::print("{} warm-up runs, {} timed runs", args.warmup, args.iters);
+  if (args.wait_ms > 0) fmt::print(", each after a {} ms wait", args.wait_ms);
+  fmt::print("\n");
   fmt::print(
       "latency: min {:.3f} ms, p50 {:.3f} ms, p90 {:.3f} ms, p99 {:.3f} ms, mean {:.3f} ms\n",
       latency.min_ms, latency.p50_ms, latency.p90_ms, latency.p99_ms, latency.mean_ms);
@@ -265,6 +270,10 @@ void add_bench_command(CLI::App& app, CommandAction& chosen) {
       ->check(CLI::Range(1, 100000000));
   cmd->add_option("--warmup", args->warmup, "untimed runs before them (default 10)")
       ->check(CLI::Range(0, 100000000));
+  cmd->add_option("--wait-ms", args->wait_ms,
+                  "sleep this long before each run, untimed, as a server waits between "
+                  "requests (default 0: runs back to back)")
+      ->check(CLI::Range(0.0, 60000.0));
   cmd->add_option("--shape", args->shapes,
                   "NAME=DIMS, an input's shape such as input=8x3x224x224; repeatable; symbolic "
                   "dims not given are 1");

@@ -2,7 +2,8 @@
 # `kiln bench` on the bundled MLP (x: float32[batch, 16]): the text report names the threads, the
 # compile (built, then from the code cache), the inputs with the --shape given, and prints every
 # latency percentile and the throughput; --json prints one object holding every field, with
-# min <= p50 <= p90 <= p99 and samples/s = runs/s x batch.
+# min <= p50 <= p90 <= p99 and samples/s = runs/s x batch; --wait-ms sleeps before each run
+# (the JSON says how long; 7 runs with a 40 ms wait take at least 0.28 s) and rejects a negative wait.
 # Arguments: $1 = kiln binary, $2 = scratch directory.
 set -uo pipefail
 KILN="$1"
@@ -54,6 +55,27 @@ assert 0 < j["min_ms"] <= j["p50_ms"] <= j["p90_ms"] <= j["p99_ms"], j
 assert j["min_ms"] <= j["mean_ms"] <= j["p99_ms"], j
 assert abs(j["throughput_per_s"] * j["mean_ms"] - 1000) < 1e-6 * 1000, j
 assert abs(j["samples_per_s"] - j["throughput_per_s"] * j["batch"]) < 1e-9 * j["samples_per_s"]
+assert j["wait_ms"] == 0, j
 print("json ok")
 PY
+
+# Paced runs (bench/load's server-like mode): a sleep before each warm-up and timed run, untimed.
+start=$(date +%s.%N)
+"$KILN" bench "$MODEL" --iters 5 --warmup 2 --threads 2 --wait-ms 40 --json --cache-dir "$CACHE" \
+  >"$SCRATCH/wait.json" || fail "kiln bench --wait-ms failed"
+end=$(date +%s.%N)
+cat "$SCRATCH/wait.json"
+"$PYTHON" - "$SCRATCH/wait.json" "$start" "$end" <<'PY' || fail "--wait-ms: unexpected output"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["wait_ms"] == 40 and j["iters"] == 5, j
+# Each of the 7 runs sleeps 40 ms first; the waits are not in the figures (an MLP run takes far
+# less than 40 ms, so a timed wait would make min_ms at least 40).
+assert float(sys.argv[3]) - float(sys.argv[2]) >= 7 * 0.040, "the waits did not happen"
+assert j["min_ms"] < 40, j
+print("wait ok")
+PY
+"$KILN" bench "$MODEL" --iters 1 --wait-ms -1 --cache-dir "$CACHE" >"$SCRATCH/neg.txt" 2>&1 &&
+  fail "--wait-ms -1 was accepted"
+expect_line "$SCRATCH/neg.txt" "wait-ms"
 echo "ok"

@@ -614,16 +614,22 @@ struct LibraryChoice {
 /// "1,128,768": `n` values joined for a problem text.
 inline std::string join_dims(const int64_t* v, int n) {
   std::string s;
-  for (int k = 0; k < n; ++k) s += (k > 0 ? "," : "") + std::to_string(v[k]);
+  for (int k = 0; k < n; ++k) {
+    if (k > 0) s += ',';
+    s += std::to_string(v[k]);
+  }
   return s;
 }
 
 /// The text that names a product's problem in the autotune cache: element type, compute type,
 /// epilogue (cublasLtEpilogue_t's value), residual or not, the output's sizes, K and the strides.
 /// codegen/cuda/cuda_matmul.cpp's matmul_problem_text writes the same text from the IR.
-inline std::string matmul_problem_text(const MatMulShape& s, bool f64, bool tf32,
-                                       Epilogue epilogue, bool residual) {
-  return std::string(f64 ? "f64" : "f32") + (f64 ? " fp64" : tf32 ? " tf32" : " fp32") +
+inline std::string matmul_problem_text(const MatMulShape& s, bool f64, bool tf32, Epilogue epilogue,
+                                       bool residual) {
+  return std::string(f64 ? "f64" : "f32") +
+         (f64    ? " fp64"
+          : tf32 ? " tf32"
+                 : " fp32") +
          " epilogue " + std::to_string(static_cast<uint32_t>(epilogue)) + " residual " +
          (residual ? "1" : "0") + " sizes " + join_dims(s.sizes, s.rank) + " k " +
          std::to_string(s.k) + " a " + join_dims(s.a_strides, s.rank) + " b " +
@@ -635,7 +641,10 @@ inline std::string matmul_problem_text(const MatMulShape& s, bool f64, bool tf32
 inline std::string conv_problem_text(const ConvShape& s, bool f64, bool tf32, bool bias,
                                      bool residual, bool relu) {
   const int r = s.spatial + 2;
-  return std::string(f64 ? "f64" : "f32") + (f64 ? " fp64" : tf32 ? " tf32" : " fp32") +
+  return std::string(f64 ? "f64" : "f32") +
+         (f64    ? " fp64"
+          : tf32 ? " tf32"
+                 : " fp32") +
          (s.channels_last ? " nhwc" : " nchw") + " bias " + (bias ? "1" : "0") + " residual " +
          (residual ? "1" : "0") + " relu " + (relu ? "1" : "0") + " x " + join_dims(s.x, r) +
          " w " + join_dims(s.w, r) + " y " + join_dims(s.y, r) + " strides " +
@@ -1346,10 +1355,9 @@ class RunState {
         }
         T* dst = out + od;
         const T* c = residual != nullptr ? residual + od : dst;
-        const int status = blas().Matmul(blas_handle_, plan.desc, &alpha_t, b + ob,
-                                         plan.layouts[0], a + oa, plan.layouts[1], &beta_t, c,
-                                         plan.layouts[2], dst, plan.layouts[2], algo, ws,
-                                         workspace, stream_);
+        const int status = blas().Matmul(blas_handle_, plan.desc, &alpha_t, b + ob, plan.layouts[0],
+                                         a + oa, plan.layouts[1], &beta_t, c, plan.layouts[2], dst,
+                                         plan.layouts[2], algo, ws, workspace, stream_);
         if (status != 0) return status;
         size_t d = dims.size();
         while (d > 0 && ++at[d - 1] == dims[d - 1].size) at[--d] = 0;
@@ -1357,13 +1365,12 @@ class RunState {
       }
     };
     if (plan.candidates.size() > 1 && !capturing_) {
-      const std::string problem =
-          matmul_problem_text(s, f64, tf32, epilogue, residual != nullptr);
+      const std::string problem = matmul_problem_text(s, f64, tf32, epilogue, residual != nullptr);
       std::vector<std::function<int()>> runs;
       for (const BlasLt::Heuristic& h : plan.candidates)
         runs.emplace_back([&execute, &h] { return execute(h.algo); });
-      const size_t chosen = time_candidates(runs, plan.key, "cublaslt", problem,
-                                            blas().version, what);
+      const size_t chosen =
+          time_candidates(runs, plan.key, "cublaslt", problem, blas().version, what);
       plan.choice = plan.candidates[chosen];
     }
     plan.candidates.clear();
@@ -1483,8 +1490,7 @@ class RunState {
           note_unfused(what, why);
         }
       }
-      if (!made)
-        make_conv_plan(plan, f64, tf32, align, dims, ConvEpilogue{}, what, true, choice);
+      if (!made) make_conv_plan(plan, f64, tf32, align, dims, ConvEpilogue{}, what, true, choice);
       plan.key = key;
     }
     // Queues `which` (a plan of this call's graph) with this call's pointers; cuDNN's status.
@@ -1522,11 +1528,10 @@ class RunState {
       std::vector<std::function<int()>> runs;
       for (const auto& [candidate, workspace_bytes] : plan.candidates)
         runs.emplace_back([&execute, c = candidate, b = workspace_bytes] { return execute(c, b); });
-      const size_t chosen =
-          time_candidates(runs, plan.key, "cudnn",
-                          conv_problem_text(s, f64, tf32, bias != nullptr, residual != nullptr,
-                                            relu),
-                          dnn_api().version, what);
+      const size_t chosen = time_candidates(
+          runs, plan.key, "cudnn",
+          conv_problem_text(s, f64, tf32, bias != nullptr, residual != nullptr, relu),
+          dnn_api().version, what);
       std::tie(plan.plan, plan.workspace) = plan.candidates[chosen];
     }
     plan.candidates.clear();
@@ -1717,15 +1722,12 @@ class RunState {
     api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignD, &align_d, sizeof align_d);
     // The heuristic's first result, or the first kBlasTuneCandidates to time, or enough to
     // reach the cached choice.
-    const int wanted = tune                            ? kBlasTuneCandidates
-                       : choice.index >= 0             ? choice.index + 1
-                                                       : 1;
+    const int wanted = tune ? kBlasTuneCandidates : choice.index >= 0 ? choice.index + 1 : 1;
     std::vector<BlasLt::Heuristic> results(static_cast<size_t>(wanted));
     int found = 0;
     const int status = api.MatmulAlgoGetHeuristic(blas_handle_, plan.desc, plan.layouts[0],
-                                                  plan.layouts[1], plan.layouts[2],
-                                                  plan.layouts[2], pref, wanted, results.data(),
-                                                  &found);
+                                                  plan.layouts[1], plan.layouts[2], plan.layouts[2],
+                                                  pref, wanted, results.data(), &found);
     api.MatmulPreferenceDestroy(pref);
     check_blas(status, what);
     if (found == 0) kiln_rt::fail("%s: cuBLASLt has no algorithm for this product", what);
@@ -1735,14 +1737,13 @@ class RunState {
       if (choice.index < found && same_version) {
         plan.choice = results[static_cast<size_t>(choice.index)];
       } else {
-        note_once(what, "the autotune cache's cuBLASLt algorithm #" +
-                            std::to_string(choice.index) + " (timed with cuBLASLt " +
-                            std::to_string(choice.version) + ") " +
-                            (same_version ? "is not among the " + std::to_string(found) +
-                                                " algorithms this cuBLASLt lists"
-                                          : "is not valid for cuBLASLt " +
-                                                std::to_string(api.version)) +
-                            "; the heuristic's first algorithm runs instead");
+        note_once(what,
+                  "the autotune cache's cuBLASLt algorithm #" + std::to_string(choice.index) +
+                      " (timed with cuBLASLt " + std::to_string(choice.version) + ") " +
+                      (same_version ? "is not among the " + std::to_string(found) +
+                                          " algorithms this cuBLASLt lists"
+                                    : "is not valid for cuBLASLt " + std::to_string(api.version)) +
+                      "; the heuristic's first algorithm runs instead");
       }
     }
     if (tune && found > 1) plan.candidates.assign(results.begin(), results.begin() + found);
@@ -1819,8 +1820,8 @@ class RunState {
   /// the autotune cache (autotune/cuda_choice.h reads it): tab-separated, the library, the
   /// problem text, the GPU's name, its compute capability, the library's version, the index
   /// chosen and each candidate's median in ms (-1: it failed).
-  void report_tuning(const char* library, const std::string& problem, size_t version,
-                     size_t chosen, const std::vector<double>& medians) {
+  void report_tuning(const char* library, const std::string& problem, size_t version, size_t chosen,
+                     const std::vector<double>& medians) {
     const char* path = std::getenv("KILN_CUDA_TUNE_REPORT");
     if (path == nullptr || *path == '\0') return;
     std::string line = std::string(library) + "\t" + problem + "\t" + driver().name + "\t" +
@@ -2087,8 +2088,7 @@ class RunState {
       if (choice.index >= 0) {
         note_once(what, "the autotune cache's cuDNN engine #" + std::to_string(choice.index) +
                             " (timed with cuDNN " + std::to_string(choice.version) + ") " +
-                            (cached ? "is not among the " +
-                                          std::to_string(plan.candidates.size()) +
+                            (cached ? "is not among the " + std::to_string(plan.candidates.size()) +
                                           " engines this cuDNN lists"
                                     : "is not valid for cuDNN " + std::to_string(api.version)) +
                             "; the heuristic's first engine runs instead");

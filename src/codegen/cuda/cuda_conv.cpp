@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "codegen/cpp/cpp_host_text.h"
+#include "codegen/cuda/cuda_matmul.h"
 #include "sched/template_epilogue.h"
 #include "support/error.h"
 
@@ -200,6 +201,43 @@ void write_cuda_conv(IndentedBuffer& out, const ir::Buffer& buffer, int site,
             call.relu_post_ops > 0 ? "true" : "false", tf32 ? "true" : "false", cpp_quote(label));
   // A profiled run waits for each call, so that its event times the convolution.
   out.linef("if (profile != nullptr) state.cuda.synchronize({});", cpp_quote(label));
+}
+
+std::optional<std::string> cuda_conv_problem(const ir::Buffer& buffer, ir::Precision precision) {
+  const ir::ConvCall& call = *buffer.call.as<ir::ConvCall>();
+  const auto& in = buffer.call.inputs;
+  if (in.size() < 2 || !in[0] || !in[1]) return std::nullopt;
+  const bool bias = in.size() > 2 && in[2].has_value();
+  const bool f64 = buffer.dtype == graph::DType::kFloat64;
+  const bool tf32 = !f64 && precision == ir::Precision::kTf32;
+  // NCHW-ordered dims, as write_cuda_conv passes them.
+  auto nchw = [&](const std::vector<sym::Expr>& dims) {
+    if (!call.channels_last) return dims;
+    return std::vector<sym::Expr>{dims[0], dims[3], dims[1], dims[2]};
+  };
+  const std::optional<std::string> x = integer_dims(nchw(in[0]->layout.sizes)),
+                                   w = integer_dims(nchw(in[1]->layout.sizes)),
+                                   y = integer_dims(nchw(buffer.layout.sizes));
+  if (!x || !w || !y) return std::nullopt;
+  const size_t spatial = in[0]->layout.rank() - 2;
+  std::vector<int64_t> strides, begin, end, dilations;
+  for (size_t k = 0; k < spatial; ++k) {
+    strides.push_back(k < call.strides.size() ? call.strides[k] : 1);
+    dilations.push_back(k < call.dilations.size() ? call.dilations[k] : 1);
+    begin.push_back(k < call.pads.size() ? call.pads[k] : 0);
+    end.push_back(spatial + k < call.pads.size() ? call.pads[spatial + k] : 0);
+  }
+  begin.insert(begin.end(), end.begin(), end.end());
+  // kiln_rt_cuda.h conv_problem_text's form, field for field.
+  return fmt::format(
+      "{} {} {} bias {} residual {} relu {} x {} w {} y {} strides {} pads {} dilations {}",
+      f64 ? "f64" : "f32",
+      f64    ? "fp64"
+      : tf32 ? "tf32"
+             : "fp32",
+      call.channels_last ? "nhwc" : "nchw", bias ? 1 : 0, call.residual ? 1 : 0,
+      call.relu_post_ops > 0 ? 1 : 0, *x, *w, *y, fmt::join(strides, ","), fmt::join(begin, ","),
+      fmt::join(dilations, ","));
 }
 
 }  // namespace kiln::codegen

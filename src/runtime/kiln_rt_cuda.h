@@ -1737,7 +1737,7 @@ class RunState {
       if (choice.index < found && same_version) {
         plan.choice = results[static_cast<size_t>(choice.index)];
       } else {
-        note_once(what,
+        note_once("choice", what,
                   "the autotune cache's cuBLASLt algorithm #" + std::to_string(choice.index) +
                       " (timed with cuBLASLt " + std::to_string(choice.version) + ") " +
                       (same_version ? "is not among the " + std::to_string(found) +
@@ -1839,15 +1839,16 @@ class RunState {
     }
   }
 
-  /// Says `message` once per process per call site `what` on stderr (a cached choice this
-  /// library does not offer).
-  __attribute__((visibility("hidden"))) static void note_once(const char* what,
+  /// Says `message` on stderr once per process per call site `what` and `kind` of note (an
+  /// unfused epilogue, a cached choice this library does not offer).
+  __attribute__((visibility("hidden"))) static void note_once(const char* kind, const char* what,
                                                               const std::string& message) {
     static std::mutex mutex;
     static std::vector<std::string> said;
+    const std::string id = std::string(kind) + "\n" + what;
     std::lock_guard<std::mutex> lock(mutex);
-    if (std::find(said.begin(), said.end(), what) != said.end()) return;
-    said.emplace_back(what);
+    if (std::find(said.begin(), said.end(), id) != said.end()) return;
+    said.push_back(id);
     std::fprintf(stderr, "kiln: %s: %s\n", what, message.c_str());
   }
 
@@ -1888,17 +1889,11 @@ class RunState {
   }
 
   /// Says once per process per call site that its convolution and epilogue run unfused.
-  __attribute__((visibility("hidden"))) static void note_unfused(const char* what,
-                                                                 const std::string& why) {
-    static std::mutex mutex;
-    static std::vector<std::string> said;
-    std::lock_guard<std::mutex> lock(mutex);
-    if (std::find(said.begin(), said.end(), what) != said.end()) return;
-    said.emplace_back(what);
-    std::fprintf(stderr,
-                 "kiln: %s: cuDNN has no engine for the convolution fused with its epilogue%s%s; "
-                 "the epilogue runs as a kernel of its own after it\n",
-                 what, why.empty() ? "" : ": ", why.c_str());
+  static void note_unfused(const char* what, const std::string& why) {
+    note_once("unfused", what,
+              "cuDNN has no engine for the convolution fused with its epilogue" +
+                  (why.empty() ? std::string() : ": " + why) +
+                  "; the epilogue runs as a kernel of its own after it");
   }
 
   /// The graph of one convolution (tensors X, W, Y with unique ids 1, 2, 3) with the pointwise
@@ -2086,12 +2081,13 @@ class RunState {
     }
     if (plan.plan != nullptr) {
       if (choice.index >= 0) {
-        note_once(what, "the autotune cache's cuDNN engine #" + std::to_string(choice.index) +
-                            " (timed with cuDNN " + std::to_string(choice.version) + ") " +
-                            (cached ? "is not among the " + std::to_string(plan.candidates.size()) +
-                                          " engines this cuDNN lists"
-                                    : "is not valid for cuDNN " + std::to_string(api.version)) +
-                            "; the heuristic's first engine runs instead");
+        note_once("choice", what,
+                  "the autotune cache's cuDNN engine #" + std::to_string(choice.index) +
+                      " (timed with cuDNN " + std::to_string(choice.version) + ") " +
+                      (cached ? "is not among the " + std::to_string(plan.candidates.size()) +
+                                    " engines this cuDNN lists"
+                              : "is not valid for cuDNN " + std::to_string(api.version)) +
+                      "; the heuristic's first engine runs instead");
         plan.candidates.clear();
       }
       return true;

@@ -250,12 +250,16 @@ CompiledModel compile(const graph::Model& model, const CompileOptions& options) 
     // The run state reports the library candidates it times to $KILN_CUDA_TUNE_REPORT
     // (kiln_rt_cuda.h report_tuning); each run() stores that report in the autotune cache, for
     // the next compile to bake the choices in (autotune/cuda_choice.h).
-    if (const char* set = std::getenv("KILN_CUDA_TUNE_REPORT"); set == nullptr || *set == '\0') {
-      const fs::path report = g.cache_dir / fmt::format("cuda-tune-report-{}.txt", getpid());
+    // A report the user asked for (the variable set, not by an earlier compile) is left to them.
+    static bool set_here = false;
+    const fs::path report = g.cache_dir / fmt::format("cuda-tune-report-{}.txt", getpid());
+    const char* set = std::getenv("KILN_CUDA_TUNE_REPORT");
+    if (set == nullptr || *set == '\0' || set_here) {
+      set_here = true;
       setenv("KILN_CUDA_TUNE_REPORT", report.c_str(), 1);
+      compiled.cuda_tune_report_ = report;
+      compiled.autotune_cache_ = autotune::default_autotune_cache_path(g.cache_dir);
     }
-    compiled.cuda_tune_report_ = std::getenv("KILN_CUDA_TUNE_REPORT");
-    compiled.autotune_cache_ = autotune::default_autotune_cache_path(g.cache_dir);
   }
   CompileStats& stats = compiled.stats_;
   fill_stats(g, stats);

@@ -156,6 +156,11 @@ CachedResults AutotuneCache::lookup(const json& key) const {
   return results;
 }
 
+json AutotuneCache::entries() const {
+  json file = read_file();
+  return file.contains("entries") ? file.at("entries") : json::object();
+}
+
 void AutotuneCache::store(const json& key, const CachedResults& results) const {
   std::error_code ec;
   if (path_.has_parent_path()) fs::create_directories(path_.parent_path(), ec);

@@ -80,6 +80,10 @@ class AutotuneCache {
   /// and writes the file atomically under the lock. Throws UserError when it cannot be written.
   void store(const nlohmann::json& key, const CachedResults& results) const;
 
+  /// Every entry of the file, id -> {"key": ..., "choices": ...} (an empty object when the file
+  /// is missing or corrupt): for lookups that match part of a key (cuda_choice.h).
+  nlohmann::json entries() const;
+
  private:
   nlohmann::json read_file() const;
 

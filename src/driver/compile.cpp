@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "autotune/cache.h"
 #include "autotune/select.h"
 #include "codecache/code_cache.h"
 #include "codecache/loaded_library.h"
@@ -141,7 +142,8 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   const autotune::AutotuneMode tuning =
       options.autotune ? *options.autotune : autotune::autotune_mode_from_env();
   g.codegen = codegen::make_device_codegen(options.device, g.cache_dir, options.precision, library,
-                                           tuning == autotune::AutotuneMode::kMax);
+                                           tuning == autotune::AutotuneMode::kMax,
+                                           tuning != autotune::AutotuneMode::kOff);
   lower::LoweringOptions lowering = options.lowering;
   lowering.threads = omp_get_max_threads();
   lowering.code_cache_dir = g.cache_dir;
@@ -263,6 +265,23 @@ CompiledModel compile(const graph::Model& model, const CompileOptions& options) 
   compiled.input_values_ = program.input_values;
   compiled.output_values_ = program.output_values;
   compiled.index_checks_ = program.index_checks;
+  const autotune::AutotuneMode tuning =
+      options.autotune ? *options.autotune : autotune::autotune_mode_from_env();
+  if (options.device == ir::Device::kCuda && tuning == autotune::AutotuneMode::kMax) {
+    // The run state reports the library candidates it times to $KILN_CUDA_TUNE_REPORT
+    // (kiln_rt_cuda.h report_tuning); each run() stores that report in the autotune cache, for
+    // the next compile to bake the choices in (autotune/cuda_choice.h).
+    // A report the user asked for (the variable set, not by an earlier compile) is left to them.
+    static bool set_here = false;
+    const fs::path report = g.cache_dir / fmt::format("cuda-tune-report-{}.txt", getpid());
+    const char* set = std::getenv("KILN_CUDA_TUNE_REPORT");
+    if (set == nullptr || *set == '\0' || set_here) {
+      set_here = true;
+      setenv("KILN_CUDA_TUNE_REPORT", report.c_str(), 1);
+      compiled.cuda_tune_report_ = report;
+      compiled.autotune_cache_ = autotune::default_autotune_cache_path(g.cache_dir);
+    }
+  }
   CompileStats& stats = compiled.stats_;
   fill_stats(g, stats);
   stats.cache_hit = cache.stats().compiles == 0;

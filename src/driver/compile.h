@@ -90,6 +90,10 @@ class CompiledModel {
   friend CompiledModel compile(const graph::Model& model, const CompileOptions& options);
   CompiledModel() = default;
   std::unique_ptr<codecache::LoadedLibrary> library_;
+  /// --autotune max on CUDA: the run state's tuning report, stored after each run in the
+  /// autotune cache at autotune_cache_ (autotune/cuda_choice.h); empty otherwise.
+  std::filesystem::path cuda_tune_report_;
+  std::filesystem::path autotune_cache_;
   using RunFn = int(const void*, void*, const void* const*, void*, void*, char*, int64_t);
   RunFn* run_ = nullptr;
   /// The library's per-model state (kiln_create_state); declared after library_ so that it is

@@ -1,6 +1,9 @@
 // CompiledModel::run: marshals tensors through the compiled model's C entry point.
 #include <fmt/format.h>
 
+#include <filesystem>
+
+#include "autotune/cuda_choice.h"
 #include "driver/compile.h"
 #include "runtime/kiln_rt.h"
 #include "support/error.h"
@@ -28,6 +31,13 @@ std::vector<graph::Tensor> CompiledModel::run(const std::vector<graph::Tensor>& 
   char error[1024] = "";
   int status = run_(in.data(), out.data(), constant_ptrs_.data(), state_.get(), profile, error,
                     sizeof(error));
+  if (!cuda_tune_report_.empty()) {
+    // What this run timed (--autotune max on CUDA), into the autotune cache; the report is
+    // consumed so that the next run stores only its own.
+    autotune::store_cuda_tune_report(cuda_tune_report_, autotune::AutotuneCache(autotune_cache_));
+    std::error_code ec;
+    std::filesystem::remove(cuda_tune_report_, ec);
+  }
   if (status == 2) throw UserError(error);
   if (status != 0) internal_error("the compiled model failed: {}", error);
 

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -101,6 +102,7 @@ struct Driver {
   CUresult (*cuGraphDestroy)(CUgraph);
   CUcontext context = nullptr;
   int arch = 0;               // compute capability as 10 * major + minor
+  char name[128] = {};        // cuDeviceGetName's, for the autotune report
   int max_shared_bytes = 0;   // dynamic shared memory a block may opt in to
   bool memory_pools = false;  // stream-ordered allocation (cuMemAllocAsync)
 };
@@ -182,6 +184,9 @@ __attribute__((visibility("hidden"))) inline Driver& driver() {
     r.cuDeviceGetAttribute(&major, 75, dev);  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
     r.cuDeviceGetAttribute(&minor, 76, dev);  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
     r.arch = 10 * major + minor;
+    using GetName = CUresult (*)(char*, int, CUdevice);
+    if (auto get_name = reinterpret_cast<GetName>(dlsym(lib, "cuDeviceGetName")))
+      get_name(r.name, static_cast<int>(sizeof r.name) - 1, dev);
     // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
     r.cuDeviceGetAttribute(&r.max_shared_bytes, 97, dev);
     r.cuDeviceGetAttribute(&pools, 115, dev);  // CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
@@ -293,6 +298,7 @@ struct BlasLt {
                                    int*);
   Status (*Matmul)(void*, void*, const void*, const void*, void*, const void*, void*, const void*,
                    const void*, void*, void*, void*, const void*, void*, size_t, CUstream);
+  size_t version = 0;  // cublasLtGetVersion's: what a cached algorithm index is valid for
 };
 
 // The values of cublasLt.h, cublas_api.h and library_types.h used here.
@@ -359,6 +365,7 @@ __attribute__((visibility("hidden"))) inline BlasLt& blas() {
     get(r.MatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute");
     get(r.MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic");
     get(r.Matmul, "cublasLtMatmul");
+    if (auto v = reinterpret_cast<size_t (*)()>(dlsym(lib, "cublasLtGetVersion"))) r.version = v();
     return r;
   }();
   return b;
@@ -444,6 +451,8 @@ struct MatMulPlan {
   void* desc = nullptr;
   void* layouts[3] = {nullptr, nullptr, nullptr};  // cuBLASLt's A (our B), B (our A), C = D
   BlasLt::Heuristic choice{};
+  /// With tuning (--autotune max): the heuristic's first algorithms, timed at the first run.
+  std::vector<BlasLt::Heuristic> candidates;
   void release() {
     if (desc != nullptr) blas().MatmulDescDestroy(desc);
     for (void*& l : layouts) {
@@ -476,6 +485,7 @@ struct Dnn {
   Status (*SetAttribute)(void*, int, int, int64_t, const void*);
   Status (*GetAttribute)(void*, int, int, int64_t, int64_t*, void*);
   Status (*Execute)(void*, void*, void*);
+  size_t version = 0;  // cudnnGetVersion's: what a cached engine index is valid for
 };
 
 // The values of cudnn_graph.h used here.
@@ -527,6 +537,7 @@ __attribute__((visibility("hidden"))) inline Dnn& dnn_api() {
       if (f == nullptr) kiln_rt::fail("cuDNN has no %s", symbol);
     };
     get(r.Create, "cudnnCreate");
+    if (auto v = reinterpret_cast<size_t (*)()>(dlsym(lib, "cudnnGetVersion"))) r.version = v();
     get(r.Destroy, "cudnnDestroy");
     get(r.SetStream, "cudnnSetStream");
     get(r.GetErrorString, "cudnnGetErrorString");
@@ -604,6 +615,65 @@ struct ConvDims {
   std::vector<int64_t> x, w, y, stride, pre, post, dilation;
   bool last;
 };
+
+/// A library call site's choice, baked into the wrapper from the autotune cache
+/// (RunState::library_choice): the index of the algorithm among cuBLASLt's heuristic results,
+/// or of the engine among the cuDNN engines make_conv_plan accepts (both listed in the same
+/// order for the same problem, GPU and library version), and the library version
+/// (cublasLtGetVersion / cudnnGetVersion) it was timed with. Index -1: the heuristic's first.
+struct LibraryChoice {
+  int index = -1;
+  int64_t version = 0;
+};
+
+/// "1,128,768": `n` values joined for a problem text.
+inline std::string join_dims(const int64_t* v, int n) {
+  std::string s;
+  for (int k = 0; k < n; ++k) {
+    if (k > 0) s += ',';
+    s += std::to_string(v[k]);
+  }
+  return s;
+}
+
+/// The element type (f32, f64, f16 or bf16) and compute type of a problem text: half types
+/// accumulate in float32, float32 uses TF32 where allowed.
+inline std::string element_text(const char* type, bool tf32) {
+  std::string text = type;
+  if (text == "f64") {
+    text.append(" fp64");
+  } else {
+    text.append(text == "f32" && tf32 ? " tf32" : " fp32");
+  }
+  return text;
+}
+
+/// The text that names a product's problem in the autotune cache: element type, compute type,
+/// epilogue (cublasLtEpilogue_t's value), residual or not, the output's sizes, K and the strides.
+/// codegen/cuda/cuda_matmul.cpp's cuda_matmul_problem writes the same text from the IR.
+inline std::string matmul_problem_text(const MatMulShape& s, const char* type, bool tf32,
+                                       Epilogue epilogue, bool residual) {
+  return element_text(type, tf32) + " epilogue " + std::to_string(static_cast<uint32_t>(epilogue)) +
+         " residual " + (residual ? "1" : "0") + " sizes " + join_dims(s.sizes, s.rank) + " k " +
+         std::to_string(s.k) + " a " + join_dims(s.a_strides, s.rank) + " b " +
+         join_dims(s.b_strides, s.rank) + " out " + join_dims(s.out_strides, s.rank);
+}
+
+/// The same for a convolution (dims in NCHW order, as ConvShape holds them; the activation's
+/// kind and parameters as the wrapper passes them); written from the IR by
+/// codegen/cuda/cuda_conv.cpp's cuda_conv_problem.
+inline std::string conv_problem_text(const ConvShape& s, const char* type, bool tf32, bool bias,
+                                     bool residual, const ConvActivation& act) {
+  const int r = s.spatial + 2;
+  char params[64];
+  std::snprintf(params, sizeof params, " alpha %.17g beta %.17g", act.alpha, act.beta);
+  return element_text(type, tf32) + (s.channels_last ? " nhwc" : " nchw") + " bias " +
+         (bias ? "1" : "0") + " residual " + (residual ? "1" : "0") + " act " +
+         std::to_string(act.kind) + params + " x " + join_dims(s.x, r) + " w " + join_dims(s.w, r) +
+         " y " + join_dims(s.y, r) + " strides " + join_dims(s.strides, s.spatial) + " pads " +
+         join_dims(s.pads_begin, s.spatial) + "," + join_dims(s.pads_end, s.spatial) +
+         " dilations " + join_dims(s.dilations, s.spatial);
+}
 
 /// The kernels of one model: cubins for one or more architectures (`arch` 80 for sm_80 ...),
 /// and with `ptx` set the PTX text for the virtual architecture compute_<arch>, which the driver
@@ -1071,8 +1141,18 @@ class RunState {
   }
 
   /// --autotune max: each new convolution plan times up to kConvTuneCandidates engines at its
-  /// first run (as KILN_CUDNN_TUNE=1 does for any model).
-  void tune_convolutions() { tune_convs_ = true; }
+  /// first run (as KILN_CUDNN_TUNE=1 does for any model), and each new product plan the first
+  /// kBlasTuneCandidates algorithms of cuBLASLt's heuristic; with KILN_CUDA_TUNE_REPORT set, the
+  /// times go to that file (report_tuning) for the compiler to keep in the autotune cache.
+  void tune_convolutions() { tune_convs_ = tune_blas_ = true; }
+
+  /// The autotune cache's choice for matrix product (`conv` false) or convolution call `site`
+  /// (LibraryChoice); such a site is not timed again.
+  void library_choice(bool conv, int site, int index, int64_t version) {
+    std::vector<LibraryChoice>& v = conv ? conv_choices_ : blas_choices_;
+    if (v.size() <= static_cast<size_t>(site)) v.resize(static_cast<size_t>(site) + 1);
+    v[static_cast<size_t>(site)] = {index, version};
+  }
 
   /// Queues the fused attention of `p` (kernel `k` of the module: one
   /// kiln_attention_f32_d<D>_v<Dv>, 8 query rows per block of 128 threads) on the run's stream,
@@ -1326,11 +1406,15 @@ class RunState {
     if (plans_.size() <= static_cast<size_t>(site)) plans_.resize(static_cast<size_t>(site) + 1);
     MatMulPlan& plan = plans_[static_cast<size_t>(site)];
     const size_t workspace = library_workspace_bytes_;
+    const LibraryChoice choice = choice_of(blas_choices_, site);
     if (plan.key != key) {
       plan.release();
       plan.key = {};
       make_plan(plan, compute, f64 ? kBlasR64F : kBlasR32F, type, epilogue, x, y, z, inner.size,
-                inner.b, inner.a, inner.d, align_b, align_a, align_c, align_d, workspace, what);
+                inner.b, inner.a, inner.d, align_b, align_a, align_c, align_d, workspace, what,
+                choice,
+                // Timing runs the product again: not where it accumulates into its own output.
+                tune_blas_ && choice.index < 0 && residual != out);
       plan.key = key;
     }
     if (epilogue == Epilogue::kBias || epilogue == Epilogue::kReluBias ||
@@ -1342,25 +1426,43 @@ class RunState {
     using Scale = std::conditional_t<f64, double, float>;
     const Scale alpha_t = static_cast<Scale>(alpha), beta_t = residual != nullptr ? 1 : 0;
     char* ws = workspace > 0 ? library_workspace() : nullptr;
-    // The looped batch dims, odometer order.
-    std::vector<int64_t> at(dims.size(), 0);
-    for (;;) {
-      int64_t oa = 0, ob = 0, od = 0;
-      for (size_t d = 0; d < dims.size(); ++d) {
-        oa += at[d] * dims[d].a;
-        ob += at[d] * dims[d].b;
-        od += at[d] * dims[d].d;
+    // The product with algorithm `algo`, every looped batch (odometer order); cuBLASLt's status.
+    auto execute = [&](const void* algo) {
+      std::vector<int64_t> at(dims.size(), 0);
+      for (;;) {
+        int64_t oa = 0, ob = 0, od = 0;
+        for (size_t d = 0; d < dims.size(); ++d) {
+          oa += at[d] * dims[d].a;
+          ob += at[d] * dims[d].b;
+          od += at[d] * dims[d].d;
+        }
+        T* dst = out + od;
+        const T* c = residual != nullptr ? residual + od : dst;
+        const int status = blas().Matmul(blas_handle_, plan.desc, &alpha_t, b + ob, plan.layouts[0],
+                                         a + oa, plan.layouts[1], &beta_t, c, plan.layouts[2], dst,
+                                         plan.layouts[2], algo, ws, workspace, stream_);
+        if (status != 0) return status;
+        size_t d = dims.size();
+        while (d > 0 && ++at[d - 1] == dims[d - 1].size) at[--d] = 0;
+        if (d == 0) return 0;
       }
-      T* dst = out + od;
-      const T* c = residual != nullptr ? residual + od : dst;
-      check_blas(blas().Matmul(blas_handle_, plan.desc, &alpha_t, b + ob, plan.layouts[0], a + oa,
-                               plan.layouts[1], &beta_t, c, plan.layouts[2], dst, plan.layouts[2],
-                               plan.choice.algo, ws, workspace, stream_),
-                 what);
-      size_t d = dims.size();
-      while (d > 0 && ++at[d - 1] == dims[d - 1].size) at[--d] = 0;
-      if (d == 0) break;
+    };
+    if (plan.candidates.size() > 1 && !capturing_) {
+      const std::string problem = matmul_problem_text(s,
+                                                      f64     ? "f64"
+                                                      : !half ? "f32"
+                                                      : bf16  ? "bf16"
+                                                              : "f16",
+                                                      tf32, epilogue, residual != nullptr);
+      std::vector<std::function<int()>> runs;
+      for (const BlasLt::Heuristic& h : plan.candidates)
+        runs.emplace_back([&execute, &h] { return execute(h.algo); });
+      const size_t chosen =
+          time_candidates(runs, plan.key, "cublaslt", problem, blas().version, what);
+      plan.choice = plan.candidates[chosen];
     }
+    plan.candidates.clear();
+    check_blas(execute(plan.choice.algo), what);
   }
 
   /// Queues Y = conv(X, W) [+ bias[k]] [+ residual] [then `act`] through cuDNN on the run's
@@ -1451,6 +1553,9 @@ class RunState {
                                 wanted.bias, wanted.residual, act.kind, alpha_bits, beta_bits};
     for (const std::vector<int64_t>* v : {&xd, &wd, &yd, &stride, &pre, &post, &dilation})
       key.insert(key.end(), v->begin(), v->end());
+    // Sites of one problem share a plan only when the autotune cache chose the same engine.
+    const LibraryChoice choice = choice_of(conv_choices_, site);
+    key.push_back(choice.index);
     if (dnn_handle_ == nullptr) {
       check_dnn(dnn_api().Create(&dnn_handle_), "creating a handle");
       check_dnn(dnn_api().SetStream(dnn_handle_, stream_), "setting its stream");
@@ -1485,7 +1590,7 @@ class RunState {
           why = "KILN_CUDNN_UNFUSED=1";
         } else {
           try {
-            made = make_conv_plan(plan, data, tf32, align, dims, wanted, what);
+            made = make_conv_plan(plan, data, tf32, align, dims, wanted, what, false, choice);
           } catch (const kiln_rt::Error& e) {
             why = e.what();
           }
@@ -1496,7 +1601,7 @@ class RunState {
           note_unfused(what, why);
         }
       }
-      if (!made) make_conv_plan(plan, data, tf32, align, dims, ConvEpilogue{}, what, true);
+      if (!made) make_conv_plan(plan, data, tf32, align, dims, ConvEpilogue{}, what, true, choice);
       plan.key = key;
     }
     // Queues `which` (a plan of this call's graph) with this call's pointers; cuDNN's status.
@@ -1530,7 +1635,21 @@ class RunState {
       api.DestroyDescriptor(pack);
       return status;
     };
-    if (plan.candidates.size() > 1 && !capturing_) pick_fastest(plan, execute, what);
+    if (plan.candidates.size() > 1 && !capturing_) {
+      std::vector<std::function<int()>> runs;
+      for (const auto& [candidate, workspace_bytes] : plan.candidates)
+        runs.emplace_back([&execute, c = candidate, b = workspace_bytes] { return execute(c, b); });
+      const size_t chosen =
+          time_candidates(runs, plan.key, "cudnn",
+                          conv_problem_text(s,
+                                            f64     ? "f64"
+                                            : !half ? "f32"
+                                            : bf16  ? "bf16"
+                                                    : "f16",
+                                            tf32, bias != nullptr, residual != nullptr, act),
+                          dnn_api().version, what);
+      std::tie(plan.plan, plan.workspace) = plan.candidates[chosen];
+    }
     plan.candidates.clear();
     check_dnn(execute(plan.plan, plan.workspace), what);
     if (plan.unfused) conv_epilogue(y, bias, residual, act, y_numel, channels, inner, what);
@@ -1685,7 +1804,7 @@ class RunState {
                  const BlasMatrix& x, const BlasMatrix& y, const BlasMatrix& d, int64_t batch,
                  int64_t x_stride, int64_t y_stride, int64_t d_stride, uint32_t align_x,
                  uint32_t align_y, uint32_t align_c, uint32_t align_d, size_t workspace,
-                 const char* what) {
+                 const char* what, const LibraryChoice& choice, bool tune) {
     BlasLt& api = blas();
     check_blas(api.MatmulDescCreate(&plan.desc, compute, scale_type), what);
     const int32_t op_x = x.op, op_y = y.op;
@@ -1717,64 +1836,136 @@ class RunState {
     api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignB, &align_y, sizeof align_y);
     api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignC, &align_c, sizeof align_c);
     api.MatmulPreferenceSetAttribute(pref, kBlasPrefAlignD, &align_d, sizeof align_d);
+    // The heuristic's first result, or the first kBlasTuneCandidates to time, or enough to
+    // reach the cached choice.
+    const int wanted = tune ? kBlasTuneCandidates : choice.index >= 0 ? choice.index + 1 : 1;
+    std::vector<BlasLt::Heuristic> results(static_cast<size_t>(wanted));
     int found = 0;
-    const int status =
-        api.MatmulAlgoGetHeuristic(blas_handle_, plan.desc, plan.layouts[0], plan.layouts[1],
-                                   plan.layouts[2], plan.layouts[2], pref, 1, &plan.choice, &found);
+    const int status = api.MatmulAlgoGetHeuristic(blas_handle_, plan.desc, plan.layouts[0],
+                                                  plan.layouts[1], plan.layouts[2], plan.layouts[2],
+                                                  pref, wanted, results.data(), &found);
     api.MatmulPreferenceDestroy(pref);
     check_blas(status, what);
     if (found == 0) kiln_rt::fail("%s: cuBLASLt has no algorithm for this product", what);
+    plan.choice = results[0];
+    if (choice.index >= 0) {
+      const bool same_version = static_cast<size_t>(choice.version) == api.version;
+      if (choice.index < found && same_version) {
+        plan.choice = results[static_cast<size_t>(choice.index)];
+      } else {
+        note_once("choice", what,
+                  "the autotune cache's cuBLASLt algorithm #" + std::to_string(choice.index) +
+                      " (timed with cuBLASLt " + std::to_string(choice.version) + ") " +
+                      (same_version ? "is not among the " + std::to_string(found) +
+                                          " algorithms this cuBLASLt lists"
+                                    : "is not valid for cuBLASLt " + std::to_string(api.version)) +
+                      "; the heuristic's first algorithm runs instead");
+      }
+    }
+    if (tune && found > 1) plan.candidates.assign(results.begin(), results.begin() + found);
   }
 
-  /// The engine each tuned convolution took in this process, by plan key: its index among the
-  /// candidates (the heuristic lists them in the same order for every run state).
-  struct TunedEngines {
+  /// The choice the wrapper gave call `site` (LibraryChoice), or none.
+  static LibraryChoice choice_of(const std::vector<LibraryChoice>& choices, int site) {
+    return static_cast<size_t>(site) < choices.size() ? choices[static_cast<size_t>(site)]
+                                                      : LibraryChoice{};
+  }
+
+  /// The choices each tuned product and convolution took in this process, by library ("cublaslt",
+  /// "cudnn") and plan key: the first run state to tune a key decides for the whole process, so
+  /// that concurrent runs run the same algorithms and give identical outputs.
+  struct TunedChoices {
     std::mutex mutex;
-    std::map<std::vector<int64_t>, size_t> chosen;
+    std::map<std::pair<std::string, std::vector<int64_t>>, size_t> chosen;
   };
-  __attribute__((visibility("hidden"))) static TunedEngines& tuned_engines() {
-    static TunedEngines t;
+  __attribute__((visibility("hidden"))) static TunedChoices& tuned_choices() {
+    static TunedChoices t;
     return t;
   }
 
-  /// Times each of `plan`'s candidates (CUDA events around 3 runs after one, on the run's
-  /// stream: the first run of a new shape waits for the GPU here) and keeps the fastest. The
-  /// first run state to tune a key decides for the whole process, so that concurrent runs run
-  /// the same engines and give identical outputs.
-  template <typename Execute>
-  void pick_fastest(ConvPlan& plan, Execute& execute, const char* what) {
-    TunedEngines& tuned = tuned_engines();
+  /// Times each of `runs` (one call of a library with one candidate algorithm or engine; its
+  /// status) on the run's stream with CUDA events: one warm-up run, then kTuneRuns runs timed one
+  /// by one, their median kept. Returns the index of the fastest (0 when none ran), reports the
+  /// times (report_tuning), and remembers the choice for `key` in this process. The first run of
+  /// a new shape waits for the GPU here.
+  template <typename Key>
+  size_t time_candidates(const std::vector<std::function<int()>>& runs, const Key& plan_key,
+                         const char* library, const std::string& problem, size_t version,
+                         const char* what) {
+    TunedChoices& tuned = tuned_choices();
     std::lock_guard<std::mutex> lock(tuned.mutex);
-    if (auto it = tuned.chosen.find(plan.key);
-        it != tuned.chosen.end() && it->second < plan.candidates.size()) {
-      std::tie(plan.plan, plan.workspace) = plan.candidates[it->second];
-      return;
-    }
+    const auto key = std::make_pair(std::string(library),
+                                    std::vector<int64_t>(plan_key.begin(), plan_key.end()));
+    if (auto it = tuned.chosen.find(key); it != tuned.chosen.end() && it->second < runs.size())
+      return it->second;
     Driver& d = driver();
     CUevent start = nullptr, stop = nullptr;
     check(d.cuEventCreate(&start, 0), what);
     check(d.cuEventCreate(&stop, 0), what);
-    float best = -1;
+    std::vector<double> medians;  // -1: the candidate failed
     size_t chosen = 0;
-    for (size_t index = 0; index < plan.candidates.size(); ++index) {
-      const auto [candidate, workspace] = plan.candidates[index];
-      bool ok = execute(candidate, workspace) == 0;
-      check(d.cuEventRecord(start, stream_), what);
-      for (int k = 0; ok && k < 3; ++k) ok = execute(candidate, workspace) == 0;
-      check(d.cuEventRecord(stop, stream_), what);
-      check(d.cuEventSynchronize(stop), what);
-      float ms = 0;
-      if (!ok || d.cuEventElapsedTime(&ms, start, stop) != 0) continue;
-      if (best < 0 || ms < best) {
-        best = ms;
-        chosen = index;
-        plan.plan = candidate;
-        plan.workspace = workspace;
+    for (size_t index = 0; index < runs.size(); ++index) {
+      bool ok = runs[index]() == 0;
+      std::vector<float> times;
+      for (int k = 0; ok && k < kTuneRuns; ++k) {
+        check(d.cuEventRecord(start, stream_), what);
+        ok = runs[index]() == 0;
+        check(d.cuEventRecord(stop, stream_), what);
+        check(d.cuEventSynchronize(stop), what);
+        float ms = 0;
+        ok = ok && d.cuEventElapsedTime(&ms, start, stop) == 0;
+        times.push_back(ms);
       }
+      if (!ok) {
+        medians.push_back(-1);
+        continue;
+      }
+      std::sort(times.begin(), times.end());
+      medians.push_back(times[times.size() / 2]);
+      if (medians[chosen] < 0 || medians.back() < medians[chosen]) chosen = index;
     }
     d.cuEventDestroy(start);
     d.cuEventDestroy(stop);
-    tuned.chosen[plan.key] = chosen;
+    if (medians[chosen] < 0) chosen = 0;
+    tuned.chosen[key] = chosen;
+    report_tuning(library, problem, version, chosen, medians);
+    return chosen;
+  }
+
+  /// With KILN_CUDA_TUNE_REPORT set: appends one line to that file for the compiler to store in
+  /// the autotune cache (autotune/cuda_choice.h reads it): tab-separated, the library, the
+  /// problem text, the GPU's name, its compute capability, the library's version, the index
+  /// chosen and each candidate's median in ms (-1: it failed).
+  void report_tuning(const char* library, const std::string& problem, size_t version, size_t chosen,
+                     const std::vector<double>& medians) {
+    const char* path = std::getenv("KILN_CUDA_TUNE_REPORT");
+    if (path == nullptr || *path == '\0') return;
+    std::string line = std::string(library) + "\t" + problem + "\t" + driver().name + "\t" +
+                       std::to_string(driver().arch) + "\t" + std::to_string(version) + "\t" +
+                       std::to_string(chosen) + "\t";
+    for (size_t k = 0; k < medians.size(); ++k) {
+      char ms[32];
+      std::snprintf(ms, sizeof ms, "%s%.6g", k > 0 ? "," : "", medians[k]);
+      line += ms;
+    }
+    line += "\n";
+    if (std::FILE* f = std::fopen(path, "a")) {
+      std::fputs(line.c_str(), f);
+      std::fclose(f);
+    }
+  }
+
+  /// Says `message` on stderr once per process per call site `what` and `kind` of note (an
+  /// unfused epilogue, a cached choice this library does not offer).
+  __attribute__((visibility("hidden"))) static void note_once(const char* kind, const char* what,
+                                                              const std::string& message) {
+    static std::mutex mutex;
+    static std::vector<std::string> said;
+    const std::string id = std::string(kind) + "\n" + what;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (std::find(said.begin(), said.end(), id) != said.end()) return;
+    said.push_back(id);
+    std::fprintf(stderr, "kiln: %s: %s\n", what, message.c_str());
   }
 
   /// Empties `plan` before it is remade: its descriptors are destroyed unless another call site
@@ -1817,17 +2008,11 @@ class RunState {
   }
 
   /// Says once per process per call site that its convolution and epilogue run unfused.
-  __attribute__((visibility("hidden"))) static void note_unfused(const char* what,
-                                                                 const std::string& why) {
-    static std::mutex mutex;
-    static std::vector<std::string> said;
-    std::lock_guard<std::mutex> lock(mutex);
-    if (std::find(said.begin(), said.end(), what) != said.end()) return;
-    said.emplace_back(what);
-    std::fprintf(stderr,
-                 "kiln: %s: cuDNN has no engine for the convolution fused with its epilogue%s%s; "
-                 "the epilogue runs as a kernel of its own after it\n",
-                 what, why.empty() ? "" : ": ", why.c_str());
+  static void note_unfused(const char* what, const std::string& why) {
+    note_once("unfused", what,
+              "cuDNN has no engine for the convolution fused with its epilogue" +
+                  (why.empty() ? std::string() : ": " + why) +
+                  "; the epilogue runs as a kernel of its own after it");
   }
 
   /// The graph of one convolution (tensors X, W, Y with unique ids 1, 2, 3) with the pointwise
@@ -1837,8 +2022,14 @@ class RunState {
   /// and needs no more workspace than the arena keeps. Returns false when none does, or fails when
   /// `required`.
   bool make_conv_plan(ConvPlan& plan, int tensor_data, bool tf32, int64_t align, const ConvDims& d,
-                      const ConvEpilogue& epilogue, const char* what, bool required = false) {
+                      const ConvEpilogue& epilogue, const char* what, bool required = false,
+                      const LibraryChoice& choice = {}) {
+    // With a cached choice: the engines up to it, the chosen one kept (when this cuDNN is the
+    // version that was timed and lists that many); with tuning and no choice: up to
+    // kConvTuneCandidates to time.
+    const bool tune = tune_convs_ && choice.index < 0;
     Dnn& api = dnn_api();
+    const bool cached = choice.index >= 0 && static_cast<size_t>(choice.version) == api.version;
     auto make = [&](int type) {
       void* t = nullptr;
       check_dnn(api.CreateDescriptor(type, &t), what);
@@ -2040,12 +2231,29 @@ class RunState {
           plan.plan = candidate;
           plan.workspace = workspace;
         }
-        if (!tune_convs_) return true;
+        if (!tune && !cached) break;
         plan.candidates.emplace_back(candidate, workspace);
-        if (plan.candidates.size() >= kConvTuneCandidates) return true;
+        if (cached && plan.candidates.size() > static_cast<size_t>(choice.index)) {
+          std::tie(plan.plan, plan.workspace) = plan.candidates.back();
+          plan.candidates.clear();
+          return true;
+        }
+        if (tune && plan.candidates.size() >= kConvTuneCandidates) return true;
       }
     }
-    if (plan.plan != nullptr) return true;
+    if (plan.plan != nullptr) {
+      if (choice.index >= 0) {
+        note_once("choice", what,
+                  "the autotune cache's cuDNN engine #" + std::to_string(choice.index) +
+                      " (timed with cuDNN " + std::to_string(choice.version) + ") " +
+                      (cached ? "is not among the " + std::to_string(plan.candidates.size()) +
+                                    " engines this cuDNN lists"
+                              : "is not valid for cuDNN " + std::to_string(api.version)) +
+                      "; the heuristic's first engine runs instead");
+        plan.candidates.clear();
+      }
+      return true;
+    }
     if (!required) return false;
     kiln_rt::fail("%s: cuDNN has no engine for this convolution%s", what,
                   tf32 || f64 ? "" : " without tensor cores (--precision fp32)");
@@ -2083,6 +2291,13 @@ class RunState {
   /// KILN_CUDNN_TUNE=1: a new convolution plan times up to kConvTuneCandidates of the
   /// heuristic's engines at its first run and keeps the fastest (else the heuristic's first).
   static constexpr size_t kConvTuneCandidates = 4;
+  /// --autotune max: the algorithms of cuBLASLt's heuristic timed per new product plan, and the
+  /// timed runs per candidate (after one warm-up run) whose median counts.
+  static constexpr int kBlasTuneCandidates = 8;
+  static constexpr int kTuneRuns = 5;
+  bool tune_blas_ = false;
+  std::vector<LibraryChoice> blas_choices_;  // per call site (library_choice)
+  std::vector<LibraryChoice> conv_choices_;
   bool tune_convs_ = [] {
     const char* v = std::getenv("KILN_CUDNN_TUNE");
     return v != nullptr && std::string(v) == "1";

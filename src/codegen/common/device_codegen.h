@@ -193,11 +193,13 @@ class DeviceCodegen {
 /// goes into a model library for other machines (`kiln compile`): the CUDA backend then builds
 /// its kernels for every architecture of cuda_library_archs() plus PTX, not for this machine's
 /// GPU. `tune_libraries` (--autotune max): the CUDA backend's library calls time their
-/// candidate algorithms at their first run (kiln_rt_cuda.h: cuDNN engines) instead of taking
-/// the heuristic's first.
+/// candidate algorithms at their first run (kiln_rt_cuda.h: cuDNN engines, cuBLASLt algorithms)
+/// instead of taking the heuristic's first. `cached_library_choices` (not --autotune off): they
+/// take the choice the autotune cache holds for their problem (autotune/cuda_choice.h).
 std::unique_ptr<DeviceCodegen> make_device_codegen(ir::Device device,
                                                    const std::filesystem::path& cache_dir,
                                                    ir::Precision precision, bool library = false,
-                                                   bool tune_libraries = false);
+                                                   bool tune_libraries = false,
+                                                   bool cached_library_choices = true);
 
 }  // namespace kiln::codegen

@@ -8,11 +8,12 @@
 namespace kiln::codegen {
 
 CudaCodegen::CudaCodegen(std::filesystem::path cache_dir, ir::Precision precision, bool library,
-                         bool tune_libraries)
+                         bool tune_libraries, bool cached_library_choices)
     : cache_dir_(std::move(cache_dir)),
       precision_(precision),
       library_(library),
-      tune_libraries_(tune_libraries) {
+      tune_libraries_(tune_libraries),
+      cached_library_choices_(cached_library_choices) {
   if (std::string why = nvrtc_missing(); !why.empty()) user_error("--device cuda: {}", why);
 }
 
@@ -29,7 +30,7 @@ std::string CudaCodegen::prelude() const { return cuda_kernel_prelude(); }
 
 std::unique_ptr<WrapperOps> CudaCodegen::wrapper_ops() const {
   return std::make_unique<CudaWrapperOps>(host_.wrapper_ops(), prelude(), cache_dir_, precision_,
-                                          library_, tune_libraries_);
+                                          library_, tune_libraries_, cached_library_choices_);
 }
 
 codecache::CompilerConfig CudaCodegen::build_config(const BuildNeeds& needs) const {

@@ -21,7 +21,7 @@ class CudaCodegen final : public DeviceCodegen {
   /// cuda_library_archs() plus PTX (a model library for other machines), else for this
   /// machine's GPU (cuda_target_archs()).
   CudaCodegen(std::filesystem::path cache_dir, ir::Precision precision, bool library = false,
-              bool tune_libraries = false);
+              bool tune_libraries = false, bool cached_library_choices = true);
   ir::Device device() const override { return ir::Device::kCuda; }
   const sched::Backend& scheduling() const override { return backend_; }
   /// Kernel groups, inputs and constants; library calls on the host-fallback list
@@ -41,7 +41,8 @@ class CudaCodegen final : public DeviceCodegen {
   std::filesystem::path cache_dir_;
   ir::Precision precision_;
   bool library_;
-  bool tune_libraries_;  // --autotune max: cuDNN engines timed at their first run
+  bool tune_libraries_;          // --autotune max: library candidates timed at their first run
+  bool cached_library_choices_;  // not --autotune off: the autotune cache's library choices
 };
 
 }  // namespace kiln::codegen

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codegen/cpp/cpp_host_text.h"
+#include "codegen/cuda/cuda_matmul.h"
 #include "sched/template_epilogue.h"
 #include "support/error.h"
 
@@ -376,6 +377,44 @@ void write_cuda_conv(IndentedBuffer& out, const ir::Buffer& buffer, int site,
       buffer.dtype == graph::DType::kBFloat16 ? ", true" : "");
   // A profiled run waits for each call, so that its event times the convolution.
   out.linef("if (profile != nullptr) state.cuda.synchronize({});", cpp_quote(label));
+}
+
+std::optional<std::string> cuda_conv_problem(const ir::Buffer& buffer, ir::Precision precision) {
+  const ir::ConvCall& call = *buffer.call.as<ir::ConvCall>();
+  const auto& in = buffer.call.inputs;
+  if (in.size() < 2 || !in[0] || !in[1]) return std::nullopt;
+  const bool bias = in.size() > 2 && in[2].has_value();
+  // As write_cuda_conv passes them: TF32 for float32 where allowed, the activation's kind and
+  // parameters, NCHW-ordered dims.
+  const bool tf32 = buffer.dtype == graph::DType::kFloat32 && ir::allows_tf32(precision);
+  const ir::ConvActivation act =
+      call.relu_post_ops > 0 ? ir::ConvActivation::kRelu : call.activation;
+  const double alpha = act == ir::ConvActivation::kRelu ? 0.0 : call.alpha,
+               beta = act == ir::ConvActivation::kRelu ? 0.0 : call.beta;
+  auto nchw = [&](const std::vector<sym::Expr>& dims) {
+    if (!call.channels_last) return dims;
+    return std::vector<sym::Expr>{dims[0], dims[3], dims[1], dims[2]};
+  };
+  const std::optional<std::string> x = integer_dims(nchw(in[0]->layout.sizes)),
+                                   w = integer_dims(nchw(in[1]->layout.sizes)),
+                                   y = integer_dims(nchw(buffer.layout.sizes));
+  if (!x || !w || !y) return std::nullopt;
+  const size_t spatial = in[0]->layout.rank() - 2;
+  std::vector<int64_t> strides, begin, end, dilations;
+  for (size_t k = 0; k < spatial; ++k) {
+    strides.push_back(k < call.strides.size() ? call.strides[k] : 1);
+    dilations.push_back(k < call.dilations.size() ? call.dilations[k] : 1);
+    begin.push_back(k < call.pads.size() ? call.pads[k] : 0);
+    end.push_back(spatial + k < call.pads.size() ? call.pads[spatial + k] : 0);
+  }
+  begin.insert(begin.end(), end.begin(), end.end());
+  // kiln_rt_cuda.h conv_problem_text's form, field for field.
+  return fmt::format(
+      "{} {} bias {} residual {} act {} alpha {:.17g} beta {:.17g} x {} w {} y {} strides {} pads "
+      "{} dilations {}",
+      problem_element_text(buffer.dtype, tf32), call.channels_last ? "nhwc" : "nchw", bias ? 1 : 0,
+      call.residual ? 1 : 0, static_cast<int>(act), alpha, beta, *x, *w, *y,
+      fmt::join(strides, ","), fmt::join(begin, ","), fmt::join(dilations, ","));
 }
 
 }  // namespace kiln::codegen

@@ -9,6 +9,7 @@
 /// one cuDNN graph (with a kernel of its own after the convolution, kiln_conv_epilogue, where
 /// cuDNN has no engine for that graph).
 
+#include <optional>
 #include <string>
 
 #include "ir/buffer.h"
@@ -40,5 +41,9 @@ std::string conv_epilogue_source();
 /// call in a profiled run, which waits for it.
 void write_cuda_conv(IndentedBuffer& out, const ir::Buffer& buffer, int site,
                      ir::Precision precision, const std::string& label);
+
+/// The text that names `buffer`'s convolution (a ConvCall on the GPU) in the autotune cache, as
+/// kiln_rt_cuda.h's conv_problem_text writes it at run time, or nothing when a size is symbolic.
+std::optional<std::string> cuda_conv_problem(const ir::Buffer& buffer, ir::Precision precision);
 
 }  // namespace kiln::codegen

@@ -97,7 +97,44 @@ class EpilogueMatcher {
   std::optional<ValueId> bias_, residual_;
 };
 
+/// The cuBLASLt epilogue of a product on the GPU: kiln_cuda::Epilogue's name and
+/// cublasLtEpilogue_t's value.
+std::pair<std::string, int> blas_epilogue(const ir::MatMulCall& call, bool bias) {
+  switch (call.activation) {
+    case ir::MatMulActivation::kNone:
+      break;
+    case ir::MatMulActivation::kRelu:
+      return bias ? std::pair{"kReluBias", 6} : std::pair{"kRelu", 2};
+    case ir::MatMulActivation::kGeluTanh:
+      return bias ? std::pair{"kGeluBias", 36} : std::pair{"kGelu", 32};
+  }
+  return bias ? std::pair{"kBias", 4} : std::pair{"kNone", 1};
+}
+
 }  // namespace
+
+std::string problem_element_text(graph::DType dtype, bool tf32) {
+  switch (dtype) {
+    case graph::DType::kFloat64:
+      return "f64 fp64";
+    case graph::DType::kFloat16:
+      return "f16 fp32";
+    case graph::DType::kBFloat16:
+      return "bf16 fp32";
+    default:
+      return tf32 ? "f32 tf32" : "f32 fp32";
+  }
+}
+
+std::optional<std::string> integer_dims(const std::vector<sym::Expr>& dims) {
+  std::string text;
+  for (const sym::Expr& d : dims) {
+    const std::optional<int64_t> v = d.as_integer();
+    if (!v) return std::nullopt;
+    text += (text.empty() ? "" : ",") + std::to_string(*v);
+  }
+  return text;
+}
 
 bool fuse_matmul_epilogue(const ir::Program& program, const ir::Buffer& product,
                           ir::Buffer& consumer) {
@@ -197,18 +234,7 @@ void write_cuda_matmul(IndentedBuffer& out, const ir::Buffer& buffer, int site,
   const bool residual = in.size() > 3 && in[3].has_value();
   KILN_CHECK(!bias || call.beta == 1.0, "matmul {}: a C other than a fused bias on CUDA",
              buffer.name);
-  std::string epilogue = "kNone";
-  switch (call.activation) {
-    case ir::MatMulActivation::kNone:
-      epilogue = bias ? "kBias" : "kNone";
-      break;
-    case ir::MatMulActivation::kRelu:
-      epilogue = bias ? "kReluBias" : "kRelu";
-      break;
-    case ir::MatMulActivation::kGeluTanh:
-      epilogue = bias ? "kGeluBias" : "kGelu";
-      break;
-  }
+  const std::string epilogue = blas_epilogue(call, bias).first;
   const std::string t = ctype(buffer.dtype);
   out.linef("// cuBLASLt, {} compute{}{}",
             buffer.dtype == graph::DType::kFloat64 ? "float64"
@@ -233,6 +259,25 @@ void write_cuda_matmul(IndentedBuffer& out, const ir::Buffer& buffer, int site,
       buffer.dtype == graph::DType::kBFloat16 ? ", true" : "");
   // A profiled run waits for each call, so that its event times the product, not its launch.
   out.linef("if (profile != nullptr) state.cuda.synchronize({});", cpp_quote(label));
+}
+
+std::optional<std::string> cuda_matmul_problem(const ir::Buffer& buffer, ir::Precision precision) {
+  const ir::MatMulCall& call = *buffer.call.as<ir::MatMulCall>();
+  const auto& in = buffer.call.inputs;
+  if (in.size() < 2 || !in[0] || !in[1]) return std::nullopt;
+  const bool bias = in.size() > 2 && in[2].has_value();
+  const bool residual = in.size() > 3 && in[3].has_value();
+  const size_t rank = buffer.layout.rank();
+  const std::optional<std::string> sizes = integer_dims(buffer.layout.sizes),
+                                   k = integer_dims({in[0]->layout.sizes[rank - 1]}),
+                                   a = integer_dims(in[0]->layout.strides),
+                                   b = integer_dims(in[1]->layout.strides),
+                                   out = integer_dims(buffer.layout.strides);
+  if (!sizes || !k || !a || !b || !out) return std::nullopt;
+  // kiln_rt_cuda.h matmul_problem_text's form, field for field.
+  return fmt::format("{} epilogue {} residual {} sizes {} k {} a {} b {} out {}",
+                     problem_element_text(buffer.dtype, ir::allows_tf32(precision)),
+                     blas_epilogue(call, bias).second, residual ? 1 : 0, *sizes, *k, *a, *b, *out);
 }
 
 }  // namespace kiln::codegen

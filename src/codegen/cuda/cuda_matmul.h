@@ -5,6 +5,9 @@
 /// float32/float64 MatMul and Gemm on CUDA as a MatMulCall over views cuBLASLt reads: a
 /// transposed operand is the op's flag, broadcast batch dims a stride of 0.
 
+#include <optional>
+#include <string>
+
 #include "ir/buffer.h"
 #include "ir/device.h"
 #include "support/indented_buffer.h"
@@ -26,5 +29,18 @@ bool fuse_matmul_epilogue(const ir::Program& program, const ir::Buffer& product,
 /// products; `label` names the call in a profiled run, which waits for it.
 void write_cuda_matmul(IndentedBuffer& out, const ir::Buffer& buffer, int site,
                        ir::Precision precision, const std::string& label);
+
+/// "1,128,768": integer dims joined by commas (kiln_rt_cuda.h's join_dims), or nothing when one
+/// is symbolic: the dims of a problem text.
+std::optional<std::string> integer_dims(const std::vector<sym::Expr>& dims);
+
+/// A problem text's element and compute types (kiln_rt_cuda.h's element_text): "f32 tf32",
+/// "f32 fp32", "f64 fp64", "f16 fp32" or "bf16 fp32".
+std::string problem_element_text(graph::DType dtype, bool tf32);
+
+/// The text that names `buffer`'s product (a MatMulCall on the GPU) in the autotune cache, as
+/// kiln_rt_cuda.h's matmul_problem_text writes it at run time (autotune/cuda_choice.h), or
+/// nothing when a size or stride is symbolic.
+std::optional<std::string> cuda_matmul_problem(const ir::Buffer& buffer, ir::Precision precision);
 
 }  // namespace kiln::codegen

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "autotune/cuda_choice.h"
 #include "codegen/cpp/cpp_host_text.h"
 #include "codegen/cuda/cuda_attention.h"
 #include "codegen/cuda/cuda_conv.h"
@@ -75,8 +76,8 @@ void CudaWrapperOps::write_workspace(IndentedBuffer& out) {
   out.line("kiln_cuda::DeviceWorkspace ws(state.cuda.memory());");
   if (uses_workspace_)
     out.line("state.cuda.reserve_library_workspace();  // cuBLASLt's and cuDNN's, in the arena");
-  if (uses_dnn_ && tune_libraries_)
-    out.line("state.cuda.tune_convolutions();  // --autotune max: cuDNN engines timed");
+  if ((uses_dnn_ || uses_blas_) && tune_libraries_)
+    out.line("state.cuda.tune_convolutions();  // --autotune max: library candidates timed");
 }
 
 void CudaWrapperOps::write_input_data(IndentedBuffer& out, size_t k, const std::string& ctype,
@@ -249,14 +250,31 @@ void CudaWrapperOps::write_kernel_call(IndentedBuffer& out, const std::string& l
   out.line("}");
 }
 
+void CudaWrapperOps::write_library_choice(IndentedBuffer& out, const std::string& library, int site,
+                                          const std::optional<std::string>& problem) {
+  if (!cached_library_choices_ || !problem) return;
+  if (autotune_gpu_.empty()) autotune_gpu_ = autotune::cuda_autotune_gpu();
+  const std::optional<autotune::CudaLibraryChoice> choice = autotune::lookup_cuda_library_choice(
+      autotune::AutotuneCache(autotune::default_autotune_cache_path(cache_dir_)), library, *problem,
+      autotune_gpu_);
+  if (!choice) return;
+  const bool conv = library == "cudnn";
+  out.linef("state.cuda.library_choice({}, {}, {}, {});  // autotune cache: {} {} #{}, sm_{}",
+            conv ? "true" : "false", site, choice->index, choice->version,
+            conv ? "cuDNN" : "cuBLASLt", conv ? "engine" : "algorithm", choice->index,
+            choice->arch);
+}
+
 void CudaWrapperOps::write_library_call(IndentedBuffer& out, const ir::Buffer& buffer,
                                         const ir::Program& program) {
   if (buffer.device == ir::Device::kCuda && buffer.call.as<ir::MatMulCall>() != nullptr) {
+    write_library_choice(out, "cublaslt", matmul_sites_, cuda_matmul_problem(buffer, precision_));
     write_cuda_matmul(out, buffer, matmul_sites_++, precision_,
                       fmt::format("matmul ({})", origins_text(buffer)));
     return;
   }
   if (buffer.device == ir::Device::kCuda && buffer.call.as<ir::ConvCall>() != nullptr) {
+    write_library_choice(out, "cudnn", conv_sites_, cuda_conv_problem(buffer, precision_));
     write_cuda_conv(out, buffer, conv_sites_++, precision_,
                     fmt::format("conv ({})", origins_text(buffer)));
     return;

@@ -31,16 +31,19 @@ class CudaWrapperOps final : public WrapperOps {
   /// `host` writes the library calls on the host (the CPU's WrapperOps); `prelude` starts the
   /// CUDA unit; cubins are cached under `cache_dir`/cuda; `precision` is that of the matrix
   /// products; `library`: cubins for cuda_library_archs() plus PTX (else for this machine's GPU);
-  /// `tune_libraries`: the run state times cuDNN's engines at each plan's first run.
+  /// `tune_libraries`: the run state times cuDNN's engines and cuBLASLt's algorithms at each
+  /// plan's first run; `cached_library_choices`: library calls take the choice the autotune
+  /// cache (default_autotune_cache_path(cache_dir)) holds for their problem (cuda_choice.h).
   CudaWrapperOps(std::unique_ptr<WrapperOps> host, std::string prelude,
                  std::filesystem::path cache_dir, ir::Precision precision, bool library,
-                 bool tune_libraries = false)
+                 bool tune_libraries = false, bool cached_library_choices = true)
       : host_(std::move(host)),
         prelude_(std::move(prelude)),
         cache_dir_(std::move(cache_dir)),
         precision_(precision),
         library_(library),
-        tune_libraries_(tune_libraries) {}
+        tune_libraries_(tune_libraries),
+        cached_library_choices_(cached_library_choices) {}
 
   /// Matrix products run on cuBLASLt and convolutions on cuDNN (no OpenBLAS or oneDNN to link);
   /// the other calls' needs are the host's.
@@ -124,6 +127,13 @@ class CudaWrapperOps final : public WrapperOps {
   ir::Precision precision_;
   bool library_;
   bool tune_libraries_;
+  bool cached_library_choices_;
+  std::string autotune_gpu_;  // cuda_autotune_gpu(), read at the first library call
+
+  /// Writes state.cuda.library_choice for call `site` of `library` ("cublaslt", "cudnn") when
+  /// the autotune cache holds a choice for its `problem`.
+  void write_library_choice(IndentedBuffer& out, const std::string& library, int site,
+                            const std::optional<std::string>& problem);
   bool uses_blas_ = false;      // a matrix product on cuBLASLt
   bool uses_dnn_ = false;       // a convolution on cuDNN
   bool conv_epilogue_ = false;  // one with a bias, residual or Relu (conv_epilogue_source)

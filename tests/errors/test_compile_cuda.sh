@@ -9,9 +9,14 @@ run_model gather "$SCRATCH/m.onnx"
 "$KILN" compile "$SCRATCH/m.onnx" --device gpu -o "$SCRATCH/m.so" --cache-dir "$CACHE" \
   2>"$SCRATCH/stderr" && fail "--device gpu should fail"
 grep -q -- '--device gpu: expected cpu or cuda' "$SCRATCH/stderr" || fail "$(cat "$SCRATCH/stderr")"
-"$KILN" compile "$SCRATCH/m.onnx" --device cuda --precision fp16 -o "$SCRATCH/m.so" \
-  --cache-dir "$CACHE" 2>"$SCRATCH/stderr" && fail "--precision fp16 should fail"
-grep -q -- '--precision fp16: expected fp32 or tf32' "$SCRATCH/stderr" || fail "$(cat "$SCRATCH/stderr")"
+"$KILN" compile "$SCRATCH/m.onnx" --device cuda --precision fp8 -o "$SCRATCH/m.so" \
+  --cache-dir "$CACHE" 2>"$SCRATCH/stderr" && fail "--precision fp8 should fail"
+grep -q -- '--precision fp8: expected fp32, tf32, fp16 or bf16' "$SCRATCH/stderr" ||
+  fail "$(cat "$SCRATCH/stderr")"
+# The half types are for CUDA: the CPU computes float32.
+"$KILN" compile "$SCRATCH/m.onnx" --precision fp16 -o "$SCRATCH/m.so" --cache-dir "$CACHE" \
+  2>"$SCRATCH/stderr" && fail "--precision fp16 on the CPU should fail"
+grep -q -- '--precision fp16 is for --device cuda' "$SCRATCH/stderr" || fail "$(cat "$SCRATCH/stderr")"
 if ! "$KILN" compile "$SCRATCH/m.onnx" --device cuda -o "$SCRATCH/m.so" --cache-dir "$CACHE" \
   >"$SCRATCH/stdout" 2>"$SCRATCH/stderr"; then
   grep -q -e 'built without the CUDA toolkit' -e 'NVRTC' "$SCRATCH/stderr" || fail "$(cat "$SCRATCH/stderr")"

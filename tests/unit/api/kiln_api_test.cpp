@@ -86,13 +86,13 @@ TEST(CompileDevice, AnUnknownDeviceOrPrecisionIsRefused) {
         << e.what();
   }
   options.device = "cuda";
-  options.precision = "fp16";
+  options.precision = "fp8";
   try {
     kiln::compile(kMlp, options);
     FAIL() << "expected kiln::Error";
   } catch (const kiln::Error& e) {
     EXPECT_EQ(e.code(), KILN_ERROR_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(e.what()).find("precision 'fp16': expected fp32 or tf32"),
+    EXPECT_NE(std::string(e.what()).find("precision 'fp8': expected fp32, tf32, fp16 or bf16"),
               std::string::npos)
         << e.what();
   }

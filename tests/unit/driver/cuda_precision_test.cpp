@@ -373,7 +373,9 @@ TEST_P(CudaHalfPrecision, CnnBlock) {
   EXPECT_EQ(count(c.wrapper, "state.cuda.conv<float>("), 0u) << c.wrapper;
   const std::string call = line_of(c.wrapper, "state.cuda.conv<uint16_t>(");
   EXPECT_EQ(call.ends_with(", true);"), p.half == DType::kBFloat16) << call;
-  EXPECT_NE(call.find(", nullptr, nullptr, false, "), std::string::npos) << call;
+  EXPECT_NE(call.find(", nullptr, nullptr, kiln_cuda::ConvActivation{0, 0, 0}, "),
+            std::string::npos)
+      << call;
   EXPECT_NE(c.wrapper.find("// cuDNN convolution, " + std::string(graph::dtype_name(p.half)) +
                            " tensors, float32 compute"),
             std::string::npos)

@@ -194,17 +194,19 @@ class PyModel {
   }
 
   /// kiln::bench on arrays in input order; the figures `kiln bench --json` prints.
-  py::dict bench(const std::vector<py::array>& arrays, int iters, int warmup) const {
+  py::dict bench(const std::vector<py::array>& arrays, int iters, int warmup,
+                 double wait_ms) const {
     std::vector<kiln::Tensor> inputs = tensor_views(arrays, model_.inputs());
     kiln::BenchResult r;
     {
       py::gil_scoped_release release;
-      r = kiln::bench(model_, inputs, {.iters = iters, .warmup = warmup});
+      r = kiln::bench(model_, inputs, {.iters = iters, .warmup = warmup, .wait_ms = wait_ms});
     }
     py::dict d;
     d["threads"] = threads_ > 0 ? threads_ : omp_get_max_threads();
     d["iters"] = r.iters;
     d["warmup"] = r.warmup;
+    d["wait_ms"] = wait_ms;
     d["compile_s"] = report_.seconds;
     d["cache_hit"] = report_.cache_hit;
     d["min_ms"] = r.min_ms;
@@ -298,7 +300,8 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly("variant", &PyModel::variant)
       .def_property_readonly("report", &PyModel::report)
       .def("run", &PyModel::run, py::arg("inputs"))
-      .def("bench", &PyModel::bench, py::arg("inputs"), py::arg("iters"), py::arg("warmup"));
+      .def("bench", &PyModel::bench, py::arg("inputs"), py::arg("iters"), py::arg("warmup"),
+           py::arg("wait_ms"));
 
   m.def("compile_path", &compile_path, py::arg("path"), py::arg("autotune"), py::arg("threads"),
         py::arg("cache_dir"), py::arg("dims"));

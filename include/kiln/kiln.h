@@ -279,8 +279,9 @@ Model compile_bytes(std::string_view onnx_bytes, const CompileOptions& options =
                     CompileReport* report = nullptr, const std::string& source_name = "<bytes>");
 
 struct BenchOptions {
-  int iters = 100;  // timed runs
-  int warmup = 10;  // untimed runs before them
+  int iters = 100;     // timed runs
+  int warmup = 10;     // untimed runs before them
+  double wait_ms = 0;  // untimed sleep before each run (a server's gap between requests)
 };
 
 /// Latency of Model::run as `kiln bench` reports it: nearest-rank percentiles of the timed runs
@@ -341,10 +342,11 @@ std::vector<double> time_runs(int warmup, int iters, Run&& run, double wait_ms =
 /// options.
 inline BenchResult bench(const Model& model, const std::vector<Tensor>& inputs,
                          const BenchOptions& options = {}) {
-  if (options.iters < 1 || options.warmup < 0)
-    throw Error(KILN_ERROR_INVALID_ARGUMENT, "bench: iters must be at least 1, warmup at least 0");
-  std::vector<double> ms =
-      time_runs(options.warmup, options.iters, [&] { return model.run(inputs); });
+  if (options.iters < 1 || options.warmup < 0 || !(options.wait_ms >= 0))
+    throw Error(KILN_ERROR_INVALID_ARGUMENT,
+                "bench: iters must be at least 1, warmup and wait_ms at least 0");
+  std::vector<double> ms = time_runs(
+      options.warmup, options.iters, [&] { return model.run(inputs); }, options.wait_ms);
   return bench_figures(std::move(ms), options.warmup);
 }
 

@@ -184,10 +184,11 @@ class Model:
             feeds[info.name] = np.asarray(value, dtype=info.dtype)
         return feeds
 
-    def bench(self, feeds=None, *, iters=100, warmup=10, dims=None):
-        """Times the model as `kiln bench` does (warm-up runs, then `iters` timed runs) on `feeds`
-        or, when None, on random_inputs(dims); returns `kiln bench --json`'s figures: threads,
-        iters, warmup, compile_s, cache_hit, min_ms, p50_ms, p90_ms, p99_ms, mean_ms,
+    def bench(self, feeds=None, *, iters=100, warmup=10, dims=None, wait_ms=0):
+        """Times the model as `kiln bench` does (warm-up runs, then `iters` timed runs, each after
+        an untimed sleep of `wait_ms`, as `kiln bench --wait-ms`) on `feeds` or, when None, on
+        random_inputs(dims); returns `kiln bench --json`'s figures: threads, iters, warmup,
+        wait_ms, compile_s, cache_hit, min_ms, p50_ms, p90_ms, p99_ms, mean_ms,
         throughput_per_s, and batch and samples_per_s (the first input's leading dim)."""
         if feeds is None:
             feeds = self.random_inputs(dims)
@@ -196,7 +197,9 @@ class Model:
         for name, value in (("iters", iters), ("warmup", warmup)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise KilnUserError(f"bench: {name} must be an int, got {value!r}")
-        figures = self._native.bench(self._arrays(feeds, "bench"), iters, warmup)
+        if isinstance(wait_ms, bool) or not isinstance(wait_ms, (int, float)) or not wait_ms >= 0:
+            raise KilnUserError(f"bench: wait_ms must be a number at least 0, got {wait_ms!r}")
+        figures = self._native.bench(self._arrays(feeds, "bench"), iters, warmup, float(wait_ms))
         return {"model": self.path, **figures}
 
     def export(self, path):

@@ -636,6 +636,14 @@ inline std::string join_dims(const int64_t* v, int n) {
   return s;
 }
 
+/// A problem text's name of element type T (uint16_t: bfloat16 when `bf16`, else float16).
+template <typename T>
+inline const char* element_name(bool bf16) {
+  if constexpr (std::is_same_v<T, double>) return "f64";
+  if constexpr (std::is_same_v<T, uint16_t>) return bf16 ? "bf16" : "f16";
+  return "f32";
+}
+
 /// The element type (f32, f64, f16 or bf16) and compute type of a problem text: half types
 /// accumulate in float32, float32 uses TF32 where allowed.
 inline std::string element_text(const char* type, bool tf32) {
@@ -1448,12 +1456,8 @@ class RunState {
       }
     };
     if (plan.candidates.size() > 1 && !capturing_) {
-      const std::string problem = matmul_problem_text(s,
-                                                      f64     ? "f64"
-                                                      : !half ? "f32"
-                                                      : bf16  ? "bf16"
-                                                              : "f16",
-                                                      tf32, epilogue, residual != nullptr);
+      const std::string problem =
+          matmul_problem_text(s, element_name<T>(bf16), tf32, epilogue, residual != nullptr);
       std::vector<std::function<int()>> runs;
       for (const BlasLt::Heuristic& h : plan.candidates)
         runs.emplace_back([&execute, &h] { return execute(h.algo); });
@@ -1641,12 +1645,8 @@ class RunState {
         runs.emplace_back([&execute, c = candidate, b = workspace_bytes] { return execute(c, b); });
       const size_t chosen =
           time_candidates(runs, plan.key, "cudnn",
-                          conv_problem_text(s,
-                                            f64     ? "f64"
-                                            : !half ? "f32"
-                                            : bf16  ? "bf16"
-                                                    : "f16",
-                                            tf32, bias != nullptr, residual != nullptr, act),
+                          conv_problem_text(s, element_name<T>(bf16), tf32, bias != nullptr,
+                                            residual != nullptr, act),
                           dnn_api().version, what);
       std::tie(plan.plan, plan.workspace) = plan.candidates[chosen];
     }

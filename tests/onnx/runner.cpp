@@ -314,38 +314,48 @@ std::string opset_label(const CaseResult& r) {
   return r.opset == 0 ? std::string("?") : std::to_string(r.opset);
 }
 
+/// Passed, failed and skipped cases (skipped: excluded or refused, and still failing as they
+/// must), as print_report() counts them per op and per opset.
+struct CaseCounts {
+  int passed = 0, failed = 0, skipped = 0;
+  void add(const CaseResult& r) {
+    if (r.excluded && !r.passed) {
+      ++skipped;
+    } else if (r.passed && !r.excluded) {
+      ++passed;
+    } else {
+      ++failed;
+    }
+  }
+};
+
 void print_report(const std::vector<CaseResult>& results, double seconds, bool by_opset) {
-  // op (and opset) -> (passed, failed)
-  std::map<std::pair<std::string, std::string>, std::pair<int, int>> per_op;
-  std::map<std::string, std::pair<int, int>> per_opset;
+  std::map<std::pair<std::string, std::string>, CaseCounts> per_op;  // (op, opset)
+  std::map<std::string, CaseCounts> per_opset;
   for (const CaseResult& r : results) {
     if (r.unrun) continue;
     std::string opset = by_opset ? opset_label(r) : "";
-    for (const std::string& op : r.ops) {
-      (r.passed ? per_op[{op, opset}].first : per_op[{op, opset}].second)++;
-    }
-    if (r.ops.empty())
-      (r.passed ? per_op[{"(not imported)", opset}].first
-                : per_op[{"(not imported)", opset}].second)++;
-    (r.passed ? per_opset[opset_label(r)].first : per_opset[opset_label(r)].second)++;
+    for (const std::string& op : r.ops) per_op[{op, opset}].add(r);
+    if (r.ops.empty()) per_op[{"(not imported)", opset}].add(r);
+    per_opset[opset_label(r)].add(r);
   }
-  if (by_opset) {
-    fmt::print("{:<28} {:>6} {:>7} {:>7}\n", "op", "opset", "passed", "failed");
-  } else {
-    fmt::print("{:<28} {:>7} {:>7}\n", "op", "passed", "failed");
-  }
-  for (const auto& [key, counts] : per_op) {
+  const auto row = [&](const std::string& name, const std::string& opset, const std::string& passed,
+                       const std::string& failed, const std::string& skipped) {
     if (by_opset) {
-      fmt::print("{:<28} {:>6} {:>7} {:>7}\n", key.first, key.second, counts.first, counts.second);
+      fmt::print("{:<28} {:>6} {:>7} {:>7} {:>7}\n", name, opset, passed, failed, skipped);
     } else {
-      fmt::print("{:<28} {:>7} {:>7}\n", key.first, counts.first, counts.second);
+      fmt::print("{:<28} {:>7} {:>7} {:>7}\n", name, passed, failed, skipped);
     }
-  }
+  };
+  const auto counts_row = [&](const std::string& name, const std::string& opset,
+                              const CaseCounts& c) {
+    row(name, opset, std::to_string(c.passed), std::to_string(c.failed), std::to_string(c.skipped));
+  };
+  row("op", "opset", "passed", "failed", "skipped");
+  for (const auto& [key, counts] : per_op) counts_row(key.first, key.second, counts);
   if (by_opset) {
-    fmt::print("{:<28} {:>6} {:>7} {:>7}\n", "cases by opset", "opset", "passed", "failed");
-    for (const auto& [opset, counts] : per_opset) {
-      fmt::print("{:<28} {:>6} {:>7} {:>7}\n", "", opset, counts.first, counts.second);
-    }
+    row("cases by opset", "opset", "passed", "failed", "skipped");
+    for (const auto& [opset, counts] : per_opset) counts_row("", opset, counts);
   }
   // Off the CPU, where each case's ONNX nodes ran, and the totals over the passing cases.
   std::map<std::string, int> nodes_total;
@@ -358,18 +368,13 @@ void print_report(const std::vector<CaseResult>& results, double seconds, bool b
     }
     fmt::print("nodes {}: {}\n", r.name, fmt::join(parts, ", "));
   }
-  int passed = 0, failed = 0, skipped = 0;
+  CaseCounts total;
   for (const CaseResult& r : results) {
-    if (r.excluded && !r.passed) {
-      ++skipped;
-    } else if (r.excluded) {
-      ++failed;
+    total.add(r);
+    if (r.excluded && r.passed) {
       fmt::print("FAIL {}: passes while excluded; remove it from the exclusions or refusals\n",
                  r.name);
-    } else if (r.passed) {
-      ++passed;
-    } else {
-      ++failed;
+    } else if (!r.excluded && !r.passed) {
       fmt::print("FAIL {}: {}\n", r.name, r.message);
     }
   }
@@ -381,7 +386,7 @@ void print_report(const std::vector<CaseResult>& results, double seconds, bool b
         fmt::join(parts, ", "));
   }
   fmt::print("wall time {:.1f} s\n", seconds);
-  fmt::print("{} passed, {} failed, {} skipped\n", passed, failed, skipped);
+  fmt::print("{} passed, {} failed, {} skipped\n", total.passed, total.failed, total.skipped);
 }
 
 bool all_good(const std::vector<CaseResult>& results) {
@@ -545,8 +550,8 @@ int main(int argc, char** argv) {
             results[i].name = cases[i];
             results[i].unrun = true;
           } else {
-            results[i] = run_case(dirs.case_dir(cases[i]), cases[i], cache_dir,
-                                  core.count(cases[i]) > 0);
+            results[i] =
+                run_case(dirs.case_dir(cases[i]), cases[i], cache_dir, core.count(cases[i]) > 0);
           }
           results[i].excluded = is_excluded;
         }

@@ -610,15 +610,21 @@ void GraphLowering::bind_outputs() {
 namespace {
 
 // Whether ConvLayout::kAuto runs `graph` channels-last: it has a depthwise convolution (W
-// [M, 1, ...] with group > 1) or kChannelsLastMinConvs float32 2-D convolutions.
-bool is_convolution_network(const graph::Graph& graph) {
+// [M, 1, ...] with group > 1) or kChannelsLastMinConvs float32 2-D convolutions (on CUDA also
+// float16 and bfloat16 ones: cuDNN runs them channels-last on the tensor cores).
+bool is_convolution_network(const graph::Graph& graph, ir::Device device) {
   int convs = 0;
   for (const auto& node : graph.nodes()) {
     if (node->op_type() != "Conv" || !node->domain().empty()) continue;
     const graph::Value* w = node->input(1);
     if (w == nullptr || !w->type().shape || w->type().shape->size() != 4) continue;
     if (node->attr_int("group", 1) > 1 && (*w->type().shape)[1] == sym::Expr(1)) return true;
-    if (w->type().dtype == graph::DType::kFloat32) ++convs;
+    const graph::DType dtype = w->type().dtype;
+    if (dtype == graph::DType::kFloat32 ||
+        (device == ir::Device::kCuda &&
+         (dtype == graph::DType::kFloat16 || dtype == graph::DType::kBFloat16))) {
+      ++convs;
+    }
   }
   return convs >= kChannelsLastMinConvs;
 }
@@ -629,7 +635,8 @@ ir::Program lower_graph(const graph::Graph& graph, const LoweringOptions& given)
   LoweringOptions options = given;
   if (options.conv_layout == ConvLayout::kAuto) {
     options.conv_layout =
-        is_convolution_network(graph) ? ConvLayout::kChannelsLast : ConvLayout::kNchw;
+        is_convolution_network(graph, options.device) ? ConvLayout::kChannelsLast
+                                                       : ConvLayout::kNchw;
   }
   BranchSpecializer specializer(graph);
   for (;;) {

@@ -8,6 +8,7 @@
 /// Tests: the ONNX node suite (interpreter_cases.txt).
 
 #include <algorithm>
+#include <cstring>
 
 #include "autotune/select.h"
 #include "lower/lowering.h"
@@ -342,8 +343,11 @@ std::vector<TensorValue> lower_gemm(LoweringContext& ctx, const graph::Node& nod
 // channel per input channel (each pixel a sum of channel vectors).
 bool runs_channels_last(LoweringContext& ctx, const TensorValue& x, const TensorValue& w,
                         int64_t group) {
+  // float32 anywhere; float16 and bfloat16 on CUDA (cuDNN's half convolutions run on the
+  // tensor cores in channels-last; the CPU converts them to float32 before it gets here).
+  const bool half = x.dtype == DType::kFloat16 || x.dtype == DType::kBFloat16;
   if (ctx.options().conv_layout != ConvLayout::kChannelsLast || x.rank() != 4 ||
-      x.dtype != DType::kFloat32) {
+      !(x.dtype == DType::kFloat32 || (half && ctx.options().device == ir::Device::kCuda))) {
     return false;
   }
   if (group == 1) return true;
@@ -354,29 +358,33 @@ bool runs_channels_last(LoweringContext& ctx, const TensorValue& x, const Tensor
 TensorValue conv_value(LoweringContext& ctx, const graph::Node& node, const TensorValue& x,
                        const TensorValue& w, const TensorValue* bias);
 
-/// W [M, C, KH, KW] (float32) as [M, KH, KW, C] (KRSC, cuDNN's channels-last weight): a
-/// constant weight packed here, so that a BatchNormalization after the convolution still finds
-/// a constant weight to fold into (lower/norm.cpp); any other weight reordered by a copy.
+/// W [M, C, KH, KW] as [M, KH, KW, C] (KRSC, cuDNN's channels-last weight): a constant weight
+/// (float32, or float16/bfloat16 as --precision converted it) packed here, so that a
+/// BatchNormalization after the convolution still finds a constant weight to fold into
+/// (lower/norm.cpp); any other weight reordered by a copy.
 TensorValue weight_krsc(LoweringContext& ctx, const TensorValue& w) {
   const std::optional<std::string> name = ctx.as_buffer(w);
   const ir::Buffer* buffer = name ? ctx.program().find(*name) : nullptr;
+  const DType dtype =
+      buffer != nullptr && buffer->constant ? buffer->constant->dtype() : DType::kUndefined;
   if (buffer == nullptr || buffer->kind != ir::BufferKind::kConstant || !buffer->constant ||
-      buffer->constant->dtype() != DType::kFloat32 || buffer->constant->dims().size() != 4 ||
-      !buffer->layout.is_contiguous() || buffer->layout.offset != Expr(0)) {
+      (dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBFloat16) ||
+      buffer->constant->dims().size() != 4 || !buffer->layout.is_contiguous() ||
+      buffer->layout.offset != Expr(0)) {
     return ctx.realize(ctx.to_channels_last(w), "a convolution weight packed [M, KH, KW, C]");
   }
   const std::vector<int64_t> dims = buffer->constant->dims();
   const int64_t m = dims[0], c = dims[1], kh = dims[2], kw = dims[3];
-  auto packed =
-      std::make_shared<graph::Tensor>(DType::kFloat32, std::vector<int64_t>{m, kh, kw, c});
-  std::span<const float> from = buffer->constant->values<float>();
-  std::span<float> to = packed->mutable_values<float>();
+  auto packed = std::make_shared<graph::Tensor>(dtype, std::vector<int64_t>{m, kh, kw, c});
+  const size_t size = graph::dtype_size(dtype);
+  const auto* from = static_cast<const unsigned char*>(buffer->constant->data());
+  auto* to = static_cast<unsigned char*>(packed->mutable_data());
   for (int64_t o = 0; o < m; ++o) {
     for (int64_t i = 0; i < c; ++i) {
       for (int64_t r = 0; r < kh; ++r) {
         for (int64_t t = 0; t < kw; ++t) {
-          to[static_cast<size_t>(((o * kh + r) * kw + t) * c + i)] =
-              from[static_cast<size_t>(((o * c + i) * kh + r) * kw + t)];
+          std::memcpy(to + static_cast<size_t>(((o * kh + r) * kw + t) * c + i) * size,
+                      from + static_cast<size_t>(((o * c + i) * kh + r) * kw + t) * size, size);
         }
       }
     }
@@ -460,10 +468,10 @@ TensorValue conv_value(LoweringContext& ctx, const graph::Node& node, const Tens
       ctx.as_view(weight_last ? weight_krsc(ctx, w) : w, true)};
   if (bias != nullptr && bias->rank() != 1)
     ctx.fail("expected a 1-D bias, found " + graph::shape_str(bias->shape));
-  // On CUDA a float32 convolution takes its bias into cuDNN's graph with what follows it (a
-  // residual Add, a Relu: cuda_conv.h fuses them); a float64, float16 or bfloat16 one has it as
-  // a pointwise consumer (fused with the ops after it into one generated kernel).
-  const bool bias_input = !cuda || x.dtype == DType::kFloat32;
+  // On CUDA a float32, float16 or bfloat16 convolution takes its bias into cuDNN's graph with
+  // what follows it (a residual Add, an activation: cuda_conv.h fuses them); a float64 one has
+  // it as a pointwise consumer (fused with the ops after it into one generated kernel).
+  const bool bias_input = !cuda || x.dtype != DType::kFloat64;
   if (bias != nullptr && bias_input) views.push_back(ctx.as_view(*bias, true));
   ir::ConvCall call;
   call.strides = g.strides;

@@ -1477,9 +1477,9 @@ class RunState {
   /// TF32 tensor cores (else engines that use them are skipped). `site` numbers the call in the
   /// wrapper; its plan is remade only when the shape, layout, epilogue, alignment or precision
   /// change.
-  /// uint16_t elements are float16, or bfloat16 when `bf16` (--precision fp16|bf16): X, W and Y
-  /// in that type, computed in float32 on the tensor cores, with no epilogue (the bias and what
-  /// follows are a generated kernel).
+  /// uint16_t elements are float16, or bfloat16 when `bf16` (--precision fp16|bf16): X, W, Y,
+  /// bias and residual in that type, computed in float32 on the tensor cores (the convolution
+  /// and the epilogue's pointwise nodes; the values between them float32, rounded once into Y).
   template <typename T>
   void conv(int site, const ConvShape& s, const T* x, const T* w, T* y, const T* bias,
             const T* residual, ConvActivation act, bool tf32, const char* what, bool bf16 = false) {
@@ -1487,8 +1487,6 @@ class RunState {
         std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, uint16_t>,
         "cuDNN convolutions are float32, float64, float16 or bfloat16 here");
     constexpr bool half = std::is_same_v<T, uint16_t>;
-    if (half && (bias != nullptr || residual != nullptr || act.kind != 0))
-      kiln_rt::fail("%s: a float16/bfloat16 convolution with an epilogue", what);
     int64_t y_numel = 1, x_numel = 1, w_numel = 1;
     for (int d = 0; d < s.spatial + 2; ++d) {
       y_numel *= s.y[d];
@@ -1508,7 +1506,7 @@ class RunState {
       check(driver().cuMemsetD8Async(device_ptr(y), 0, static_cast<size_t>(y_numel) * sizeof(T),
                                      stream_),
             what);
-      if (epilogue) conv_epilogue(y, bias, residual, act, y_numel, channels, inner, what);
+      if (epilogue) conv_epilogue(y, bias, residual, act, y_numel, channels, inner, what, bf16);
       return;
     }
     // Dims as cuDNN takes them (at least 2 spatial: a 1-D convolution gets height 1).
@@ -1652,7 +1650,7 @@ class RunState {
     }
     plan.candidates.clear();
     check_dnn(execute(plan.plan, plan.workspace), what);
-    if (plan.unfused) conv_epilogue(y, bias, residual, act, y_numel, channels, inner, what);
+    if (plan.unfused) conv_epilogue(y, bias, residual, act, y_numel, channels, inner, what, bf16);
   }
 
   /// Element `k` of `device`, for the host: a size computed from data. Waits for the GPU.
@@ -1987,15 +1985,18 @@ class RunState {
 
   /// Queues `call`'s epilogue after the convolution alone wrote `y` (kiln_conv_epilogue, in the
   /// model's module when a convolution has one).
+  /// uint16_t elements are float16, or bfloat16 when `bf16`.
   template <typename T>
   void conv_epilogue(T* y, const T* bias, const T* residual, ConvActivation act, int64_t n,
-                     int64_t channels, int64_t inner, const char* what) {
-    if constexpr (std::is_same_v<T, uint16_t>) {
-      kiln_rt::fail("%s: no convolution epilogue kernel for float16/bfloat16", what);
-    }
-    constexpr bool f64 = std::is_same_v<T, double>;
-    CUfunction& f = f64 ? conv_epilogue_f64_ : conv_epilogue_f32_;
-    const char* name = f64 ? "kiln_conv_epilogue_f64" : "kiln_conv_epilogue_f32";
+                     int64_t channels, int64_t inner, const char* what, bool bf16) {
+    // Indexed as conv_epilogue_ and kKernels: f32, f64, f16, bf16.
+    static constexpr const char* kKernels[] = {"kiln_conv_epilogue_f32", "kiln_conv_epilogue_f64",
+                                               "kiln_conv_epilogue_f16", "kiln_conv_epilogue_bf16"};
+    const size_t kind = std::is_same_v<T, double>     ? 1
+                        : std::is_same_v<T, uint16_t> ? (bf16 ? 3 : 2)
+                                                      : 0;
+    CUfunction& f = conv_epilogue_[kind];
+    const char* name = kKernels[kind];
     if (f == nullptr) {
       if (module_ == nullptr)
         kiln_rt::fail("%s: the model's kernels have no convolution epilogue", what);
@@ -2302,8 +2303,7 @@ class RunState {
     const char* v = std::getenv("KILN_CUDNN_TUNE");
     return v != nullptr && std::string(v) == "1";
   }();
-  CUfunction conv_epilogue_f32_ = nullptr;  // kiln_conv_epilogue_*, found when first needed
-  CUfunction conv_epilogue_f64_ = nullptr;
+  CUfunction conv_epilogue_[4] = {};    // kiln_conv_epilogue_*, found when first needed
   std::vector<const void*> constants_;  // by number: shared or own copies
   std::vector<void*> own_constants_;    // freed with the state
   SharedConstants* shared_constants_ = nullptr;

@@ -132,12 +132,16 @@ std::optional<Activation> match_activation(const ir::LoopBody& body, ValueId sto
 bool fuse_conv_epilogue(const ir::Program& program, const ir::Buffer& product,
                         ir::Buffer& consumer) {
   const ir::ConvCall* call = product.call.as<ir::ConvCall>();
+  // float32, or a half type (its loads compute in float32; cuDNN's pointwise nodes too).
+  const graph::DType dtype = product.dtype;
   if (call == nullptr || call->choice != nullptr || call->residual || call->relu_post_ops != 0 ||
       call->activation != ir::ConvActivation::kNone || product.call.inputs.size() > 3 ||
-      product.dtype != graph::DType::kFloat32 || consumer.kind != ir::BufferKind::kComputed ||
-      consumer.is_reduction() || consumer.dtype != graph::DType::kFloat32 ||
-      consumer.layout.sizes != product.layout.sizes || !consumer.layout.is_contiguous() ||
-      !product.layout.is_contiguous() || consumer.body.sizes() != product.layout.sizes) {
+      (dtype != graph::DType::kFloat32 && dtype != graph::DType::kFloat16 &&
+       dtype != graph::DType::kBFloat16) ||
+      consumer.kind != ir::BufferKind::kComputed || consumer.is_reduction() ||
+      consumer.dtype != dtype || consumer.layout.sizes != product.layout.sizes ||
+      !consumer.layout.is_contiguous() || !product.layout.is_contiguous() ||
+      consumer.body.sizes() != product.layout.sizes) {
     return false;
   }
   const ir::LoopBody& body = consumer.body;
@@ -154,7 +158,7 @@ bool fuse_conv_epilogue(const ir::Program& program, const ir::Buffer& product,
     if (stored) return false;
     switch (op.code) {
       case OpCode::kLoad: {
-        if (op.mask != ir::kNoValue || op.buffer_dtype != graph::DType::kFloat32 ||
+        if (op.mask != ir::kNoValue || op.buffer_dtype != dtype ||
             op.dtype != graph::DType::kFloat32) {
           return false;
         }
@@ -166,9 +170,8 @@ bool fuse_conv_epilogue(const ir::Program& program, const ir::Buffer& product,
         // Any other buffer of the product's sizes, contiguous, read at the element the
         // iteration computes: the residual.
         const ir::Buffer* r = program.find(op.buffer);
-        if (residual || r == nullptr || op.buffer == product.name ||
-            r->dtype != graph::DType::kFloat32 || r->layout.sizes != product.layout.sizes ||
-            !r->layout.is_contiguous() ||
+        if (residual || r == nullptr || op.buffer == product.name || r->dtype != dtype ||
+            r->layout.sizes != product.layout.sizes || !r->layout.is_contiguous() ||
             op.index != sched::elementwise_index(program, r->layout, body)) {
           return false;
         }
@@ -215,8 +218,7 @@ bool fuse_conv_epilogue(const ir::Program& program, const ir::Buffer& product,
   consumer.call = product.call;
   if (added) {
     consumer.call.inputs.resize(3);  // no bias: input 2 absent
-    consumer.call.inputs.push_back(
-        ir::View{residual_buffer->name, graph::DType::kFloat32, residual_buffer->layout});
+    consumer.call.inputs.push_back(ir::View{residual_buffer->name, dtype, residual_buffer->layout});
   }
   consumer.call.op = fused;
   for (const ir::Origin& o : product.origins) consumer.add_origin(o);
@@ -266,32 +268,50 @@ __device__ T kiln_conv_activation(T v, int64_t act, T alpha, T beta) {
   }
 }
 
-template <typename T>
-__device__ void kiln_conv_epilogue(T* y, const T* bias, const T* residual, int64_t act,
+// How an element type S is stored and computed: float and double as they are; float16 and
+// bfloat16 (uint16_t bits) computed in float32 and rounded once when stored.
+template <typename S>
+struct KilnConvElement {
+  using Compute = S;
+  __device__ static S load(S v) { return v; }
+  __device__ static S store(S v) { return v; }
+};
+struct KilnConvF16 {
+  using Compute = float;
+  __device__ static float load(uint16_t v) { return kiln::half_to_float(v); }
+  __device__ static uint16_t store(float v) { return kiln::float_to_half(v); }
+};
+struct KilnConvBf16 {
+  using Compute = float;
+  __device__ static float load(uint16_t v) { return kiln::bf16_to_float(v); }
+  __device__ static uint16_t store(float v) { return kiln::float_to_bf16(v); }
+};
+
+template <typename E, typename S>
+__device__ void kiln_conv_epilogue(S* y, const S* bias, const S* residual, int64_t act,
                                    double alpha, double beta, int64_t n, int64_t channels,
                                    int64_t inner) {
+  using T = typename E::Compute;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    T v = y[i];
-    if (bias != nullptr) v = v + bias[i / inner % channels];
-    if (residual != nullptr) v = v + residual[i];
-    y[i] = kiln_conv_activation(v, act, static_cast<T>(alpha), static_cast<T>(beta));
+    T v = E::load(y[i]);
+    if (bias != nullptr) v = v + E::load(bias[i / inner % channels]);
+    if (residual != nullptr) v = v + E::load(residual[i]);
+    y[i] = E::store(kiln_conv_activation(v, act, static_cast<T>(alpha), static_cast<T>(beta)));
   }
 }
 
-extern "C" __global__ void kiln_conv_epilogue_f32(float* y, const float* bias,
-                                                  const float* residual, int64_t act,
-                                                  double alpha, double beta, int64_t n,
-                                                  int64_t channels, int64_t inner) {
-  kiln_conv_epilogue(y, bias, residual, act, alpha, beta, n, channels, inner);
-}
-
-extern "C" __global__ void kiln_conv_epilogue_f64(double* y, const double* bias,
-                                                  const double* residual, int64_t act,
-                                                  double alpha, double beta, int64_t n,
-                                                  int64_t channels, int64_t inner) {
-  kiln_conv_epilogue(y, bias, residual, act, alpha, beta, n, channels, inner);
-}
+#define KILN_CONV_EPILOGUE_KERNEL(NAME, S, E)                                                  \
+  extern "C" __global__ void NAME(S* y, const S* bias, const S* residual, int64_t act,         \
+                                  double alpha, double beta, int64_t n, int64_t channels,      \
+                                  int64_t inner) {                                             \
+    kiln_conv_epilogue<E>(y, bias, residual, act, alpha, beta, n, channels, inner);            \
+  }
+KILN_CONV_EPILOGUE_KERNEL(kiln_conv_epilogue_f32, float, KilnConvElement<float>)
+KILN_CONV_EPILOGUE_KERNEL(kiln_conv_epilogue_f64, double, KilnConvElement<double>)
+KILN_CONV_EPILOGUE_KERNEL(kiln_conv_epilogue_f16, uint16_t, KilnConvF16)
+KILN_CONV_EPILOGUE_KERNEL(kiln_conv_epilogue_bf16, uint16_t, KilnConvBf16)
+#undef KILN_CONV_EPILOGUE_KERNEL
 )";
 }
 

@@ -30,12 +30,14 @@ bool fuse_conv_epilogue(const ir::Program& program, const ir::Buffer& product,
 /// convolution: the model's module then carries kiln_conv_epilogue (conv_epilogue_source).
 bool conv_has_epilogue(const ir::ExternCall& call);
 
-/// The CUDA source of kiln_conv_epilogue_f32 and _f64: y = act(y + bias[c] + residual), the
+/// The CUDA source of kiln_conv_epilogue_f32, _f64, _f16 and _bf16 (the half types computed in
+/// float32): y = act(y + bias[c] + residual), the
 /// epilogue the run applies after the convolution alone where cuDNN has no engine for the fused
 /// graph.
 std::string conv_epilogue_source();
 
-/// Writes the call computing `buffer`, a ConvCall on the GPU (float32 or float64, contiguous X
+/// Writes the call computing `buffer`, a ConvCall on the GPU (float32, float64, float16 or
+/// bfloat16, contiguous X
 /// and W). `site` numbers the call in the wrapper (the run state keeps a plan per site);
 /// `precision` says whether float32 convolutions may use TF32 tensor cores; `label` names the
 /// call in a profiled run, which waits for it.

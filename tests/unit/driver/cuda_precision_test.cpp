@@ -367,17 +367,16 @@ TEST_P(CudaHalfPrecision, CnnBlock) {
   EXPECT_NE(c.kernels.find("kiln::" + half_t + "_to_float("), std::string::npos) << c.kernels;
   EXPECT_NE(files::read(dir.path / "dump" / "0_mixed_precision.txt").find("Cast"),
             std::string::npos);
-  // The wrapper's cuDNN call takes 16-bit tensors, bfloat16 flagged as such; the bias is not
-  // in cuDNN's graph.
+  // The wrapper's cuDNN call takes 16-bit tensors, bfloat16 flagged as such, with the bias in
+  // cuDNN's graph (the Relu is not: an Add of x follows it in the same kernel).
   EXPECT_EQ(count(c.wrapper, "state.cuda.conv<uint16_t>("), 1u) << c.wrapper;
   EXPECT_EQ(count(c.wrapper, "state.cuda.conv<float>("), 0u) << c.wrapper;
   const std::string call = line_of(c.wrapper, "state.cuda.conv<uint16_t>(");
   EXPECT_EQ(call.ends_with(", true);"), p.half == DType::kBFloat16) << call;
-  EXPECT_NE(call.find(", nullptr, nullptr, kiln_cuda::ConvActivation{0, 0, 0}, "),
-            std::string::npos)
+  EXPECT_NE(call.find(" + 0, nullptr, kiln_cuda::ConvActivation{0, 0, 0}, "), std::string::npos)
       << call;
-  EXPECT_NE(c.wrapper.find("// cuDNN convolution, " + std::string(graph::dtype_name(p.half)) +
-                           " tensors, float32 compute"),
+  EXPECT_NE(c.wrapper.find("// cuDNN convolution + bias in its graph, " +
+                           std::string(graph::dtype_name(p.half)) + " tensors, float32 compute"),
             std::string::npos)
       << c.wrapper;
   if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device (the kernels compiled)";
@@ -420,6 +419,112 @@ TEST_P(CudaHalfPrecision, AttentionBlock) {
   const double err = relative_error(y[0], attention_reference(vec(q), vec(k), vec(v), proj));
   EXPECT_LT(err, p.tolerance) << "--precision " << ir::precision_name(p.precision);
   std::printf("attention block --precision %s: relative error %.3g (bound %.3g)\n",
+              std::string(ir::precision_name(p.precision)).c_str(), err, p.tolerance);
+}
+
+/// A residual block with a projection shortcut at batch 2 and odd spatial sizes, then a 1x1
+/// convolution (so that the block's output stays in the half type): a = Relu(Conv 3x3(x) + b1),
+/// r = Relu(Conv 3x3(a) + b2 + Conv 1x1(x) + b3), y = Conv 1x1(r) + b4. Four convolutions: the
+/// network runs channels-last, in the half type as in float32.
+graph::Model residual_block(std::mt19937& rng, std::vector<std::vector<float>>& params) {
+  test_models::ModelBuilder b;
+  graph::Value* x = b.input("x", DType::kFloat32, {2, 16, 9, 7});
+  auto conv = [&](graph::Value* in, int64_t k, const char* weight) {
+    graph::Tensor w = random_tensor({16, 16, k, k}, rng, 0.1f),
+                  bias = random_tensor({16}, rng, 0.1f);
+    params.emplace_back(w.values<float>().begin(), w.values<float>().end());
+    params.emplace_back(bias.values<float>().begin(), bias.values<float>().end());
+    const int64_t p = k / 2;
+    // The weight with its shape, as an exporter writes initializers (the layout choice counts
+    // the 2-D convolutions by their weights' shapes).
+    graph::Value* wv = b.model.graph->add_value(
+        weight, graph::Type::tensor(DType::kFloat32, graph::Shape{16, 16, k, k}));
+    b.model.graph->set_initializer(wv, std::make_shared<graph::Tensor>(std::move(w)));
+    return b.op("Conv", {in, wv, b.constant(std::move(bias))},
+                {{"pads", std::vector<int64_t>{p, p, p, p}}});
+  };
+  graph::Value* a = b.op("Relu", {conv(x, 3, "w1")});
+  graph::Value* main = conv(a, 3, "w2");
+  b.output(conv(b.op("Relu", {b.op("Add", {main, conv(x, 1, "w3")})}), 1, "w4"));
+  return std::move(b.model);
+}
+
+/// residual_block's output in double (NCHW).
+std::vector<double> residual_reference(const std::vector<float>& x,
+                                       const std::vector<std::vector<float>>& p) {
+  constexpr int kN = 2, kC = 16, kH = 9, kW = 7;
+  auto conv = [&](const std::vector<double>& in, const std::vector<float>& w,
+                  const std::vector<float>& bias, int k) {
+    std::vector<double> out(in.size());
+    for (int n = 0; n < kN; ++n)
+      for (int m = 0; m < kC; ++m)
+        for (int i = 0; i < kH; ++i)
+          for (int j = 0; j < kW; ++j) {
+            double acc = bias[m];
+            for (int c = 0; c < kC; ++c)
+              for (int di = 0; di < k; ++di)
+                for (int dj = 0; dj < k; ++dj) {
+                  const int y = i + di - k / 2, z = j + dj - k / 2;
+                  if (y < 0 || y >= kH || z < 0 || z >= kW) continue;
+                  acc += in[((n * kC + c) * kH + y) * kW + z] * w[((m * kC + c) * k + di) * k + dj];
+                }
+            out[((n * kC + m) * kH + i) * kW + j] = acc;
+          }
+    return out;
+  };
+  const std::vector<double> xd(x.begin(), x.end());
+  std::vector<double> a = conv(xd, p[0], p[1], 3);
+  for (double& v : a) v = std::max(v, 0.0);
+  std::vector<double> y = conv(a, p[2], p[3], 3);
+  const std::vector<double> shortcut = conv(xd, p[4], p[5], 1);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = std::max(y[i] + shortcut[i], 0.0);
+  return conv(y, p[6], p[7], 1);
+}
+
+TEST_P(CudaHalfPrecision, ResidualBlockChannelsLastWithItsEpiloguesInCudnn) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  const PrecisionCase& p = GetParam();
+  std::mt19937 rng(13);
+  std::vector<std::vector<float>> params;
+  graph::Model model = residual_block(rng, params);
+  TempDir dir;
+  Compiled c = compile_cuda_dumped(model, dir.path, p.precision);
+  // Four half convolutions, channels-last, each with its bias in cuDNN's graph: the first
+  // with its Relu, one of the block's last two with the other's output as its residual and the
+  // Relu.
+  EXPECT_EQ(count(c.wrapper, "state.cuda.conv<uint16_t>("), 4u) << c.wrapper;
+  EXPECT_EQ(count(c.wrapper, "// cuDNN convolution (channels-last) + bias"), 4u) << c.wrapper;
+  EXPECT_EQ(count(c.wrapper, "// cuDNN convolution (channels-last) + bias, Relu in its graph"), 1u)
+      << c.wrapper;
+  EXPECT_EQ(count(c.wrapper, "+ bias + residual, Relu in its graph"), 1u) << c.wrapper;
+  EXPECT_EQ(count(c.wrapper, "kiln_cuda::ConvActivation{1, 0, 0}"), 2u) << c.wrapper;
+  // The module carries the half type's epilogue kernel, for where cuDNN has no fused engine.
+  EXPECT_NE(c.kernels.find(p.half == DType::kFloat16 ? "kiln_conv_epilogue_f16"
+                                                     : "kiln_conv_epilogue_bf16"),
+            std::string::npos);
+  if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device (the kernels compiled)";
+  graph::Tensor x = random_tensor({2, 16, 9, 7}, rng);
+  const std::vector<float> xv(x.values<float>().begin(), x.values<float>().end());
+  const std::vector<double> want = residual_reference(xv, params);
+  // Twice: the first run makes cuDNN's plans, the second replays them (or a CUDA graph).
+  for (int run = 0; run < 2; ++run) {
+    std::vector<graph::Tensor> y = c.model.run({x});
+    ASSERT_EQ(y.size(), 1u);
+    const double err = relative_error(y[0], want);
+    EXPECT_LT(err, p.tolerance) << "--precision " << ir::precision_name(p.precision);
+    std::printf("residual block --precision %s, run %d: relative error %.3g (bound %.3g)\n",
+                std::string(ir::precision_name(p.precision)).c_str(), run, err, p.tolerance);
+  }
+  // Where cuDNN has no engine for a fused graph (forced by KILN_CUDNN_UNFUSED=1 in a model
+  // loaded anew, whose plans are made anew): each convolution alone, then that kernel.
+  setenv("KILN_CUDNN_UNFUSED", "1", 1);
+  Compiled unfused = compile_cuda_dumped(model, dir.path, p.precision);
+  std::vector<graph::Tensor> y = unfused.model.run({x});
+  unsetenv("KILN_CUDNN_UNFUSED");
+  ASSERT_EQ(y.size(), 1u);
+  const double err = relative_error(y[0], want);
+  EXPECT_LT(err, p.tolerance) << "--precision " << ir::precision_name(p.precision) << ", unfused";
+  std::printf("residual block --precision %s, unfused: relative error %.3g (bound %.3g)\n",
               std::string(ir::precision_name(p.precision)).c_str(), err, p.tolerance);
 }
 

@@ -284,7 +284,7 @@ struct ScopedEnv {
 };
 
 // With a GPU: the bottleneck run 4 times (direct, capture, two replays) with graphs on and off
-// and with the side stream on and off (KILN_CUDA_STREAMS=1), each run within 1e-5 (relative to
+// and with the side stream on and off (KILN_CUDA_STREAMS=1), each run within 1e-4 (relative to
 // the largest output; fp32 without tensor cores) of the reference in double; with graphs, one
 // segment captured and three launched.
 TEST(CudaStreams, BottleneckRunsMatchADoubleReferenceWithGraphsAndStreamsOnAndOff) {
@@ -304,7 +304,7 @@ TEST(CudaStreams, BottleneckRunsMatchADoubleReferenceWithGraphsAndStreamsOnAndOf
         std::vector<graph::Tensor> y = c.model.run({x});
         ASSERT_EQ(y.size(), 1u);
         const double err = max_relative_error(y[0], want);
-        EXPECT_LT(err, 1e-5) << "graphs " << graphs << ", streams " << streams << ", run " << run;
+        EXPECT_LT(err, 1e-4) << "graphs " << graphs << ", streams " << streams << ", run " << run;
       }
       const auto [captured, launched] = c.model.cuda_graph_segments();
       std::printf(
@@ -336,7 +336,7 @@ graph::Model topk_between_products(std::mt19937& rng, std::vector<double>& w1,
 }
 
 // With a GPU: the host fallback splits each run into two graph segments, captured by the second
-// run and launched by every later one, all runs within 1e-5 of the reference in double (fp32
+// run and launched by every later one, all runs within 1e-4 of the reference in double (fp32
 // products; TopK picks the same elements: the test's values have no near ties).
 TEST(CudaGraphSegments, AHostFallbackInTheMiddleGetsGraphsOnBothSides) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
@@ -371,7 +371,7 @@ TEST(CudaGraphSegments, AHostFallbackInTheMiddleGetsGraphsOnBothSides) {
     for (int run = 0; run < 4; ++run) {
       std::vector<graph::Tensor> y = c.model.run({x});
       ASSERT_EQ(y.size(), 1u);
-      EXPECT_LT(max_relative_error(y[0], want), 1e-5) << "graphs " << graphs << ", run " << run;
+      EXPECT_LT(max_relative_error(y[0], want), 1e-4) << "graphs " << graphs << ", run " << run;
       if (run == 1 && graphs[0] == '1') {
         EXPECT_EQ(c.model.cuda_graph_segments().first, 2);
       }

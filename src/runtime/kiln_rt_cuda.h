@@ -1200,9 +1200,12 @@ class RunState {
 
   /// Concurrent streams (codegen/wrapper/stream_plan.h): forks the run onto the state's side
   /// stream, which waits for what the run queued so far; false (one stream) when not `allowed`
-  /// (a profiled run), with KILN_CUDA_STREAMS=1, or while library plans are timed.
+  /// (a profiled run), with KILN_CUDA_STREAMS=1, or in a direct run of a state that times
+  /// library plans (--autotune max, KILN_CUDNN_TUNE=1: new plans are timed in such runs, each
+  /// call alone; a run that captures or replays a graph makes no new plans).
   bool fork(bool allowed) {
-    if (!allowed || !streams_enabled() || tune_convs_ || tune_blas_) return false;
+    if (!allowed || !streams_enabled()) return false;
+    if ((tune_convs_ || tune_blas_) && graph_mode_ == GraphMode::kNone) return false;
     Driver& d = driver();
     if (side_stream_ == nullptr) {
       check(d.cuStreamCreate(&side_stream_, 1 /* CU_STREAM_NON_BLOCKING */),

@@ -583,6 +583,7 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
   fill_stats(g, result.stats);
   if (cuda) {
     result.device = "cuda";
+    result.cuda_side_stream = g.source.streams.str(g.graphs.front().schedule);
     if (result.stats.kernels > 0) result.cuda_modules = cuda_modules_text();
     // Loaded with dlopen (kiln_rt_cuda.h), so ldd does not show them.
     result.loads.push_back("libcuda.so.1 (the NVIDIA driver, for CUDA " +

@@ -172,6 +172,9 @@ struct LibraryResult {
   std::string device = "cpu";
   std::string cuda_modules;
   std::vector<std::string> loads;
+  /// --device cuda: the calls that run on the side stream, one line per fork
+  /// (codegen/wrapper/stream_plan.h); empty when none does.
+  std::string cuda_side_stream;
   CompileStats stats;
 };
 

@@ -88,15 +88,18 @@ MemoryPlan plan_memory(const ir::Program& program, const sched::Schedule& schedu
     }
     // Last uses inside a fork's window wait for its join (deferred); the join's call then
     // frees its own and theirs.
+    // (A join's call may open the next window: then what it frees waits for that join.)
+    std::vector<std::string> last_use = item.last_use;
+    if (auto d = deferred.find(i); d != deferred.end()) {
+      last_use.insert(last_use.end(), d->second.begin(), d->second.end());
+      deferred.erase(d);
+    }
     const StreamPlan::Fork* window = streams != nullptr ? streams->window_of(i) : nullptr;
     if (window != nullptr) {
-      deferred[window->join].insert(deferred[window->join].end(), item.last_use.begin(),
-                                    item.last_use.end());
+      std::vector<std::string>& held = deferred[window->join];
+      held.insert(held.end(), last_use.begin(), last_use.end());
       continue;
     }
-    std::vector<std::string> last_use = item.last_use;
-    if (auto d = deferred.find(i); d != deferred.end())
-      last_use.insert(last_use.end(), d->second.begin(), d->second.end());
     for (const std::string& name : last_use) {
       const ir::Buffer* buffer = program.find(name);
       KILN_CHECK(buffer != nullptr, "last use of unknown buffer {}", name);

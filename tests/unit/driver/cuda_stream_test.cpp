@@ -197,6 +197,54 @@ TEST(CudaStreams, APlainChainGetsNoSideStream) {
   EXPECT_EQ(files::read(dir.path / "dump" / "4_streams.txt"), "");
 }
 
+// No fork's window holds a host fallback: its wait would end a graph segment with the side
+// stream unjoined. Here x -> MatMul -> Relu = h feeds a product on one branch and TopK on the
+// other (indices on the host, then a kernel gathering the values on the GPU, then a product);
+// the two meet in an Add. The side chain that would fork right after h (the lone product) is
+// refused, since the TopK lies in its window; the one that forks after the TopK (the gather
+// kernel, beside the lone product) is taken. With a Sigmoid in TopK's place, nothing waits: the
+// fork comes right after h.
+TEST(CudaStreams, NoForkWindowHoldsAHostFallback) {
+  if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
+  for (const bool host_fallback : {true, false}) {
+    std::mt19937 rng(24);
+    test_models::ModelBuilder b;
+    graph::Value* x = b.input("x", DType::kFloat32, {8, 32});
+    graph::Value* h = b.op("Relu", {b.op("MatMul", {x, b.constant(random_tensor({32, 64}, rng))})});
+    graph::Value* main = h;
+    if (host_fallback) {
+      graph::Value* values = b.model.graph->add_value("topk_values", graph::Type());
+      graph::Value* indices = b.model.graph->add_value("topk_indices", graph::Type());
+      b.model.graph->add_node("topk", "TopK", "", 13, {h, b.ints({64}, {1})}, {values, indices},
+                              {{"axis", int64_t{-1}}});
+      main = values;
+    } else {
+      main = b.op("Sigmoid", {h});
+    }
+    main = b.op("MatMul", {main, b.constant(random_tensor({64, 16}, rng))});
+    graph::Value* side = b.op("MatMul", {h, b.constant(random_tensor({64, 16}, rng))});
+    b.output(b.op("Add", {main, side}));
+    TempDir dir;
+    Compiled c = compile_cuda_dumped(b.model, dir.path, ir::Precision::kFp32);
+    const std::string streams = files::read(dir.path / "dump" / "4_streams.txt");
+    const std::vector<std::string> w = lines(c.wrapper);
+    const size_t host = line_with(w, "// on the host: TopK");
+    EXPECT_EQ(host != std::string::npos, host_fallback);
+    ASSERT_EQ(count(c.wrapper, "state.cuda.fork("), 1u) << streams;
+    const size_t fork = line_with(w, "const bool fork0 = state.cuda.fork(");
+    const size_t join = line_with(w, "state.cuda.join(fork0)");
+    ASSERT_LT(fork, join);
+    for (size_t i = fork; i < join; ++i) EXPECT_EQ(w[i].find("// on the host"), std::string::npos);
+    if (host_fallback) {
+      EXPECT_LT(host, fork) << streams;
+      EXPECT_NE(streams.find("side stream [#2 cuda_fused_top_k"), std::string::npos) << streams;
+    } else {
+      // Nothing waits: the fork comes right after h (one branch's first call on the side).
+      EXPECT_NE(streams.find("(before #1): side stream [#"), std::string::npos) << streams;
+    }
+  }
+}
+
 /// An arena slot of 4_arena.txt: bytes [offset, offset + bytes), live over items first..last.
 struct Slot {
   std::string storage;

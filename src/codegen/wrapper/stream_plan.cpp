@@ -95,26 +95,26 @@ StreamPlan plan_streams(const ir::Program& program, const sched::Schedule& sched
   for (const ir::IndexCheck& check : program.index_checks) checked.insert(check.buffer);
   for (const ir::DynamicSize& size : program.dynamic_sizes) sized.insert(size.buffer);
 
-  // An item allowed in a window: a device call that waits for nothing and whose buffers give
-  // no size to the host.
+  // An item allowed in a window: a device call that waits for nothing, whose buffers give no
+  // size to the host, and before which no index check runs (one may wait for the GPU).
   auto in_window_ok = [&](size_t i) {
     if (!concurrent(schedule.items[i])) return false;
     for (const std::string& w : io[i].writes) {
       if (sized.count(w)) return false;
     }
+    for (const std::string& r : io[i].reads) {
+      if (checked.count(r)) return false;
+    }
     return true;
   };
   // An item allowed on the side stream: what it writes lives in storage planned before the
-  // run (the arena), and no index check runs before it.
+  // run (the arena).
   auto side_ok = [&](size_t i) {
     if (!in_window_ok(i) || io[i].writes.empty()) return false;
     for (const std::string& w : io[i].writes) {
       const ir::Buffer* b = program.find(w);
       if (b == nullptr || outputs.count(w) || !uses_only(b->layout.storage_size(), bound))
         return false;
-    }
-    for (const std::string& r : io[i].reads) {
-      if (checked.count(r)) return false;
     }
     return true;
   };

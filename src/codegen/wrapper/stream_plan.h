@@ -42,9 +42,10 @@ struct StreamPlan {
 };
 
 /// Finds the forks of `schedule`. `concurrent(item)` tells which items are device calls that
-/// queue work without waiting for the device (the only ones allowed inside a window); the side
-/// chain's calls must also write only storage planned before the run (sizes of `bound`
-/// symbols, not graph outputs) and read no index-checked buffer. A chain is at most
+/// queue work without waiting for the device (the only ones allowed inside a window, and only
+/// when they read no index-checked buffer and make no size the host reads); the side chain's
+/// calls must also write only storage planned before the run (sizes of `bound` symbols, not
+/// graph outputs). A chain is at most
 /// kMaxSideCalls calls, each the only reader of the one before, reading nothing the main stream
 /// makes inside the window; the window must hold another reader of the forked value on the main
 /// stream, and no in-place write on one stream of a buffer the other stream reads there. Of the

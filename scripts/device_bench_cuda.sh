@@ -73,6 +73,8 @@ for model in $model_list; do
       timeout 240 "$bin/kiln_cuda_library_check" "$dir/kiln_$precision.so" "$dir/lib_$precision" \
         "$input=$models/$model.input.npy" --threads 2 --runs 5 >>"$dir/lib_$precision.log" 2>&1 ||
       { echo "library ($precision) failed:"; tail -5 "$dir/lib_$precision.log"; }
+    # The side stream of forks against KILN_CUDA_STREAMS=1 (kiln_cuda_library_check's part 5).
+    grep -h '^side stream' "$dir/lib_$precision.log" | sed "s/^/$model $precision: /"
     timeout 240 "$bin/kiln" run "$models/$model.onnx" --device cuda --precision "$precision" \
       --input "$input=$models/$model.input.npy" --repeat 50 --cache-dir "$cache" \
       --output-dir "$dir/kiln_$precision" >"$dir/kiln_$precision.log" 2>&1

@@ -2,6 +2,9 @@
 // include/kiln/runtime.h (driver::compile_library), and what it needs at run time.
 #include <fmt/format.h>
 
+#include <sstream>
+#include <string>
+
 #include "autotune/select.h"
 #include "cli/commands.h"
 #include "driver/compile.h"
@@ -86,6 +89,11 @@ int compile_model(const CompileArgs& args) {
     fmt::print("device: cuda (--precision {}); kernels: {}\n", args.precision,
                r.cuda_modules.empty() ? "none" : r.cuda_modules);
     for (const std::string& lib : r.loads) fmt::print("loads at run time: {}\n", lib);
+    if (!r.cuda_side_stream.empty()) {
+      fmt::print("side stream (KILN_CUDA_STREAMS=1 runs them on one stream):\n");
+      std::istringstream forks(r.cuda_side_stream);
+      for (std::string line; std::getline(forks, line);) fmt::print("  {}\n", line);
+    }
   }
   fmt::print("arena: {} per run, for intermediates of {} allocated one by one\n",
              bytes_text(r.arena_bytes), bytes_text(r.intermediate_bytes));

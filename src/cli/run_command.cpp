@@ -86,6 +86,7 @@ void print_kernels(const fs::path& dump_dir, ir::Device device) {
   std::map<std::string, int> library_calls;
   std::map<std::string, std::string> host_reasons;  // kind -> why it runs on the host
   std::map<std::string, int> gpu_calls;             // kinds of library calls on the GPU
+  std::vector<std::string> forks;
   std::string last_kind;
   for (std::string line; std::getline(text, line);) {
     if (line.rfind(declaration, 0) == 0 && line.ends_with(cuda ? ") {" : ");")) {
@@ -108,6 +109,11 @@ void print_kernels(const fs::path& dump_dir, ir::Device device) {
         library_calls[last_kind]--;
         gpu_calls[last_kind + " (" + library + ")"]++;
       }
+    }
+    // The CUDA wrapper's forks (codegen/wrapper/stream_plan.h): calls on the side stream.
+    if (cuda && rest.starts_with("// fork ")) {
+      forks.emplace_back(rest.substr(3));
+      continue;
     }
     if (cuda && rest.starts_with("// on the host: ")) {
       host_reasons[last_kind] = std::string(rest.substr(16));
@@ -136,6 +142,11 @@ void print_kernels(const fs::path& dump_dir, ir::Device device) {
   std::vector<std::string> on_gpu;
   for (const auto& [kind, n] : gpu_calls) on_gpu.push_back(fmt::format("{} {}", n, kind));
   if (!on_gpu.empty()) fmt::print("library calls on the GPU: {}\n", fmt::join(on_gpu, ", "));
+  if (!forks.empty()) {
+    fmt::print("side stream ({} forks; KILN_CUDA_STREAMS=1 runs them on one stream):\n",
+               forks.size());
+    for (const std::string& fork : forks) fmt::print("  {}\n", fork);
+  }
   if (library.empty()) return;
   fmt::print("library calls (on the host, with copies from and to the GPU):\n");
   for (const auto& [kind, n] : library_calls) {

@@ -197,6 +197,7 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   g.source = codegen::generate_wrapper(code, *g.codegen);
   dump.write("4_memory_plan.txt", g.source.plan.str(program, g.graphs.front().schedule));
   dump.write("4_arena.txt", g.source.arena.str());
+  dump.write("4_streams.txt", g.source.streams.str(g.graphs.front().schedule));
   for (const auto& [name, text] : g.source.units) dump.write("5_" + name, text);
   for (const auto& [name, text] : g.source.device_sources) dump.write("5_" + name, text);
   return g;
@@ -582,6 +583,7 @@ LibraryResult compile_library(const graph::Model& model, const LibraryOptions& o
   fill_stats(g, result.stats);
   if (cuda) {
     result.device = "cuda";
+    result.cuda_side_stream = g.source.streams.str(g.graphs.front().schedule);
     if (result.stats.kernels > 0) result.cuda_modules = cuda_modules_text();
     // Loaded with dlopen (kiln_rt_cuda.h), so ldd does not show them.
     result.loads.push_back("libcuda.so.1 (the NVIDIA driver, for CUDA " +

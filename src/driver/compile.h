@@ -86,6 +86,10 @@ class CompiledModel {
   /// was compiled for (UserError otherwise).
   std::vector<graph::IoValue> run_values(const std::vector<graph::IoValue>& inputs) const;
 
+  /// The CUDA graph segments this model's runs have captured and launched so far ({0, 0} for a
+  /// model without CUDA graphs), for tests.
+  std::pair<int64_t, int64_t> cuda_graph_segments() const;
+
  private:
   friend CompiledModel compile(const graph::Model& model, const CompileOptions& options);
   CompiledModel() = default;
@@ -168,6 +172,9 @@ struct LibraryResult {
   std::string device = "cpu";
   std::string cuda_modules;
   std::vector<std::string> loads;
+  /// --device cuda: the calls that run on the side stream, one line per fork
+  /// (codegen/wrapper/stream_plan.h); empty when none does.
+  std::string cuda_side_stream;
   CompileStats stats;
 };
 

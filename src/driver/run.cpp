@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "autotune/cuda_choice.h"
+#include "codecache/loaded_library.h"
 #include "driver/compile.h"
 #include "runtime/kiln_rt.h"
 #include "support/error.h"
@@ -95,6 +96,19 @@ std::vector<graph::IoValue> CompiledModel::run_values(
     values.push_back(std::move(v));
   }
   return values;
+}
+
+}  // namespace kiln::driver
+
+namespace kiln::driver {
+
+std::pair<int64_t, int64_t> CompiledModel::cuda_graph_segments() const {
+  int64_t captured = 0, launched = 0;
+  if (library_->has_symbol("kiln_cuda_graph_stats")) {
+    library_->symbol<void(void*, int64_t*, int64_t*)>("kiln_cuda_graph_stats")(
+        state_.get(), &captured, &launched);
+  }
+  return {captured, launched};
 }
 
 }  // namespace kiln::driver

@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -212,6 +214,13 @@ inline void* alloc_device(size_t bytes) {
   return reinterpret_cast<void*>(p);
 }
 
+/// A run replaying a CUDA graph finds that it differs from the run that captured it (an
+/// allocation of another size, a size read from data of another value, a segment more): the
+/// run is done again without a graph (run_retrying), and its input sizes get none from then on.
+struct GraphMiss : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 /// The device memory of the runs of one CUDA graph (RunState::Graph): what the run that
 /// captured it allocated, in order, handed out again in that order to each run that replays it
 /// (the graph's kernels read and write those addresses), and freed with the graph.
@@ -225,12 +234,8 @@ struct GraphMemory {
       blocks.emplace_back(p, bytes);
       return p;
     }
-    if (next >= blocks.size() || blocks[next].second != bytes) {
-      kiln_rt::fail(
-          "CUDA graph replay: allocation %zu of the run (%zu bytes) differs from the "
-          "run that captured the graph",
-          next, bytes);
-    }
+    if (next >= blocks.size() || blocks[next].second != bytes)
+      throw GraphMiss("CUDA graph replay: an allocation differs from the capture's");
     return blocks[next++].first;
   }
   void release() {
@@ -987,6 +992,13 @@ class SharedConstants {
   std::vector<void*> device_;
 };
 
+/// Graph segments captured and launched by the runs of a model (ModelState::cuda_graph_stats,
+/// read through the wrapper's kiln_cuda_graph_stats by tests and benchmarks).
+struct GraphStats {
+  std::atomic<int64_t> captured{0};
+  std::atomic<int64_t> launched{0};
+};
+
 /// What one run state keeps on the GPU: its stream, the loaded module and its kernels, the
 /// arena of the intermediates, the constants, and the index checks of the current run.
 class RunState {
@@ -1003,6 +1015,12 @@ class RunState {
     d.cuStreamSynchronize(own_stream_);
     drop_graphs();
     if (done_ != nullptr) d.cuEventDestroy(done_);
+    if (side_stream_ != nullptr) {
+      d.cuStreamSynchronize(side_stream_);
+      d.cuEventDestroy(fork_event_);
+      d.cuEventDestroy(join_event_);
+      d.cuStreamDestroy(side_stream_);
+    }
     if (arena_ != nullptr) d.cuMemFree(device_ptr(arena_));
     for (void* c : own_constants_) d.cuMemFree(device_ptr(c));
     if (module_ != nullptr) d.cuModuleUnload(module_);
@@ -1030,14 +1048,17 @@ class RunState {
   /// takes the stream of the run's mode (made to wait for the state's previous run, which may
   /// still be queued on another stream: it used the same arena), then clears the error word.
   ///
-  /// With `graphs` (a model whose runs never wait for the GPU midway, and no profile), the run's
-  /// device work becomes a CUDA graph per set of input sizes and dtypes (`inputs`): the first run
-  /// with them runs directly (the libraries make their plans, the constants are uploaded), the
-  /// second captures its work into a graph (from its first kernel or library call to its first
-  /// wait or copy out) and launches it, the next ones run the host code alone and launch the
-  /// graph. Eight graphs are kept, the least recently used dropped first; a run that cannot be
-  /// captured (a library call that refuses) runs again without one (run_retrying), and its sizes
-  /// never get one. KILN_CUDA_GRAPHS=0 turns graphs off.
+  /// With `graphs` (no profile), the run's device work becomes CUDA graphs per set of input
+  /// sizes and dtypes (`inputs`): the first run with them runs directly (the libraries make
+  /// their plans, the constants are uploaded), the second captures each stretch of its device
+  /// work between two waits for the GPU (host fallbacks, sizes read from data, copies out) into
+  /// a graph of its own, segment k of the run, and launches it where the stretch ends; the next
+  /// ones run the host code alone (host fallbacks included) and launch the segments. A segment
+  /// is keyed by the sizes known before it (size_known): a replay that finds another value, or
+  /// another allocation, is done again without graphs (GraphMiss). Eight sets of segments are
+  /// kept, the least recently used dropped first; a run that cannot be captured (a library call
+  /// that refuses) runs again without graphs (run_retrying), and its sizes never get them.
+  /// KILN_CUDA_GRAPHS=0 turns graphs off.
   void begin_run(const Cubin* cubins, size_t n_cubins, const char* const* names, size_t n_names,
                  const kiln_rt::TensorArg* inputs = nullptr, size_t n_inputs = 0,
                  bool graphs = false) {
@@ -1062,8 +1083,10 @@ class RunState {
     graph_ = nullptr;
     graph_mode_ = GraphMode::kNone;
     capturing_ = false;
-    device_work_ = false;
-    graph_launched_ = false;
+    segment_ = 0;
+    segment_open_ = false;
+    sizes_known_.clear();
+    on_side_ = false;
     if (graphs && module_ != nullptr && graphs_enabled()) choose_graph(inputs, n_inputs);
     if (error_ != 0)
       check(d.cuMemsetD8Async(error_, 0, sizeof(DeviceError), stream_), "clearing the error word");
@@ -1085,25 +1108,32 @@ class RunState {
     return DeviceMemory{stream_, graph_mode_ != GraphMode::kNone ? &graph_->memory : nullptr};
   }
 
-  /// Called before each kernel or library call a run queues: begins the graph's capture at the
-  /// first one; true when the run replays its graph, which holds the call (the caller queues
+  /// Called before each kernel or library call a run queues: the first one after a wait opens
+  /// a graph segment (a capture begins; a replay checks that the segment was captured after the
+  /// same sizes); true when the run replays its graph, which holds the call (the caller queues
   /// nothing).
   bool replaying() {
-    if (graph_mode_ == GraphMode::kNone || graph_launched_) return false;
-    device_work_ = true;
-    if (graph_mode_ == GraphMode::kCapture && !capturing_) {
-      check(driver().cuStreamBeginCapture(stream_, 2 /* CU_STREAM_CAPTURE_MODE_RELAXED */),
-            "beginning a CUDA graph capture");
-      capturing_ = true;
+    if (graph_mode_ == GraphMode::kNone) return false;
+    if (!segment_open_) {
+      if (graph_mode_ == GraphMode::kCapture) {
+        check(driver().cuStreamBeginCapture(on_side_ ? main_stream_ : stream_,
+                                            2 /* CU_STREAM_CAPTURE_MODE_RELAXED */),
+              "beginning a CUDA graph capture");
+        capturing_ = true;
+      } else if (segment_ >= graph_->segments.size() ||
+                 graph_->segments[segment_].sizes != sizes_known_) {
+        throw GraphMiss("CUDA graph replay: the run's sizes differ from the capture's");
+      }
+      segment_open_ = true;
     }
     return graph_mode_ == GraphMode::kReplay;
   }
 
-  /// Where the run first waits for the GPU or copies a result out: ends the capture and
-  /// instantiates the graph, then launches it (capturing queues nothing). What the run queues
-  /// afterwards runs directly, in a capture and in its replays alike.
+  /// Where the run waits for the GPU or copies a result out: ends the open segment (a capture
+  /// ends and its graph is instantiated), then launches it. Work queued between segments (copies
+  /// of a host fallback's results to the GPU) runs directly, in the capture and its replays.
   void flush_graph() {
-    if (graph_mode_ == GraphMode::kNone || graph_launched_ || !device_work_) return;
+    if (graph_mode_ == GraphMode::kNone || !segment_open_) return;
     Driver& d = driver();
     if (capturing_) {
       CUgraph g = nullptr;
@@ -1113,33 +1143,106 @@ class RunState {
       const CUresult e = d.cuGraphInstantiate(&exec, g, 0);
       d.cuGraphDestroy(g);
       check(e, "instantiating the CUDA graph");
-      graph_->exec = exec;
+      graph_->segments.push_back({exec, sizes_known_});
       graph_->checks = checks_;
     }
-    check(d.cuGraphLaunch(graph_->exec, stream_), "launching the CUDA graph");
-    graph_launched_ = true;
+    check(d.cuGraphLaunch(graph_->segments.at(segment_).exec, stream_), "launching the CUDA graph");
+    ++segment_;
+    segment_open_ = false;
+    if (graph_stats_ != nullptr) {
+      if (graph_mode_ == GraphMode::kCapture) graph_stats_->captured++;
+      graph_stats_->launched++;
+    }
   }
 
-  /// After a failure: when the run was capturing a graph, ends the capture, forgets the graph
-  /// (its sizes run without one from now on) and returns true, so that the run can be done
-  /// again directly; false otherwise.
+  /// A size known only mid-run (read from data or from an input's values): the graph segments
+  /// after it are keyed by it.
+  void size_known(int64_t value) { sizes_known_.push_back(value); }
+
+  /// After a failure: when the run was capturing a graph segment, ends the capture, forgets the
+  /// run's graphs (its sizes run without them from now on) and returns true, so that the run can
+  /// be done again directly; false otherwise (the run's own failure: segments captured before it
+  /// are dropped, and a later run captures again).
   bool abandon_capture() {
-    // Failures before the capture began, or after its graph was launched, are the run's own.
-    if (graph_mode_ != GraphMode::kCapture || !device_work_ || graph_launched_) return false;
+    if (graph_mode_ != GraphMode::kCapture) return false;
+    const bool in_capture = capturing_;
+    abandon_graph(in_capture);
+    return in_capture;
+  }
+
+  /// Ends the run's use of its graphs (a capture under way ends), waits for its streams and
+  /// frees the graphs of its input sizes; `failed`: they get none from now on. The run, done
+  /// again, runs directly.
+  void abandon_graph(bool failed = true) {
+    if (graph_mode_ == GraphMode::kNone) return;
     Driver& d = driver();
+    if (on_side_) side(true, false);
     if (capturing_) {
+      // Join the side stream first, so that the capture can end (errors here mean the capture
+      // was invalidated already).
+      if (side_stream_ != nullptr) {
+        d.cuEventRecord(join_event_, side_stream_);
+        d.cuStreamWaitEvent(stream_, join_event_, 0);
+      }
       CUgraph g = nullptr;
       d.cuStreamEndCapture(stream_, &g);
       if (g != nullptr) d.cuGraphDestroy(g);
       capturing_ = false;
     }
     d.cuStreamSynchronize(stream_);
-    graph_->memory.release();
-    graph_->failed = true;
+    if (side_stream_ != nullptr) d.cuStreamSynchronize(side_stream_);
+    release(*graph_);
+    graph_->failed = failed;
     graph_mode_ = GraphMode::kNone;
     graph_ = nullptr;
+    segment_open_ = false;
+  }
+
+  /// Concurrent streams (codegen/wrapper/stream_plan.h): forks the run onto the state's side
+  /// stream, which waits for what the run queued so far; false (one stream) when not `allowed`
+  /// (a profiled run), with KILN_CUDA_STREAMS=1, or in a direct run of a state that times
+  /// library plans (--autotune max, KILN_CUDNN_TUNE=1: new plans are timed in such runs, each
+  /// call alone; a run that captures or replays a graph makes no new plans).
+  bool fork(bool allowed) {
+    if (!allowed || !streams_enabled()) return false;
+    if ((tune_convs_ || tune_blas_) && graph_mode_ == GraphMode::kNone) return false;
+    Driver& d = driver();
+    if (side_stream_ == nullptr) {
+      check(d.cuStreamCreate(&side_stream_, 1 /* CU_STREAM_NON_BLOCKING */),
+            "creating the side stream");
+      check(d.cuEventCreate(&fork_event_, 2 /* CU_EVENT_DISABLE_TIMING */), "creating an event");
+      check(d.cuEventCreate(&join_event_, 2 /* CU_EVENT_DISABLE_TIMING */), "creating an event");
+    }
+    if (replaying()) return true;  // the graph holds the fork
+    check(d.cuEventRecord(fork_event_, stream_), "forking the side stream");
+    check(d.cuStreamWaitEvent(side_stream_, fork_event_, 0), "forking the side stream");
     return true;
   }
+
+  /// The calls queued next go to the side stream (`enter`) or back to the run's stream; nothing
+  /// when the run did not fork.
+  void side(bool forked, bool enter) {
+    if (!forked || enter == on_side_) return;
+    if (enter) {
+      main_stream_ = stream_;
+      stream_ = side_stream_;
+    } else {
+      stream_ = main_stream_;
+    }
+    on_side_ = enter;
+  }
+
+  /// The run's stream waits for what the side stream queued since the fork.
+  void join(bool forked) {
+    if (!forked || replaying()) return;
+    Driver& d = driver();
+    check(d.cuEventRecord(join_event_, side_stream_), "joining the side stream");
+    check(d.cuStreamWaitEvent(stream_, join_event_, 0), "joining the side stream");
+  }
+
+  /// Where the state counts the graph segments its runs capture and launch (the model's, shared
+  /// by its run states; kiln_cuda_graph_stats).
+  void count_graphs(GraphStats* stats) { graph_stats_ = stats; }
 
   /// Kernel `k` of the module, launched on the run's stream.
   template <typename... Args>
@@ -1177,13 +1280,20 @@ class RunState {
   }
 
   /// The model runs matrix products or convolutions: the arena keeps the libraries' workspace
-  /// after the intermediates (called before arena()).
-  void reserve_library_workspace() { library_workspace_bytes_ = kLibraryWorkspaceBytes; }
+  /// after the intermediates, `copies` of it (one per stream that runs them; called before
+  /// arena()).
+  void reserve_library_workspace(size_t copies = 1) {
+    library_workspace_bytes_ = kLibraryWorkspaceBytes;
+    library_workspaces_ = copies;
+  }
 
-  /// cuBLASLt's and cuDNN's workspace (one call at a time uses it): the end of the arena.
+  /// cuBLASLt's and cuDNN's workspace (one call at a time uses each): the end of the arena, the
+  /// side stream's after the run's stream's.
   char* library_workspace() {
     if (arena_ == nullptr) arena(0);
-    return arena_ + library_offset_;
+    if (on_side_ && library_workspaces_ < 2)
+      kiln_rt::fail("CUDA: a library call on the side stream without a workspace of its own");
+    return arena_ + library_offset_ + (on_side_ ? library_workspace_bytes_ : 0);
   }
 
   /// The arena, grown to `bytes` plus cuBLASLt's workspace (the old one is freed once the GPU is
@@ -1191,7 +1301,7 @@ class RunState {
   char* arena(int64_t bytes) {
     const size_t data = (static_cast<size_t>(bytes > 0 ? bytes : 0) + 255) / 256 * 256;
     if (data > library_offset_) library_offset_ = data;
-    const size_t want = library_offset_ + library_workspace_bytes_;
+    const size_t want = library_offset_ + library_workspace_bytes_ * library_workspaces_;
     if (arena_ == nullptr || want > arena_bytes_) {
       Driver& d = driver();
       // The graphs read and write the old arena: dropped (runs of their sizes capture anew). A
@@ -1606,6 +1716,11 @@ class RunState {
       if (!made) make_conv_plan(plan, data, tf32, align, dims, ConvEpilogue{}, what, true, choice);
       plan.key = key;
     }
+    // The handle queues on the stream of this call (the side stream's, or the run's).
+    if (dnn_stream_ != stream_) {
+      check_dnn(dnn_api().SetStream(dnn_handle_, stream_), "setting its stream");
+      dnn_stream_ = stream_;
+    }
     // Queues `which` (a plan of this call's graph) with this call's pointers; cuDNN's status.
     auto execute = [&](void* which, int64_t workspace_bytes) {
       Dnn& api = dnn_api();
@@ -1691,24 +1806,32 @@ class RunState {
   };
 
   /// The CUDA graph of one set of input sizes and dtypes (`key`), with the memory its runs use.
+  struct Segment {
+    CUgraphExec exec = nullptr;
+    std::vector<int64_t> sizes;  // the sizes known mid-run before it (size_known)
+  };
   struct Graph {
     std::vector<int64_t> key;
     GraphMemory memory;
-    CUgraphExec exec = nullptr;  // null until captured
-    std::vector<Check> checks;   // the index checks its kernels report, numbered
-    bool warm = false;           // a run of these sizes ran directly: the next one captures
-    bool failed = false;         // its capture failed: these sizes run without a graph
+    std::vector<Segment> segments;  // empty until captured
+    std::vector<Check> checks;      // the index checks its kernels report, numbered
+    bool warm = false;              // a run of these sizes ran directly: the next one captures
+    bool failed = false;            // its capture failed: these sizes run without a graph
     uint64_t last_use = 0;
   };
   enum class GraphMode { kNone, kCapture, kReplay };
   static constexpr size_t kMaxGraphs = 8;
 
-  __attribute__((visibility("hidden"))) static bool graphs_enabled() {
-    static const bool enabled = [] {
-      const char* v = std::getenv("KILN_CUDA_GRAPHS");
-      return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
-    return enabled;
+  /// KILN_CUDA_STREAMS=1: every call on the run's one stream (no forks). Read at each fork, as
+  /// KILN_CUDA_GRAPHS at each run, so that a process (a test, an A/B benchmark) can switch.
+  static bool streams_enabled() {
+    const char* v = std::getenv("KILN_CUDA_STREAMS");
+    return v == nullptr || std::strcmp(v, "1") != 0;
+  }
+
+  static bool graphs_enabled() {
+    const char* v = std::getenv("KILN_CUDA_GRAPHS");
+    return v == nullptr || std::strcmp(v, "0") != 0;
   }
 
   /// The graph of the run's inputs: found (replayed), warm (captured now) or new (this run
@@ -1744,7 +1867,7 @@ class RunState {
     g->last_use = ++uses_;
     if (g->failed) return;
     graph_ = g;
-    if (g->exec == nullptr) {
+    if (g->segments.empty()) {
       graph_mode_ = GraphMode::kCapture;
       g->memory.release();
       g->memory.replay = false;
@@ -1757,8 +1880,8 @@ class RunState {
   }
 
   static void release(Graph& g) {
-    if (g.exec != nullptr) driver().cuGraphExecDestroy(g.exec);
-    g.exec = nullptr;
+    for (const Segment& segment : g.segments) driver().cuGraphExecDestroy(segment.exec);
+    g.segments.clear();
     g.memory.release();
   }
 
@@ -1768,6 +1891,7 @@ class RunState {
     Driver& d = driver();
     d.cuStreamSynchronize(stream_);
     d.cuStreamSynchronize(own_stream_);
+    if (side_stream_ != nullptr) d.cuStreamSynchronize(side_stream_);
     for (auto& g : graphs_) release(*g);
     graphs_.clear();
   }
@@ -2271,9 +2395,16 @@ class RunState {
   uint64_t uses_ = 0;                           // runs that looked for a graph
   Graph* graph_ = nullptr;                      // the current run's, captured or replayed
   GraphMode graph_mode_ = GraphMode::kNone;
-  bool capturing_ = false;       // the capture has begun
-  bool device_work_ = false;     // the run has queued (or replays) device work
-  bool graph_launched_ = false;  // flush_graph() launched the graph
+  bool capturing_ = false;             // a segment's capture has begun
+  size_t segment_ = 0;                 // the run's next graph segment
+  bool segment_open_ = false;          // device work queued (or replayed) since the last wait
+  std::vector<int64_t> sizes_known_;   // this run's sizes known mid-run (size_known)
+  GraphStats* graph_stats_ = nullptr;  // the model's counts (count_graphs)
+  CUstream side_stream_ = nullptr;     // forks' (made at the first fork)
+  CUstream main_stream_ = nullptr;     // the run's stream while stream_ is the side one
+  CUevent fork_event_ = nullptr;       // recorded on the run's stream at a fork
+  CUevent join_event_ = nullptr;       // recorded on the side stream at a join
+  bool on_side_ = false;               // calls go to the side stream (side())
   CUmodule module_ = nullptr;
   std::vector<CUfunction> functions_;
   CUfunction check_i32_ = nullptr;
@@ -2284,6 +2415,7 @@ class RunState {
   size_t arena_bytes_ = 0;
   size_t library_offset_ = 0;           // where the libraries' workspace starts in the arena
   size_t library_workspace_bytes_ = 0;  // 0: the model runs no product or convolution
+  size_t library_workspaces_ = 1;       // one per stream that runs library calls
   void* blas_handle_ = nullptr;         // cublasLtHandle_t, made at the first product
   std::vector<MatMulPlan> plans_;       // per call site
   void* dnn_handle_ = nullptr;          // cudnnHandle_t, made at the first convolution
@@ -2314,6 +2446,9 @@ class RunState {
 template <typename Body>
 inline void run_retrying(RunState& state, Body body) {
   try {
+    body();
+  } catch (const GraphMiss&) {
+    state.abandon_graph();
     body();
   } catch (const std::exception&) {
     if (!state.abandon_capture()) throw;

@@ -12,7 +12,10 @@
 // 3. N threads (default 8) x N runs (default 100) on the one loaded model, each thread with its
 //    own stream and pinned buffers, alternating with plain kiln_model_run calls: every output
 //    bit-identical to 1; the device memory they added is printed next to what the first run
-//    took (the weights are one copy for all run states, so the threads add arenas alone).
+//    took (the weights are one copy for all run states, so the threads add arenas alone);
+// 4. latency: the median of 50 runs, host buffers and pinned buffers on the caller's stream;
+// 5. the side stream of forks against KILN_CUDA_STREAMS=1 (a second load of the library), as a
+//    ratio of the pinned runs' medians.
 // Prints what it checked; exits 0 when everything holds, 1 otherwise, 77 without a CUDA device.
 #include <dlfcn.h>
 
@@ -459,6 +462,46 @@ int main(int argc, char** argv) {
       "median of 50 runs (CUDA graphs %s): kiln_model_run %.3f ms, pinned buffers on the "
       "caller's stream %.3f ms\n",
       graphs != nullptr && std::strcmp(graphs, "0") == 0 ? "off" : "on", plain, queued);
+
+  // 5. The side stream of forks (a residual block's downsample branch beside its main branch,
+  // codegen/wrapper/stream_plan.h) against one stream: a second load of the library whose runs
+  // all see KILN_CUDA_STREAMS=1 (its graphs are captured without forks), both timed as the
+  // pinned runs above in 3 alternating rounds; the best median of each.
+  {
+    Model single;
+    if (ok(kiln_model_load(library.c_str(), nullptr, &single.model), "kiln_model_load")) {
+      single.inputs = m.inputs;
+      single.output_shapes = m.output_shapes;
+      void* stream = nullptr;
+      cuda.StreamCreate(&stream, 1);
+      {
+        Pinned forked, one;
+        if (forked.make(m) && one.make(single)) {
+          double with_side = 1e30, one_stream = 1e30;
+          for (int round = 0; round < 3; ++round) {
+            unsetenv("KILN_CUDA_STREAMS");
+            with_side = std::min(with_side, median_ms([&] {
+                                   forked.run(stream);
+                                   cuda.StreamSynchronize(stream);
+                                 }));
+            setenv("KILN_CUDA_STREAMS", "1", 1);
+            one_stream = std::min(one_stream, median_ms([&] {
+                                    one.run(stream);
+                                    cuda.StreamSynchronize(stream);
+                                  }));
+          }
+          unsetenv("KILN_CUDA_STREAMS");
+          std::printf(
+              "side stream (CUDA graphs %s), pinned buffers on the caller's stream: %.3f ms with "
+              "forks, %.3f ms with KILN_CUDA_STREAMS=1: ratio %.3f\n",
+              graphs != nullptr && std::strcmp(graphs, "0") == 0 ? "off" : "on", with_side,
+              one_stream, with_side / one_stream);
+        }
+      }
+      cuda.StreamDestroy(stream);
+      kiln_model_free(single.model);
+    }
+  }
   kiln_model_free(m.model);
   std::printf("%s\n", failures == 0 ? "all checks passed" : "CHECKS FAILED");
   return failures == 0 ? 0 : 1;

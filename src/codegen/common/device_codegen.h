@@ -134,6 +134,19 @@ class WrapperOps {
                                   const std::function<void()>& write_call) {
     write_call();
   }
+  /// Concurrent streams (codegen/wrapper/stream_plan.h): true for an item that queues device
+  /// work without waiting and may run on a side stream; none on a device with one stream.
+  virtual bool runs_concurrently(const sched::ScheduleItem& /*item*/) const { return false; }
+  /// Before the model's function: whether its plan has forks with library calls on the side.
+  virtual void note_streams(size_t /*forks*/, bool /*side_library_calls*/) {}
+  /// Fork `k` (before its chain's first call), a side call's start (`enter`) and end, the join
+  /// (before the first call reading the chain's result). `what` describes the fork.
+  virtual void write_fork(IndentedBuffer& /*out*/, size_t /*k*/, const std::string& /*what*/) {}
+  virtual void write_side(IndentedBuffer& /*out*/, size_t /*k*/, bool /*enter*/) {}
+  virtual void write_join(IndentedBuffer& /*out*/, size_t /*k*/) {}
+  /// `identifier`, a size known only mid-run (read from data or from an input's values), is
+  /// one the device work after it depends on (CUDA graphs are keyed by it).
+  virtual void write_size_known(IndentedBuffer& /*out*/, const std::string& /*identifier*/) {}
   /// The operations of the functions of control-flow subgraphs, which run on the host: this
   /// object on the CPU.
   virtual WrapperOps& subgraph_ops() { return *this; }

@@ -66,6 +66,7 @@ void CudaWrapperOps::write_run_state_members(IndentedBuffer& out) {
 
 void CudaWrapperOps::write_model_state_members(IndentedBuffer& out) {
   out.line("    kiln_cuda::SharedConstants cuda_constants;");
+  out.line("    kiln_cuda::GraphStats cuda_graph_stats;  // graph segments of its runs");
 }
 
 void CudaWrapperOps::write_workspace(IndentedBuffer& out) {
@@ -74,10 +75,45 @@ void CudaWrapperOps::write_workspace(IndentedBuffer& out) {
       "                     sizeof kKernelNames / sizeof kKernelNames[0], inputs, kInputCount,");
   out.line("                     kCudaGraphs && profile == nullptr);");
   out.line("kiln_cuda::DeviceWorkspace ws(state.cuda.memory());");
-  if (uses_workspace_)
+  if (uses_workspace_ && side_library_calls_) {
+    out.line("// cuBLASLt's and cuDNN's workspaces, in the arena: one per stream");
+    out.line("state.cuda.reserve_library_workspace(2);");
+  } else if (uses_workspace_) {
     out.line("state.cuda.reserve_library_workspace();  // cuBLASLt's and cuDNN's, in the arena");
+  }
   if ((uses_dnn_ || uses_blas_) && tune_libraries_)
     out.line("state.cuda.tune_convolutions();  // --autotune max: library candidates timed");
+}
+
+bool CudaWrapperOps::runs_concurrently(const sched::ScheduleItem& item) const {
+  if (item.device != ir::Device::kCuda || item.buffers.empty()) return false;
+  if (item.kind == sched::ItemKind::kKernel) return true;
+  const ir::Buffer& b = *item.buffers.front();
+  return b.device == ir::Device::kCuda &&
+         (b.call.as<ir::MatMulCall>() != nullptr || b.call.as<ir::ConvCall>() != nullptr ||
+          b.call.as<ir::AttentionCall>() != nullptr);
+}
+
+void CudaWrapperOps::write_fork(IndentedBuffer& out, size_t k, const std::string& what) {
+  out.linef("// fork {}: {}", k, comment_safe(what));
+  out.linef("const bool fork{} = state.cuda.fork(profile == nullptr);  // false: one stream", k);
+}
+
+void CudaWrapperOps::write_side(IndentedBuffer& out, size_t k, bool enter) {
+  if (enter) {
+    out.linef("state.cuda.side(fork{}, true);  // on the side stream of fork {}", k, k);
+  } else {
+    out.linef("state.cuda.side(fork{}, false);", k);
+  }
+}
+
+void CudaWrapperOps::write_join(IndentedBuffer& out, size_t k) {
+  out.linef("state.cuda.join(fork{});  // the main stream waits for fork {}'s side stream", k, k);
+}
+
+void CudaWrapperOps::write_size_known(IndentedBuffer& out, const std::string& identifier) {
+  out.linef("state.cuda.size_known({});  // graph segments from here on are keyed by it",
+            identifier);
 }
 
 void CudaWrapperOps::write_input_data(IndentedBuffer& out, size_t k, const std::string& ctype,
@@ -195,10 +231,14 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
   const std::string nvrtc = nvrtc_version_text();
   const int min_driver = 1000 * std::atoi(nvrtc.c_str());
   out.linef("static constexpr size_t kInputCount = {};", inputs_.size());
-  out.line(
-      "// Runs become CUDA graphs (kiln_cuda::RunState::begin_run) unless they wait for the GPU");
-  out.line("// midway (a host fallback, a size read from data).");
-  out.linef("static constexpr bool kCudaGraphs = {};", waits_ ? "false" : "true");
+  out.line("// Runs become CUDA graphs (kiln_cuda::RunState::begin_run), one graph segment per");
+  if (waits_) {
+    out.line("// stretch of device work between two waits for the GPU (here: host fallbacks or");
+    out.line("// sizes read from data split the run).");
+  } else {
+    out.line("// stretch of device work between two waits for the GPU (here: one).");
+  }
+  out.line("static constexpr bool kCudaGraphs = true;");
   out.linef("// What the machine must have (NVRTC {}); checked when a model library loads.", nvrtc);
   out.linef(
       "static const kiln_cuda::DeviceNeeds kDeviceNeeds = {{kCubins, sizeof kCubins / sizeof "
@@ -378,6 +418,7 @@ extern "C" int kiln_run_cuda(const kiln_rt::TensorArg* inputs, kiln_rt::TensorAr
     try {
         auto run = static_cast<ModelState*>(state)->runs.acquire();
         run->cuda.share_constants(&static_cast<ModelState*>(state)->cuda_constants);
+        run->cuda.count_graphs(&static_cast<ModelState*>(state)->cuda_graph_stats);
         run->cuda.set_mode({stream, inputs_on_device != 0, outputs_on_device != 0});
         try {
             kiln_cuda::run_retrying(run->cuda, [&] { run_impl(inputs, outputs, constants, *run, profile); });
@@ -394,6 +435,13 @@ extern "C" int kiln_run_cuda(const kiln_rt::TensorArg* inputs, kiln_rt::TensorAr
         std::snprintf(error, static_cast<size_t>(error_size), "%s", e.what());
         return 3;
     }
+}
+
+// The CUDA graph segments the runs of `state` have captured and launched so far.
+extern "C" void kiln_cuda_graph_stats(void* state, int64_t* captured, int64_t* launched) {
+    const kiln_cuda::GraphStats& stats = static_cast<ModelState*>(state)->cuda_graph_stats;
+    *captured = stats.captured.load();
+    *launched = stats.launched.load();
 }
 
 // Page-locked host memory (cuMemHostAlloc): copies from and to it overlap the GPU's work.

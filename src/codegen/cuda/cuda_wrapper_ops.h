@@ -91,6 +91,19 @@ class CudaWrapperOps final : public WrapperOps {
   /// the GPU.
   void write_control_flow(IndentedBuffer& out, const ir::Buffer& buffer, const ir::Program& program,
                           int64_t results, const std::function<void()>& write_call) override;
+  /// Kernels and the GPU's library calls (cuBLASLt, cuDNN, Kiln's attention) queue work without
+  /// waiting: they may run on the run state's side stream.
+  bool runs_concurrently(const sched::ScheduleItem& item) const override;
+  void note_streams(size_t /*forks*/, bool side_library_calls) override {
+    side_library_calls_ = side_library_calls;
+  }
+  /// `const bool fork<k> = state.cuda.fork(...)` (false: the run stays on one stream), and
+  /// state.cuda.side / join on it.
+  void write_fork(IndentedBuffer& out, size_t k, const std::string& what) override;
+  void write_side(IndentedBuffer& out, size_t k, bool enter) override;
+  void write_join(IndentedBuffer& out, size_t k) override;
+  /// state.cuda.size_known: the graph segments after it are keyed by the value too.
+  void write_size_known(IndentedBuffer& out, const std::string& identifier) override;
   /// Subgraphs run on the host: the CPU's operations write their functions.
   WrapperOps& subgraph_ops() override { return *host_; }
   bool kernels_in_host_units() const override { return false; }
@@ -102,6 +115,7 @@ class CudaWrapperOps final : public WrapperOps {
   /// failed).
   std::string run_call() const override {
     return "run->cuda.share_constants(&static_cast<ModelState*>(state)->cuda_constants);\n"
+           "        run->cuda.count_graphs(&static_cast<ModelState*>(state)->cuda_graph_stats);\n"
            "        kiln_cuda::run_retrying(run->cuda, [&] { run_impl(inputs, outputs, constants, "
            "*run, profile); });";
   }
@@ -140,8 +154,8 @@ class CudaWrapperOps final : public WrapperOps {
   /// (D, Dv) of the fused attentions: Kiln's kernel for each, in the module.
   std::set<std::pair<int64_t, int64_t>> attention_heads_;
   bool uses_workspace_ = false;
-  bool waits_ = false;  // the run waits for the GPU midway (a host fallback, a size from data)  //
-                        // a product or convolution: the arena keeps their workspace
+  bool side_library_calls_ = false;  // a library call among them: a second library workspace
+  bool waits_ = false;    // the run waits for the GPU midway (a host fallback, a size from data)
   int matmul_sites_ = 0;  // matrix product calls written so far
   int conv_sites_ = 0;    // convolution calls written so far
   std::vector<std::pair<std::string, std::string>> device_sources_;

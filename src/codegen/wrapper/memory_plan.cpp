@@ -39,7 +39,8 @@ std::string reuse_key(const ir::Buffer& buffer) {
   return fmt::format("{}:{}", graph::dtype_name(buffer.dtype), aligned_bytes(buffer).str());
 }
 
-MemoryPlan plan_memory(const ir::Program& program, const sched::Schedule& schedule) {
+MemoryPlan plan_memory(const ir::Program& program, const sched::Schedule& schedule,
+                       const StreamPlan* streams) {
   MemoryPlan plan;
   const size_t n = schedule.items.size();
   plan.before.resize(n);
@@ -56,6 +57,7 @@ MemoryPlan plan_memory(const ir::Program& program, const sched::Schedule& schedu
   // Pass 1: walk the schedule with a pool of freed storage per reuse key (LIFO).
   std::map<std::string, std::vector<std::string>> pool;
   std::set<std::string> taken_inplace;  // inputs whose storage an in-place output took
+  std::map<size_t, std::vector<std::string>> deferred;  // join item -> last uses held for it
   for (size_t i = 0; i < n; ++i) {
     const sched::ScheduleItem& item = schedule.items[i];
     std::map<std::string, std::string> inplace(item.inplace.begin(), item.inplace.end());
@@ -84,7 +86,21 @@ MemoryPlan plan_memory(const ir::Program& program, const sched::Schedule& schedu
       plan.before[i].push_back({PlanLine::Kind::kAllocate, name, "", false});
       plan.storage[name] = name;
     }
-    for (const std::string& name : item.last_use) {
+    // Last uses inside a fork's window wait for its join (deferred); the join's call then
+    // frees its own and theirs.
+    // (A join's call may open the next window: then what it frees waits for that join.)
+    std::vector<std::string> last_use = item.last_use;
+    if (auto d = deferred.find(i); d != deferred.end()) {
+      last_use.insert(last_use.end(), d->second.begin(), d->second.end());
+      deferred.erase(d);
+    }
+    const StreamPlan::Fork* window = streams != nullptr ? streams->window_of(i) : nullptr;
+    if (window != nullptr) {
+      std::vector<std::string>& held = deferred[window->join];
+      held.insert(held.end(), last_use.begin(), last_use.end());
+      continue;
+    }
+    for (const std::string& name : last_use) {
       const ir::Buffer* buffer = program.find(name);
       KILN_CHECK(buffer != nullptr, "last use of unknown buffer {}", name);
       if (buffer->kind == ir::BufferKind::kInput || buffer->kind == ir::BufferKind::kConstant ||

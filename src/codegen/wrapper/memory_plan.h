@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/wrapper/stream_plan.h"
 #include "ir/buffer.h"
 #include "sched/schedule.h"
 
@@ -78,7 +79,10 @@ ArenaPlan plan_arena(const ir::Program& program, const sched::Schedule& schedule
 
 /// Plans storage for every buffer the schedule computes. Graph outputs always get their own
 /// storage and are never handed to another buffer; inputs and constants are never freed.
-MemoryPlan plan_memory(const ir::Program& program, const sched::Schedule& schedule);
+/// With `streams`, a buffer whose last use lies in a fork's window [fork, join) is freed after
+/// the join's call instead: its storage is reused only once both streams are done with it.
+MemoryPlan plan_memory(const ir::Program& program, const sched::Schedule& schedule,
+                       const StreamPlan* streams = nullptr);
 
 /// The reuse key of a buffer: "<dtype>:<aligned bytes expression>".
 std::string reuse_key(const ir::Buffer& buffer);

@@ -29,12 +29,29 @@ class WrapperWriter {
 
   WrapperSource run() {
     scan_externs();
-    for (const GraphCode& g : graphs_) plans_.push_back(plan_memory(*g.program, *g.schedule));
+    // The model's device calls may fork onto a side stream (stream_plan.h); a subgraph's run
+    // on the host, one at a time.
+    const GraphCode& model = graphs_.front();
+    const std::set<std::string> bound = symbols_bound_by_inputs(*model.program);
+    result_.streams = plan_streams(
+        *model.program, *model.schedule, bound,
+        [&](const sched::ScheduleItem& item) { return ops_->runs_concurrently(item); });
+    for (size_t i = 0; i < graphs_.size(); ++i) {
+      plans_.push_back(plan_memory(*graphs_[i].program, *graphs_[i].schedule,
+                                   i == 0 ? &result_.streams : nullptr));
+    }
     result_.plan = plans_.front();
+    bool side_library_calls = false;
+    for (const StreamPlan::Fork& f : result_.streams.forks) {
+      for (size_t i : f.side) {
+        side_library_calls =
+            side_library_calls || model.schedule->items[i].kind == sched::ItemKind::kExtern;
+      }
+    }
+    ops_->note_streams(result_.streams.forks.size(), side_library_calls);
     // The model's intermediates live in one arena per run; a subgraph's, which runs any number
     // of times per run, in its own workspace.
-    result_.arena = plan_arena(*graphs_.front().program, *graphs_.front().schedule, plans_.front(),
-                               symbols_bound_by_inputs(*graphs_.front().program));
+    result_.arena = plan_arena(*model.program, *model.schedule, plans_.front(), bound);
     dedupe_kernels();
     IndentedBuffer body;
     for (size_t i = 1; i < graphs_.size(); ++i) {
@@ -134,6 +151,7 @@ class WrapperWriter {
       check_extents(out);
       bind_constants(out);
       arena_ = i == 0 ? &result_.arena : nullptr;
+      streams_ = i == 0 ? &result_.streams : nullptr;
       if (arena_ != nullptr) reserve_arena(out);
       for (size_t k = 0; k < schedule_->items.size(); ++k) write_item(out, k);
       write_outputs(out);
@@ -191,9 +209,11 @@ class WrapperWriter {
       }
       cur_->write_input_data(out, k, ctype(in.dtype), in.buffer);
       for (const ir::DynamicSize& size : program_->dynamic_sizes) {
-        if (size.buffer == in.buffer)
+        if (size.buffer == in.buffer) {
           out.linef("const int64_t {} = {}[0];", sym::size_identifier(size.symbol),
                     cur_->host_input_data(in.buffer));
+          cur_->write_size_known(out, sym::size_identifier(size.symbol));
+        }
       }
     }
   }
@@ -232,6 +252,26 @@ class WrapperWriter {
 
   void write_item(IndentedBuffer& out, size_t i) {
     const sched::ScheduleItem& item = schedule_->items[i];
+    const bool side = streams_ != nullptr && streams_->on_side(i);
+    if (streams_ != nullptr) {
+      for (size_t k = 0; k < streams_->forks.size(); ++k) {
+        const StreamPlan::Fork& f = streams_->forks[k];
+        if (f.join == i) cur_->write_join(out, k);
+        if (f.fork == i) {
+          // Calls by name, with the buffer they make (extern calls share their name).
+          auto call = [&](size_t c) {
+            const sched::ScheduleItem& it = schedule_->items[c];
+            return it.kind == sched::ItemKind::kExtern ? it.name + " " + it.buffers.at(0)->name
+                                                       : it.name;
+          };
+          std::vector<std::string> calls;
+          for (size_t c : f.side) calls.push_back(call(c));
+          cur_->write_fork(out, k,
+                           fmt::format("{} read on both streams; side stream: {}; join before {}",
+                                       f.value, fmt::join(calls, ", "), call(f.join)));
+        }
+      }
+    }
     for (const PlanLine& line : plan_->before[i]) {
       const ir::Buffer* b = program_->find(line.buffer);
       std::string t = ctype(b->dtype);
@@ -243,6 +283,7 @@ class WrapperWriter {
       }
     }
     write_index_checks(out, item);
+    if (side) cur_->write_side(out, streams_->window_of(i) - streams_->forks.data(), true);
     if (item.kind == sched::ItemKind::kKernel) {
       write_kernel_call(out, item);
     } else if (ir::is_control_flow(*item.buffers.at(0))) {
@@ -254,6 +295,7 @@ class WrapperWriter {
     } else {
       write_extern_call(out, *item.buffers.at(0));
     }
+    if (side) cur_->write_side(out, streams_->window_of(i) - streams_->forks.data(), false);
     for (const ir::DynamicSize& size : program_->dynamic_sizes) {
       for (const ir::Buffer* b : item.buffers) {
         if (b->name != size.buffer) continue;
@@ -264,6 +306,7 @@ class WrapperWriter {
           cur_->write_size_read(out, sym::size_identifier(size.symbol), size.buffer,
                                 std::to_string(size.element));
         }
+        cur_->write_size_known(out, sym::size_identifier(size.symbol));
       }
     }
     for (const PlanLine& line : plan_->after[i]) {
@@ -637,7 +680,8 @@ extern "C" void kiln_free(void* data) { std::free(data); })");
   const sched::Schedule* schedule_ = nullptr;
   const std::vector<GeneratedKernel>* kernels_ = nullptr;
   const MemoryPlan* plan_ = nullptr;
-  const ArenaPlan* arena_ = nullptr;  // the model's function's; null in a subgraph's
+  const ArenaPlan* arena_ = nullptr;     // the model's function's; null in a subgraph's
+  const StreamPlan* streams_ = nullptr;  // likewise
   std::set<std::string> outputs_;
   std::set<std::string> checked_;
   bool uses_control_ = false;        // the wrapper runs If, Loop or Scan

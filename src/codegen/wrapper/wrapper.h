@@ -43,6 +43,7 @@ struct WrapperSource {
   BuildNeeds needs;
   MemoryPlan plan;       // the model's function's
   ArenaPlan arena;       // where its intermediates live
+  StreamPlan streams;    // its calls on a side stream (none on a device with one stream)
   int kernel_count = 0;  // distinct kernel functions after deduplication
 };
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -61,6 +62,28 @@ inline Compiled compile_cuda_dumped(const graph::Model& model, const std::filesy
   unsetenv("KILN_CUDA_ARCHS");
   return {std::move(compiled), files::read(dir / "dump" / "5_kernels.cu"),
           files::read(dir / "dump" / "5_wrapper.cpp")};
+}
+
+/// Sets environment variable `name` for a scope.
+struct Env {
+  Env(const char* name, const std::string& value) : name(name) { setenv(name, value.c_str(), 1); }
+  ~Env() { unsetenv(name); }
+  const char* name;
+};
+
+/// `text` without its lines that contain `needle`; with `cubin_bytes` false, also without the
+/// lines of an embedded cubin's bytes (lines starting with a digit), which differ wherever a
+/// kernel does.
+inline std::string without_lines(const std::string& text, const std::string& needle,
+                                 bool cubin_bytes = true) {
+  std::istringstream in(text);
+  std::string out;
+  for (std::string line; std::getline(in, line);) {
+    const size_t first = line.find_first_not_of(' ');
+    const bool bytes = first != std::string::npos && line[first] >= '0' && line[first] <= '9';
+    if (line.find(needle) == std::string::npos && (cubin_bytes || !bytes)) out += line + "\n";
+  }
+  return out;
 }
 
 /// How often `needle` occurs in `text`.

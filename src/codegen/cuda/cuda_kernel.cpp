@@ -901,6 +901,62 @@ void CudaKernelBuilder::emit_row_loads(IndentedBuffer& out) {
   }
 }
 
+/// True when reduction members `a` and `b` accumulate the same values the same way: one
+/// reduction each, of the same operand computed by the same ops from the same loads (the ops
+/// before the result, none a store), of the same type or both Welford (mean and variance read
+/// the same state). What they do with the result may differ.
+bool same_accumulation(const MemberEmitter& a, const MemberEmitter& b) {
+  if (a.member().kind != MemberKind::kReduction || b.member().kind != MemberKind::kReduction)
+    return false;
+  const std::vector<ir::Op>& x = a.body().ops();
+  const std::vector<ir::Op>& y = b.body().ops();
+  auto reduction_of = [](const std::vector<ir::Op>& ops) -> std::optional<size_t> {
+    std::optional<size_t> found;
+    for (size_t k = 0; k < ops.size(); ++k) {
+      if (ops[k].code != ir::OpCode::kReduction) continue;
+      if (found) return std::nullopt;  // several reductions
+      found = k;
+    }
+    return found;
+  };
+  const std::optional<size_t> rx = reduction_of(x), ry = reduction_of(y);
+  if (!rx || rx != ry) return false;
+  auto welford = [](ReductionType t) {
+    return t == ReductionType::kWelfordMean || t == ReductionType::kWelfordVar;
+  };
+  const ir::Op &ox = x[*rx], &oy = y[*ry];
+  if (ox.dtype != oy.dtype || ox.operands != oy.operands ||
+      !(ox.reduction == oy.reduction || (welford(ox.reduction) && welford(oy.reduction))) ||
+      ox.reduction == ReductionType::kArgMax || ox.reduction == ReductionType::kArgMin) {
+    return false;
+  }
+  // What `b` does after its reduction must use the result (emit_reduction_end writes it): no
+  // store of a value computed without it.
+  std::vector<bool> after(y.size(), false);
+  after[*ry] = true;
+  for (size_t k = *ry + 1; k < y.size(); ++k) {
+    for (ir::ValueId v : y[k].operands) after[k] = after[k] || (v != ir::kNoValue && after[v]);
+    if (y[k].code == ir::OpCode::kStore && !after[k]) return false;
+  }
+  for (size_t k = 0; k < *rx; ++k) {
+    const ir::Op &p = x[k], &q = y[k];
+    const auto id = static_cast<ir::ValueId>(k);
+    if (p.code == ir::OpCode::kStore || q.code == ir::OpCode::kStore || p.code != q.code ||
+        p.dtype != q.dtype || p.operands != q.operands || p.buffer != q.buffer ||
+        p.buffer_dtype != q.buffer_dtype || p.float_value != q.float_value ||
+        p.int_value != q.int_value || p.mask != q.mask || p.select_last != q.select_last ||
+        p.bits_from != q.bits_from || p.bits_to != q.bits_to || !(p.symbol == q.symbol) ||
+        !(p.index == q.index)) {
+      return false;
+    }
+    if ((p.code == ir::OpCode::kLoad || p.code == ir::OpCode::kIndexExpr) &&
+        !(a.op_index(id) == b.op_index(id))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& config) {
   const bool warp_rows = config.rows_per_block > 0;
   // A warp-per-row kernel's rows each have their own scratch arrays: row threadIdx.y's start
@@ -978,15 +1034,38 @@ void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& 
     emit_row_preload(out);
     emit_row_loads(out);
   }
-  for (auto& m : members_) {
+  // A reduction member whose accumulation repeats an earlier member's (LayerNorm's Welford mean
+  // and variance of the same row) declares its accumulator here and takes the earlier one's
+  // combined state instead of a row loop and a combine of its own.
+  std::vector<std::optional<size_t>> shares(members_.size());
+  for (size_t j = 0; j < members_.size(); ++j) {
+    for (size_t i = 0; i < j && !shares[j]; ++i) {
+      if (!shares[i] && same_accumulation(*members_[i], *members_[j])) shares[j] = i;
+    }
+  }
+  for (size_t k = 0; k < members_.size(); ++k) {
+    auto& m = members_[k];
+    for (size_t j = k + 1; j < members_.size(); ++j) {
+      if (shares[j] == k) members_[j]->emit_accumulators(out, false);
+    }
     out.linef("{{  // {}", m->member().buffer->name);
     {
       auto _ = out.scope();
       switch (m->member().kind) {
         case MemberKind::kReduction:
+          if (shares[k]) {
+            out.linef("// The accumulation of {}'s.", members_[*shares[k]]->member().buffer->name);
+            m->emit_reduction_end(out, false);
+            break;
+          }
           m->emit_accumulators(out, false);
           emit_row_loop(out, *m);
           emit_block_combine(out, *m);
+          for (size_t j = k + 1; j < members_.size(); ++j) {
+            if (shares[j] != k) continue;
+            out.linef("{} = {};", members_[j]->accumulators().begin()->second,
+                      m->accumulators().begin()->second);
+          }
           m->emit_reduction_end(out, false);
           break;
         case MemberKind::kPointwiseInner:
@@ -1160,10 +1239,9 @@ namespace kiln {
 // conversions are long instruction sequences on the GPU, and the state shuffles in three 32-bit
 // words instead of four. The divisions by a count are __fdividef (a reciprocal and a product,
 // within 2 ulp for counts below 2^126) rather than IEEE division (about 8 instructions and a
-// branch). A LayerNormalization over rows in registers updates two Welford states per element
-// (mean and variance are two members): with the exact division that is about 35 instructions
-// per element, near half of what an H100 issues per element at its copy bandwidth (about 70),
-// which is where its 75 % of copy bandwidth likely went; with __fdividef about 20.
+// branch): a LayerNormalization updates a Welford state per element, and at an H100's copy
+// bandwidth a kernel may spend only about 70 instructions per element (an estimate: 132 SMs x 4
+// warp instructions a cycle at 1.75 GHz over 8 bytes an element at 3.35 TB/s).
 template <>
 struct Welford<float> {
   float mean = 0.0f;

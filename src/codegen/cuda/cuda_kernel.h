@@ -27,7 +27,9 @@
 ///   thread loads its elements of the members' inputs once (16-byte vectors where the row is
 ///   contiguous), per-element values live in register arrays rather than shared memory, and
 ///   outputs leave in 16-byte stores; a warp of short rows takes up to 4 rows, loading all
-///   their inputs before reducing the first.
+///   their inputs before reducing the first. A reduction member that accumulates exactly what
+///   an earlier one does (LayerNormalization's Welford mean and variance of the same row) takes
+///   the earlier one's combined state instead of a pass of its own.
 /// Few long rows are split into two reductions before scheduling (cuda_split_reduction.h).
 ///
 /// A reduction's launch configuration (warp or block per row, threads, rows per warp, the row

@@ -139,6 +139,7 @@ std::vector<ReduceConfig> reduce_candidates(std::optional<int64_t> n, bool vecto
     for (int64_t threads : {128, 512, 1024}) add(shape_config(n, vectorizable, threads, 0, 1, 0));
     return configs;
   }
+  if (*n <= 0) return configs;  // an empty row: nothing to time
   if (*n <= kWarpRowMax) {
     for (int64_t rows : {2, 4}) {
       ReduceConfig c = shape_config(n, vectorizable, 32, kWarpRows, rows, 2 * kRegisterElements);

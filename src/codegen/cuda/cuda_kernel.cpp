@@ -157,7 +157,8 @@ std::vector<ReduceConfig> reduce_candidates(std::optional<int64_t> n, bool vecto
   return configs;
 }
 
-/// The text of `c` in comments and the tuning report: "warp x4 rows/warp 2 regs 24 v4".
+/// The text of `c` in the kernels' comments: "a warp per row, 4 warps a block, 2 rows a warp,
+/// 24 elements a thread in registers in 16-byte vectors".
 std::string config_text(const ReduceConfig& c) {
   std::string text = c.rows_per_block > 0
                          ? fmt::format("a warp per row, {} warps a block", c.rows_per_block)

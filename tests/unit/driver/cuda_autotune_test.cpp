@@ -72,15 +72,7 @@ std::string conv_problem() {
 
 std::string compile_wrapper(const graph::Model& model, const fs::path& dir,
                             std::optional<autotune::AutotuneMode> mode = std::nullopt) {
-  CompileOptions options;
-  options.device = ir::Device::kCuda;
-  options.autotune = mode;
-  options.dump_dir = dir / "dump";
-  options.cache_dir = dir / "cache";
-  if (!has_cuda_device()) setenv("KILN_CUDA_ARCHS", "90", 1);
-  compile(model, options);
-  unsetenv("KILN_CUDA_ARCHS");
-  return files::read(dir / "dump" / "5_wrapper.cpp");
+  return compile_cuda_dumped(model, dir, ir::Precision::kTf32, mode).wrapper;
 }
 
 TEST(CudaAutotune, CachedChoicesAreBakedIntoTheWrapperAndNothingElseChanges) {

@@ -133,15 +133,8 @@ struct Sources {
 Sources compile_sources(const graph::Model& model, const fs::path& dir,
                         std::optional<autotune::AutotuneMode> mode = std::nullopt,
                         const std::string& archs = "90") {
-  CompileOptions options;
-  options.device = ir::Device::kCuda;
-  options.autotune = mode;
-  options.dump_dir = dir / "dump";
-  options.cache_dir = dir / "cache";
-  if (!has_cuda_device()) setenv("KILN_CUDA_ARCHS", archs.c_str(), 1);
-  compile(model, options);
-  unsetenv("KILN_CUDA_ARCHS");
-  return {files::read(dir / "dump" / "5_kernels.cu"), files::read(dir / "dump" / "5_wrapper.cpp")};
+  Compiled c = compile_cuda_dumped(model, dir, ir::Precision::kTf32, mode, archs);
+  return {std::move(c.kernels), std::move(c.wrapper)};
 }
 
 /// The tuned launches of a wrapper compiled with --autotune max: kernel name -> (problem text,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -48,14 +49,18 @@ struct Compiled {
   std::string wrapper;  // 5_wrapper.cpp
 };
 
-/// Compiles `model` for CUDA under `dir` with a dump: sm_90 cubins without a GPU, the GPU's own
-/// architecture with one; at `precision` (--precision).
+/// Compiles `model` for CUDA under `dir` with a dump: cubins for `archs` (sm_90) without a GPU,
+/// the GPU's own architecture with one; at `precision` (--precision), with `autotune`
+/// (--autotune; empty: the default).
 inline Compiled compile_cuda_dumped(const graph::Model& model, const std::filesystem::path& dir,
-                                    ir::Precision precision = ir::Precision::kTf32) {
-  if (!has_cuda_device()) setenv("KILN_CUDA_ARCHS", "90", 1);
+                                    ir::Precision precision = ir::Precision::kTf32,
+                                    std::optional<autotune::AutotuneMode> autotune = std::nullopt,
+                                    const std::string& archs = "90") {
+  if (!has_cuda_device()) setenv("KILN_CUDA_ARCHS", archs.c_str(), 1);
   CompileOptions options;
   options.device = ir::Device::kCuda;
   options.precision = precision;
+  options.autotune = autotune;
   options.dump_dir = dir / "dump";
   options.cache_dir = dir / "cache";
   CompiledModel compiled = compile(model, options);

@@ -9,7 +9,11 @@
 //        cheap chain  y = Relu(x * 2 + 1) * 0.5 - x                (pointwise, x: [N])
 //        bias Gelu    y = Gelu_erf(x + b)                           (x: [N / 768, 768], b: [768])
 //        softmax 128  Softmax over rows of 128                      (a warp per row)
-//        layernorm    LayerNormalization over rows of 768          (a block per row, Welford)
+//        layernorm    LayerNormalization over rows of 768          (a warp per row, Welford)
+//      Softmax and LayerNorm are compiled twice: with the heuristic's launch configuration
+//      (--autotune off) and with --autotune max, whose first run times every configuration of
+//      the kernel and keeps the fastest (codegen/cuda/cuda_kernel.h); the tuned line names the
+//      configuration chosen, from the autotune cache;
 //      each checked against a scalar reference on sampled elements, then run with a profile:
 //      the kernel's time is the host clock around its launch and a wait for it
 //      (kiln_rt::ProfileScope), and the copy is timed the same way, so the ratio compares like
@@ -28,13 +32,17 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "autotune/cache.h"
+#include "autotune/cuda_choice.h"
 #include "driver/compile.h"
 #include "graph/graph.h"
 #include "runtime/kiln_rt.h"
 #include "support/error.h"
+#include "support/files.h"
 
 #ifndef KILN_BENCH_CACHE_DIR
 #define KILN_BENCH_CACHE_DIR "bench-cache"
@@ -249,6 +257,99 @@ std::vector<Case> cases() {
   return c;
 }
 
+/// The launch configuration the tuned compile's first run chose, from its dump (the kernel's
+/// problem text in the wrapper, its configurations in the kernels' comments) and the autotune
+/// cache, or "" when none was stored.
+std::string tuned_choice(const fs::path& dump, const fs::path& cache) {
+  const std::string wrapper = kiln::files::read(dump / "5_wrapper.cpp");
+  const std::string kernels = kiln::files::read(dump / "5_kernels.cu");
+  const std::string head = "cuda.launch_tuned(\"";
+  const size_t at = wrapper.find(head);
+  if (at == std::string::npos) return "";
+  const size_t problem_at = wrapper.find("\", \"", at) + 4;
+  const std::string problem =
+      wrapper.substr(problem_at, wrapper.find('"', problem_at) - problem_at);
+  const std::optional<kiln::autotune::CudaLibraryChoice> choice =
+      kiln::autotune::lookup_cuda_library_choice(kiln::autotune::AutotuneCache(cache), "kiln",
+                                                 problem, kiln::autotune::cuda_autotune_gpu());
+  if (!choice) return "";
+  const size_t line = kernels.find(fmt::format("launch configuration #{} of", choice->index));
+  const std::string text =
+      line == std::string::npos
+          ? ""
+          : kernels.substr(kernels.find(": ", line) + 2,
+                           kernels.find('\n', line) - kernels.find(": ", line) - 2);
+  return fmt::format("#{} ({}), timed {:.3f} ms", choice->index, text, choice->ms);
+}
+
+/// Compiles case `c` (tuned: with --autotune max), checks it on sampled rows and prints its
+/// bandwidth against the copy's.
+void bench_case(const Case& c, bool tuned, double copy_gbps, double bytes) {
+  kiln::driver::CompileOptions options;
+  // KILN_CACHE_DIR when set (a GPU machine running the bundle), else the build tree's.
+  const char* cache = std::getenv("KILN_CACHE_DIR");
+  options.cache_dir = cache != nullptr && *cache != '\0' ? cache : KILN_BENCH_CACHE_DIR;
+  options.device = kiln::ir::Device::kCuda;
+  options.autotune =
+      tuned ? kiln::autotune::AutotuneMode::kMax : kiln::autotune::AutotuneMode::kOff;
+  const fs::path dump = options.cache_dir / fmt::format("pointwise-bench-{}-tuned", c.name);
+  if (tuned) options.dump_dir = dump;
+  kiln::driver::CompiledModel model = kiln::driver::compile(case_model(c), options);
+  const kiln::driver::CompileStats& stats = model.stats();
+  Tensor x(DType::kFloat32, {kN / c.cols, c.cols});
+  {
+    float* p = x.mutable_values<float>().data();
+    for (int64_t i = 0; i < kN; ++i) p[i] = static_cast<float>((i * 7919) % 2001) * 0.002f - 2.0f;
+  }
+  std::vector<Tensor> inputs;
+  inputs.push_back(std::move(x));
+  std::vector<Tensor> y = model.run(inputs);
+  // The error on every 997th row against the scalar reference, relative to the row's largest
+  // |value|.
+  double worst = 0;
+  std::vector<float> want(static_cast<size_t>(c.cols));
+  const float* in = inputs[0].values<float>().data();
+  const float* out = y[0].values<float>().data();
+  for (int64_t r = 0; r < kN / c.cols; r += 997) {
+    c.reference(in + r * c.cols, want.data(), c.cols);
+    double top = 1e-30;
+    for (float v : want) top = std::max<double>(top, std::abs(v));
+    for (int64_t i = 0; i < c.cols; ++i)
+      worst = std::max(worst, std::abs(out[r * c.cols + i] - want[static_cast<size_t>(i)]) / top);
+  }
+  y.clear();
+  double best = std::numeric_limits<double>::infinity();
+  int kernels_per_run = 0;
+  for (int r = 0; r < kRuns; ++r) {
+    kiln_rt::Profile profile;
+    profile.origin = std::chrono::steady_clock::now();
+    (void)model.run(inputs, &profile);
+    double run_kernels = 0;
+    kernels_per_run = 0;
+    for (const kiln_rt::ProfileEvent& e : profile.events) {
+      if (std::string(e.kind) != "kernel") continue;
+      run_kernels += static_cast<double>(e.duration_ns) * 1e-9;
+      ++kernels_per_run;
+    }
+    best = std::min(best, run_kernels);
+  }
+  const double g = bytes / best / 1e9;
+  fmt::print(
+      "{:<14} {:<40} {} kernel(s) {:8.1f} GB/s  ({:.3f} ms) = {:5.1f}% of copy;"
+      "  max rel. error {:.1e}\n",
+      tuned ? c.name + " tuned" : c.name, tuned ? "  (--autotune max)" : c.formula, kernels_per_run,
+      g, best * 1e3, 100 * g / copy_gbps, worst);
+  if (tuned) {
+    const fs::path autotune_cache = kiln::autotune::default_autotune_cache_path(options.cache_dir);
+    const std::string choice = tuned_choice(dump, autotune_cache);
+    fmt::print("  launch configuration: {}\n", choice.empty() ? "none stored" : choice);
+  }
+  if (stats.kernels != 1 || stats.extern_calls != 0) {
+    fmt::print("  NOTE: {} kernels and {} library calls, not one kernel\n", stats.kernels,
+               stats.extern_calls);
+  }
+}
+
 int bench() {
   Driver cu;
   if (!cu.load()) {
@@ -265,58 +366,13 @@ int bench() {
   fmt::print("device-to-device copy            {:8.1f} GB/s  ({:.3f} ms)\n", copy_gbps, copy * 1e3);
 
   for (const Case& c : cases()) {
-    kiln::driver::CompileOptions options;
-    // KILN_CACHE_DIR when set (a GPU machine running the bundle), else the build tree's.
-    const char* cache = std::getenv("KILN_CACHE_DIR");
-    options.cache_dir = cache != nullptr && *cache != '\0' ? cache : KILN_BENCH_CACHE_DIR;
-    options.device = kiln::ir::Device::kCuda;
-    kiln::driver::CompiledModel model = kiln::driver::compile(case_model(c), options);
-    const kiln::driver::CompileStats& stats = model.stats();
-    Tensor x(DType::kFloat32, {kN / c.cols, c.cols});
-    {
-      float* p = x.mutable_values<float>().data();
-      for (int64_t i = 0; i < kN; ++i) p[i] = static_cast<float>((i * 7919) % 2001) * 0.002f - 2.0f;
-    }
-    std::vector<Tensor> inputs;
-    inputs.push_back(std::move(x));
-    std::vector<Tensor> y = model.run(inputs);
-    // The error on every 997th row against the scalar reference, relative to the row's largest
-    // |value|.
-    double worst = 0;
-    std::vector<float> want(static_cast<size_t>(c.cols));
-    const float* in = inputs[0].values<float>().data();
-    const float* out = y[0].values<float>().data();
-    for (int64_t r = 0; r < kN / c.cols; r += 997) {
-      c.reference(in + r * c.cols, want.data(), c.cols);
-      double top = 1e-30;
-      for (float v : want) top = std::max<double>(top, std::abs(v));
-      for (int64_t i = 0; i < c.cols; ++i)
-        worst = std::max(worst, std::abs(out[r * c.cols + i] - want[static_cast<size_t>(i)]) / top);
-    }
-    y.clear();
-    double best = std::numeric_limits<double>::infinity();
-    int kernels_per_run = 0;
-    for (int r = 0; r < kRuns; ++r) {
-      kiln_rt::Profile profile;
-      profile.origin = std::chrono::steady_clock::now();
-      (void)model.run(inputs, &profile);
-      double run_kernels = 0;
-      kernels_per_run = 0;
-      for (const kiln_rt::ProfileEvent& e : profile.events) {
-        if (std::string(e.kind) != "kernel") continue;
-        run_kernels += static_cast<double>(e.duration_ns) * 1e-9;
-        ++kernels_per_run;
-      }
-      best = std::min(best, run_kernels);
-    }
-    const double g = bytes / best / 1e9;
-    fmt::print(
-        "{:<14} {:<40} {} kernel(s) {:8.1f} GB/s  ({:.3f} ms) = {:5.1f}% of copy;"
-        "  max rel. error {:.1e}\n",
-        c.name, c.formula, kernels_per_run, g, best * 1e3, 100 * g / copy_gbps, worst);
-    if (stats.kernels != 1 || stats.extern_calls != 0) {
-      fmt::print("  NOTE: {} kernels and {} library calls, not one kernel\n", stats.kernels,
-                 stats.extern_calls);
+    // Softmax and LayerNorm run twice: with the heuristic's launch configuration (--autotune
+    // off, so that a cached choice does not apply), then tuned (--autotune max: the first run
+    // times every configuration and keeps the fastest; cuda_kernel.h).
+    const bool tunable = c.name == "softmax_128" || c.name == "layernorm_768";
+    for (bool tuned : {false, true}) {
+      if (tuned && !tunable) continue;
+      bench_case(c, tuned, copy_gbps, bytes);
     }
   }
   return 0;

@@ -16,8 +16,10 @@ namespace {
 
 using nlohmann::json;
 
-/// "algo" for cuBLASLt's algorithms, "engine" for cuDNN's engines: the choice names' prefix.
+/// "algo" for cuBLASLt's algorithms, "engine" for cuDNN's engines, "config" for the launch
+/// configurations of Kiln's own kernels: the choice names' prefix.
 std::string choice_prefix(const std::string& library) {
+  if (library == "kiln") return "config";
   return library == "cudnn" ? "engine" : "algo";
 }
 
@@ -60,8 +62,8 @@ size_t store_cuda_tune_report(const std::filesystem::path& report, const Autotun
     const std::vector<std::string> f = split(line, '\t');
     const std::optional<int64_t> arch = f.size() == 7 ? parse_count(f[3]) : std::nullopt;
     const std::optional<int64_t> version = f.size() == 7 ? parse_count(f[4]) : std::nullopt;
-    if (f.size() != 7 || (f[0] != "cublaslt" && f[0] != "cudnn") || f[1].empty() || !arch ||
-        !version) {
+    if (f.size() != 7 || (f[0] != "cublaslt" && f[0] != "cudnn" && f[0] != "kiln") ||
+        f[1].empty() || !arch || !version) {
       user_error(
           "{}:{}: not a CUDA tuning report line (library, problem, GPU, compute "
           "capability, library version, chosen index, times, tab-separated): '{}'",

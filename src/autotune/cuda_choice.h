@@ -20,6 +20,13 @@
 /// choice for another library version, or an index the library no longer lists, falls back to
 /// the heuristic's first with one note on stderr. Tested in
 /// tests/unit/autotune/cuda_choice_test.cpp.
+///
+/// Library "kiln" holds the launch configurations of Kiln's own reduction kernels
+/// (codegen/cuda/cuda_kernel.h): the problem is the kernel's launch_problem, the choices are
+/// "config <i>" (an index among the configurations Kiln generates for it), the version is
+/// NVRTC's (1000 * major + 10 * minor); codegen builds the chosen configuration alone
+/// (CudaCodegen::generate_kernel), and an index past the kernel's configurations is ignored
+/// with a warning.
 
 #include <cstdint>
 #include <filesystem>
@@ -43,7 +50,8 @@ struct CudaLibraryChoice {
   bool operator==(const CudaLibraryChoice&) const = default;
 };
 
-/// The key of one problem of `library` ("cublaslt" or "cudnn") on one GPU and library version.
+/// The key of one problem of `library` ("cublaslt", "cudnn" or "kiln") on one GPU and library
+/// version.
 nlohmann::json cuda_library_cache_key(const std::string& library, const std::string& problem,
                                       const std::string& gpu, int arch, int64_t version);
 

@@ -1251,6 +1251,41 @@ class RunState {
     launch_function(functions_[static_cast<size_t>(k)], stream_, name, args...);
   }
 
+  /// --autotune max: kernel `what` generated with `count` launch configurations
+  /// (codegen/cuda/cuda_kernel.h); `launch(c)` queues configuration c (0: the heuristic's). The
+  /// first run of each `sizes` (the kernel's size arguments) in this process times every
+  /// configuration (time_candidates: a warm-up, then the median of kTuneRuns; reported as library
+  /// "kiln" with `problem`, and the sizes when there are any) and queues the fastest last, so
+  /// the outputs are its; later runs, and runs captured into a CUDA graph, queue that one
+  /// (the heuristic's when a capture comes first). Every configuration reads the same inputs and
+  /// writes every element of the same outputs (such kernels do not work in place).
+  template <typename Launch>
+  void launch_tuned(const char* what, const char* problem, int64_t version,
+                    std::initializer_list<int64_t> sizes, int count, const Launch& launch) {
+    if (replaying()) return;
+    const std::vector<int64_t> key(sizes);
+    std::string text = problem;
+    for (size_t k = 0; k < key.size(); ++k)
+      text += (k == 0 ? " sizes " : ",") + std::to_string(key[k]);
+    size_t chosen = 0;
+    if (capturing_) {
+      TunedChoices& tuned = tuned_choices();
+      std::lock_guard<std::mutex> lock(tuned.mutex);
+      auto it = tuned.chosen.find(std::make_pair("kiln\t" + text, key));
+      if (it != tuned.chosen.end()) chosen = it->second;
+    } else {
+      std::vector<std::function<int()>> runs;
+      for (int c = 0; c < count; ++c) {
+        runs.emplace_back([&launch, c] {
+          launch(c);
+          return 0;
+        });
+      }
+      chosen = time_candidates(runs, key, "kiln", text, static_cast<size_t>(version), what);
+    }
+    launch(static_cast<int>(chosen));
+  }
+
   /// --autotune max: each new convolution plan times up to kConvTuneCandidates engines at its
   /// first run (as KILN_CUDNN_TUNE=1 does for any model), and each new product plan the first
   /// kBlasTuneCandidates algorithms of cuBLASLt's heuristic; with KILN_CUDA_TUNE_REPORT set, the
@@ -2016,8 +2051,10 @@ class RunState {
                          const char* what) {
     TunedChoices& tuned = tuned_choices();
     std::lock_guard<std::mutex> lock(tuned.mutex);
-    const auto key = std::make_pair(std::string(library),
-                                    std::vector<int64_t>(plan_key.begin(), plan_key.end()));
+    // Kiln's kernels share a library name: their problem tells them apart.
+    const auto key = std::make_pair(
+        std::string(library) + (std::string(library) == "kiln" ? "\t" + problem : ""),
+        std::vector<int64_t>(plan_key.begin(), plan_key.end()));
     if (auto it = tuned.chosen.find(key); it != tuned.chosen.end() && it->second < runs.size())
       return it->second;
     Driver& d = driver();

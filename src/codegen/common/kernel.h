@@ -44,6 +44,12 @@ struct GeneratedKernel {
   std::vector<std::string> onnx_nodes;  // "name (Op)" covered, also in `comment`
   /// A GPU kernel's launch; none for a CPU function called directly.
   std::optional<LaunchSpec> launch;
+  /// A CUDA reduction kernel with several launch configurations (cuda_kernel.h): the autotune
+  /// cache's problem text for its choice and their number; under --autotune max, the other
+  /// configurations' kernels (named `name`_c<k>), timed against this one at the first run.
+  std::string launch_problem;
+  int launch_configs = 0;
+  std::vector<GeneratedKernel> candidates;
 
   std::string source() const { return comment + definition; }
   std::string anonymous() const {

@@ -1,5 +1,12 @@
 #include "codegen/cuda/cuda_codegen.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "autotune/cuda_choice.h"
+
 #include "codegen/cuda/cuda_wrapper_ops.h"
 #include "codegen/cuda/host_fallback.h"
 #include "codegen/cuda/nvrtc_compile.h"
@@ -23,7 +30,34 @@ bool CudaCodegen::supports(const ir::Buffer& buffer) const {
 
 GeneratedKernel CudaCodegen::generate_kernel(const sched::ScheduleItem& item,
                                              const ir::Program& program) const {
-  return generate_cuda_kernel(item, program);
+  // --autotune max: every launch configuration, timed at the first run.
+  GeneratedKernel kernel = generate_cuda_kernel(item, program, {tune_libraries_, std::nullopt});
+  // Else the autotune cache's choice for a static problem. A kernel with size arguments is
+  // timed at each run's sizes, which its cache entries name: none is baked (a per-size table
+  // in the wrapper would be).
+  const bool sized = std::any_of(kernel.args.begin(), kernel.args.end(), [](const KernelArg& a) {
+    return a.kind == KernelArg::Kind::kSize;
+  });
+  if (tune_libraries_ || !cached_library_choices_ || kernel.launch_configs < 2 || sized) {
+    return kernel;
+  }
+  const std::filesystem::path cache = autotune::default_autotune_cache_path(cache_dir_);
+  if (!std::filesystem::exists(cache)) return kernel;
+  const std::optional<autotune::CudaLibraryChoice> choice = autotune::lookup_cuda_library_choice(
+      autotune::AutotuneCache(cache), "kiln", kernel.launch_problem, autotune::cuda_autotune_gpu());
+  if (!choice || choice->index == 0) return kernel;
+  if (choice->index >= kernel.launch_configs) {
+    std::fprintf(stderr,
+                 "kiln: warning: autotune cache %s: launch configuration #%d of kernel %s is not "
+                 "one of its %d; the heuristic's is used\n",
+                 cache.string().c_str(), choice->index, item.name.c_str(), kernel.launch_configs);
+    return kernel;
+  }
+  GeneratedKernel chosen =
+      generate_cuda_kernel(item, program, {false, static_cast<size_t>(choice->index)});
+  chosen.comment += fmt::format("//   (the autotune cache's choice on sm_{}: {:.4g} ms)\n",
+                                choice->arch, choice->ms);
+  return chosen;
 }
 
 std::string CudaCodegen::prelude() const { return cuda_kernel_prelude(); }

@@ -74,40 +74,108 @@ struct ReduceConfig {
   int64_t rows_per_warp = 1;         // rows a warp takes in turn, their inputs loaded together
 };
 
-/// The heuristic: a warp per row for short static rows; else a block per row whose size is
-/// the smallest power of two from 64 that covers the row, kReduceThreads for long or symbolic
-/// rows. A static row of at most kRegisterElements per thread stays in registers, in 16-byte
-/// vectors when `vectorizable` and its length is a multiple of 4.
-ReduceConfig reduce_config(const sym::Expr& r, bool vectorizable) {
-  std::optional<int64_t> n = r.as_integer();
+/// Completes a configuration of `threads` per row (rows_per_block warps of a warp-per-row
+/// kernel, or 0 for a block per row) for a row of `n` elements (nothing: symbolic): a static
+/// row of at most kRegisterElements per thread stays in registers, in 16-byte vectors when
+/// `vectorizable` and its length is a multiple of 4; a warp of a warp-per-row kernel with the
+/// row in registers then takes up to `rows_per_warp` rows while its registers per input stay
+/// within `register_budget` elements.
+ReduceConfig shape_config(std::optional<int64_t> n, bool vectorizable, int64_t threads,
+                          int64_t rows_per_block, int64_t rows_per_warp, int64_t register_budget) {
   ReduceConfig config;
-  if (!n) return config;
-  if (*n <= kWarpRowMax) {
-    config = {32, kWarpRows};
-  } else {
-    config.threads = 64;
-    while (config.threads < *n && config.threads < kReduceThreads) config.threads *= 2;
-  }
-  if ((*n + config.threads - 1) / config.threads <= kRegisterElements) {
-    config.vector = vectorizable && *n % kVectorElements == 0 ? kVectorElements : 1;
-    const int64_t span = config.threads * config.vector;  // elements of one chunk of the row
-    config.registers = (*n + span - 1) / span * config.vector;
-    // Short rows in registers: a warp loads the inputs of several rows before reducing the
-    // first, so that more of its loads are in flight (a warp's row alone is a few hundred bytes).
-    if (config.rows_per_block > 0) {
-      while (config.rows_per_warp < kMaxRowsPerWarp &&
-             config.registers * config.rows_per_warp * 2 <= kRegisterElements) {
-        config.rows_per_warp *= 2;
-      }
+  config.threads = threads;
+  config.rows_per_block = rows_per_block;
+  if (!n || (*n + threads - 1) / threads > kRegisterElements) return config;
+  config.vector = vectorizable && *n % kVectorElements == 0 ? kVectorElements : 1;
+  const int64_t span = config.threads * config.vector;  // elements of one chunk of the row
+  config.registers = (*n + span - 1) / span * config.vector;
+  if (rows_per_block > 0) {
+    while (config.rows_per_warp < rows_per_warp &&
+           config.registers * config.rows_per_warp * 2 <= register_budget) {
+      config.rows_per_warp *= 2;
     }
   }
   return config;
 }
 
+/// The heuristic: a warp per row for short static rows; else a block per row whose size is
+/// the smallest power of two from 64 that covers the row, kReduceThreads for long or symbolic
+/// rows. A static row of at most kRegisterElements per thread stays in registers; a warp of
+/// short rows in registers takes several of them, so that more of its loads are in flight (a
+/// warp's row alone is a few hundred bytes), while they fit in half the register budget.
+ReduceConfig reduce_config(std::optional<int64_t> n, bool vectorizable) {
+  if (!n) return ReduceConfig{};
+  if (*n <= kWarpRowMax)
+    return shape_config(n, vectorizable, 32, kWarpRows, kMaxRowsPerWarp, kRegisterElements);
+  int64_t threads = 64;
+  while (threads < *n && threads < kReduceThreads) threads *= 2;
+  return shape_config(n, vectorizable, threads, 0, 1, kRegisterElements);
+}
+
+bool operator==(const ReduceConfig& a, const ReduceConfig& b) {
+  return a.threads == b.threads && a.rows_per_block == b.rows_per_block &&
+         a.registers == b.registers && a.vector == b.vector && a.rows_per_warp == b.rows_per_warp;
+}
+
+/// The launch configurations `--autotune max` times for a row of `r` elements: the heuristic's
+/// first, then at most kReduceCandidates - 1 others, in a fixed order (a cached choice is an
+/// index into this list, under a key that names Kiln's version):
+/// - static rows of at most kWarpRowMax: a warp per row with the row in registers and 2 or 4
+///   rows to a warp (their loads in flight together; up to 2 * kRegisterElements registers per
+///   input, twice the heuristic's budget), and the heuristic's warps 8 to a block;
+/// - a block per row of 128, 256 or 512 threads, and of one 16-byte vector per thread where that
+///   is a whole number of warps (192 for a row of 768), none with a warp beyond the row;
+/// - symbolic rows: a block per row of 128, 512 or 1024 threads besides the heuristic's 256.
+constexpr size_t kReduceCandidates = 6;
+std::vector<ReduceConfig> reduce_candidates(std::optional<int64_t> n, bool vectorizable) {
+  std::vector<ReduceConfig> configs{reduce_config(n, vectorizable)};
+  auto add = [&](const ReduceConfig& c) {
+    if (configs.size() < kReduceCandidates &&
+        std::find(configs.begin(), configs.end(), c) == configs.end()) {
+      configs.push_back(c);
+    }
+  };
+  if (!n) {
+    for (int64_t threads : {128, 512, 1024}) add(shape_config(n, vectorizable, threads, 0, 1, 0));
+    return configs;
+  }
+  if (*n <= 0) return configs;  // an empty row: nothing to time
+  if (*n <= kWarpRowMax) {
+    for (int64_t rows : {2, 4}) {
+      ReduceConfig c = shape_config(n, vectorizable, 32, kWarpRows, rows, 2 * kRegisterElements);
+      if (c.rows_per_warp == rows) add(c);
+    }
+    add(shape_config(n, vectorizable, 32, 2 * kWarpRows, kMaxRowsPerWarp, kRegisterElements));
+  }
+  std::vector<int64_t> blocks;
+  if (*n % (32 * kVectorElements) == 0 && *n / kVectorElements <= 1024)
+    blocks.push_back(*n / kVectorElements);
+  for (int64_t threads : {128, 256, 512}) blocks.push_back(threads);
+  for (int64_t threads : blocks) {
+    if (threads - 32 < *n) add(shape_config(n, vectorizable, threads, 0, 1, kRegisterElements));
+  }
+  return configs;
+}
+
+/// The text of `c` in the kernels' comments: "a warp per row, 4 warps a block, 2 rows a warp,
+/// 24 elements a thread in registers in 16-byte vectors".
+std::string config_text(const ReduceConfig& c) {
+  std::string text = c.rows_per_block > 0
+                         ? fmt::format("a warp per row, {} warps a block", c.rows_per_block)
+                         : fmt::format("a block of {} per row", c.threads);
+  if (c.rows_per_warp > 1) text += fmt::format(", {} rows a warp", c.rows_per_warp);
+  if (c.registers > 0)
+    text += fmt::format(", {} elements a thread in registers{}", c.registers,
+                        c.vector > 1 ? " in 16-byte vectors" : "");
+  return text;
+}
+
 class CudaKernelBuilder {
  public:
-  CudaKernelBuilder(const sched::ScheduleItem& item, const ir::Program& program)
-      : item_(item), group_(item.group) {
+  /// `config`: the index of the reduction's launch configuration in reduce_candidates (0: the
+  /// heuristic's).
+  CudaKernelBuilder(const sched::ScheduleItem& item, const ir::Program& program, size_t config = 0)
+      : config_index_(config), item_(item), group_(item.group) {
     ctx_.program = &program;
     ctx_.item = &item;
     ctx_.analyzer = group_.analyzer(program.analyzer);
@@ -116,6 +184,11 @@ class CudaKernelBuilder {
   }
 
   GeneratedKernel build();
+  /// After build(): a reduction's launch configurations (reduce_candidates), the chosen one and
+  /// whether the kernel writes a buffer it also reads (then it cannot run again to be timed).
+  const std::vector<ReduceConfig>& configs() const { return configs_; }
+  const ReduceConfig& config() const { return config_; }
+  bool in_place() const;
 
  private:
   std::string signature(int64_t threads) const;
@@ -183,6 +256,8 @@ class CudaKernelBuilder {
   bool plan_register_row();
   std::map<std::string, RowBuffer> row_loads_, row_stores_;
   ReduceConfig config_;
+  size_t config_index_ = 0;
+  std::vector<ReduceConfig> configs_;
   /// The loop over a thread's elements of a row held in registers: kiln_k counts them, rindex
   /// is the element's position in the row (the reduction variables split from it). `body`
   /// emits what each element does; `vector_body`, when given, replaces the elements of one
@@ -828,6 +903,62 @@ void CudaKernelBuilder::emit_row_loads(IndentedBuffer& out) {
   }
 }
 
+/// True when reduction members `a` and `b` accumulate the same values the same way: one
+/// reduction each, of the same operand computed by the same ops from the same loads (the ops
+/// before the result, none a store), of the same type or both Welford (mean and variance read
+/// the same state). What they do with the result may differ.
+bool same_accumulation(const MemberEmitter& a, const MemberEmitter& b) {
+  if (a.member().kind != MemberKind::kReduction || b.member().kind != MemberKind::kReduction)
+    return false;
+  const std::vector<ir::Op>& x = a.body().ops();
+  const std::vector<ir::Op>& y = b.body().ops();
+  auto reduction_of = [](const std::vector<ir::Op>& ops) -> std::optional<size_t> {
+    std::optional<size_t> found;
+    for (size_t k = 0; k < ops.size(); ++k) {
+      if (ops[k].code != ir::OpCode::kReduction) continue;
+      if (found) return std::nullopt;  // several reductions
+      found = k;
+    }
+    return found;
+  };
+  const std::optional<size_t> rx = reduction_of(x), ry = reduction_of(y);
+  if (!rx || rx != ry) return false;
+  auto welford = [](ReductionType t) {
+    return t == ReductionType::kWelfordMean || t == ReductionType::kWelfordVar;
+  };
+  const ir::Op &ox = x[*rx], &oy = y[*ry];
+  if (ox.dtype != oy.dtype || ox.operands != oy.operands ||
+      !(ox.reduction == oy.reduction || (welford(ox.reduction) && welford(oy.reduction))) ||
+      ox.reduction == ReductionType::kArgMax || ox.reduction == ReductionType::kArgMin) {
+    return false;
+  }
+  // What `b` does after its reduction must use the result (emit_reduction_end writes it): no
+  // store of a value computed without it.
+  std::vector<bool> after(y.size(), false);
+  after[*ry] = true;
+  for (size_t k = *ry + 1; k < y.size(); ++k) {
+    for (ir::ValueId v : y[k].operands) after[k] = after[k] || (v != ir::kNoValue && after[v]);
+    if (y[k].code == ir::OpCode::kStore && !after[k]) return false;
+  }
+  for (size_t k = 0; k < *rx; ++k) {
+    const ir::Op &p = x[k], &q = y[k];
+    const auto id = static_cast<ir::ValueId>(k);
+    if (p.code == ir::OpCode::kStore || q.code == ir::OpCode::kStore || p.code != q.code ||
+        p.dtype != q.dtype || p.operands != q.operands || p.buffer != q.buffer ||
+        p.buffer_dtype != q.buffer_dtype || p.float_value != q.float_value ||
+        p.int_value != q.int_value || p.mask != q.mask || p.select_last != q.select_last ||
+        p.bits_from != q.bits_from || p.bits_to != q.bits_to || !(p.symbol == q.symbol) ||
+        !(p.index == q.index)) {
+      return false;
+    }
+    if ((p.code == ir::OpCode::kLoad || p.code == ir::OpCode::kIndexExpr) &&
+        !(a.op_index(id) == b.op_index(id))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& config) {
   const bool warp_rows = config.rows_per_block > 0;
   // A warp-per-row kernel's rows each have their own scratch arrays: row threadIdx.y's start
@@ -905,15 +1036,38 @@ void CudaKernelBuilder::emit_reduction(IndentedBuffer& out, const ReduceConfig& 
     emit_row_preload(out);
     emit_row_loads(out);
   }
-  for (auto& m : members_) {
+  // A reduction member whose accumulation repeats an earlier member's (LayerNorm's Welford mean
+  // and variance of the same row) declares its accumulator here and takes the earlier one's
+  // combined state instead of a row loop and a combine of its own.
+  std::vector<std::optional<size_t>> shares(members_.size());
+  for (size_t j = 0; j < members_.size(); ++j) {
+    for (size_t i = 0; i < j && !shares[j]; ++i) {
+      if (!shares[i] && same_accumulation(*members_[i], *members_[j])) shares[j] = i;
+    }
+  }
+  for (size_t k = 0; k < members_.size(); ++k) {
+    auto& m = members_[k];
+    for (size_t j = k + 1; j < members_.size(); ++j) {
+      if (shares[j] == k) members_[j]->emit_accumulators(out, false);
+    }
     out.linef("{{  // {}", m->member().buffer->name);
     {
       auto _ = out.scope();
       switch (m->member().kind) {
         case MemberKind::kReduction:
+          if (shares[k]) {
+            out.linef("// The accumulation of {}'s.", members_[*shares[k]]->member().buffer->name);
+            m->emit_reduction_end(out, false);
+            break;
+          }
           m->emit_accumulators(out, false);
           emit_row_loop(out, *m);
           emit_block_combine(out, *m);
+          for (size_t j = k + 1; j < members_.size(); ++j) {
+            if (shares[j] != k) continue;
+            out.linef("{} = {};", members_[j]->accumulators().begin()->second,
+                      m->accumulators().begin()->second);
+          }
           m->emit_reduction_end(out, false);
           break;
         case MemberKind::kPointwiseInner:
@@ -952,8 +1106,11 @@ GeneratedKernel CudaKernelBuilder::build() {
   }
   if (group_.is_reduction()) {
     const bool vectorizable = plan_register_row();
-    const ReduceConfig config =
-        reduce_config(ctx_.analyzer.simplify(group_.reduce_numel()), vectorizable);
+    configs_ =
+        reduce_candidates(ctx_.analyzer.simplify(group_.reduce_numel()).as_integer(), vectorizable);
+    KILN_CHECK(config_index_ < configs_.size(), "{}: launch configuration {} of {}", item_.name,
+               config_index_, configs_.size());
+    const ReduceConfig config = configs_[config_index_];
     config_ = config;
     if (config.registers > 0) {
       // Scratch values of a row in registers are indexed by the thread's element number.
@@ -1012,11 +1169,61 @@ GeneratedKernel CudaKernelBuilder::build() {
   return kernel;
 }
 
+bool CudaKernelBuilder::in_place() const {
+  for (const std::string& p : param_names_) {
+    if (p.rfind("in_out", 0) == 0) return true;
+  }
+  return false;
+}
+
+/// 64-bit FNV-1a of `text`: the problem text's digest of a kernel's code.
+uint64_t fnv1a(const std::string& text) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
 }  // namespace
 
-GeneratedKernel generate_cuda_kernel(const sched::ScheduleItem& item, const ir::Program& program) {
-  CudaKernelBuilder builder(item, program);
-  return builder.build();
+GeneratedKernel generate_cuda_kernel(const sched::ScheduleItem& item, const ir::Program& program,
+                                     const CudaLaunchOptions& options) {
+  CudaKernelBuilder builder(item, program, options.config.value_or(0));
+  GeneratedKernel kernel = builder.build();
+  const std::vector<ReduceConfig>& configs = builder.configs();
+  if (configs.size() < 2 || builder.in_place()) return kernel;
+  // The heuristic's code names the kernel's structure (its members, dtypes, indexing) and its
+  // static sizes; the digest keeps the problem text short and free of names.
+  CudaKernelBuilder heuristic(item, program);
+  const GeneratedKernel first = options.config.value_or(0) == 0 ? kernel : heuristic.build();
+  const sym::Analyzer analyzer = item.group.analyzer(program.analyzer);
+  const std::optional<int64_t> rows = analyzer.simplify(item.group.numel()).as_integer();
+  const std::optional<int64_t> row = analyzer.simplify(item.group.reduce_numel()).as_integer();
+  kernel.launch_problem =
+      fmt::format("reduction {:016x} rows {} row {} configs {}", fnv1a(first.anonymous()),
+                  rows ? std::to_string(*rows) : "dynamic", row ? std::to_string(*row) : "dynamic",
+                  configs.size());
+  kernel.launch_configs = static_cast<int>(configs.size());
+  if (options.config) {
+    kernel.comment += fmt::format("//   launch configuration #{} of {}: {}\n", *options.config,
+                                  configs.size(), config_text(builder.config()));
+  }
+  if (!options.candidates) return kernel;
+  kernel.comment += fmt::format("//   --autotune max: launch configuration #0 of {}: {}\n",
+                                configs.size(), config_text(configs[0]));
+  for (size_t c = 1; c < configs.size(); ++c) {
+    CudaKernelBuilder other(item, program, c);
+    GeneratedKernel candidate = other.build();
+    const std::string name = fmt::format("{}_c{}", kernel.name, c);
+    candidate.definition.replace(candidate.name_offset, candidate.name.size(), name);
+    candidate.comment = fmt::format("// {}: launch configuration #{} of {}: {}\n", name, c,
+                                    configs.size(), config_text(configs[c]));
+    candidate.name = name;
+    kernel.candidates.push_back(std::move(candidate));
+  }
+  return kernel;
 }
 
 std::string cuda_kernel_prelude() {
@@ -1032,7 +1239,11 @@ namespace kiln {
 // kiln::Welford<float> on the GPU: the same arithmetic as kiln_scalar.h's, with a 32-bit count
 // (a row of a reduction kernel has fewer than 2^31 elements). The 64-bit count's increments and
 // conversions are long instruction sequences on the GPU, and the state shuffles in three 32-bit
-// words instead of four.
+// words instead of four. The divisions by a count are __fdividef (a reciprocal and a product,
+// within 2 ulp for counts below 2^126) rather than IEEE division (about 8 instructions and a
+// branch): a LayerNormalization updates a Welford state per element, and at an H100's copy
+// bandwidth a kernel may spend only about 70 instructions per element (an estimate: 132 SMs x 4
+// warp instructions a cycle at 1.75 GHz over 8 bytes an element at 3.35 TB/s).
 template <>
 struct Welford<float> {
   float mean = 0.0f;
@@ -1042,7 +1253,7 @@ struct Welford<float> {
   void update(float x) {
     ++n;
     const float delta = x - mean;
-    mean += delta / static_cast<float>(n);
+    mean += __fdividef(delta, static_cast<float>(n));
     m2 += delta * (x - mean);
   }
   void combine(float other_mean, float other_m2, int32_t other_n) {
@@ -1055,7 +1266,7 @@ struct Welford<float> {
     }
     const int32_t total = n + other_n;
     const float delta = other_mean - mean;
-    const float w = static_cast<float>(other_n) / static_cast<float>(total);
+    const float w = __fdividef(static_cast<float>(other_n), static_cast<float>(total));
     mean += delta * w;
     m2 += other_m2 + delta * delta * static_cast<float>(n) * w;
     n = total;

@@ -27,11 +27,24 @@
 ///   thread loads its elements of the members' inputs once (16-byte vectors where the row is
 ///   contiguous), per-element values live in register arrays rather than shared memory, and
 ///   outputs leave in 16-byte stores; a warp of short rows takes up to 4 rows, loading all
-///   their inputs before reducing the first.
+///   their inputs before reducing the first. A reduction member that accumulates exactly what
+///   an earlier one does (LayerNormalization's Welford mean and variance of the same row) takes
+///   the earlier one's combined state instead of a pass of its own.
 /// Few long rows are split into two reductions before scheduling (cuda_split_reduction.h).
+///
+/// A reduction's launch configuration (warp or block per row, threads, rows per warp, the row
+/// in registers or not) comes from a heuristic, or from the autotune cache: the kernel carries
+/// a problem text (GeneratedKernel::launch_problem: a digest of the heuristic's code, the
+/// static row count and row length, the number of configurations; no names) and the number of
+/// configurations Kiln generates for it. Under `--autotune max` the kernel also carries the
+/// other configurations' kernels (GeneratedKernel::candidates), which the run state times at
+/// the kernel's first run (kiln_rt_cuda.h RunState::launch_tuned, reported as library "kiln"),
+/// and the next compile builds the cached choice alone (CudaCodegen::generate_kernel). Kernels
+/// that write a buffer they read (in place) have one configuration: they cannot run twice.
 /// Sizes are int64_t kernel arguments; the LaunchSpec gives grid and block as expressions of
 /// them.
 
+#include <optional>
 #include <string>
 
 #include "codegen/common/kernel.h"
@@ -41,8 +54,18 @@
 
 namespace kiln::codegen {
 
+/// How generate_cuda_kernel picks a reduction's launch configuration.
+struct CudaLaunchOptions {
+  /// --autotune max: the other configurations' kernels too (GeneratedKernel::candidates).
+  bool candidates = false;
+  /// The configuration's index (less than GeneratedKernel::launch_configs, from the autotune
+  /// cache) instead of the heuristic's (0), noted in the kernel's comment.
+  std::optional<size_t> config;
+};
+
 /// Generates the kernel of `item` (kind kKernel).
-GeneratedKernel generate_cuda_kernel(const sched::ScheduleItem& item, const ir::Program& program);
+GeneratedKernel generate_cuda_kernel(const sched::ScheduleItem& item, const ir::Program& program,
+                                     const CudaLaunchOptions& options = {});
 
 /// What every unit of CUDA kernels starts with, once: the runtime's scalar helpers and the
 /// block reductions (NVRTC-safe: the standard headers come from nvrtc_headers.h).

@@ -197,6 +197,7 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
   for (const GeneratedKernel* k : kernels) {
     source += '\n';
     source += k->source();
+    for (const GeneratedKernel& c : k->candidates) source += '\n' + c.source();
   }
   // A convolution with an epilogue (cuda_conv.h) runs it as a kernel of its own where cuDNN has
   // no engine for the fused graph: the module carries that kernel.
@@ -248,6 +249,11 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
   for (const GeneratedKernel* k : kernels) out.linef("    \"{}\",", k->name);
   for (const auto& [d, dv] : attention_heads_)
     out.linef("    \"{}\",", cuda_attention_kernel_name(d, dv));
+  // --autotune max: the other launch configurations of the reduction kernels, numbered after
+  // the kernels above (launch_<kernel> times them at the first run).
+  for (const GeneratedKernel* k : kernels) {
+    for (const GeneratedKernel& c : k->candidates) out.linef("    \"{}\",", c.name);
+  }
   if (kernels.empty() && !uses_attention) out.line("    nullptr,");
   out.line("};");
   if (uses_attention)
@@ -256,15 +262,23 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
   for (const auto& [d, dv] : attention_heads_)
     out.linef("static constexpr int k_{} = {};", cuda_attention_kernel_name(d, dv), number++);
   out.line("");
+  size_t candidate_number = number;
+  const std::string nvrtc_version = [&] {
+    // 1000 * major + 10 * minor, the version a launch configuration's timing is reported with.
+    const size_t dot = nvrtc.find('.');
+    return std::to_string(1000 * std::atoi(nvrtc.c_str()) +
+                          (dot == std::string::npos ? 0 : 10 * std::atoi(nvrtc.c_str() + dot + 1)));
+  }();
   for (size_t i = 0; i < kernels.size(); ++i) {
     const GeneratedKernel& k = *kernels[i];
     KILN_CHECK(k.launch.has_value(), "CUDA kernel {} has no launch", k.name);
     std::string params = "kiln_cuda::RunState& cuda";
-    std::string args;
+    std::string args, sizes;
     for (const KernelArg& a : k.args) {
       if (a.kind == KernelArg::Kind::kSize) {
         params += fmt::format(", int64_t {}", a.name);
         args += ", " + a.name;
+        sizes += (sizes.empty() ? "" : ", ") + a.name;
         continue;
       }
       std::string p = fmt::format("p{}", &a - k.args.data());
@@ -272,8 +286,30 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
       args += ", " + p;
     }
     out.linef("static void launch_{}({}) {{", k.name, params);
-    out.linef("    cuda.launch({}, \"{}\", {}, {}, {}{});", i, k.name, launch_dims(k.launch->grid),
-              launch_dims(k.launch->block), cexpr(k.launch->shared_bytes), args);
+    if (k.candidates.empty()) {
+      out.linef("    cuda.launch({}, \"{}\", {}, {}, {}{});", i, k.name,
+                launch_dims(k.launch->grid), launch_dims(k.launch->block),
+                cexpr(k.launch->shared_bytes), args);
+      out.line("}");
+      continue;
+    }
+    // --autotune max: each configuration timed at the first run of each set of sizes, the
+    // fastest launched last and from then on (RunState::launch_tuned).
+    out.linef("    cuda.launch_tuned(\"{}\", {}, {}, {{{}}}, {}, [&](int config) {{", k.name,
+              cpp_quote(k.launch_problem), nvrtc_version, sizes, k.candidates.size() + 1);
+    out.line("        switch (config) {");
+    for (size_t c = 0; c < k.candidates.size(); ++c) {
+      const GeneratedKernel& v = k.candidates[c];
+      KILN_CHECK(v.launch.has_value(), "CUDA kernel {} has no launch", v.name);
+      out.linef("            case {}: cuda.launch({}, \"{}\", {}, {}, {}{}); return;", c + 1,
+                candidate_number++, v.name, launch_dims(v.launch->grid),
+                launch_dims(v.launch->block), cexpr(v.launch->shared_bytes), args);
+    }
+    out.linef("            default: cuda.launch({}, \"{}\", {}, {}, {}{}); return;", i, k.name,
+              launch_dims(k.launch->grid), launch_dims(k.launch->block),
+              cexpr(k.launch->shared_bytes), args);
+    out.line("        }");
+    out.line("    });");
     out.line("}");
   }
 }

@@ -136,6 +136,32 @@ TEST(CudaLibraryChoice, BogusCachedChoiceIsIgnoredWithAWarning) {
   EXPECT_NE(err.find("choice 'algo 3' has no valid time"), std::string::npos) << err;
 }
 
+// Library "kiln": the launch configurations of Kiln's own kernels, choices "config <i>".
+TEST(CudaLibraryChoice, KernelLaunchConfigurationsRoundTripAsConfigChoices) {
+  const fs::path dir = fresh_dir();
+  AutotuneCache cache(dir / "autotune.json");
+  const std::string problem = "reduction 4db6030bdd893182 rows 64 row 768 configs 6";
+  const fs::path report =
+      write_report(dir, "kiln\t" + problem + "\tGPU A\t90\t13000\t3\t0.5,0.4,0.45,0.2,0.3,0.6\n");
+  EXPECT_EQ(store_cuda_tune_report(report, cache), 1u);
+  const CachedResults stored =
+      cache.lookup(cuda_library_cache_key("kiln", problem, "GPU A", 90, 13000));
+  ASSERT_EQ(stored.size(), 6u);
+  EXPECT_EQ(stored.at("config 3").ms, 0.2);
+  const std::optional<CudaLibraryChoice> choice =
+      lookup_cuda_library_choice(cache, "kiln", problem, "GPU A");
+  ASSERT_TRUE(choice);
+  EXPECT_EQ(*choice, (CudaLibraryChoice{3, 13000, "GPU A", 90, 0.2}));
+  // Not a cuBLASLt problem, and "algo <i>" is not a kernel's choice.
+  EXPECT_FALSE(lookup_cuda_library_choice(cache, "cublaslt", problem, "GPU A"));
+  cache.store(cuda_library_cache_key("kiln", "other", "GPU A", 90, 13000),
+              {{"algo 1", CachedResult{"kiln 13000", 0.1, ""}}});
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(lookup_cuda_library_choice(cache, "kiln", "other", "GPU A"));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("choice 'algo 1' is not 'config <index>'"), std::string::npos) << err;
+}
+
 TEST(CudaLibraryChoice, GpuFromTheEnvironmentFirst) {
   setenv("KILN_AUTOTUNE_GPU", "NVIDIA H100 80GB HBM3", 1);
   EXPECT_EQ(cuda_autotune_gpu(), "NVIDIA H100 80GB HBM3");

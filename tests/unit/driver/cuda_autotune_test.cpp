@@ -70,33 +70,9 @@ std::string conv_problem() {
                                       false, kiln_cuda::ConvActivation{});
 }
 
-struct Env {
-  Env(const char* name, const std::string& value) : name(name) { setenv(name, value.c_str(), 1); }
-  ~Env() { unsetenv(name); }
-  const char* name;
-};
-
 std::string compile_wrapper(const graph::Model& model, const fs::path& dir,
                             std::optional<autotune::AutotuneMode> mode = std::nullopt) {
-  CompileOptions options;
-  options.device = ir::Device::kCuda;
-  options.autotune = mode;
-  options.dump_dir = dir / "dump";
-  options.cache_dir = dir / "cache";
-  if (!has_cuda_device()) setenv("KILN_CUDA_ARCHS", "90", 1);
-  compile(model, options);
-  unsetenv("KILN_CUDA_ARCHS");
-  return files::read(dir / "dump" / "5_wrapper.cpp");
-}
-
-/// `text` without its lines that contain `needle`.
-std::string without_lines(const std::string& text, const std::string& needle) {
-  std::istringstream in(text);
-  std::string out;
-  for (std::string line; std::getline(in, line);) {
-    if (line.find(needle) == std::string::npos) out += line + "\n";
-  }
-  return out;
+  return compile_cuda_dumped(model, dir, ir::Precision::kTf32, mode).wrapper;
 }
 
 TEST(CudaAutotune, CachedChoicesAreBakedIntoTheWrapperAndNothingElseChanges) {

@@ -127,6 +127,9 @@ TEST(CudaLayerNorm, OneWelfordKernelMatchesTheReference) {
   Compiled c = compile_cuda_dumped(layer_norm_model(rows, cols, scale, bias), dir.path);
   EXPECT_EQ(c.model.stats().kernels, 1) << c.kernels;
   EXPECT_NE(c.kernels.find("kiln::Welford<float>"), std::string::npos);
+  // The mean and the variance read one Welford pass over the row.
+  EXPECT_EQ(count(c.kernels, ".update("), 1u) << c.kernels;
+  EXPECT_NE(c.kernels.find("// The accumulation of "), std::string::npos) << c.kernels;
   EXPECT_NE(c.wrapper.find(", 32, 4, 1, "), std::string::npos) << "a warp per row";
   if (!has_cuda_device()) GTEST_SKIP() << "skipped: no CUDA device (the kernels compiled)";
   // An offset far from zero: E[x^2] - E[x]^2 would lose most digits of the variance here.

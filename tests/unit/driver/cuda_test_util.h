@@ -6,6 +6,8 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -47,20 +49,46 @@ struct Compiled {
   std::string wrapper;  // 5_wrapper.cpp
 };
 
-/// Compiles `model` for CUDA under `dir` with a dump: sm_90 cubins without a GPU, the GPU's own
-/// architecture with one; at `precision` (--precision).
+/// Compiles `model` for CUDA under `dir` with a dump: cubins for `archs` (sm_90) without a GPU,
+/// the GPU's own architecture with one; at `precision` (--precision), with `autotune`
+/// (--autotune; empty: the default).
 inline Compiled compile_cuda_dumped(const graph::Model& model, const std::filesystem::path& dir,
-                                    ir::Precision precision = ir::Precision::kTf32) {
-  if (!has_cuda_device()) setenv("KILN_CUDA_ARCHS", "90", 1);
+                                    ir::Precision precision = ir::Precision::kTf32,
+                                    std::optional<autotune::AutotuneMode> autotune = std::nullopt,
+                                    const std::string& archs = "90") {
+  if (!has_cuda_device()) setenv("KILN_CUDA_ARCHS", archs.c_str(), 1);
   CompileOptions options;
   options.device = ir::Device::kCuda;
   options.precision = precision;
+  options.autotune = autotune;
   options.dump_dir = dir / "dump";
   options.cache_dir = dir / "cache";
   CompiledModel compiled = compile(model, options);
   unsetenv("KILN_CUDA_ARCHS");
   return {std::move(compiled), files::read(dir / "dump" / "5_kernels.cu"),
           files::read(dir / "dump" / "5_wrapper.cpp")};
+}
+
+/// Sets environment variable `name` for a scope.
+struct Env {
+  Env(const char* name, const std::string& value) : name(name) { setenv(name, value.c_str(), 1); }
+  ~Env() { unsetenv(name); }
+  const char* name;
+};
+
+/// `text` without its lines that contain `needle`; with `cubin_bytes` false, also without the
+/// lines of an embedded cubin's bytes (lines starting with a digit), which differ wherever a
+/// kernel does.
+inline std::string without_lines(const std::string& text, const std::string& needle,
+                                 bool cubin_bytes = true) {
+  std::istringstream in(text);
+  std::string out;
+  for (std::string line; std::getline(in, line);) {
+    const size_t first = line.find_first_not_of(' ');
+    const bool bytes = first != std::string::npos && line[first] >= '0' && line[first] <= '9';
+    if (line.find(needle) == std::string::npos && (cubin_bytes || !bytes)) out += line + "\n";
+  }
+  return out;
 }
 
 /// How often `needle` occurs in `text`.

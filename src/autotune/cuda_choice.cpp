@@ -16,9 +16,10 @@ namespace {
 
 using nlohmann::json;
 
-/// "algo" for cuBLASLt's algorithms, "engine" for cuDNN's engines: the choice names' prefix.
+/// "algo" for cuBLASLt's algorithms, "engine" for cuDNN's engines, "config" for Kiln's GEMM
+/// template's choices: the choice names' prefix.
 std::string choice_prefix(const std::string& library) {
-  return library == "cudnn" ? "engine" : "algo";
+  return library == "cudnn" ? "engine" : library == "kiln_gemm" ? "config" : "algo";
 }
 
 std::vector<std::string> split(const std::string& text, char separator) {
@@ -60,8 +61,8 @@ size_t store_cuda_tune_report(const std::filesystem::path& report, const Autotun
     const std::vector<std::string> f = split(line, '\t');
     const std::optional<int64_t> arch = f.size() == 7 ? parse_count(f[3]) : std::nullopt;
     const std::optional<int64_t> version = f.size() == 7 ? parse_count(f[4]) : std::nullopt;
-    if (f.size() != 7 || (f[0] != "cublaslt" && f[0] != "cudnn") || f[1].empty() || !arch ||
-        !version) {
+    if (f.size() != 7 || (f[0] != "cublaslt" && f[0] != "cudnn" && f[0] != "kiln_gemm") ||
+        f[1].empty() || !arch || !version) {
       user_error(
           "{}:{}: not a CUDA tuning report line (library, problem, GPU, compute "
           "capability, library version, chosen index, times, tab-separated): '{}'",
@@ -156,6 +157,18 @@ std::optional<CudaLibraryChoice> lookup_cuda_library_choice(const AutotuneCache&
     return std::nullopt;
   }
   return best;
+}
+
+bool cache_has_library(const AutotuneCache& cache, const std::string& library) {
+  const json entries = cache.entries();
+  for (const auto& [id, entry] : entries.items()) {
+    if (entry.is_object() && entry.contains("key") && entry.at("key").is_object() &&
+        entry.at("key").value("op", "") == library &&
+        entry.at("key").value("kiln", "") == KILN_VERSION) {
+      return true;
+    }
+  }
+  return false;
 }
 
 std::string cuda_autotune_gpu() {

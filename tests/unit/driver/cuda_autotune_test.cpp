@@ -184,7 +184,11 @@ TEST(CudaAutotune, AutotuneMaxStoresChoicesThatTheNextCompileBakesReproducibly) 
   options.dump_dir = dir.path / "third";
   compile(model, options);
   const std::string second = files::read(dir.path / "second" / "5_wrapper.cpp");
-  EXPECT_EQ(count(second, "state.cuda.library_choice("), 2u) << second;
+  // The product's choice may be Kiln's GEMM template (timed beside cuBLASLt's algorithms).
+  EXPECT_EQ(count(second, "state.cuda.library_choice(") +
+                count(second, "state.cuda.gemm_template_choice("),
+            2u)
+      << second;
   EXPECT_EQ(files::read(dir.path / "third" / "5_wrapper.cpp"), second);
   EXPECT_EQ(files::read(dir.path / "third" / "5_kernels.cu"),
             files::read(dir.path / "second" / "5_kernels.cu"));

@@ -8,7 +8,6 @@
 // events over 200 calls after 20 of warm-up; it prints TFLOP/s and the ratio of the template's
 // best to cuBLASLt's time. It asserts nothing. Without a GPU it prints
 // "skipped: no CUDA device".
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <cmath>
@@ -30,15 +29,6 @@ namespace {
 
 using kiln::codegen::CudaGemmPrecision;
 using kiln_cuda::Epilogue;
-
-bool has_cuda_device() {
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return false;
-  auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(lib, "cuInit"));
-  auto count = reinterpret_cast<int (*)(int*)>(dlsym(lib, "cuDeviceGetCount"));
-  int n = 0;
-  return init != nullptr && count != nullptr && init(0) == 0 && count(&n) == 0 && n > 0;
-}
 
 struct Problem {
   const char* name;
@@ -144,7 +134,8 @@ void bench(CudaGemmPrecision precision, const std::vector<Problem>& problems) {
 }  // namespace
 
 int main() {
-  if (!has_cuda_device()) {
+  // What the driver reports, as a model library checks it when it loads.
+  if (kiln_cuda::report_driver(kiln_cuda::DeviceNeeds{}).devices == 0) {
     fmt::print("skipped: no CUDA device\n");
     return 0;
   }

@@ -1548,8 +1548,9 @@ class RunState {
     using Scale = std::conditional_t<f64, double, float>;
     const Scale alpha_t = static_cast<Scale>(alpha), beta_t = residual != nullptr ? 1 : 0;
     char* ws = workspace > 0 ? library_workspace() : nullptr;
-    // The product with algorithm `algo`, every looped batch (odometer order); cuBLASLt's status.
-    auto execute = [&](const void* algo) {
+    // Calls f(oa, ob, od) with the offsets of A, B and out of every looped batch (odometer
+    // order) until one returns nonzero; returns that status, or 0.
+    auto each_batch = [&dims](auto&& f) -> int {
       std::vector<int64_t> at(dims.size(), 0);
       for (;;) {
         int64_t oa = 0, ob = 0, od = 0;
@@ -1558,16 +1559,21 @@ class RunState {
           ob += at[d] * dims[d].b;
           od += at[d] * dims[d].d;
         }
-        T* dst = out + od;
-        const T* c = residual != nullptr ? residual + od : dst;
-        const int status = blas().Matmul(blas_handle_, plan.desc, &alpha_t, b + ob, plan.layouts[0],
-                                         a + oa, plan.layouts[1], &beta_t, c, plan.layouts[2], dst,
-                                         plan.layouts[2], algo, ws, workspace, stream_);
-        if (status != 0) return status;
+        if (const int status = f(oa, ob, od); status != 0) return status;
         size_t d = dims.size();
         while (d > 0 && ++at[d - 1] == dims[d - 1].size) at[--d] = 0;
         if (d == 0) return 0;
       }
+    };
+    // The product with algorithm `algo`, every looped batch; cuBLASLt's status.
+    auto execute = [&](const void* algo) {
+      return each_batch([&](int64_t oa, int64_t ob, int64_t od) {
+        T* dst = out + od;
+        const T* c = residual != nullptr ? residual + od : dst;
+        return blas().Matmul(blas_handle_, plan.desc, &alpha_t, b + ob, plan.layouts[0], a + oa,
+                             plan.layouts[1], &beta_t, c, plan.layouts[2], dst, plan.layouts[2],
+                             algo, ws, workspace, stream_);
+      });
     };
     // Kiln's GEMM template (kiln_gemm_*, in the module when the model was compiled with
     // --autotune max or a cached template choice): TF32 float32 products and the half types.
@@ -1619,14 +1625,7 @@ class RunState {
       const int64_t threads = 32 * c.warps_m * c.warps_n;
       const int64_t shared = gemm_shared_bytes(c, static_cast<int64_t>(e), form.b_nk);
       const int64_t total = inner.size * m * n;
-      std::vector<int64_t> at(dims.size(), 0);
-      for (;;) {
-        int64_t oa = 0, ob = 0, od = 0;
-        for (size_t d = 0; d < dims.size(); ++d) {
-          oa += at[d] * dims[d].a;
-          ob += at[d] * dims[d].b;
-          od += at[d] * dims[d].d;
-        }
+      return each_batch([&](int64_t oa, int64_t ob, int64_t od) {
         p.a = a + oa;
         p.b = b + ob;
         p.out = out + od;
@@ -1636,10 +1635,8 @@ class RunState {
           launch_function(reduce, stream_, what, std::min<int64_t>((total + 255) / 256, 65535), 1,
                           1, 256, 1, 1, 0, p);
         }
-        size_t d = dims.size();
-        while (d > 0 && ++at[d - 1] == dims[d - 1].size) at[--d] = 0;
-        if (d == 0) return 0;
-      }
+        return 0;
+      });
     };
     const size_t algos = std::max<size_t>(plan.candidates.size(), 1);
     if (plan.tune && !capturing_ && (algos > 1 || templated)) {

@@ -173,28 +173,10 @@ __device__ __forceinline__ void frag_b(P, unsigned* f, const unsigned short* s, 
   }
 }
 
-__device__ __forceinline__ void mma(Tf32, float* c, const unsigned* a, const unsigned* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-__device__ __forceinline__ void mma(F16, float* c, const unsigned* a, const unsigned* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-__device__ __forceinline__ void mma(Bf16, float* c, const unsigned* a, const unsigned* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+)";
 
+/// The rest of the template, after the mma functions (mma_functions()).
+constexpr const char* kTemplateBody = R"(
 // The epilogue of element (m, n) of batch `batch`: act(alpha * sum + bias[n] + residual), in
 // float32, stored in the element type.
 template <class P>
@@ -329,6 +311,28 @@ __device__ __forceinline__ void reduce(const Params& p) {
 }  // namespace kiln_gemm
 )";
 
+/// mma(P, c, a, b): c += a @ b for one m16n8k<8|16> tile, one function per precision: its
+/// instruction shape and operand type.
+std::string mma_functions() {
+  std::string text;
+  const std::pair<const char*, const char*> forms[] = {
+      {"Tf32", "m16n8k8.row.col.f32.tf32.tf32.f32"},
+      {"F16", "m16n8k16.row.col.f32.f16.f16.f32"},
+      {"Bf16", "m16n8k16.row.col.f32.bf16.bf16.f32"}};
+  for (const auto& [tag, form] : forms) {
+    text += fmt::format(
+        R"(__device__ __forceinline__ void mma({}, float* c, const unsigned* a, const unsigned* b) {{
+  asm volatile(
+      "mma.sync.aligned.{} {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}}
+)",
+        tag, form);
+  }
+  return text;
+}
+
 const char* precision_struct(CudaGemmPrecision precision) {
   switch (precision) {
     case CudaGemmPrecision::kF16:
@@ -394,7 +398,7 @@ std::string cuda_gemm_kernel_name(CudaGemmPrecision precision, int config, bool 
 }
 
 std::string cuda_gemm_template_source(const std::set<CudaGemmPrecision>& precisions) {
-  std::string source = kTemplate;
+  std::string source = std::string(kTemplate) + mma_functions() + kTemplateBody;
   for (CudaGemmPrecision precision : precisions) source += instantiations(precision);
   return source;
 }

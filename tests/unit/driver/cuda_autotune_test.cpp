@@ -35,14 +35,6 @@ using test_models::ModelBuilder;
 
 using namespace cuda_test;  // NOLINT: the shared fixtures
 
-Tensor filled(std::vector<int64_t> dims, int64_t salt) {
-  Tensor t(DType::kFloat32, std::move(dims));
-  auto v = t.mutable_values<float>();
-  for (size_t i = 0; i < v.size(); ++i)
-    v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 1.3 * salt));
-  return t;
-}
-
 /// x [2, 16, 6, 6] -> Conv 3x3 pad 1 + bias, Relu -> [2, 8, 6, 6] -> Flatten [2, 288]
 /// -> MatMul [288, 10] + bias: one cuDNN and one cuBLASLt call.
 graph::Model conv_then_matmul() {
@@ -69,12 +61,6 @@ std::string conv_problem() {
   return kiln_cuda::conv_problem_text({2, x, w, y, one, one, one, one, false}, "f32", true, true,
                                       false, kiln_cuda::ConvActivation{});
 }
-
-struct Env {
-  Env(const char* name, const std::string& value) : name(name) { setenv(name, value.c_str(), 1); }
-  ~Env() { unsetenv(name); }
-  const char* name;
-};
 
 std::string compile_wrapper(const graph::Model& model, const fs::path& dir,
                             std::optional<autotune::AutotuneMode> mode = std::nullopt) {

@@ -343,14 +343,6 @@ TEST(CudaGemmTemplate, NvrtcCompilesEveryConfigurationAndPrecisionForSm80AndSm90
 
 // ---- A cached template choice, baked ----------------------------------------------------------
 
-Tensor filled(std::vector<int64_t> dims, int64_t salt) {
-  Tensor t(DType::kFloat32, std::move(dims));
-  auto v = t.mutable_values<float>();
-  for (size_t i = 0; i < v.size(); ++i)
-    v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 1.3 * salt));
-  return t;
-}
-
 /// x [7, 64] -> MatMul [64, 100] + bias -> Relu: one cuBLASLt call with epilogue RELU_BIAS.
 graph::Model matmul_bias_relu() {
   ModelBuilder m(17);
@@ -366,12 +358,6 @@ std::string matmul_problem() {
   return kiln_cuda::matmul_problem_text({2, sizes, 64, a, b, out}, "f32", true,
                                         kiln_cuda::Epilogue::kReluBias, false);
 }
-
-struct Env {
-  Env(const char* name, const std::string& value) : name(name) { setenv(name, value.c_str(), 1); }
-  ~Env() { unsetenv(name); }
-  const char* name;
-};
 
 /// compile_cuda_dumped with one code cache for all the test's compiles (the template's kernels
 /// are compiled once).

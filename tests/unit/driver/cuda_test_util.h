@@ -5,10 +5,12 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 
+#include <cmath>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "driver/compile.h"
 #include "support/files.h"
@@ -61,6 +63,22 @@ inline Compiled compile_cuda_dumped(const graph::Model& model, const std::filesy
   unsetenv("KILN_CUDA_ARCHS");
   return {std::move(compiled), files::read(dir / "dump" / "5_kernels.cu"),
           files::read(dir / "dump" / "5_wrapper.cpp")};
+}
+
+/// Sets environment variable `name` for the scope.
+struct Env {
+  Env(const char* name, const std::string& value) : name(name) { setenv(name, value.c_str(), 1); }
+  ~Env() { unsetenv(name); }
+  const char* name;
+};
+
+/// A float32 tensor of `dims` filled with sin(0.37 i + 1.3 salt).
+inline graph::Tensor filled(std::vector<int64_t> dims, int64_t salt) {
+  graph::Tensor t(graph::DType::kFloat32, std::move(dims));
+  auto v = t.mutable_values<float>();
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 1.3 * salt));
+  return t;
 }
 
 /// How often `needle` occurs in `text`.

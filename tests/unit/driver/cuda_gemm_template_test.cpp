@@ -500,6 +500,9 @@ void check_precision(CudaGemmPrecision precision, const std::vector<Shape>& shap
     upload(db, b);
     upload(dbias, bias);
     upload(dres, residual);
+    std::vector<double> ad(a.size()), bd(b.size());
+    for (size_t i = 0; i < a.size(); ++i) ad[i] = as_double(a[i]);
+    for (size_t i = 0; i < b.size(); ++i) bd[i] = as_double(b[i]);
     for (bool b_nk : {false, true}) {
       // The products of the reference, before the epilogue: b is B [K][N] or its [N][K].
       std::vector<double> ref(static_cast<size_t>(s.batch * s.m * s.n));
@@ -510,8 +513,7 @@ void check_precision(CudaGemmPrecision precision, const std::vector<Shape>& shap
             const int64_t zb = s.b_broadcast ? 0 : z;
             for (int64_t q = 0; q < s.k; ++q) {
               const int64_t bi = b_nk ? (zb * s.n + j) * s.k + q : (zb * s.k + q) * s.n + j;
-              sum += as_double(a[static_cast<size_t>((z * s.m + i) * s.k + q)]) *
-                     as_double(b[static_cast<size_t>(bi)]);
+              sum += ad[static_cast<size_t>((z * s.m + i) * s.k + q)] * bd[static_cast<size_t>(bi)];
             }
             ref[static_cast<size_t>((z * s.m + i) * s.n + j)] = sum;
           }

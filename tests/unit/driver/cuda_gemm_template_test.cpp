@@ -309,7 +309,6 @@ TEST(CudaGemmTemplate, HostReplayOfTheIndexAlgebraComputesTheProduct) {
 
 TEST(CudaGemmTemplate, NvrtcCompilesEveryConfigurationAndPrecisionForSm80AndSm90) {
   if (!codegen::nvrtc_available()) GTEST_SKIP() << "skipped: Kiln was built without CUDA";
-  TempDir dir;
   const std::string source =
       codegen::cuda_kernel_prelude() +
       codegen::cuda_gemm_template_source(
@@ -332,9 +331,11 @@ TEST(CudaGemmTemplate, NvrtcCompilesEveryConfigurationAndPrecisionForSm80AndSm90
                     std::string("kiln_gemm_reduce_") + codegen::cuda_gemm_precision_name(p) + "("),
               1u);
   }
-  // A compile error is an internal error quoting NVRTC's log.
-  const std::vector<codegen::CudaBinary> binaries =
-      codegen::nvrtc_compile(source, {80, 90}, dir.path / "cache");
+  // A compile error is an internal error quoting NVRTC's log. The cubins are kept in the build
+  // folder's code cache (keyed by the source, the architecture and NVRTC's version): a rerun
+  // with the same template and NVRTC takes them from there.
+  const std::vector<codegen::CudaBinary> binaries = codegen::nvrtc_compile(
+      source, {80, 90}, fs::path(KILN_BUILD_DIR) / "test-tmp" / "driver" / "gemm-template-nvrtc");
   ASSERT_EQ(binaries.size(), 2u);
   EXPECT_EQ(binaries[0].arch, 80);
   EXPECT_EQ(binaries[1].arch, 90);

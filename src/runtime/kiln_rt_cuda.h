@@ -1664,8 +1664,9 @@ class RunState {
       if (run_template(plan.kiln) == 0) return;
       note_once("template", what,
                 "the GEMM template's choice #" + std::to_string(plan.kiln) +
-                    " does not apply to this product (its kernels are not in the module, or an "
-                    "operand's layout); cuBLASLt runs instead");
+                    " does not apply to this product (its kernels are not in the module, an "
+                    "operand's layout, or a split-K choice for a shape that does not split); "
+                    "cuBLASLt runs instead");
       plan.kiln = -1;
     }
     check_blas(execute(plan.choice.algo), what);

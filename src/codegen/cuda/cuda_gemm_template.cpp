@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <set>
+#include <utility>
 
 namespace kiln::codegen {
 
@@ -333,22 +334,23 @@ std::string mma_functions() {
   return text;
 }
 
-const char* precision_struct(CudaGemmPrecision precision) {
+/// A precision's names: in kernel names ("tf32") and its struct in the template ("Tf32").
+std::pair<const char*, const char*> precision_names(CudaGemmPrecision precision) {
   switch (precision) {
     case CudaGemmPrecision::kF16:
-      return "F16";
+      return {"f16", "F16"};
     case CudaGemmPrecision::kBf16:
-      return "Bf16";
+      return {"bf16", "Bf16"};
     case CudaGemmPrecision::kTf32:
       break;
   }
-  return "Tf32";
+  return {"tf32", "Tf32"};
 }
 
 /// The kernels of every configuration at `precision`, and its split-K reduction.
 std::string instantiations(CudaGemmPrecision precision) {
   std::string source;
-  const char* p = precision_struct(precision);
+  const char* p = precision_names(precision).second;
   const std::vector<CudaGemmConfig>& configs = cuda_gemm_configs();
   for (size_t c = 0; c < configs.size(); ++c) {
     const CudaGemmConfig& k = configs[c];
@@ -381,15 +383,7 @@ const std::vector<CudaGemmConfig>& cuda_gemm_configs() {
 }
 
 const char* cuda_gemm_precision_name(CudaGemmPrecision precision) {
-  switch (precision) {
-    case CudaGemmPrecision::kF16:
-      return "f16";
-    case CudaGemmPrecision::kBf16:
-      return "bf16";
-    case CudaGemmPrecision::kTf32:
-      break;
-  }
-  return "tf32";
+  return precision_names(precision).first;
 }
 
 std::string cuda_gemm_kernel_name(CudaGemmPrecision precision, int config, bool b_nk) {

@@ -38,6 +38,7 @@ cp "$build/bin/kiln_onnx_runner" "$prefix/bin/"
 # The driver tests, when built (the "tests" stage of run.sh needs them).
 [ -f "$build/bin/kiln_driver_tests" ] && cp "$build/bin/kiln_driver_tests" "$prefix/bin/"
 [ -f "$build/bin/kiln_cuda_pointwise_bench" ] && cp "$build/bin/kiln_cuda_pointwise_bench" "$prefix/bin/"
+[ -f "$build/bin/kiln_cuda_gemm_bench" ] && cp "$build/bin/kiln_cuda_gemm_bench" "$prefix/bin/"
 [ -f "$build/bin/kiln_cuda_library_check" ] && cp "$build/bin/kiln_cuda_library_check" "$prefix/bin/"
 mkdir -p "$prefix/share/kiln/check"
 cp "$here/scripts/device_cuda_check.sh" "$here/scripts/device_bench_cuda.sh" \

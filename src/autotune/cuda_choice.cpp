@@ -17,9 +17,10 @@ namespace {
 using nlohmann::json;
 
 /// "algo" for cuBLASLt's algorithms, "engine" for cuDNN's engines, "config" for the launch
-/// configurations of Kiln's own kernels: the choice names' prefix.
+/// configurations of Kiln's own kernels ("kiln") and for Kiln's GEMM template's choices
+/// ("kiln_gemm"): the choice names' prefix.
 std::string choice_prefix(const std::string& library) {
-  if (library == "kiln") return "config";
+  if (library == "kiln" || library == "kiln_gemm") return "config";
   return library == "cudnn" ? "engine" : "algo";
 }
 
@@ -62,7 +63,8 @@ size_t store_cuda_tune_report(const std::filesystem::path& report, const Autotun
     const std::vector<std::string> f = split(line, '\t');
     const std::optional<int64_t> arch = f.size() == 7 ? parse_count(f[3]) : std::nullopt;
     const std::optional<int64_t> version = f.size() == 7 ? parse_count(f[4]) : std::nullopt;
-    if (f.size() != 7 || (f[0] != "cublaslt" && f[0] != "cudnn" && f[0] != "kiln") ||
+    if (f.size() != 7 ||
+        (f[0] != "cublaslt" && f[0] != "cudnn" && f[0] != "kiln" && f[0] != "kiln_gemm") ||
         f[1].empty() || !arch || !version) {
       user_error(
           "{}:{}: not a CUDA tuning report line (library, problem, GPU, compute "
@@ -158,6 +160,18 @@ std::optional<CudaLibraryChoice> lookup_cuda_library_choice(const AutotuneCache&
     return std::nullopt;
   }
   return best;
+}
+
+bool cache_has_library(const AutotuneCache& cache, const std::string& library) {
+  const json entries = cache.entries();
+  for (const auto& [id, entry] : entries.items()) {
+    if (entry.is_object() && entry.contains("key") && entry.at("key").is_object() &&
+        entry.at("key").value("op", "") == library &&
+        entry.at("key").value("kiln", "") == KILN_VERSION) {
+      return true;
+    }
+  }
+  return false;
 }
 
 std::string cuda_autotune_gpu() {

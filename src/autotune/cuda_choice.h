@@ -13,12 +13,13 @@
 /// An entry's key names the library, the problem (the text kiln_rt_cuda.h's matmul_problem_text
 /// or conv_problem_text writes: dtypes, precision, epilogue, sizes, strides, layout), the GPU's
 /// name and compute capability, the library's version and Kiln's version; its choices are
-/// "algo <i>" / "engine <i>" with their median times (or "failed"). Codegen looks a call site's
-/// problem up (lookup_cuda_library_choice) and bakes the fastest index and the library version
-/// into the wrapper (state.cuda.library_choice), so that a library compiled on a machine without
-/// a GPU, from a cache copied from one with the GPU, runs the same algorithms. At run time a
-/// choice for another library version, or an index the library no longer lists, falls back to
-/// the heuristic's first with one note on stderr. Tested in
+/// "algo <i>" / "engine <i>" with their median times (or "failed"); the GEMM template's choices,
+/// timed in the same run, are a "kiln_gemm" entry of the same problem with "config <i>" choices.
+/// Codegen looks a call site's problem up (lookup_cuda_library_choice) and bakes the fastest index
+/// and the library version into the wrapper (state.cuda.library_choice), so that a library compiled
+/// on a machine without a GPU, from a cache copied from one with the GPU, runs the same algorithms.
+/// At run time a choice for another library version, or an index the library no longer lists, falls
+/// back to the heuristic's first with one note on stderr. Tested in
 /// tests/unit/autotune/cuda_choice_test.cpp.
 ///
 /// Library "kiln" holds the launch configurations of Kiln's own reduction kernels
@@ -50,7 +51,9 @@ struct CudaLibraryChoice {
   bool operator==(const CudaLibraryChoice&) const = default;
 };
 
-/// The key of one problem of `library` ("cublaslt", "cudnn" or "kiln") on one GPU and library
+/// The key of one problem of `library` ("cublaslt", "cudnn", "kiln" for the launch
+/// configurations of Kiln's own kernels, or "kiln_gemm" for Kiln's GEMM template, whose version
+/// is kiln_rt_cuda.h's kGemmTemplateVersion) on one GPU and library
 /// version.
 nlohmann::json cuda_library_cache_key(const std::string& library, const std::string& problem,
                                       const std::string& gpu, int arch, int64_t version);
@@ -68,6 +71,10 @@ std::optional<CudaLibraryChoice> lookup_cuda_library_choice(const AutotuneCache&
                                                             const std::string& library,
                                                             const std::string& problem,
                                                             const std::string& gpu);
+
+/// True when `cache` holds an entry of `library` ("kiln_gemm": Kiln's GEMM template, timed
+/// beside cuBLASLt) for this Kiln: a compile then carries the template's kernels.
+bool cache_has_library(const AutotuneCache& cache, const std::string& library);
 
 /// The GPU library choices are looked up for: $KILN_AUTOTUNE_GPU (a name as the cache holds
 /// it, e.g. "NVIDIA H100 80GB HBM3"), else the name of this machine's GPU 0, else "" (a build

@@ -458,6 +458,8 @@ struct MatMulPlan {
   BlasLt::Heuristic choice{};
   /// With tuning (--autotune max): the heuristic's first algorithms, timed at the first run.
   std::vector<BlasLt::Heuristic> candidates;
+  bool tune = false;  // time the candidates (and the GEMM template's) at the next call
+  int kiln = -1;      // the GEMM template's choice that runs instead of cuBLASLt, or -1
   void release() {
     if (desc != nullptr) blas().MatmulDescDestroy(desc);
     for (void*& l : layouts) {
@@ -630,6 +632,90 @@ struct LibraryChoice {
   int index = -1;
   int64_t version = 0;
 };
+
+/// Kiln's tensor-core GEMM template (codegen/cuda/cuda_gemm_template.h), an autotune choice
+/// beside cuBLASLt's algorithms: one launch's operands, kiln_gemm::Params on the device, field
+/// for field (passed by value).
+struct GemmParams {
+  const void* a;
+  const void* b;
+  void* out;
+  const void* bias;
+  const void* residual;
+  float* partial;
+  int64_t m, n, k;
+  int64_t lda, ldb, ldo;
+  int64_t a_batch, b_batch, o_batch;
+  int64_t k_piece;
+  int32_t batches;
+  int32_t splits;
+  int32_t act;
+  int32_t vec;
+  float alpha;
+  int32_t unused;
+};
+
+/// The template's tile configurations: cuda_gemm_template.cpp's cuda_gemm_configs(), row for
+/// row (tests/unit/driver/cuda_gemm_template_test.cpp compares them).
+struct GemmConfig {
+  int bm, bn, bk, warps_m, warps_n, stages;
+};
+inline constexpr GemmConfig kGemmConfigs[] = {
+    {128, 128, 32, 2, 4, 3}, {64, 128, 32, 2, 2, 3}, {64, 64, 32, 2, 2, 4}, {32, 64, 32, 1, 4, 4}};
+inline constexpr int kGemmConfigCount = sizeof kGemmConfigs / sizeof kGemmConfigs[0];
+/// The template's choices: 2 * config + 1 with split-K, 2 * config without.
+inline constexpr int kGemmTemplateChoices = 2 * kGemmConfigCount;
+/// The version of the template a cached choice was timed with (the autotune cache's
+/// "library_version" of its "kiln_gemm" entries): a choice of another version is not baked.
+inline constexpr int64_t kGemmTemplateVersion = 1;
+
+/// Dynamic shared memory of configuration `c` for `element`-byte operands, B as [N][K] when
+/// `b_nk`: `stages` buffers of the A and B tiles with the template's row padding.
+inline int64_t gemm_shared_bytes(const GemmConfig& c, int64_t element, bool b_nk) {
+  const int64_t pad = 16 / element;
+  const int64_t a = c.bm * (c.bk + pad);
+  const int64_t b = b_nk ? c.bn * (c.bk + pad) : c.bk * (c.bn + 8);
+  return c.stages * (a + b) * element;
+}
+
+/// The split-K pieces of an M x N x K product (`batches` of them) with configuration `c`:
+/// doubled while the tiles are fewer than 128 and each piece keeps at least 4 slices of K, at
+/// most 16, and within `workspace` bytes of float32 partial sums. A function of the shape only,
+/// so that a baked choice splits the same way on every GPU.
+inline int64_t gemm_splits(int64_t m, int64_t n, int64_t k, int64_t batches, const GemmConfig& c,
+                           size_t workspace) {
+  const int64_t tiles = (m + c.bm - 1) / c.bm * ((n + c.bn - 1) / c.bn) * batches;
+  const int64_t slices = (k + c.bk - 1) / c.bk;
+  int64_t splits = 1;
+  while (splits < 16 && tiles * splits < 128 && slices >= 8 * splits) splits *= 2;
+  while (splits > 1 && static_cast<size_t>(splits * batches * m * n) * sizeof(float) > workspace)
+    splits /= 2;
+  return splits;
+}
+
+/// A product's operands in the template's terms: A row-major (rows lda apart), B as [K][N]
+/// (`b_nk` false) or [N][K] (rows ldb apart), out row-major (rows ldo apart); false when an
+/// operand is neither (cuBLASLt runs it). `as`, `bs`, `os` are the strides over the rank `r`.
+struct GemmForm {
+  int64_t lda = 0, ldb = 0, ldo = 0;
+  bool b_nk = false;
+};
+inline bool gemm_form(int64_t m, int64_t n, int64_t k, const int64_t* as, const int64_t* bs,
+                      const int64_t* os, int r, GemmForm& f) {
+  if (!(as[r - 1] == 1 || k == 1) || !(os[r - 1] == 1 || n == 1)) return false;
+  f.lda = m == 1 ? 0 : as[r - 2];
+  f.ldo = m == 1 ? 0 : os[r - 2];
+  if (bs[r - 1] == 1 || n == 1) {
+    f.b_nk = false;
+    f.ldb = k == 1 ? 0 : bs[r - 2];
+  } else if (bs[r - 2] == 1 || k == 1) {
+    f.b_nk = true;
+    f.ldb = bs[r - 1];
+  } else {
+    return false;
+  }
+  return f.lda >= 0 && f.ldb >= 0 && f.ldo >= 0;
+}
 
 /// "1,128,768": `n` values joined for a problem text.
 inline std::string join_dims(const int64_t* v, int n) {
@@ -1300,6 +1386,20 @@ class RunState {
     v[static_cast<size_t>(site)] = {index, version};
   }
 
+  /// The autotune cache's choice for matrix product call `site`: Kiln's GEMM template with
+  /// choice `index` (kGemmTemplateChoices), timed faster than cuBLASLt with template version
+  /// `version`; such a site is not timed again.
+  void gemm_template_choice(int site, int index, int64_t version) {
+    if (gemm_choices_.size() <= static_cast<size_t>(site))
+      gemm_choices_.resize(static_cast<size_t>(site) + 1);
+    gemm_choices_[static_cast<size_t>(site)] = {index, version};
+  }
+
+  /// The GEMM template's choice that ran call `site`'s last product, or -1 (cuBLASLt ran it).
+  int gemm_template_ran(int site) const {
+    return static_cast<size_t>(site) < plans_.size() ? plans_[static_cast<size_t>(site)].kiln : -1;
+  }
+
   /// Queues the fused attention of `p` (kernel `k` of the module: one
   /// kiln_attention_f32_d<D>_v<Dv>, 8 query rows per block of 128 threads) on the run's stream,
   /// without waiting.
@@ -1560,14 +1660,28 @@ class RunState {
     MatMulPlan& plan = plans_[static_cast<size_t>(site)];
     const size_t workspace = library_workspace_bytes_;
     const LibraryChoice choice = choice_of(blas_choices_, site);
+    const LibraryChoice template_choice = choice_of(gemm_choices_, site);
     if (plan.key != key) {
       plan.release();
       plan.key = {};
+      // Timing runs the product again: not where it accumulates into its own output.
+      plan.tune = tune_blas_ && choice.index < 0 && template_choice.index < 0 && residual != out;
       make_plan(plan, compute, f64 ? kBlasR64F : kBlasR32F, type, epilogue, x, y, z, inner.size,
                 inner.b, inner.a, inner.d, align_b, align_a, align_c, align_d, workspace, what,
-                choice,
-                // Timing runs the product again: not where it accumulates into its own output.
-                tune_blas_ && choice.index < 0 && residual != out);
+                choice, plan.tune);
+      plan.kiln = -1;
+      if (template_choice.index >= 0) {
+        if (template_choice.version == kGemmTemplateVersion &&
+            template_choice.index < kGemmTemplateChoices) {
+          plan.kiln = template_choice.index;
+        } else {
+          note_once("choice", what,
+                    "the autotune cache's GEMM template choice #" +
+                        std::to_string(template_choice.index) + " (template version " +
+                        std::to_string(template_choice.version) +
+                        ") is not one of this Kiln's; cuBLASLt runs instead");
+        }
+      }
       plan.key = key;
     }
     if (epilogue == Epilogue::kBias || epilogue == Epilogue::kReluBias ||
@@ -1579,8 +1693,9 @@ class RunState {
     using Scale = std::conditional_t<f64, double, float>;
     const Scale alpha_t = static_cast<Scale>(alpha), beta_t = residual != nullptr ? 1 : 0;
     char* ws = workspace > 0 ? library_workspace() : nullptr;
-    // The product with algorithm `algo`, every looped batch (odometer order); cuBLASLt's status.
-    auto execute = [&](const void* algo) {
+    // Calls f(oa, ob, od) with the offsets of A, B and out of every looped batch (odometer
+    // order) until one returns nonzero; returns that status, or 0.
+    auto each_batch = [&dims](auto&& f) -> int {
       std::vector<int64_t> at(dims.size(), 0);
       for (;;) {
         int64_t oa = 0, ob = 0, od = 0;
@@ -1589,29 +1704,138 @@ class RunState {
           ob += at[d] * dims[d].b;
           od += at[d] * dims[d].d;
         }
-        T* dst = out + od;
-        const T* c = residual != nullptr ? residual + od : dst;
-        const int status = blas().Matmul(blas_handle_, plan.desc, &alpha_t, b + ob, plan.layouts[0],
-                                         a + oa, plan.layouts[1], &beta_t, c, plan.layouts[2], dst,
-                                         plan.layouts[2], algo, ws, workspace, stream_);
-        if (status != 0) return status;
+        if (const int status = f(oa, ob, od); status != 0) return status;
         size_t d = dims.size();
         while (d > 0 && ++at[d - 1] == dims[d - 1].size) at[--d] = 0;
         if (d == 0) return 0;
       }
     };
-    if (plan.candidates.size() > 1 && !capturing_) {
+    // The product with algorithm `algo`, every looped batch; cuBLASLt's status.
+    auto execute = [&](const void* algo) {
+      return each_batch([&](int64_t oa, int64_t ob, int64_t od) {
+        T* dst = out + od;
+        const T* c = residual != nullptr ? residual + od : dst;
+        return blas().Matmul(blas_handle_, plan.desc, &alpha_t, b + ob, plan.layouts[0], a + oa,
+                             plan.layouts[1], &beta_t, c, plan.layouts[2], dst, plan.layouts[2],
+                             algo, ws, workspace, stream_);
+      });
+    };
+    // Kiln's GEMM template (kiln_gemm_*, in the module when the model was compiled with
+    // --autotune max or a cached template choice): TF32 float32 products and the half types.
+    const int precision = half ? (bf16 ? 2 : 1) : std::is_same_v<T, float> && tf32 ? 0 : -1;
+    GemmForm form;
+    const bool templated = precision >= 0 && gemm_form(m, n, k, as, bs, ds, r, form) &&
+                           gemm_function(precision, 0, form.b_nk) != nullptr;
+    // The template with choice `index`, every looped batch; nonzero when it does not apply.
+    auto run_template = [&](int index) -> int {
+      if (!templated || index < 0 || index >= kGemmTemplateChoices) return 1;
+      const GemmConfig& c = kGemmConfigs[index / 2];
+      const CUfunction f = gemm_function(precision, index / 2, form.b_nk);
+      const CUfunction reduce = gemm_function(precision, -1, false);
+      if (f == nullptr || reduce == nullptr) return 1;
+      int64_t splits = 1, piece = (k + c.bk - 1) / c.bk * c.bk;
+      if (index % 2 == 1) {  // split-K: a choice only where the shape splits
+        const int64_t wanted = gemm_splits(m, n, k, inner.size, c, workspace);
+        if (wanted < 2) return 1;
+        piece = ((k + c.bk - 1) / c.bk + wanted - 1) / wanted * c.bk;
+        splits = (k + piece - 1) / piece;
+      }
+      const int64_t gx = (n + c.bn - 1) / c.bn, gy = (m + c.bm - 1) / c.bm;
+      if (inner.size * splits > 65535 || gy > 65535) return 1;
+      GemmParams p{};
+      p.bias = epilogue == Epilogue::kBias || epilogue == Epilogue::kReluBias ||
+                       epilogue == Epilogue::kGeluBias
+                   ? bias
+                   : nullptr;
+      p.partial = splits > 1 ? reinterpret_cast<float*>(ws) : nullptr;
+      p.m = m;
+      p.n = n;
+      p.k = k;
+      p.lda = form.lda;
+      p.ldb = form.ldb;
+      p.ldo = form.ldo;
+      p.a_batch = inner.a;
+      p.b_batch = inner.b;
+      p.o_batch = inner.d;
+      p.k_piece = piece;
+      p.batches = static_cast<int32_t>(inner.size);
+      p.splits = static_cast<int32_t>(splits);
+      p.act = epilogue == Epilogue::kRelu || epilogue == Epilogue::kReluBias   ? 1
+              : epilogue == Epilogue::kGelu || epilogue == Epilogue::kGeluBias ? 2
+                                                                               : 0;
+      // 16-byte copies when every row and batch of A and B starts 16-byte aligned.
+      p.vec = align_a >= 16 && align_b >= 16 && form.lda * static_cast<int64_t>(e) % 16 == 0 &&
+              form.ldb * static_cast<int64_t>(e) % 16 == 0;
+      p.alpha = static_cast<float>(alpha);
+      const int64_t threads = 32 * c.warps_m * c.warps_n;
+      const int64_t shared = gemm_shared_bytes(c, static_cast<int64_t>(e), form.b_nk);
+      const int64_t total = inner.size * m * n;
+      return each_batch([&](int64_t oa, int64_t ob, int64_t od) {
+        p.a = a + oa;
+        p.b = b + ob;
+        p.out = out + od;
+        p.residual = residual != nullptr ? residual + od : nullptr;
+        launch_function(f, stream_, what, gx, gy, inner.size * splits, threads, 1, 1, shared, p);
+        if (splits > 1) {
+          launch_function(reduce, stream_, what, std::min<int64_t>((total + 255) / 256, 65535), 1,
+                          1, 256, 1, 1, 0, p);
+        }
+        return 0;
+      });
+    };
+    const size_t algos = std::max<size_t>(plan.candidates.size(), 1);
+    if (plan.tune && !capturing_ && (algos > 1 || templated)) {
       const std::string problem =
           matmul_problem_text(s, element_name<T>(bf16), tf32, epilogue, residual != nullptr);
       std::vector<std::function<int()>> runs;
+      if (plan.candidates.empty()) plan.candidates.push_back(plan.choice);
       for (const BlasLt::Heuristic& h : plan.candidates)
         runs.emplace_back([&execute, &h] { return execute(h.algo); });
+      // The template's choices after cuBLASLt's algorithms, all of them (one that does not apply
+      // to this shape is reported as failed), timed the same way.
+      for (int index = 0; templated && index < kGemmTemplateChoices; ++index)
+        runs.emplace_back([&run_template, index] { return run_template(index); });
       const size_t chosen =
-          time_candidates(runs, plan.key, "cublaslt", problem, blas().version, what);
-      plan.choice = plan.candidates[chosen];
+          time_candidates(runs, plan.key, "cublaslt", problem, blas().version, what, algos);
+      if (chosen < algos) {
+        plan.choice = plan.candidates[chosen];
+      } else {
+        plan.kiln = static_cast<int>(chosen - algos);
+      }
     }
+    plan.tune = false;
     plan.candidates.clear();
+    if (plan.kiln >= 0) {
+      if (run_template(plan.kiln) == 0) return;
+      note_once("template", what,
+                "the GEMM template's choice #" + std::to_string(plan.kiln) +
+                    " does not apply to this product (its kernels are not in the module, an "
+                    "operand's layout, or a split-K choice for a shape that does not split); "
+                    "cuBLASLt runs instead");
+      plan.kiln = -1;
+    }
     check_blas(execute(plan.choice.algo), what);
+  }
+
+  /// The GEMM template's kernel of configuration `config` at `precision` (0: TF32, 1: float16,
+  /// 2: bfloat16) for B as [N][K] (`b_nk`) or [K][N], or with `config` -1 its split-K
+  /// reduction; null when the module has none (looked up once).
+  CUfunction gemm_function(int precision, int config, bool b_nk) {
+    static const char* const kPrecisions[] = {"tf32", "f16", "bf16"};
+    const size_t slot = static_cast<size_t>(precision) * (2 * kGemmConfigCount + 1) +
+                        (config < 0 ? 2 * kGemmConfigCount : 2 * config + (b_nk ? 1 : 0));
+    if (gemm_functions_.empty()) gemm_functions_.assign(3 * (2 * kGemmConfigCount + 1), nullptr);
+    if (gemm_looked_up_.empty()) gemm_looked_up_.assign(gemm_functions_.size(), false);
+    if (!gemm_looked_up_[slot] && module_ != nullptr) {
+      gemm_looked_up_[slot] = true;
+      const std::string name = config < 0
+                                   ? std::string("kiln_gemm_reduce_") + kPrecisions[precision]
+                                   : std::string("kiln_gemm_") + kPrecisions[precision] + "_c" +
+                                         std::to_string(config) + (b_nk ? "_nk" : "_kn");
+      CUfunction f = nullptr;
+      if (driver().cuModuleGetFunction(&f, module_, name.c_str()) == 0) gemm_functions_[slot] = f;
+    }
+    return gemm_functions_[slot];
   }
 
   /// Queues Y = conv(X, W) [+ bias[k]] [+ residual] [then `act`] through cuDNN on the run's
@@ -2044,11 +2268,12 @@ class RunState {
   /// status) on the run's stream with CUDA events: one warm-up run, then kTuneRuns runs timed one
   /// by one, their median kept. Returns the index of the fastest (0 when none ran), reports the
   /// times (report_tuning), and remembers the choice for `key` in this process. The first run of
-  /// a new shape waits for the GPU here.
+  /// a new shape waits for the GPU here. Runs from `library_count` on are the GEMM template's
+  /// choices, reported as library "kiln_gemm".
   template <typename Key>
   size_t time_candidates(const std::vector<std::function<int()>>& runs, const Key& plan_key,
                          const char* library, const std::string& problem, size_t version,
-                         const char* what) {
+                         const char* what, size_t library_count = SIZE_MAX) {
     TunedChoices& tuned = tuned_choices();
     std::lock_guard<std::mutex> lock(tuned.mutex);
     // Kiln's kernels share a library name: their problem tells them apart.
@@ -2087,7 +2312,22 @@ class RunState {
     d.cuEventDestroy(stop);
     if (medians[chosen] < 0) chosen = 0;
     tuned.chosen[key] = chosen;
-    report_tuning(library, problem, version, chosen, medians);
+    if (library_count >= medians.size()) {
+      report_tuning(library, problem, version, chosen, medians);
+    } else {
+      // Each its own line, with its own fastest as the chosen index.
+      const std::vector<double> own(medians.begin(), medians.begin() + library_count),
+          kiln(medians.begin() + library_count, medians.end());
+      auto fastest = [](const std::vector<double>& v) {
+        size_t best = 0;
+        for (size_t k = 0; k < v.size(); ++k)
+          if (v[k] >= 0 && (v[best] < 0 || v[k] < v[best])) best = k;
+        return best;
+      };
+      report_tuning(library, problem, version, fastest(own), own);
+      report_tuning("kiln_gemm", problem, static_cast<size_t>(kGemmTemplateVersion), fastest(kiln),
+                    kiln);
+    }
     return chosen;
   }
 
@@ -2467,6 +2707,9 @@ class RunState {
   static constexpr int kTuneRuns = 5;
   bool tune_blas_ = false;
   std::vector<LibraryChoice> blas_choices_;  // per call site (library_choice)
+  std::vector<LibraryChoice> gemm_choices_;  // per call site (gemm_template_choice)
+  std::vector<CUfunction> gemm_functions_;   // gemm_function's, by precision and kernel
+  std::vector<bool> gemm_looked_up_;
   std::vector<LibraryChoice> conv_choices_;
   bool tune_convs_ = [] {
     const char* v = std::getenv("KILN_CUDNN_TUNE");

@@ -9,6 +9,7 @@
 #include "codegen/cpp/cpp_host_text.h"
 #include "codegen/cuda/cuda_attention.h"
 #include "codegen/cuda/cuda_conv.h"
+#include "codegen/cuda/cuda_gemm_template.h"
 #include "codegen/cuda/cuda_matmul.h"
 #include "codegen/cuda/host_fallback.h"
 #include "codegen/cuda/nvrtc_compile.h"
@@ -49,9 +50,40 @@ void CudaWrapperOps::note(const ir::ExternCall& call) {
     uses_blas_ = uses_blas_ || call.as<ir::MatMulCall>() != nullptr;
     uses_dnn_ = uses_dnn_ || call.as<ir::ConvCall>() != nullptr;
     conv_epilogue_ = conv_epilogue_ || conv_has_epilogue(call);
+    if (call.as<ir::MatMulCall>() != nullptr) note_gemm_template(call);
     return;
   }
   host_->note(call);
+}
+
+void CudaWrapperOps::note_gemm_template(const ir::ExternCall& call) {
+  if (call.inputs.empty() || !call.inputs[0]) return;
+  // Kiln's GEMM template runs TF32 float32 products and the half types (cuda_gemm_template.h).
+  std::optional<CudaGemmPrecision> precision;
+  switch (call.inputs[0]->dtype) {
+    case graph::DType::kFloat16:
+      precision = CudaGemmPrecision::kF16;
+      break;
+    case graph::DType::kBFloat16:
+      precision = CudaGemmPrecision::kBf16;
+      break;
+    case graph::DType::kFloat32:
+      if (ir::allows_tf32(precision_)) precision = CudaGemmPrecision::kTf32;
+      break;
+    default:
+      break;
+  }
+  if (!precision) return;
+  // Its kernels go into the module where the run may time them (--autotune max) or a cached
+  // choice may pick them; without either the module is what it was before the template.
+  if (!template_wanted_) {
+    template_wanted_ = tune_libraries_;
+    if (!*template_wanted_ && cached_library_choices_) {
+      template_wanted_ = autotune::cache_has_library(
+          autotune::AutotuneCache(autotune::default_autotune_cache_path(cache_dir_)), "kiln_gemm");
+    }
+  }
+  if (*template_wanted_) gemm_precisions_.insert(*precision);
 }
 
 void CudaWrapperOps::write_includes(IndentedBuffer& out, bool uses_control) {
@@ -204,12 +236,14 @@ void CudaWrapperOps::write_declarations(IndentedBuffer& out,
   if (conv_epilogue_) source += conv_epilogue_source();
   const bool uses_attention = !attention_heads_.empty();
   if (uses_attention) source += cuda_attention_source(attention_heads_);
+  // Kiln's GEMM template, an autotune choice beside cuBLASLt (found by name at run time).
+  if (!gemm_precisions_.empty()) source += cuda_gemm_template_source(gemm_precisions_);
   std::vector<CudaBinary> binaries;
   const std::vector<int> archs = library_ ? cuda_library_archs() : cuda_target_archs();
   // A library for other machines carries PTX for its oldest architecture too: the driver
   // compiles it for GPUs newer than every cubin.
   const int ptx_arch = library_ ? *std::min_element(archs.begin(), archs.end()) : 0;
-  if (!kernels.empty() || conv_epilogue_ || uses_attention)
+  if (!kernels.empty() || conv_epilogue_ || uses_attention || !gemm_precisions_.empty())
     binaries = nvrtc_compile(source, archs, cache_dir_, ptx_arch);
   device_sources_.emplace_back("kernels.cu", source);
   out.line(
@@ -333,6 +367,22 @@ void CudaWrapperOps::write_library_choice(IndentedBuffer& out, const std::string
   const std::optional<autotune::CudaLibraryChoice> choice = autotune::lookup_cuda_library_choice(
       autotune::AutotuneCache(autotune::default_autotune_cache_path(cache_dir_)), library, *problem,
       autotune_gpu_);
+  if (library == "cublaslt" && !gemm_precisions_.empty()) {
+    // Kiln's GEMM template, timed in the same run as cuBLASLt's algorithms: baked when faster.
+    const std::optional<autotune::CudaLibraryChoice> kiln = autotune::lookup_cuda_library_choice(
+        autotune::AutotuneCache(autotune::default_autotune_cache_path(cache_dir_)), "kiln_gemm",
+        *problem, autotune_gpu_);
+    if (kiln && (!choice || (kiln->gpu == choice->gpu && kiln->ms < choice->ms))) {
+      const std::vector<CudaGemmConfig>& configs = cuda_gemm_configs();
+      const CudaGemmConfig& c = configs.at(static_cast<size_t>(kiln->index / 2) % configs.size());
+      out.linef(
+          "state.cuda.gemm_template_choice({}, {}, {});  // autotune cache: Kiln's GEMM template "
+          "{}x{}x{}{}, sm_{}",
+          site, kiln->index, kiln->version, c.bm, c.bn, c.bk, kiln->index % 2 ? " split-K" : "",
+          kiln->arch);
+      return;
+    }
+  }
   if (!choice) return;
   const bool conv = library == "cudnn";
   out.linef("state.cuda.library_choice({}, {}, {}, {});  // autotune cache: {} {} #{}, sm_{}",

@@ -17,12 +17,14 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "codegen/common/device_codegen.h"
+#include "codegen/cuda/cuda_gemm_template.h"
 
 namespace kiln::codegen {
 
@@ -148,8 +150,13 @@ class CudaWrapperOps final : public WrapperOps {
   /// the autotune cache holds a choice for its `problem`.
   void write_library_choice(IndentedBuffer& out, const std::string& library, int site,
                             const std::optional<std::string>& problem);
-  bool uses_blas_ = false;      // a matrix product on cuBLASLt
-  bool uses_dnn_ = false;       // a convolution on cuDNN
+  /// Notes the precision of a matrix product for Kiln's GEMM template when its kernels go into
+  /// the module (gemm_precisions_).
+  void note_gemm_template(const ir::ExternCall& call);
+  std::optional<bool> template_wanted_;          // tuning, or a cache with template choices
+  std::set<CudaGemmPrecision> gemm_precisions_;  // the template's, in the module
+  bool uses_blas_ = false;                       // a matrix product on cuBLASLt
+  bool uses_dnn_ = false;                        // a convolution on cuDNN
   bool conv_epilogue_ = false;  // one with a bias, residual or Relu (conv_epilogue_source)
   /// (D, Dv) of the fused attentions: Kiln's kernel for each, in the module.
   std::set<std::pair<int64_t, int64_t>> attention_heads_;

@@ -35,14 +35,6 @@ using test_models::ModelBuilder;
 
 using namespace cuda_test;  // NOLINT: the shared fixtures
 
-Tensor filled(std::vector<int64_t> dims, int64_t salt) {
-  Tensor t(DType::kFloat32, std::move(dims));
-  auto v = t.mutable_values<float>();
-  for (size_t i = 0; i < v.size(); ++i)
-    v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 1.3 * salt));
-  return t;
-}
-
 /// x [2, 16, 6, 6] -> Conv 3x3 pad 1 + bias, Relu -> [2, 8, 6, 6] -> Flatten [2, 288]
 /// -> MatMul [288, 10] + bias: one cuDNN and one cuBLASLt call.
 graph::Model conv_then_matmul() {
@@ -160,7 +152,11 @@ TEST(CudaAutotune, AutotuneMaxStoresChoicesThatTheNextCompileBakesReproducibly) 
   options.dump_dir = dir.path / "third";
   compile(model, options);
   const std::string second = files::read(dir.path / "second" / "5_wrapper.cpp");
-  EXPECT_EQ(count(second, "state.cuda.library_choice("), 2u) << second;
+  // The product's choice may be Kiln's GEMM template (timed beside cuBLASLt's algorithms).
+  EXPECT_EQ(count(second, "state.cuda.library_choice(") +
+                count(second, "state.cuda.gemm_template_choice("),
+            2u)
+      << second;
   EXPECT_EQ(files::read(dir.path / "third" / "5_wrapper.cpp"), second);
   EXPECT_EQ(files::read(dir.path / "third" / "5_kernels.cu"),
             files::read(dir.path / "second" / "5_kernels.cu"));

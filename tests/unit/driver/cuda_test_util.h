@@ -5,12 +5,14 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 
+#include <cmath>
 #include <filesystem>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "driver/compile.h"
 #include "support/files.h"
@@ -89,6 +91,15 @@ inline std::string without_lines(const std::string& text, const std::string& nee
     if (line.find(needle) == std::string::npos && (cubin_bytes || !bytes)) out += line + "\n";
   }
   return out;
+}
+
+/// A float32 tensor of `dims` filled with sin(0.37 i + 1.3 salt).
+inline graph::Tensor filled(std::vector<int64_t> dims, int64_t salt) {
+  graph::Tensor t(graph::DType::kFloat32, std::move(dims));
+  auto v = t.mutable_values<float>();
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 1.3 * salt));
+  return t;
 }
 
 /// How often `needle` occurs in `text`.

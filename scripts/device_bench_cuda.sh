@@ -25,6 +25,8 @@
 # PARTS (default "models pointwise sanitize") picks the parts: 1-2, 3, 4. PRECISIONS (default
 # "fp32 tf32") and TORCH_MODES (default "eager,compile,reduce-overhead") narrow part 1;
 # LIB_AUTOTUNE (default "max": cuDNN engines timed on this GPU) is the library's --autotune.
+# MODELS (default "resnet50 bert") narrows parts 1, 2 and 4 to some of the models (a machine
+# with several GPUs can run one model per GPU at once).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$(cd "${1:-$here/../build/bin}" && pwd)
@@ -45,7 +47,7 @@ parts=" ${PARTS:-models pointwise sanitize} "
 models=$out/models
 cache=$out/cache
 model_list=
-[[ $parts == *" models "* || $parts == *" sanitize "* ]] && model_list="resnet50 bert"
+[[ $parts == *" models "* || $parts == *" sanitize "* ]] && model_list=${MODELS:-resnet50 bert}
 if [ -n "$model_list" ] &&
   ! timeout 120 "$py" "$make_models" "$models" >"$out/make_models.log" 2>&1; then
   echo "make_models.py failed:"
@@ -148,7 +150,7 @@ elif [ -z "$sanitizer" ]; then
   echo "compute-sanitizer: not found on this machine"
 else
   echo "== compute-sanitizer memcheck, one fp32 run of each model"
-  for model in resnet50 bert; do
+  for model in ${MODELS:-resnet50 bert}; do
     case $model in resnet50) input=input ;; bert) input=hidden ;; esac
     mkdir -p "$out/$model"
     timeout 240 "$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 \

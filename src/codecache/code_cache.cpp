@@ -464,12 +464,12 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
     if (!prefix.empty()) {
       process::Command with = plain;
       with.args.insert(with.args.begin(), {"-include", prefix.string()});
-      process::Result result = run_compiler(with);
+      process::Result result = run_compiler(with, compiler_runs_);
       if (result.ok()) return result;
       log::write(log::Category::kCompile, "{} failed with the precompiled prefix {}; again without",
                  sources[i].name, prefix.string());
     }
-    return run_compiler(plain);
+    return run_compiler(plain, compiler_runs_);
   };
   if (sources.size() == 1) {
     std::vector<std::string> args = compile_options(config);
@@ -496,7 +496,7 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
     args.insert(args.end(), {"-o", library});
     append_link_options(config, args);
     process::Command link = command(std::move(args));
-    process::Result result = run_compiler(link);
+    process::Result result = run_compiler(link, compiler_runs_);
     if (!result.ok()) fail_build(build_dir, entry.failed, "", link, result);
   }
 
@@ -506,7 +506,8 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
              seconds_since(start), entry.library.string());
 }
 
-process::Result CodeCache::run_compiler(const process::Command& command) {
+process::Result CodeCache::run_compiler(const process::Command& command,
+                                        std::atomic<std::size_t>& counter) {
   slots_->acquire();
   process::Result result;
   try {
@@ -516,7 +517,7 @@ process::Result CodeCache::run_compiler(const process::Command& command) {
     throw;
   }
   slots_->release();
-  ++compiler_runs_;
+  ++counter;
   log::write(log::Category::kCompile, "{} ({:.2f} s, {})", command.to_string(), result.seconds,
              result.status_text());
   return result;
@@ -566,19 +567,10 @@ fs::path CodeCache::precompiled_prefix(const std::string& text, const CompilerCo
   std::vector<std::string> args = compile_options(config);
   args.insert(args.end(), {"-x", "c++-header", "prefix.h", "-o", "prefix.h.gch"});
   process::Command command{compiler.path.string(), std::move(args), build_dir.path(), {}};
-  slots_->acquire();
-  process::Result built;
-  try {
-    built = process::run(command);
-  } catch (...) {
-    slots_->release();
-    throw;
-  }
-  slots_->release();
-  ++pch_builds_;
+  process::Result built = run_compiler(command, pch_builds_);
   if (!built.ok()) {
-    log::write(log::Category::kCompile, "no precompiled header: {} ({}): {}", command.to_string(),
-               built.status_text(), first_lines(built.stderr_text, kMaxErrorLines));
+    log::write(log::Category::kCompile, "no precompiled header {}: {}", header.string(),
+               first_lines(built.stderr_text, kMaxErrorLines));
     return result;
   }
   fs::rename(build_dir.path(), dir, ec);

@@ -126,7 +126,9 @@ class CodeCache {
   Entry entry_for(const std::string& key) const;
   void build(const std::vector<SourceUnit>& sources, const CompilerConfig& config,
              const CompilerIdentity& compiler, const Entry& entry);
-  process::Result run_compiler(const process::Command& command);
+  /// Runs a compiler process in one of the max_jobs slots, counted in `counter`
+  /// (compiler_runs_ or pch_builds_), and logs it.
+  process::Result run_compiler(const process::Command& command, std::atomic<std::size_t>& counter);
   /// The prefix header (with its .gch beside it) for the leading #include lines of `text`, built
   /// when missing; an empty path when there is none to use (no pch_dir_, not GCC, no leading
   /// #include, or the header failed to precompile).

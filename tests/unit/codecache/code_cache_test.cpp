@@ -169,19 +169,28 @@ TEST(CodeCache, CorruptEntriesAreDetectedAndRebuilt) {
   EXPECT_EQ(LoadedLibrary(library).symbol<int(int, int)>("add")(20, 22), 42);
 }
 
-TEST(CodeCache, CompilerErrorNamesTheKeptSourceAndQuotesTheCompiler) {
-  CodeCache cache(fresh_dir() / "cache");
-  std::vector<SourceUnit> source = {
-      {"broken.cpp", "extern \"C\" int f() { return undefined_thing_42; }\n"}};
+// Compiles broken.cpp (`text`, which uses the undefined `name`) and checks the UserError: it names
+// the source kept in <key>.failed and quotes the compiler; nothing is installed. Returns the
+// compiler output kept beside the source.
+std::string expect_compiler_error(CodeCache& cache, const std::string& text,
+                                  const std::string& name) {
+  std::vector<SourceUnit> source = {{"broken.cpp", text}};
   std::string message = message_of([&] { cache.compile_shared_library(source); });
   fs::path kept = cache.entry_dir(cache.key(source, {})).string() + ".failed";
   EXPECT_NE(message.find((kept / "broken.cpp").string()), std::string::npos) << message;
-  EXPECT_NE(message.find("undefined_thing_42"), std::string::npos) << message;
+  EXPECT_NE(message.find(name), std::string::npos) << message;
   EXPECT_NE(message.find("error"), std::string::npos) << message;
   EXPECT_EQ(files::read(kept / "broken.cpp"), source[0].text);
   EXPECT_TRUE(fs::is_regular_file(kept / "compiler-output.txt"));
   EXPECT_FALSE(fs::exists(cache.entry_dir(cache.key(source, {}))));
   EXPECT_EQ(cache.stats().compiles, 0u);
+  return files::read(kept / "compiler-output.txt");
+}
+
+TEST(CodeCache, CompilerErrorNamesTheKeptSourceAndQuotesTheCompiler) {
+  CodeCache cache(fresh_dir() / "cache");
+  expect_compiler_error(cache, "extern \"C\" int f() { return undefined_thing_42; }\n",
+                        "undefined_thing_42");
 }
 
 // KILN_PCH_DIR: a unit's leading #include lines are precompiled once and shared by caches. The
@@ -243,13 +252,9 @@ TEST(CodeCache, PrecompiledPrefixIsBuiltOnceAndSharedBetweenCaches) {
 TEST(CodeCache, CompilerErrorWithAPrecompiledPrefixIsThePlainCompilesError) {
   fs::path dir = fresh_dir();
   CodeCache cache(dir / "cache", 2, dir / "pch");
-  std::vector<SourceUnit> source = {
-      {"broken.cpp", "#include <vector>\nextern \"C\" int f() { return undefined_thing_43; }\n"}};
-  std::string message = message_of([&] { cache.compile_shared_library(source); });
-  fs::path kept = cache.entry_dir(cache.key(source, {})).string() + ".failed";
-  EXPECT_NE(message.find((kept / "broken.cpp").string()), std::string::npos) << message;
-  EXPECT_NE(message.find("undefined_thing_43"), std::string::npos) << message;
-  std::string output = files::read(kept / "compiler-output.txt");
+  std::string output = expect_compiler_error(
+      cache, "#include <vector>\nextern \"C\" int f() { return undefined_thing_43; }\n",
+      "undefined_thing_43");
   EXPECT_NE(output.find("broken.cpp"), std::string::npos) << output;
   EXPECT_EQ(output.find("-include"), std::string::npos) << output;
   EXPECT_EQ(cache.stats().pch_builds, 1u);

@@ -172,14 +172,16 @@ void append_link_options(const CompilerConfig& config, std::vector<std::string>&
   }
 }
 
-// The leading run of #include lines of a unit (with blank and // comment lines between them, and
-// `#pragma GCC target` lines, which the autotuner's templates put first so that the intrinsics
-// headers see the target), up to the end of the last such line; empty when the unit does not
-// start that way. Including these lines first changes nothing: the unit's own copies of them then
-// find each header already included (include guards, #pragma once), as a second #include of it
-// always does, and set the same target again.
+// The #include lines of a unit's leading run of them (blank and // comment lines may come between,
+// and `#pragma GCC target` lines, which the autotuner's templates put first so that the
+// intrinsics headers see the target), one per line; empty when the unit does not start that way.
+// Only the directives: the comments (a template's name and sizes) would give every unit its own
+// header. Including these lines first changes nothing: the unit's own copies of them then find
+// each header already included (include guards, #pragma once), as a second #include of it always
+// does, and set the same target again.
 std::string leading_includes(const std::string& text) {
-  std::size_t pos = 0, end_of_includes = 0;
+  std::string directives;
+  std::size_t pos = 0;
   while (pos < text.size()) {
     std::size_t end = text.find('\n', pos);
     if (end == std::string::npos) break;  // a last line without a newline ends the prefix
@@ -188,14 +190,14 @@ std::string leading_includes(const std::string& text) {
     if (first != std::string_view::npos) {
       line.remove_prefix(first);
       if (line.substr(0, 8) == "#include" || line.substr(0, 18) == "#pragma GCC target") {
-        end_of_includes = end + 1;
+        directives.append(line).append("\n");
       } else if (line.substr(0, 2) != "//") {
         break;
       }
     }
     pos = end + 1;
   }
-  return text.substr(0, end_of_includes);
+  return directives;
 }
 
 // GCC's precompiled headers (.gch found beside an -include'd header); clang's are another format.

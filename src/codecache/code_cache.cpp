@@ -64,15 +64,22 @@ std::string unit_file_name(const std::string& name) {
   return safe;
 }
 
-std::string compute_key(const std::vector<SourceUnit>& sources, const CompilerConfig& config,
+// What a compile's output depends on besides its sources and libraries, after `tag`: the key of
+// a library (compute_key) and of a precompiled prefix (CodeCache::precompiled_prefix) start so.
+void hash_compile_setup(Sha256& hasher, std::string_view tag, const CompilerConfig& config,
                         const CompilerIdentity& compiler) {
-  Sha256 hasher;
-  hash_field(hasher, "kiln-codecache-key 1");
+  hash_field(hasher, tag);
   hash_field(hasher, KILN_VERSION);
   hash_field(hasher, compiler.key_text());
   hash_field(hasher, has_native_flag(config.flags) ? host_cpu_identity() : "");
   hash_list(hasher, "flags", config.flags);
   hash_list(hasher, "include_dirs", absolute_paths(config.include_dirs));
+}
+
+std::string compute_key(const std::vector<SourceUnit>& sources, const CompilerConfig& config,
+                        const CompilerIdentity& compiler) {
+  Sha256 hasher;
+  hash_compile_setup(hasher, "kiln-codecache-key 1", config, compiler);
   hash_list(hasher, "library_dirs", absolute_paths(config.library_dirs));
   hash_list(hasher, "libraries", config.libraries);
   hash_field(hasher, config.extra_key);
@@ -531,12 +538,7 @@ fs::path CodeCache::precompiled_prefix(const std::string& text, const CompilerCo
   std::string prefix = leading_includes(text);
   if (prefix.empty()) return {};
   Sha256 hasher;
-  hash_field(hasher, "kiln-pch-key 1");
-  hash_field(hasher, KILN_VERSION);
-  hash_field(hasher, compiler.key_text());
-  hash_field(hasher, has_native_flag(config.flags) ? host_cpu_identity() : "");
-  hash_list(hasher, "flags", config.flags);
-  hash_list(hasher, "include_dirs", absolute_paths(config.include_dirs));
+  hash_compile_setup(hasher, "kiln-pch-key 1", config, compiler);
   hash_field(hasher, config.extra_key);
   hash_field(hasher, prefix);
   const std::string key = hasher.hex_digest();

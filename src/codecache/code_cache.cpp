@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -63,15 +64,22 @@ std::string unit_file_name(const std::string& name) {
   return safe;
 }
 
-std::string compute_key(const std::vector<SourceUnit>& sources, const CompilerConfig& config,
+// What a compile's output depends on besides its sources and libraries, after `tag`: the key of
+// a library (compute_key) and of a precompiled prefix (CodeCache::precompiled_prefix) start so.
+void hash_compile_setup(Sha256& hasher, std::string_view tag, const CompilerConfig& config,
                         const CompilerIdentity& compiler) {
-  Sha256 hasher;
-  hash_field(hasher, "kiln-codecache-key 1");
+  hash_field(hasher, tag);
   hash_field(hasher, KILN_VERSION);
   hash_field(hasher, compiler.key_text());
   hash_field(hasher, has_native_flag(config.flags) ? host_cpu_identity() : "");
   hash_list(hasher, "flags", config.flags);
   hash_list(hasher, "include_dirs", absolute_paths(config.include_dirs));
+}
+
+std::string compute_key(const std::vector<SourceUnit>& sources, const CompilerConfig& config,
+                        const CompilerIdentity& compiler) {
+  Sha256 hasher;
+  hash_compile_setup(hasher, "kiln-codecache-key 1", config, compiler);
   hash_list(hasher, "library_dirs", absolute_paths(config.library_dirs));
   hash_list(hasher, "libraries", config.libraries);
   hash_field(hasher, config.extra_key);
@@ -171,7 +179,48 @@ void append_link_options(const CompilerConfig& config, std::vector<std::string>&
   }
 }
 
+// The #include lines of a unit's leading run of them (blank and // comment lines may come between,
+// and `#pragma GCC target` lines, which the autotuner's templates put first so that the
+// intrinsics headers see the target), one per line; empty when the unit does not start that way.
+// Only the directives: the comments (a template's name and sizes) would give every unit its own
+// header. Including these lines first changes nothing: the unit's own copies of them then find
+// each header already included (include guards, #pragma once), as a second #include of it always
+// does, and set the same target again.
+std::string leading_includes(const std::string& text) {
+  std::string directives;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) break;  // a last line without a newline ends the prefix
+    std::string_view line(text.data() + pos, end - pos);
+    std::size_t first = line.find_first_not_of(" \t\r");
+    if (first != std::string_view::npos) {
+      line.remove_prefix(first);
+      if (line.substr(0, 8) == "#include" || line.substr(0, 18) == "#pragma GCC target") {
+        directives.append(line).append("\n");
+      } else if (line.substr(0, 2) != "//") {
+        break;
+      }
+    }
+    pos = end + 1;
+  }
+  return directives;
+}
+
+// GCC's precompiled headers (.gch found beside an -include'd header); clang's are another format.
+bool is_gcc(const CompilerIdentity& compiler) {
+  return compiler.version.find("Free Software Foundation") != std::string::npos &&
+         compiler.version.find("clang") == std::string::npos;
+}
+
 }  // namespace
+
+// Prefix headers this object already resolved, by key: the header's path, or empty when it
+// failed to precompile (not tried again by this object).
+struct CodeCache::Prefixes {
+  std::mutex mutex;
+  std::map<std::string, fs::path> known;
+};
 
 struct CodeCache::Slots {
   explicit Slots(std::size_t count) : free(count) {}
@@ -316,10 +365,18 @@ std::size_t default_compile_threads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-CodeCache::CodeCache(fs::path dir, std::size_t max_jobs)
+fs::path default_pch_dir() {
+  const char* env = std::getenv("KILN_PCH_DIR");
+  if (env == nullptr || *env == '\0') return {};
+  return fs::absolute(env).lexically_normal();
+}
+
+CodeCache::CodeCache(fs::path dir, std::size_t max_jobs, fs::path pch_dir)
     : dir_(fs::absolute(dir).lexically_normal()),
       max_jobs_(std::max<std::size_t>(1, max_jobs)),
-      slots_(std::make_unique<Slots>(max_jobs_)) {
+      slots_(std::make_unique<Slots>(max_jobs_)),
+      pch_dir_(pch_dir.empty() ? fs::path() : fs::absolute(pch_dir).lexically_normal()),
+      prefixes_(std::make_unique<Prefixes>()) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) user_error("cannot create code cache directory {}: {}", dir_.string(), ec.message());
@@ -409,12 +466,26 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
   auto command = [&](std::vector<std::string> args) {
     return process::Command{compiler.path.string(), std::move(args), build_dir.path(), {}};
   };
+  // Compiles unit i with its precompiled prefix (KILN_PCH_DIR) when there is one; a failure is
+  // compiled again without it, so that a failed build reports the plain command and diagnostics.
+  auto run_with_prefix = [&](std::size_t i, const process::Command& plain) {
+    fs::path prefix = precompiled_prefix(sources[i].text, config, compiler);
+    if (!prefix.empty()) {
+      process::Command with = plain;
+      with.args.insert(with.args.begin(), {"-include", prefix.string()});
+      process::Result result = run_compiler(with, compiler_runs_);
+      if (result.ok()) return result;
+      log::write(log::Category::kCompile, "{} failed with the precompiled prefix {}; again without",
+                 sources[i].name, prefix.string());
+    }
+    return run_compiler(plain, compiler_runs_);
+  };
   if (sources.size() == 1) {
     std::vector<std::string> args = compile_options(config);
     args.insert(args.end(), {names[0], "-o", library});
     append_link_options(config, args);
     process::Command one = command(std::move(args));
-    process::Result result = run_compiler(one);
+    process::Result result = run_with_prefix(0, one);
     if (!result.ok()) fail_build(build_dir, entry.failed, names[0], one, result);
   } else {
     std::vector<process::Command> compiles;
@@ -425,7 +496,7 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
     }
     std::vector<process::Result> results(compiles.size());
     process::parallel_for(compiles.size(), max_jobs_,
-                          [&](std::size_t i) { results[i] = run_compiler(compiles[i]); });
+                          [&](std::size_t i) { results[i] = run_with_prefix(i, compiles[i]); });
     for (std::size_t i = 0; i < results.size(); ++i) {
       if (!results[i].ok()) fail_build(build_dir, entry.failed, names[i], compiles[i], results[i]);
     }
@@ -434,7 +505,7 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
     args.insert(args.end(), {"-o", library});
     append_link_options(config, args);
     process::Command link = command(std::move(args));
-    process::Result result = run_compiler(link);
+    process::Result result = run_compiler(link, compiler_runs_);
     if (!result.ok()) fail_build(build_dir, entry.failed, "", link, result);
   }
 
@@ -444,7 +515,8 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
              seconds_since(start), entry.library.string());
 }
 
-process::Result CodeCache::run_compiler(const process::Command& command) {
+process::Result CodeCache::run_compiler(const process::Command& command,
+                                        std::atomic<std::size_t>& counter) {
   slots_->acquire();
   process::Result result;
   try {
@@ -454,10 +526,63 @@ process::Result CodeCache::run_compiler(const process::Command& command) {
     throw;
   }
   slots_->release();
-  ++compiler_runs_;
+  ++counter;
   log::write(log::Category::kCompile, "{} ({:.2f} s, {})", command.to_string(), result.seconds,
              result.status_text());
   return result;
+}
+
+fs::path CodeCache::precompiled_prefix(const std::string& text, const CompilerConfig& config,
+                                       const CompilerIdentity& compiler) {
+  if (pch_dir_.empty() || !is_gcc(compiler)) return {};
+  std::string prefix = leading_includes(text);
+  if (prefix.empty()) return {};
+  Sha256 hasher;
+  hash_compile_setup(hasher, "kiln-pch-key 1", config, compiler);
+  hash_field(hasher, config.extra_key);
+  hash_field(hasher, prefix);
+  const std::string key = hasher.hex_digest();
+
+  // One thread of this object resolves a key at a time; the file lock does the same between
+  // objects and processes sharing pch_dir_.
+  std::lock_guard<std::mutex> guard(prefixes_->mutex);
+  auto known = prefixes_->known.find(key);
+  if (known != prefixes_->known.end()) return known->second;
+  const fs::path dir = pch_dir_ / key;
+  const fs::path header = dir / "prefix.h";
+  fs::path& result = prefixes_->known[key];
+  std::error_code ec;
+  fs::create_directories(pch_dir_, ec);
+  if (ec) {
+    log::write(log::Category::kCompile, "no precompiled headers: cannot create {}: {}",
+               pch_dir_.string(), ec.message());
+    return result;
+  }
+  files::FileLock lock(pch_dir_ / (key + ".lock"));
+  fs::path gch = header;
+  gch += ".gch";
+  if (fs::exists(gch, ec)) return result = header;  // renamed into place whole, so complete
+
+  auto start = Clock::now();
+  TempDir build_dir(pch_dir_ / (key + ".tmp." + unique_suffix()));
+  fs::create_directories(build_dir.path(), ec);
+  if (ec) return result;
+  files::write_atomic(build_dir.path() / "prefix.h", prefix);
+  std::vector<std::string> args = compile_options(config);
+  args.insert(args.end(), {"-x", "c++-header", "prefix.h", "-o", "prefix.h.gch"});
+  process::Command command{compiler.path.string(), std::move(args), build_dir.path(), {}};
+  process::Result built = run_compiler(command, pch_builds_);
+  if (!built.ok()) {
+    log::write(log::Category::kCompile, "no precompiled header {}: {}", header.string(),
+               first_lines(built.stderr_text, kMaxErrorLines));
+    return result;
+  }
+  fs::rename(build_dir.path(), dir, ec);
+  if (ec) return result;
+  build_dir.release();
+  log::write(log::Category::kCompile, "precompiled {} in {:.2f} s", header.string(),
+             seconds_since(start));
+  return result = header;
 }
 
 std::vector<fs::path> CodeCache::compile_many(const std::vector<LibrarySpec>& libraries) {
@@ -469,7 +594,8 @@ std::vector<fs::path> CodeCache::compile_many(const std::vector<LibrarySpec>& li
 }
 
 CacheStats CodeCache::stats() const {
-  return CacheStats{hits_.load(), compiles_.load(), rebuilds_.load(), compiler_runs_.load()};
+  return CacheStats{hits_.load(), compiles_.load(), rebuilds_.load(), compiler_runs_.load(),
+                    pch_builds_.load()};
 }
 
 }  // namespace kiln::codecache

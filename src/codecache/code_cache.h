@@ -11,6 +11,18 @@
 ///   <dir>/<key[0:2]>/<key>.lock     lock file held while the entry is checked or built
 ///   <dir>/<key[0:2]>/<key>.failed/  sources and compiler output of the last failed build
 ///
+/// Precompiled headers (opt-in, GCC only): when $KILN_PCH_DIR names a directory, each translation
+/// unit's leading run of #include lines (and `#pragma GCC target` lines among them: its "prefix",
+/// the runtime and system headers that make up most of a small unit's compile time) is compiled
+/// once per compiler, flags, include directories, extra_key and host CPU into
+/// <KILN_PCH_DIR>/<key>/prefix.h.gch, and the unit is compiled with
+/// `-include <KILN_PCH_DIR>/<key>/prefix.h`: GCC then loads the headers' parsed state instead of
+/// parsing them, and the unit's own #include lines find them already included. The object code is
+/// the same; GCC ignores a precompiled header that does not fit the flags and parses the header
+/// instead. The directory may be shared by caches and processes (`make test` shares one among all
+/// its tests); a unit that fails to compile with its prefix is compiled again without it, so that
+/// errors and their messages are those of a plain compile.
+///
 /// Entries are built in a temporary directory and renamed into place, under a per-key lock, so
 /// concurrent processes never see a partial entry and never build one twice. An entry whose .so
 /// does not match its manifest is logged (KILN_LOG=compile) and rebuilt. Tested in
@@ -49,12 +61,18 @@ struct CacheStats {
   std::size_t compiles = 0;
   /// Of `compiles`, how many replaced a corrupt or partial entry.
   std::size_t rebuilds = 0;
-  /// Compiler processes run (compiles and links).
+  /// Compiler processes run (compiles and links; precompiled headers are counted apart).
   std::size_t compiler_runs = 0;
+  /// Precompiled headers built (KILN_PCH_DIR).
+  std::size_t pch_builds = 0;
 };
 
 /// The cache directory: $KILN_CACHE_DIR, else $HOME/.cache/kiln, else /tmp/kiln-cache-<uid>.
 std::filesystem::path default_cache_dir();
+
+/// Where precompiled headers of the units' leading #include lines are kept: $KILN_PCH_DIR made
+/// absolute, or an empty path (no precompiled headers) when it is unset or empty.
+std::filesystem::path default_pch_dir();
 
 /// How many compiler processes may run at once: $KILN_COMPILE_THREADS, else the hardware threads.
 /// Throws UserError when KILN_COMPILE_THREADS is not a positive integer.
@@ -66,8 +84,10 @@ class CodeCache {
  public:
   /// Uses (and creates) `dir`; at most `max_jobs` compiler processes run at once through this
   /// object. Throws UserError when `dir` cannot be created.
+  /// `pch_dir`: see default_pch_dir(); empty for none.
   explicit CodeCache(std::filesystem::path dir = default_cache_dir(),
-                     std::size_t max_jobs = default_compile_threads());
+                     std::size_t max_jobs = default_compile_threads(),
+                     std::filesystem::path pch_dir = default_pch_dir());
   ~CodeCache();
   CodeCache(const CodeCache&) = delete;
   CodeCache& operator=(const CodeCache&) = delete;
@@ -106,15 +126,26 @@ class CodeCache {
   Entry entry_for(const std::string& key) const;
   void build(const std::vector<SourceUnit>& sources, const CompilerConfig& config,
              const CompilerIdentity& compiler, const Entry& entry);
-  process::Result run_compiler(const process::Command& command);
+  /// Runs a compiler process in one of the max_jobs slots, counted in `counter`
+  /// (compiler_runs_ or pch_builds_), and logs it.
+  process::Result run_compiler(const process::Command& command, std::atomic<std::size_t>& counter);
+  /// The prefix header (with its .gch beside it) for the leading #include lines of `text`, built
+  /// when missing; an empty path when there is none to use (no pch_dir_, not GCC, no leading
+  /// #include, or the header failed to precompile).
+  std::filesystem::path precompiled_prefix(const std::string& text, const CompilerConfig& config,
+                                           const CompilerIdentity& compiler);
 
   std::filesystem::path dir_;
   std::size_t max_jobs_;
   std::unique_ptr<Slots> slots_;
+  std::filesystem::path pch_dir_;
+  struct Prefixes;
+  std::unique_ptr<Prefixes> prefixes_;
   std::atomic<std::size_t> hits_{0};
   std::atomic<std::size_t> compiles_{0};
   std::atomic<std::size_t> rebuilds_{0};
   std::atomic<std::size_t> compiler_runs_{0};
+  std::atomic<std::size_t> pch_builds_{0};
 };
 
 }  // namespace kiln::codecache

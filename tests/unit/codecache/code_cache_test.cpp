@@ -169,19 +169,99 @@ TEST(CodeCache, CorruptEntriesAreDetectedAndRebuilt) {
   EXPECT_EQ(LoadedLibrary(library).symbol<int(int, int)>("add")(20, 22), 42);
 }
 
-TEST(CodeCache, CompilerErrorNamesTheKeptSourceAndQuotesTheCompiler) {
-  CodeCache cache(fresh_dir() / "cache");
-  std::vector<SourceUnit> source = {
-      {"broken.cpp", "extern \"C\" int f() { return undefined_thing_42; }\n"}};
+// Compiles broken.cpp (`text`, which uses the undefined `name`) and checks the UserError: it names
+// the source kept in <key>.failed and quotes the compiler; nothing is installed. Returns the
+// compiler output kept beside the source.
+std::string expect_compiler_error(CodeCache& cache, const std::string& text,
+                                  const std::string& name) {
+  std::vector<SourceUnit> source = {{"broken.cpp", text}};
   std::string message = message_of([&] { cache.compile_shared_library(source); });
   fs::path kept = cache.entry_dir(cache.key(source, {})).string() + ".failed";
   EXPECT_NE(message.find((kept / "broken.cpp").string()), std::string::npos) << message;
-  EXPECT_NE(message.find("undefined_thing_42"), std::string::npos) << message;
+  EXPECT_NE(message.find(name), std::string::npos) << message;
   EXPECT_NE(message.find("error"), std::string::npos) << message;
   EXPECT_EQ(files::read(kept / "broken.cpp"), source[0].text);
   EXPECT_TRUE(fs::is_regular_file(kept / "compiler-output.txt"));
   EXPECT_FALSE(fs::exists(cache.entry_dir(cache.key(source, {}))));
   EXPECT_EQ(cache.stats().compiles, 0u);
+  return files::read(kept / "compiler-output.txt");
+}
+
+TEST(CodeCache, CompilerErrorNamesTheKeptSourceAndQuotesTheCompiler) {
+  CodeCache cache(fresh_dir() / "cache");
+  expect_compiler_error(cache, "extern \"C\" int f() { return undefined_thing_42; }\n",
+                        "undefined_thing_42");
+}
+
+// KILN_PCH_DIR: a unit's leading #include lines are precompiled once and shared by caches. The
+// probe header changes after the first build without changing the key (headers are not hashed,
+// CompilerConfig::extra_key says so): a library built from the precompiled prefix still sees the
+// old text, which shows that the .gch was used rather than the header parsed again. (The probe
+// has an include guard: GCC compares a #pragma once header with the one in the .gch and would
+// include the new text as another file, a redefinition, compiled again without the prefix.)
+TEST(CodeCache, PrecompiledPrefixIsBuiltOnceAndSharedBetweenCaches) {
+  fs::path dir = fresh_dir();
+  fs::create_directories(dir / "include");
+  files::write_atomic(
+      dir / "include" / "probe.h",
+      "#ifndef PROBE_H\n#define PROBE_H\ninline int probe() { return 1; }\n#endif\n");
+  CompilerConfig config;
+  config.include_dirs = {dir / "include"};
+  const std::string prefix =
+      "// a generated unit\n#include <numeric>\n\n#include \"probe.h\"\n#include <vector>\n";
+  CodeCache first(dir / "a", 2, dir / "pch");
+  fs::path library = first.compile_shared_library(
+      {{"sum.cpp", prefix + "\nextern \"C\" int sum(int n) {\n"
+                            "  std::vector<int> v(n);\n  std::iota(v.begin(), v.end(), 1);\n"
+                            "  return std::accumulate(v.begin(), v.end(), probe());\n}\n"}},
+      config);
+  EXPECT_EQ(LoadedLibrary(library).symbol<int(int)>("sum")(4), 11);
+  EXPECT_EQ(first.stats().pch_builds, 1u);
+  EXPECT_EQ(first.stats().compiler_runs, 1u);
+  std::vector<fs::path> headers;
+  for (const auto& entry : fs::directory_iterator(dir / "pch")) {
+    if (fs::is_regular_file(entry.path() / "prefix.h.gch")) headers.push_back(entry.path());
+  }
+  ASSERT_EQ(headers.size(), 1u);
+  // The leading #include lines alone: the comment would give each unit its own header.
+  EXPECT_EQ(files::read(headers[0] / "prefix.h"),
+            "#include <numeric>\n#include \"probe.h\"\n#include <vector>\n");
+
+  files::write_atomic(
+      dir / "include" / "probe.h",
+      "#ifndef PROBE_H\n#define PROBE_H\ninline int probe() { return 2; }\n#endif\n");
+  CodeCache second(dir / "b", 2, dir / "pch");
+  library = second.compile_shared_library(
+      {{"wrapper.cpp",
+        "// another unit\n" + prefix + "extern \"C\" int twice() { return 2 * probe(); }\n"},
+       {"other.cpp", "extern \"C\" int three() { return 3; }\n"}},
+      config);
+  LoadedLibrary loaded(library);
+  EXPECT_EQ(loaded.symbol<int()>("twice")(), 2);  // probe() of the precompiled prefix
+  EXPECT_EQ(loaded.symbol<int()>("three")(), 3);
+  EXPECT_EQ(second.stats().pch_builds, 0u);
+  EXPECT_EQ(second.stats().compiler_runs, 3u);  // two objects and one link
+
+  // Without KILN_PCH_DIR the header is parsed: the new text.
+  CodeCache plain(dir / "c", 2, fs::path());
+  library = plain.compile_shared_library(
+      {{"wrapper.cpp", prefix + "extern \"C\" int twice() { return 2 * probe(); }\n"}}, config);
+  EXPECT_EQ(LoadedLibrary(library).symbol<int()>("twice")(), 4);
+  EXPECT_EQ(plain.stats().pch_builds, 0u);
+}
+
+// A unit that fails with its precompiled prefix is compiled again without it: the error is the
+// plain compile's, naming the kept source, and the command kept with it has no -include.
+TEST(CodeCache, CompilerErrorWithAPrecompiledPrefixIsThePlainCompilesError) {
+  fs::path dir = fresh_dir();
+  CodeCache cache(dir / "cache", 2, dir / "pch");
+  std::string output = expect_compiler_error(
+      cache, "#include <vector>\nextern \"C\" int f() { return undefined_thing_43; }\n",
+      "undefined_thing_43");
+  EXPECT_NE(output.find("broken.cpp"), std::string::npos) << output;
+  EXPECT_EQ(output.find("-include"), std::string::npos) << output;
+  EXPECT_EQ(cache.stats().pch_builds, 1u);
+  EXPECT_EQ(cache.stats().compiler_runs, 2u);  // with the prefix, then without
 }
 
 TEST(CodeCache, LinkErrorIsAUserErrorToo) {

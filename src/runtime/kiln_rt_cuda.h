@@ -1249,6 +1249,24 @@ class RunState {
   /// run's graphs (its sizes run without them from now on) and returns true, so that the run can
   /// be done again directly; false otherwise (the run's own failure: segments captured before it
   /// are dropped, and a later run captures again).
+  /// A replay that found other sizes or allocations than its capture (`why`): says so once per
+  /// process, then drops the graphs of the run's input sizes, which run without from now on.
+  void miss_graph(const char* why) {
+    note_once("graph", "CUDA graphs", std::string(why) + "; these input sizes run without graphs");
+    abandon_graph();
+  }
+
+  /// A capture that failed (`why`: a library call that cannot be captured): says so once per
+  /// process; then as abandon_capture().
+  bool abandon_capture(const char* why) {
+    const bool abandoned = abandon_capture();
+    if (abandoned) {
+      note_once("graph", "CUDA graph capture",
+                std::string(why) + "; these input sizes run without graphs");
+    }
+    return abandoned;
+  }
+
   bool abandon_capture() {
     if (graph_mode_ != GraphMode::kCapture) return false;
     const bool in_capture = capturing_;
@@ -2727,11 +2745,11 @@ template <typename Body>
 inline void run_retrying(RunState& state, Body body) {
   try {
     body();
-  } catch (const GraphMiss&) {
-    state.abandon_graph();
+  } catch (const GraphMiss& e) {
+    state.miss_graph(e.what());
     body();
-  } catch (const std::exception&) {
-    if (!state.abandon_capture()) throw;
+  } catch (const std::exception& e) {
+    if (!state.abandon_capture(e.what())) throw;
     body();
   }
 }

@@ -1458,10 +1458,12 @@ class RunState {
     if (arena_ == nullptr || want > arena_bytes_) {
       Driver& d = driver();
       // The graphs read and write the old arena: dropped (runs of their sizes capture anew). A
-      // graph's own run never grows it: the run before its capture sized it.
+      // graph's own run never grows it: the run before its capture sized it. The first arena
+      // drops nothing: no graph was captured without one, and the sizes a first run warmed
+      // (choose_graph) capture at their next run.
       if (graph_mode_ != GraphMode::kNone)
         kiln_rt::fail("CUDA graph: the arena grows in a run that captures or replays a graph");
-      drop_graphs();
+      if (arena_ != nullptr) drop_graphs();
       if (arena_ != nullptr) {
         check(d.cuStreamSynchronize(stream_), "growing the arena");
         d.cuMemFree(device_ptr(arena_));

@@ -76,6 +76,28 @@ std::string StreamPlan::str(const sched::Schedule& schedule) const {
   return text;
 }
 
+namespace {
+
+/// Of every chain allowed (`candidates`), the windows taken: in order of their start, the
+/// shortest chain first (a projection shortcut rather than the main branch beside it); a window
+/// starts at or after the join of the one before.
+std::vector<StreamPlan::Fork> choose_windows(std::vector<StreamPlan::Fork> candidates) {
+  std::stable_sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) {
+    if (a.fork != b.fork) return a.fork < b.fork;
+    return a.side.size() < b.side.size();
+  });
+  std::vector<StreamPlan::Fork> taken;
+  size_t free_from = 0;
+  for (StreamPlan::Fork& f : candidates) {
+    if (f.fork < free_from) continue;
+    free_from = f.join;
+    taken.push_back(std::move(f));
+  }
+  return taken;
+}
+
+}  // namespace
+
 StreamPlan plan_streams(const ir::Program& program, const sched::Schedule& schedule,
                         const std::set<std::string>& bound,
                         const std::function<bool(const sched::ScheduleItem&)>& concurrent) {
@@ -180,23 +202,11 @@ StreamPlan plan_streams(const ir::Program& program, const sched::Schedule& sched
     return StreamPlan::Fork{fork, join, chain, forked};
   };
 
-  // Every chain allowed, then windows taken in order of their start, the shortest chain first
-  // (a projection shortcut rather than the main branch beside it); a window starts at or after
-  // the join of the one before.
   std::vector<StreamPlan::Fork> candidates;
   for (size_t c1 = 0; c1 < n; ++c1) {
     if (auto f = try_chain(c1)) candidates.push_back(std::move(*f));
   }
-  std::stable_sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) {
-    if (a.fork != b.fork) return a.fork < b.fork;
-    return a.side.size() < b.side.size();
-  });
-  size_t free_from = 0;
-  for (StreamPlan::Fork& f : candidates) {
-    if (f.fork < free_from) continue;
-    free_from = f.join;
-    plan.forks.push_back(std::move(f));
-  }
+  plan.forks = choose_windows(std::move(candidates));
   return plan;
 }
 

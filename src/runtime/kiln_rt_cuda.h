@@ -1742,9 +1742,12 @@ class RunState {
     };
     // Kiln's GEMM template (kiln_gemm_*, in the module when the model was compiled with
     // --autotune max or a cached template choice): TF32 float32 products and the half types.
+    // Looked up only where it may run (timed, or chosen for this site), so that a module
+    // without it is never asked for it.
     const int precision = half ? (bf16 ? 2 : 1) : std::is_same_v<T, float> && tf32 ? 0 : -1;
     GemmForm form;
-    const bool templated = precision >= 0 && gemm_form(m, n, k, as, bs, ds, r, form) &&
+    const bool templated = precision >= 0 && (plan.tune || plan.kiln >= 0) &&
+                           gemm_form(m, n, k, as, bs, ds, r, form) &&
                            gemm_function(precision, 0, form.b_nk) != nullptr;
     // The template with choice `index`, every looped batch; nonzero when it does not apply.
     auto run_template = [&](int index) -> int {

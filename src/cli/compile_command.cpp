@@ -128,7 +128,8 @@ void add_compile_command(CLI::App& app, CommandAction& chosen) {
                   "GEMM algorithm selection: off, default or max (see kiln run --help)");
   cmd->add_option("--conv-layout", args->conv_layout,
                   "activations of 2-D convolutions: auto (channels-last when the model has a "
-                  "depthwise convolution or 3 or more float32 2-D ones), nchw or nhwc");
+                  "depthwise convolution or 3 or more float32 2-D ones, or float16/bfloat16 "
+                  "ones on CUDA), nchw or nhwc");
   cmd->add_option("--device", args->device,
                   "cpu (the default) or cuda: a library that runs on an NVIDIA GPU, with its "
                   "kernels for sm_80 and sm_90 (KILN_CUDA_ARCHS) plus PTX, built without a GPU");

@@ -318,19 +318,6 @@ TEST(CudaStreams, NoStorageUsedInAWindowIsReusedBeforeTheJoin) {
   (void)c;
 }
 
-/// Sets an environment variable for the scope of the object.
-struct ScopedEnv {
-  std::string name;
-  ScopedEnv(std::string n, const char* value) : name(std::move(n)) {
-    if (value == nullptr) {
-      unsetenv(name.c_str());
-    } else {
-      setenv(name.c_str(), value, 1);
-    }
-  }
-  ~ScopedEnv() { unsetenv(name.c_str()); }
-};
-
 // With a GPU: the bottleneck run 5 times with graphs on and off and with the side stream on and
 // off (KILN_CUDA_STREAMS=1), each run within 1e-4 (relative to the largest output; fp32 without
 // tensor cores) of the reference in double; with graphs, one segment captured by the second run
@@ -346,7 +333,7 @@ TEST(CudaStreams, BottleneckRunsMatchADoubleReferenceWithGraphsAndStreamsOnAndOf
   const std::vector<double> want = bottleneck_ref(doubles(x), weights);
   for (const char* graphs : {"1", "0"}) {
     for (const char* streams : {"2", "1"}) {
-      ScopedEnv g("KILN_CUDA_GRAPHS", graphs), s("KILN_CUDA_STREAMS", streams);
+      Env g("KILN_CUDA_GRAPHS", graphs), s("KILN_CUDA_STREAMS", streams);
       TempDir dir;
       Compiled c = compile_cuda_dumped(model, dir.path, ir::Precision::kFp32);
       std::pair<int64_t, int64_t> after_second;
@@ -420,7 +407,7 @@ TEST(CudaGraphSegments, AHostFallbackInTheMiddleGetsGraphsOnBothSides) {
     }
   }
   for (const char* graphs : {"1", "0"}) {
-    ScopedEnv g("KILN_CUDA_GRAPHS", graphs);
+    Env g("KILN_CUDA_GRAPHS", graphs);
     TempDir dir;
     Compiled c = compile_cuda_dumped(model, dir.path, ir::Precision::kFp32);
     std::pair<int64_t, int64_t> after_second;

@@ -2,6 +2,7 @@
 
 #include "autotune/depthwise_template.h"
 #include "autotune/nhwc_conv_template.h"
+#include "autotune/nhwc_direct_template.h"
 #include "autotune/template_text.h"
 #include "autotune/winograd_template.h"
 
@@ -425,6 +426,41 @@ class NhwcDepthwiseChoice final : public ConvChoice {
   ConvProblem problem_;
 };
 
+// The channels-last direct template (autotune/nhwc_direct_template.h): W packed tap-major into
+// its config's channel panels, then the bias.
+class NhwcDirectChoice final : public ConvChoice {
+ public:
+  NhwcDirectChoice(const ConvConfig& config, const ConvProblem& problem)
+      : config_(config), problem_(problem) {
+    check_conv_config(config);
+    check_conv_problem(problem);
+    KILN_CHECK(nhwc_direct_applies(problem) && config.icb == problem.c,
+               "direct channels-last choice: {} with {}", problem.text(), config.name());
+  }
+  std::string name() const override { return std::string(kPrefix) + config_.name(); }
+  std::string backend() const override { return "template"; }
+  std::vector<float> prepare(const float* w, const float* bias) const override {
+    return prepack_nhwc_direct(config_, problem_, w, bias);
+  }
+  std::string render(const std::string& function_name,
+                     const TemplateEpilogue& epilogue) const override {
+    return render_nhwc_direct(config_, problem_, function_name, epilogue);
+  }
+  int64_t weight_offset(int64_t m, int64_t t) const override {
+    return nhwc_direct_weight_offset(config_, problem_, m, t);
+  }
+  int64_t bias_offset(int64_t m) const override {
+    return nhwc_direct_bias_offset(config_, problem_, m);
+  }
+  const ConvProblem& problem() const override { return problem_; }
+
+  static constexpr std::string_view kPrefix = "direct-nhwc ";
+
+ private:
+  ConvConfig config_;
+  ConvProblem problem_;
+};
+
 // "avx512" or "avx2" after `prefix` in a choice name.
 TemplateIsa isa_after_prefix(const std::string& name, std::string_view prefix) {
   const std::string isa = name.substr(prefix.size());
@@ -442,8 +478,8 @@ std::vector<ConvChoicePtr> grouped_choices(const ConvProblem& problem, TemplateI
   return choices;
 }
 
-// Channels-last problems: the pointwise or depthwise template first, then oneDNN on nhwc, then
-// the pointwise template's other GEMM configs.
+// Channels-last problems: the pointwise, depthwise or direct template first, then oneDNN on
+// nhwc, then the other configs of the pointwise and direct templates.
 std::vector<ConvChoicePtr> channels_last_choices(const ConvProblem& problem, int threads,
                                                  TemplateIsa isa) {
   std::vector<ConvChoicePtr> choices;
@@ -459,9 +495,18 @@ std::vector<ConvChoicePtr> channels_last_choices(const ConvProblem& problem, int
       if (!(config == first)) configs.push_back(config);
     }
   }
+  // The direct template's heuristic config before oneDNN: at ResNet-50's 3x3, 7x7 and strided
+  // 1x1 layers oneDNN's channels-last convolutions, cut into single-threaded pieces on the pool,
+  // ran slower (see the README's bench-ort section); its other configs after.
+  std::vector<ConvConfig> direct;
+  if (nhwc_direct_applies(problem)) direct = nhwc_direct_configs(problem, isa);
+  if (!direct.empty()) choices.push_back(std::make_shared<NhwcDirectChoice>(direct[0], problem));
   choices.push_back(make_conv_onednn_choice(problem));
   for (const GemmConfig& config : configs) {
     choices.push_back(std::make_shared<NhwcPointwiseChoice>(config, problem));
+  }
+  for (size_t i = 1; i < direct.size(); ++i) {
+    choices.push_back(std::make_shared<NhwcDirectChoice>(direct[i], problem));
   }
   return choices;
 }
@@ -565,6 +610,10 @@ ConvChoicePtr make_conv_choice(const std::string& name, const ConvProblem& probl
   }
   if (name.rfind(NhwcPointwiseChoice::kPrefix, 0) == 0) {
     return pointwise_choice_named(name.substr(NhwcPointwiseChoice::kPrefix.size()), problem);
+  }
+  if (name.rfind(NhwcDirectChoice::kPrefix, 0) == 0) {
+    ConvConfig config = decode_conv_config(name.substr(NhwcDirectChoice::kPrefix.size()));
+    return std::make_shared<NhwcDirectChoice>(config, problem);
   }
   if (name.rfind(WinogradChoice::kWinogradPrefix, 0) == 0) {
     return std::make_shared<WinogradChoice>(isa_after_prefix(name, WinogradChoice::kWinogradPrefix),

@@ -243,22 +243,6 @@ void render_entry(IndentedBuffer& out, const ConvConfig& config, const ConvProbl
   out.line("});");
 }
 
-// The output columns per register block: all of OW when it fits, else the block in
-// [max / 2, max] that wastes the fewest lanes on the last block (the larger on ties).
-int pick_owb(int64_t ow, int max_owb) {
-  if (ow <= max_owb) return static_cast<int>(ow);
-  int best = max_owb;
-  int64_t best_waste = round_up(ow, max_owb) - ow;
-  for (int owb = max_owb - 1; owb >= std::max(1, max_owb / 2); --owb) {
-    const int64_t waste = round_up(ow, owb) - ow;
-    if (waste < best_waste) {
-      best = owb;
-      best_waste = waste;
-    }
-  }
-  return best;
-}
-
 // Input channels per cache block: the block's weight panel and the input rows one output row
 // reads (KH rows of W floats per channel) within `bytes` (about L1), so that both stay in L1
 // while the row's column blocks sweep them.
@@ -297,6 +281,20 @@ std::vector<RegisterBlock> register_blocks(const ConvProblem& p, TemplateIsa isa
 }
 
 }  // namespace
+
+int pick_owb(int64_t ow, int max_owb) {
+  if (ow <= max_owb) return static_cast<int>(ow);
+  int best = max_owb;
+  int64_t best_waste = round_up(ow, max_owb) - ow;
+  for (int owb = max_owb - 1; owb >= std::max(1, max_owb / 2); --owb) {
+    const int64_t waste = round_up(ow, owb) - ow;
+    if (waste < best_waste) {
+      best = owb;
+      best_waste = waste;
+    }
+  }
+  return best;
+}
 
 double ConvProblem::flops() const {
   return 2.0 * static_cast<double>(n * m * oh() * ow()) * static_cast<double>(depth());

@@ -78,6 +78,10 @@ ConvProblem conv_problem_from_ints(const std::vector<int64_t>& values);
 /// does not divide C and M.
 void check_conv_problem(const ConvProblem& problem);
 
+/// The output columns per register block: all of `ow` when it fits, else the block in
+/// [max_owb / 2, max_owb] that wastes the fewest lanes on the last block (the larger on ties).
+int pick_owb(int64_t ow, int max_owb);
+
 /// One point of the template's search space.
 struct ConvConfig {
   TemplateIsa isa = TemplateIsa::kAvx2;

@@ -277,8 +277,8 @@ TEST(ModelLibrary, FusedAttentionEachVariantMatchesNumpy) {
 // tests/models/make_resnet.py's ResNet blocks at awkward sizes (a 7x7 stride-2 stem to 19
 // channels, MaxPool with pads, basic, strided and bottleneck blocks with residual Adds, 37
 // channels, odd widths), which run channels-last end to end: the dynamic-batch model (oneDNN's
-// nhwc convolutions) at batch 2 and 1, and the static batch-2 one (the channels-last 1x1
-// template where it applies), each in each variant, so that the AVX2 forms run here too.
+// nhwc convolutions) at batch 2 and 1, and the static batch-2 one (the channels-last pointwise
+// and direct templates), each in each variant, so that the AVX2 forms run here too.
 // Within rtol 1e-4, atol 1e-5 of numpy.
 void resnet_blocks_match_numpy() {
   const fs::path dynamic = compile_models_script("make_resnet.py", "resnet");

@@ -58,8 +58,8 @@ KILN_LOG=autotune "$KILN" run "$M/winograd/model.onnx" --input "x=$M/winograd/x.
 "$PYTHON" "$HERE/compare.py" "$M/winograd/y.npy" "$out/y.npy" 1e-4 ||
   fail "winograd: output differs from numpy"
 # MobileNetV2's blocks at awkward sizes run channels-last (the model has depthwise layers): the
-# 1x1 and depthwise convolutions as the channels-last templates, the stem on oneDNN's nhwc; with a dynamic
-# batch they run on oneDNN's nhwc convolutions.
+# 1x1, depthwise and stem convolutions as the channels-last templates; with a dynamic batch they
+# run on oneDNN's nhwc convolutions.
 echo "== mobilenet"
 out="$SCRATCH/out/mobilenet"
 mkdir -p "$out"
@@ -67,7 +67,8 @@ KILN_LOG=autotune "$KILN" run "$M/mobilenet/model.onnx" --input "x=$M/mobilenet/
   --output-dir "$out" --cache-dir "$CACHE" --autotune off >"$out/stdout" 2>"$out/stderr" ||
   { cat "$out/stderr"; fail "mobilenet: kiln run failed"; }
 [ "$(grep -c "nhwc) runs as 'pointwise-nhwc" "$out/stderr")" -eq 4 ] &&
-  [ "$(grep -c "nhwc) runs as 'depthwise-nhwc" "$out/stderr")" -eq 2 ] ||
+  [ "$(grep -c "nhwc) runs as 'depthwise-nhwc" "$out/stderr")" -eq 2 ] &&
+  [ "$(grep -c "nhwc) runs as 'direct-nhwc" "$out/stderr")" -eq 1 ] ||
   { cat "$out/stderr"; fail "mobilenet: the 1x1 and depthwise convolutions did not run channels-last"; }
 "$PYTHON" "$HERE/compare.py" "$M/mobilenet/y.npy" "$out/y.npy" ||
   fail "mobilenet: output differs from numpy"
@@ -76,8 +77,9 @@ for b in 1 2; do
     "$M/mobilenet_dyn/y_b$b.npy"
 done
 # ResNet's blocks at awkward sizes (make_resnet.py) run channels-last end to end: at a static
-# batch of 2, every convolution is a channels-last call (the two stride-1 1x1 ones as the
-# pointwise template), with MaxPool, the residual Adds and GlobalAveragePool between them.
+# batch of 2, every convolution is a channels-last template call (the two stride-1 1x1 ones as
+# the pointwise template, the other seven as the direct one), with MaxPool, the residual Adds and
+# GlobalAveragePool between them.
 "$PYTHON" "$HERE/make_resnet.py" "$M/resnet" || fail "make_resnet.py failed"
 echo "== resnet_b2"
 out="$SCRATCH/out/resnet_b2"
@@ -85,9 +87,8 @@ mkdir -p "$out"
 KILN_LOG=autotune "$KILN" run "$M/resnet/model_b2.onnx" --input "x=$M/resnet/x_b2.npy" \
   --output-dir "$out" --cache-dir "$CACHE" --autotune off --dump "$out/dump" >"$out/stdout" \
   2>"$out/stderr" || { cat "$out/stderr"; fail "resnet_b2: kiln run failed"; }
-# The other seven are oneDNN's nhwc convolutions, called from the wrapper.
 [ "$(grep -c "nhwc) runs as 'pointwise-nhwc" "$out/stderr")" -eq 2 ] &&
-  [ "$(grep -c "p.channels_last = 1;" "$out/dump/5_wrapper.cpp")" -eq 7 ] ||
+  [ "$(grep -c "nhwc) runs as 'direct-nhwc" "$out/stderr")" -eq 7 ] ||
   { cat "$out/stderr"; fail "resnet_b2: the nine convolutions did not run channels-last"; }
 for name in y z; do
   "$PYTHON" "$HERE/compare.py" "$M/resnet/${name}_b2.npy" "$out/$name.npy" ||

@@ -1,4 +1,5 @@
-// The channels-last convolution choices (src/autotune/nhwc_conv_template.h and oneDNN on nhwc):
+// The channels-last convolution choices (src/autotune/nhwc_conv_template.h,
+// src/autotune/nhwc_direct_template.h and oneDNN on nhwc):
 // each rendered, compiled through the code cache, called on its prepared weight with X
 // [N, H, W, C] and compared with the double-precision NCHW convolution of test_util.h, at
 // awkward sizes (channels off the vector and off the depthwise block, odd widths, width 1,
@@ -19,6 +20,7 @@
 
 #include "autotune/conv_choice.h"
 #include "autotune/nhwc_conv_template.h"
+#include "autotune/nhwc_direct_template.h"
 #include "codecache/code_cache.h"
 #include "codecache/loaded_library.h"
 #include "support/error.h"
@@ -52,6 +54,16 @@ std::vector<ConvProblem> problems() {
   asymmetric.pad_left = 1;
   asymmetric.pad_right = 1;
   all.push_back(asymmetric);
+  // Ungrouped convolutions other than 1x1 stride 1: the direct template.
+  all.push_back(problem(2, 5, 9, 17, 37, 3, 1, 1, 1));     // 3x3: batch 2, C and M off the vector
+  all.push_back(problem(1, 3, 15, 17, 20, 7, 2, 3, 1));    // a first layer: 7x7 stride 2, C = 3
+  all.push_back(problem(1, 24, 7, 9, 40, 1, 2, 0, 1));     // 1x1 stride 2 (downsampling)
+  all.push_back(problem(1, 8, 9, 6, 16, 3, 1, 2, 1, 2));   // dilation 2
+  ConvProblem dense = problem(1, 6, 7, 5, 9, 3, 2, 0, 1);  // stride 2, asymmetric padding
+  dense.pad_top = 1;
+  dense.pad_right = 2;
+  dense.pad_bottom = 2;
+  all.push_back(dense);
   return all;
 }
 
@@ -126,6 +138,19 @@ TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
   for (const ConvChoicePtr& c : choices) {
     EXPECT_EQ(make_conv_choice(c->name(), depthwise)->hash_key(), c->hash_key()) << c->name();
   }
+  const ConvProblem dense = problem(1, 64, 56, 56, 64, 3, 1, 1, 1);
+  choices = conv_choices(dense, 2, TemplateIsa::kAvx512);
+  ASSERT_GE(choices.size(), 3u);
+  EXPECT_EQ(choices[0]->name(), "direct-nhwc avx512_oc32x14_ic64_rows");
+  EXPECT_EQ(choices[1]->name(), "onednn");
+  for (const ConvChoicePtr& c : choices) {
+    EXPECT_EQ(make_conv_choice(c->name(), dense)->hash_key(), c->hash_key()) << c->name();
+  }
+  EXPECT_EQ(conv_choices(dense, 2, TemplateIsa::kAvx2)[0]->name(),
+            "direct-nhwc avx2_oc16x4_ic64_rows");
+  // The direct template takes whole input channels and no 1x1 stride-1 problem.
+  EXPECT_THROW(make_conv_choice("direct-nhwc avx512_oc32x14_ic32", dense), InternalError);
+  EXPECT_THROW(make_conv_choice("direct-nhwc avx512_oc32x14_ic32", pointwise), InternalError);
   // The NCHW implementations refuse channels-last problems.
   EXPECT_THROW(make_conv_im2col_choice(pointwise), InternalError);
   EXPECT_THROW(make_conv_choice("depthwise avx2", depthwise), InternalError);
@@ -176,6 +201,31 @@ TEST(NhwcConvTemplate, EveryChoiceIsCorrectAtAwkwardSizes) {
             const std::vector<float>& bias, const float* residual, const std::vector<float>& y,
             const std::string& what) { expect_matches(p, x, w, bias, residual, y, what); });
   }
+}
+
+// Every register block of the direct template (both ISAs where the CPU runs them; the task
+// order of each block's first config, the other order being the same code in a swapped loop
+// nest), on a problem whose width leaves a tail block for each and whose channels leave a
+// partial channel block.
+TEST(NhwcConvTemplate, EveryDirectConfigIsCorrect) {
+  codecache::CodeCache cache(fresh_dir() / "code");
+  const ConvProblem p = problem(1, 5, 6, 19, 70, 3, 1, 1, 1);
+  std::vector<ConvChoicePtr> choices;
+  const TemplateIsa isa = host_template_isa();
+  std::vector<std::pair<TemplateIsa, int>> blocks;
+  for (const ConvConfig& config : nhwc_direct_configs(p, isa)) {
+    const std::pair<TemplateIsa, int> block{config.isa, config.ocb};
+    if (std::find(blocks.begin(), blocks.end(), block) != blocks.end()) continue;
+    blocks.push_back(block);
+    choices.push_back(make_conv_choice("direct-nhwc " + config.name(), p));
+  }
+  ASSERT_GE(choices.size(), isa == TemplateIsa::kAvx512 ? 7u : 3u);
+  check_choices_with_residual_clip(
+      cache, p, choices,
+      "std::min(std::max(v + e0[m * " + std::to_string(p.m) + " + n], 0.0f), 6.0f)",
+      [&](const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& bias,
+          const float* residual, const std::vector<float>& y,
+          const std::string& what) { expect_matches(p, x, w, bias, residual, y, what); });
 }
 
 }  // namespace

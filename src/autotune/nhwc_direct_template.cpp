@@ -1,0 +1,325 @@
+#include "autotune/nhwc_direct_template.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "autotune/nhwc_conv_template.h"
+#include "autotune/template_text.h"
+#include "support/error.h"
+#include "support/indented_buffer.h"
+
+namespace kiln::autotune {
+namespace {
+
+void render_header(IndentedBuffer& out, const ConvConfig& config, const ConvProblem& p,
+                   const TemplateEpilogue& epilogue) {
+  out.linef("// Kiln direct convolution template, channels-last, {}", config.name());
+  out.linef("// Y[{}, {}, {}, {}] = epilogue({} + bias), W prepacked into {}-channel panels", p.n,
+            p.oh(), p.ow(), p.m, p.text(), config.ocb);
+  out.linef("// epilogue: {}", epilogue.empty() ? "none" : epilogue.expr);
+  out.linef("#pragma GCC target(\"{}\")", isa_text(config.isa).target);
+  out.line("#include <immintrin.h>");
+  out.line("");
+  out.line("#include <algorithm>");
+  out.line("#include <cmath>");
+  out.line("#include <cstdint>");
+  out.line("#include <cstring>");
+  out.line("#include <vector>");
+  out.line("#include \"kiln_rt_pool.h\"");
+  out.line("");
+  out.line("namespace {");
+  out.line("");
+  render_conv_constants(out, p);
+  out.linef("constexpr int64_t kPR = {};", p.pad_right);
+  out.linef("constexpr int64_t kOCB = {}, kOWB = {};", config.ocb, config.owb);
+  out.line("constexpr int64_t kBlocks = (kM + kOCB - 1) / kOCB;");
+  out.line("// Floats of one channel block's weight panel; the bias follows the last panel.");
+  out.line("constexpr int64_t kPanel = kKH * kKW * kC * kOCB;");
+  out.line("// Columns of an input row as the blocks read it: the padding columns are zeros.");
+  out.line("constexpr int64_t kWP = kPL + kW + kPR;");
+  out.line("");
+}
+
+// One register block: output pixels [ow0, ow0 + r) of a row, OCB channels from the panel `w`,
+// every kernel row in [kh0, kh1), every kernel column and input channel; the sums (the bias
+// first) stored to t[r][OCB].
+void render_block(IndentedBuffer& out, const ConvConfig& config, int r) {
+  const IsaText isa = isa_text(config.isa);
+  const int vectors = config.ocb / isa.width;
+  auto acc = [](int i, int v) { return fmt::format("c{}_{}", i, v); };
+  out.linef("// Output pixels [ow0, ow0 + {}) of a row.", r);
+  out.linef(
+      "__attribute__((always_inline)) inline void block_{}(const float* x, const float* w, "
+      "const float* bias, float* t, int64_t ow0, int64_t ih0, int64_t kh0, int64_t kh1) {{",
+      r);
+  {
+    auto _ = out.scope();
+    for (int i = 0; i < r; ++i) {
+      std::string line;
+      for (int v = 0; v < vectors; ++v) {
+        line += fmt::format("{}{} {} = {}_loadu_ps(bias + {});", v ? " " : "", isa.vec, acc(i, v),
+                            isa.prefix, v * isa.width);
+      }
+      out.line(line);
+    }
+    out.line("for (int64_t kh = kh0; kh < kh1; ++kh) {");
+    {
+      auto _ = out.scope();
+      out.line("const float* xrow = x + (ih0 + kh * kDH) * (kWP * kC) + ow0 * kSW * kC;");
+      out.line("const float* wrow = w + kh * (kKW * kC * kOCB);");
+      out.line("for (int64_t kw = 0; kw < kKW; ++kw) {");
+      {
+        auto _ = out.scope();
+        out.line("const float* xr = xrow + kw * kDW * kC;");
+        out.line("const float* wk = wrow + kw * (kC * kOCB);");
+        out.line("#pragma GCC unroll 4");
+        out.line("for (int64_t c = 0; c < kC; ++c) {");
+        {
+          auto _ = out.scope();
+          for (int v = 0; v < vectors; ++v) {
+            out.linef("const {} b{} = {}_loadu_ps(wk + c * kOCB + {});", isa.vec, v, isa.prefix,
+                      v * isa.width);
+          }
+          for (int i = 0; i < r; ++i) {
+            const std::string value =
+                config.isa == TemplateIsa::kAvx512
+                    ? fmt::format("_mm512_set1_ps(xr[{} * kSW * kC + c])", i)
+                    : fmt::format("_mm256_broadcast_ss(xr + {} * kSW * kC + c)", i);
+            out.linef("const {} x{} = {};", isa.vec, i, value);
+            for (int v = 0; v < vectors; ++v) {
+              out.linef("{} = {}_fmadd_ps(x{}, b{}, {});", acc(i, v), isa.prefix, i, v, acc(i, v));
+            }
+          }
+        }
+        out.line("}");
+      }
+      out.line("}");
+    }
+    out.line("}");
+    for (int i = 0; i < r; ++i) {
+      std::string line;
+      for (int v = 0; v < vectors; ++v) {
+        line += fmt::format("{}{}_storeu_ps(t + {}, {});", v ? " " : "", isa.prefix,
+                            i * config.ocb + v * isa.width, acc(i, v));
+      }
+      out.line(line);
+    }
+  }
+  out.line("}");
+  out.line("");
+}
+
+// One output row of one image and one channel block: its register blocks, each stored through
+// the epilogue pixel by pixel while its sums are in L1.
+void render_row(IndentedBuffer& out, const ConvConfig& config, const ConvProblem& p,
+                const TemplateEpilogue& epilogue) {
+  const int64_t tail = p.ow() % config.owb;
+  out.linef(
+      "inline void row(const float* X, const float* Wp, float* Y, int64_t b, int64_t j, int64_t "
+      "oh{}) {{",
+      epilogue_params(epilogue));
+  {
+    auto _ = out.scope();
+    out.line("const float* x = X + b * (kH * kWP * kC);");
+    out.line("const float* w = Wp + j * kPanel;");
+    out.line("const float* bias = Wp + kBlocks * kPanel + j * kOCB;");
+    out.line("const int64_t ih0 = oh * kSH - kPT;");
+    out.line("// The kernel rows inside the image.");
+    out.line("int64_t kh0 = 0, kh1 = kKH;");
+    out.line("while (kh0 < kKH && ih0 + kh0 * kDH < 0) ++kh0;");
+    out.line("while (kh1 > kh0 && ih0 + (kh1 - 1) * kDH >= kH) --kh1;");
+    out.line("const int64_t channels = std::min(kOCB, kM - j * kOCB);");
+    out.line("alignas(64) float t[kOWB * kOCB];");
+    out.line("for (int64_t ow0 = 0; ow0 < kOW; ow0 += kOWB) {");
+    {
+      auto _ = out.scope();
+      out.line("const int64_t r = std::min(kOWB, kOW - ow0);");
+      const std::string args = "(x, w, bias, t, ow0, ih0, kh0, kh1);";
+      if (tail == 0) {
+        out.linef("block_{}{}", config.owb, args);
+      } else {
+        out.linef("if (r == kOWB) {{");
+        out.linef("    block_{}{}", config.owb, args);
+        out.line("} else {");
+        out.linef("    block_{}{}", tail, args);
+        out.line("}");
+      }
+      out.line("for (int64_t i = 0; i < r; ++i) {");
+      {
+        auto _ = out.scope();
+        out.line("const int64_t m = (b * kOH + oh) * kOW + ow0 + i;");
+        out.line("(void)m;");
+        out.line("float* y = Y + m * kM;");
+        out.line("const float* ti = t + i * kOCB;");
+        out.line("#pragma omp simd");
+        out.line("for (int64_t q = 0; q < channels; ++q) {");
+        out.line("    const int64_t n = j * kOCB + q;");
+        out.line("    const float v = ti[q];");
+        out.linef("    y[n] = {};", epilogue_value(epilogue));
+        out.line("}");
+      }
+      out.line("}");
+    }
+    out.line("}");
+  }
+  out.line("}");
+  out.line("");
+}
+
+void render_entry(IndentedBuffer& out, const ConvConfig& config, const ConvProblem& p,
+                  const std::string& function_name, const TemplateEpilogue& epilogue) {
+  out.linef("extern \"C\" void {}(const float* X, const float* Wp, float* Y{}) {{", function_name,
+            epilogue_params(epilogue));
+  auto _ = out.scope();
+  out.line("const float* xs = X;");
+  out.line("if constexpr (kPL + kPR > 0) {");
+  {
+    auto _ = out.scope();
+    out.line("// X with zero columns on either side of each row, in a buffer of this thread (the");
+    out.line("// pool's threads read it through `xs`). Only the columns of X are written, so the");
+    out.line("// padding columns stay the zeros the buffer was made with.");
+    out.line("static thread_local std::vector<float> padded(kN * kH * kWP * kC, 0.0f);");
+    out.line("float* xp = padded.data();");
+    out.line("kiln_rt::parallel_for(kN * kH * kW * kC >= (int64_t{1} << 16), kN * kH,");
+    out.line("                      [&](int64_t lo, int64_t hi) {");
+    out.line("    for (int64_t row = lo; row < hi; ++row) {");
+    out.line("        std::memcpy(xp + (row * kWP + kPL) * kC, X + row * (kW * kC),");
+    out.line("                    sizeof(float) * kW * kC);");
+    out.line("    }");
+    out.line("});");
+    out.line("xs = xp;");
+  }
+  out.line("}");
+  out.line("// Threads only pay off with some work per thread.");
+  out.linef("constexpr bool kParallel = kN * kBlocks * kOH > 1 && {} >= (int64_t{{1}} << 18);",
+            static_cast<int64_t>(p.flops() / 2));
+  const std::string call = fmt::format("row(xs, Wp, Y, b, j, oh{});", epilogue_call_args(epilogue));
+  if (config.rows_outer) {
+    out.line(
+        "kiln_rt::parallel_for_3d(kParallel, kN, kOH, kBlocks, [&](int64_t b, int64_t oh, "
+        "int64_t j) {");
+  } else {
+    out.line(
+        "kiln_rt::parallel_for_3d(kParallel, kN, kBlocks, kOH, [&](int64_t b, int64_t j, "
+        "int64_t oh) {");
+  }
+  out.linef("    {}", call);
+  out.line("});");
+}
+
+struct RegisterBlock {
+  TemplateIsa isa;
+  int ocb;
+  int max_owb;
+};
+
+// The register blocks of an ISA, the heuristic's first. AVX-512: 32 channels by up to 14 pixels
+// (28 accumulators; 14 divides every ResNet width, 7 fits whole); with few input channels (a
+// network's first layer) and 64 or more outputs, 64 by 6, where each broadcast feeds four
+// vectors. AVX2 (16 registers): 16 by 6, 24 by 4, 8 by 12.
+std::vector<RegisterBlock> register_blocks(const ConvProblem& p, TemplateIsa isa) {
+  std::vector<RegisterBlock> blocks;
+  if (isa == TemplateIsa::kAvx512) {
+    if (p.c < 16 && p.m >= 64) blocks.push_back({TemplateIsa::kAvx512, 64, 6});
+    if (p.m <= 16) blocks.push_back({TemplateIsa::kAvx512, 16, 14});
+    blocks.push_back({TemplateIsa::kAvx512, 32, 14});
+    blocks.push_back({TemplateIsa::kAvx512, 64, 6});
+    blocks.push_back({TemplateIsa::kAvx512, 48, 9});
+    blocks.push_back({TemplateIsa::kAvx512, 16, 14});
+  }
+  if (p.m <= 8) blocks.push_back({TemplateIsa::kAvx2, 8, 12});
+  blocks.push_back({TemplateIsa::kAvx2, 16, 6});
+  blocks.push_back({TemplateIsa::kAvx2, 24, 4});
+  blocks.push_back({TemplateIsa::kAvx2, 8, 12});
+  return blocks;
+}
+
+void check_applies(const ConvConfig& config, const ConvProblem& problem) {
+  check_conv_config(config);
+  check_conv_problem(problem);
+  KILN_CHECK(nhwc_direct_applies(problem),
+             "direct channels-last template: {} is not a channels-last ungrouped convolution "
+             "other than 1x1 stride 1",
+             problem.text());
+  KILN_CHECK(config.icb == problem.c, "direct channels-last template: config {} blocks C = {}",
+             config.name(), problem.c);
+}
+
+}  // namespace
+
+bool nhwc_direct_applies(const ConvProblem& p) {
+  return p.channels_last && p.group == 1 && !nhwc_pointwise_applies(p);
+}
+
+std::vector<ConvConfig> nhwc_direct_configs(const ConvProblem& problem, TemplateIsa isa) {
+  std::vector<ConvConfig> configs;
+  // Rows outermost when every weight fits in about half of L2 (as the NCHW template decides):
+  // a thread's channel blocks then share the input rows of one output row.
+  const bool rows_outer = problem.m * problem.depth() * 4 <= (int64_t{1} << 20);
+  for (const RegisterBlock& block : register_blocks(problem, isa)) {
+    for (bool outer : {rows_outer, !rows_outer}) {
+      ConvConfig config;
+      config.isa = block.isa;
+      config.ocb = block.ocb;
+      config.owb = pick_owb(problem.ow(), block.max_owb);
+      config.icb = static_cast<int>(problem.c);
+      config.rows_outer = outer;
+      check_conv_config(config);
+      if (std::find(configs.begin(), configs.end(), config) == configs.end()) {
+        configs.push_back(config);
+      }
+    }
+  }
+  return configs;
+}
+
+int64_t packed_nhwc_direct_size(const ConvConfig& config, const ConvProblem& p) {
+  const int64_t padded = round_up(p.m, config.ocb);
+  return padded * p.depth() + padded;
+}
+
+int64_t nhwc_direct_weight_offset(const ConvConfig& config, const ConvProblem& p, int64_t m,
+                                  int64_t t) {
+  const int64_t c = t / (p.kh * p.kw), kh = t / p.kw % p.kh, kw = t % p.kw;
+  const int64_t ocb = config.ocb;
+  return m / ocb * (p.depth() * ocb) + ((kh * p.kw + kw) * p.c + c) * ocb + m % ocb;
+}
+
+int64_t nhwc_direct_bias_offset(const ConvConfig& config, const ConvProblem& p, int64_t m) {
+  return round_up(p.m, config.ocb) * p.depth() + m;
+}
+
+std::vector<float> prepack_nhwc_direct(const ConvConfig& config, const ConvProblem& p,
+                                       const float* w, const float* bias) {
+  check_applies(config, p);
+  std::vector<float> packed(static_cast<size_t>(packed_nhwc_direct_size(config, p)), 0.0f);
+  for (int64_t m = 0; m < p.m; ++m) {
+    for (int64_t t = 0; t < p.depth(); ++t) {
+      packed[static_cast<size_t>(nhwc_direct_weight_offset(config, p, m, t))] =
+          w[m * p.depth() + t];
+    }
+    if (bias != nullptr) {
+      packed[static_cast<size_t>(nhwc_direct_bias_offset(config, p, m))] = bias[m];
+    }
+  }
+  return packed;
+}
+
+std::string render_nhwc_direct(const ConvConfig& config, const ConvProblem& problem,
+                               const std::string& function_name, const TemplateEpilogue& epilogue) {
+  check_applies(config, problem);
+  IndentedBuffer out;
+  render_header(out, config, problem, epilogue);
+  const int64_t tail = problem.ow() % config.owb;
+  render_block(out, config, config.owb);
+  if (tail != 0) render_block(out, config, static_cast<int>(tail));
+  render_row(out, config, problem, epilogue);
+  out.line("}  // namespace");
+  out.line("");
+  render_entry(out, config, problem, function_name, epilogue);
+  out.line("}");
+  return out.str();
+}
+
+}  // namespace kiln::autotune

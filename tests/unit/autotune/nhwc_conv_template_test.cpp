@@ -141,13 +141,13 @@ TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
   const ConvProblem dense = problem(1, 64, 56, 56, 64, 3, 1, 1, 1);
   choices = conv_choices(dense, 2, TemplateIsa::kAvx512);
   ASSERT_GE(choices.size(), 3u);
-  EXPECT_EQ(choices[0]->name(), "direct-nhwc avx512_oc32x14_ic64_rows");
+  EXPECT_EQ(choices[0]->name(), "direct-nhwc avx512_oc64x6_ic64_rows");
   EXPECT_EQ(choices[1]->name(), "onednn");
   for (const ConvChoicePtr& c : choices) {
     EXPECT_EQ(make_conv_choice(c->name(), dense)->hash_key(), c->hash_key()) << c->name();
   }
   EXPECT_EQ(conv_choices(dense, 2, TemplateIsa::kAvx2)[0]->name(),
-            "direct-nhwc avx2_oc16x4_ic64_rows");
+            "direct-nhwc avx2_oc16x6_ic64_rows");
   // The direct template takes whole input channels and no 1x1 stride-1 problem.
   EXPECT_THROW(make_conv_choice("direct-nhwc avx512_oc32x14_ic32", dense), InternalError);
   EXPECT_THROW(make_conv_choice("direct-nhwc avx512_oc32x14_ic32", pointwise), InternalError);

@@ -17,9 +17,12 @@ GemmProblem pointwise_gemm(const ConvProblem& p) { return {.n = p.m, .k = p.c}; 
 
 // The depthwise template's register blocking: `pixels` output pixels of a row by `vectors`
 // channel vectors, the kernel's taps of those vectors held in registers while a group of
-// channels sweeps a row. AVX-512 (32 registers): 3x3 taps of two vectors (18) and 4 x 2 sums;
-// AVX2 (16 registers): the taps of one vector (9) and 5 sums. Larger kernels keep one vector,
-// and their taps spill to the stack, where reloading them costs what loading them from Wp would.
+// channels sweeps a row. AVX-512 (32 registers): 3x3 taps of two vectors (18) and 4 x 2 sums.
+// AVX2 (16 registers) takes the same 4 x 2 block: its 18 taps do not fit and the compiler reads
+// them from the stack as the FMAs' memory operands, which measured faster than the taps of one
+// vector in registers with 5 sums (MobileNetV2's 32 channels at 112 x 112, one thread: 273 vs
+// 368 us; its other layers within the noise). Larger kernels and fewer channels take one vector
+// (taps that do not fit in registers spill to the stack too).
 //
 // The loop order (DepthwiseRowWriter): columns outside where the KH input rows an output row
 // reads exceed about twice L1 and there are several groups. Measured on MobileNetV2's layers
@@ -34,11 +37,8 @@ struct DepthwiseBlocking {
 
 DepthwiseBlocking depthwise_blocking(TemplateIsa isa, const ConvProblem& p) {
   const int64_t width = vector_width(isa), taps = p.kh * p.kw;
-  DepthwiseBlocking blocking{1, 5, false};
-  if (isa == TemplateIsa::kAvx512) {
-    blocking = taps <= 9 && p.m >= 2 * width ? DepthwiseBlocking{2, 4, false}
-                                             : DepthwiseBlocking{1, 8, false};
-  }
+  DepthwiseBlocking blocking{1, isa == TemplateIsa::kAvx512 ? 8 : 5, false};
+  if (taps <= 9 && p.m >= 2 * width) blocking = {2, 4, false};
   const int64_t row_bytes = p.kh * p.w * p.c * static_cast<int64_t>(sizeof(float));
   const int64_t groups = ceil_div(p.m, blocking.vectors * width);
   blocking.columns_outside = groups > 1 && row_bytes > 100 * 1024;

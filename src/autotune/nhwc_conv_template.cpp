@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "autotune/template_text.h"
 #include "support/error.h"
@@ -13,17 +15,56 @@ namespace {
 
 GemmProblem pointwise_gemm(const ConvProblem& p) { return {.n = p.m, .k = p.c}; }
 
-// The depthwise template's channels per register block: four vectors, so that a block's sums
-// stay in registers while the taps stream through.
-int64_t depthwise_block(TemplateIsa isa) { return 4 * vector_width(isa); }
+// The depthwise template's register blocking: `pixels` output pixels of a row by `vectors`
+// channel vectors, the kernel's taps of those vectors held in registers while a group of
+// channels sweeps a row. AVX-512 (32 registers): 3x3 taps of two vectors (18) and 4 x 2 sums.
+// AVX2 (16 registers) takes the same 4 x 2 block: its 18 taps do not fit and the compiler reads
+// them from the stack as the FMAs' memory operands, which measured faster than the taps of one
+// vector in registers with 5 sums (MobileNetV2's 32 channels at 112 x 112, one thread: 273 vs
+// 368 us; its other layers within the noise). Larger kernels and fewer channels take one vector
+// (taps that do not fit in registers spill to the stack too).
+//
+// The loop order (DepthwiseRowWriter): columns outside where the KH input rows an output row
+// reads exceed about twice L1 and there are several groups. Measured on MobileNetV2's layers
+// (AVX-512, one thread): 96 channels, 112 columns, stride 2 (129 KiB of rows): 295 us columns
+// outside, 361 us groups outside; 144 x 56 and 576 x 14 (97 KiB): groups outside as fast or
+// faster (59 vs 73 us); smaller rows: groups outside, by 10-20 %.
+struct DepthwiseBlocking {
+  int vectors;
+  int pixels;
+  bool columns_outside;  // DepthwiseRowWriter's loop order
+};
 
+DepthwiseBlocking depthwise_blocking(TemplateIsa isa, const ConvProblem& p) {
+  const int64_t width = vector_width(isa), taps = p.kh * p.kw;
+  DepthwiseBlocking blocking{1, isa == TemplateIsa::kAvx512 ? 8 : 5, false};
+  if (taps <= 9 && p.m >= 2 * width) blocking = {2, 4, false};
+  const int64_t row_bytes = p.kh * p.w * p.c * static_cast<int64_t>(sizeof(float));
+  const int64_t groups = ceil_div(p.m, blocking.vectors * width);
+  blocking.columns_outside = groups > 1 && row_bytes > 100 * 1024;
+  return blocking;
+}
+
+// A run of channels one row function computes: `vectors` vectors from the channel its caller
+// passes, the last with `lanes` channels (the vector width where it is full).
+struct DepthwiseGroup {
+  int vectors;
+  int lanes;
+};
+
+// Writes the kernel's generic parts: the includes, the problem's constants and the interior
+// columns (those whose taps all lie inside the image: [kOW0, kOW1)).
 void render_depthwise_header(IndentedBuffer& out, TemplateIsa isa, const ConvProblem& p,
                              const TemplateEpilogue& epilogue) {
-  out.linef("// Kiln depthwise convolution template, channels-last, {}", isa_name(isa));
+  const DepthwiseBlocking blocking = depthwise_blocking(isa, p);
+  out.linef("// Kiln depthwise convolution template, channels-last, {}: {} pixels x {} vectors",
+            isa_name(isa), blocking.pixels, blocking.vectors);
   out.linef("// Y[{}, {}, {}, {}] = epilogue({} + bias), W as [KH * KW][M], then the bias", p.n,
             p.oh(), p.ow(), p.m, p.text());
   out.linef("// epilogue: {}", epilogue.empty() ? "none" : epilogue.expr);
   out.linef("#pragma GCC target(\"{}\")", isa_text(isa).target);
+  out.line("#include <immintrin.h>");
+  out.line("");
   out.line("#include <algorithm>");
   out.line("#include <cmath>");
   out.line("#include <cstdint>");
@@ -32,82 +73,284 @@ void render_depthwise_header(IndentedBuffer& out, TemplateIsa isa, const ConvPro
   out.line("namespace {");
   out.line("");
   render_conv_constants(out, p);
-  out.linef("constexpr int64_t kCB = {};", depthwise_block(isa));
+  // Column ow is interior when ow * SW - PL >= 0 and ow * SW - PL + (KW - 1) * DW <= W - 1.
+  const int64_t ow = p.ow();
+  const int64_t lo = std::min(ceil_div(p.pad_left, p.stride_w), ow);
+  const int64_t last = p.w - 1 + p.pad_left - (p.kw - 1) * p.dilation_w;
+  const int64_t hi = last < 0 ? lo : std::clamp(last / p.stride_w + 1, lo, ow);
+  out.line("// The output columns whose taps all lie inside the image.");
+  out.linef("constexpr int64_t kOW0 = {}, kOW1 = {};", lo, hi);
+  out.linef("constexpr int64_t kBlocksEnd = kOW0 + (kOW1 - kOW0) / {0} * {0};", blocking.pixels);
   out.line("");
 }
 
-// kCount channels from c0 of the output pixel (b, oh, ow): the bias, one vector pass per kernel
-// tap inside the image ([kh0, kh1) x [kw0, kw1)), then the epilogue as they are stored.
-void render_depthwise_block(IndentedBuffer& out, const TemplateEpilogue& epilogue) {
-  out.line("template <int64_t kCount>");
-  out.linef(
-      "inline void block(const float* X, const float* Wp, float* Y, int64_t b, int64_t oh, "
-      "int64_t ow, int64_t c0, int64_t kh0, int64_t kh1, int64_t kw0, int64_t kw1{}) {{",
-      epilogue_params(epilogue));
-  {
-    auto _ = out.scope();
-    out.line("alignas(64) float acc[kCount];");
-    out.line("const float* bias = Wp + kKH * kKW * kM + c0;");
-    out.line("#pragma omp simd");
-    out.line("for (int64_t c = 0; c < kCount; ++c) acc[c] = bias[c];");
-    out.line("const int64_t ih0 = oh * kSH - kPT, iw0 = ow * kSW - kPL;");
-    out.line("for (int64_t kh = kh0; kh < kh1; ++kh) {");
-    {
-      auto _ = out.scope();
-      out.line("const int64_t row = (b * kH + ih0 + kh * kDH) * kW + iw0;");
-      out.line("const float* wr = Wp + kh * kKW * kM + c0;");
-      out.line("for (int64_t kw = kw0; kw < kw1; ++kw) {");
-      out.line("    const float* x = X + (row + kw * kDW) * kC + c0;");
-      out.line("    const float* w = wr + kw * kM;");
-      out.line("    #pragma omp simd");
-      out.line("    for (int64_t c = 0; c < kCount; ++c) acc[c] += x[c] * w[c];");
-      out.line("}");
+// The code of the row function: output row (b, oh), channel groups [g0, g1) (full groups of
+// the blocking's vectors, then, where M is not a multiple of them, the rest: fewer vectors, the
+// last masked), over all of the row's columns. Two loop orders:
+//   groups outside: a group's taps are loaded into registers once and the group sweeps the row;
+//   columns outside: each block of pixels runs through all the groups, so that a pixel's
+//     channels (one contiguous run) are read together and each input row streams through once;
+//     the taps are read per block (from L1: the whole [KH * KW][M] weight is small).
+class DepthwiseRowWriter {
+ public:
+  DepthwiseRowWriter(IndentedBuffer& out, TemplateIsa isa, const ConvProblem& p,
+                     const TemplateEpilogue& epilogue, DepthwiseBlocking blocking)
+      : out_(out),
+        isa_(isa),
+        text_(isa_text(isa)),
+        p_(p),
+        epilogue_(epilogue),
+        blocking_(blocking) {
+    const int64_t block = blocking.vectors * text_.width;
+    full_groups_ = p.m / block;
+    const int64_t rest = p.m - full_groups_ * block;
+    if (full_groups_ > 0) groups_.push_back({blocking.vectors, text_.width});
+    if (rest > 0) {
+      const int vectors = static_cast<int>(ceil_div(rest, text_.width));
+      groups_.push_back({vectors, static_cast<int>(rest - (vectors - 1) * text_.width)});
     }
-    out.line("}");
-    out.line("const int64_t m = (b * kOH + oh) * kOW + ow;");
-    out.line("(void)m;");
-    out.line("float* y = Y + m * kM;");
-    out.line("for (int64_t c = 0; c < kCount; ++c) {");
-    out.line("    const int64_t n = c0 + c;");
-    out.line("    (void)n;");
-    out.line("    const float v = acc[c];");
-    out.linef("    y[n] = {};", epilogue_value(epilogue));
-    out.line("}");
   }
-  out.line("}");
-  out.line("");
-}
 
+  void render() {
+    out_.linef(
+        "inline void row(const float* X, const float* Wp, float* Y, int64_t b, int64_t oh, "
+        "int64_t g0, int64_t g1{}) {{",
+        epilogue_params(epilogue_));
+    {
+      auto _ = out_.scope();
+      out_.line(
+          "// Each kernel row's input row (its offset in the image) and whether it is inside.");
+      out_.line("const int64_t ih0 = oh * kSH - kPT;");
+      for (int64_t kh = 0; kh < p_.kh; ++kh) {
+        out_.linef("const bool in{0} = ih0 + {0} * kDH >= 0 && ih0 + {0} * kDH < kH;", kh);
+        out_.linef("const int64_t row{0} = (ih0 + {0} * kDH) * kW * kC;", kh);
+      }
+      if (blocking_.columns_outside) {
+        render_columns([&](int count, bool checked) {
+          for (const DepthwiseGroup& group : groups_) {
+            render_groups(group, [&] {
+              render_taps(group);
+              render_pixels(group, count, checked);
+            });
+          }
+        });
+      } else {
+        for (const DepthwiseGroup& group : groups_) {
+          render_groups(group, [&] {
+            render_taps(group);
+            render_columns([&](int count, bool checked) { render_pixels(group, count, checked); });
+          });
+        }
+      }
+    }
+    out_.line("}");
+    out_.line("");
+  }
+
+ private:
+  bool is_tail(const DepthwiseGroup& group, int v) const {
+    return group.lanes < text_.width && v == group.vectors - 1;
+  }
+
+  std::string load(const DepthwiseGroup& group, int v, const std::string& ptr) const {
+    if (!is_tail(group, v)) return fmt::format("{}_loadu_ps({})", text_.prefix, ptr);
+    if (isa_ == TemplateIsa::kAvx512) return fmt::format("_mm512_maskz_loadu_ps(tail, {})", ptr);
+    return fmt::format("_mm256_maskload_ps({}, tail)", ptr);
+  }
+
+  // `body` for each group of this kind in [g0, g1), with c0 its first channel.
+  template <typename Body>
+  void render_groups(const DepthwiseGroup& group, Body&& body) {
+    const int64_t block = blocking_.vectors * text_.width;
+    if (group.vectors == blocking_.vectors && group.lanes == text_.width) {
+      out_.linef("for (int64_t g = g0; g < std::min<int64_t>(g1, {}); ++g) {{", full_groups_);
+      auto _ = out_.scope();
+      out_.linef("const int64_t c0 = g * {};", block);
+      body();
+    } else {
+      out_.linef("if (g1 > {}) {{", full_groups_);
+      auto _ = out_.scope();
+      out_.linef("const int64_t c0 = {};", full_groups_ * block);
+      body();
+    }
+    out_.line("}");
+  }
+
+  // The group's pointers (at channel c0), its lane mask, and its taps.
+  void render_taps(const DepthwiseGroup& group) {
+    out_.line("const float* xb = X + b * kH * kW * kC + c0;");
+    out_.line("const float* wp = Wp + c0;");
+    out_.line("const float* bias = Wp + kKH * kKW * kM + c0;");
+    out_.line("float* yb = Y + (b * kOH + oh) * kOW * kM + c0;");
+    out_.line("(void)yb;");
+    if (group.lanes < text_.width) {
+      if (isa_ == TemplateIsa::kAvx512) {
+        out_.linef("const __mmask16 tail = __mmask16(0x{:x});", (1u << group.lanes) - 1);
+      } else {
+        std::string lanes;
+        for (int i = 0; i < text_.width; ++i) {
+          lanes += (i > 0 ? ", " : "") + std::string(i < group.lanes ? "-1" : "0");
+        }
+        out_.linef("const __m256i tail = _mm256_setr_epi32({});", lanes);
+      }
+    }
+    for (int64_t t = 0; t < p_.kh * p_.kw; ++t) {
+      for (int v = 0; v < group.vectors; ++v) {
+        out_.linef("const {} w{}_{} = {};", text_.vec, t, v,
+                   load(group, v, fmt::format("wp + {} * kM + {}", t, v * text_.width)));
+      }
+    }
+  }
+
+  // `body(count, checked)` inside each loop over the row's columns, all with constant bounds:
+  // the left edge, blocks of pixels, single interior pixels, the right edge.
+  template <typename Body>
+  void render_columns(Body&& body) {
+    const int pixels = blocking_.pixels;
+    out_.line("for (int64_t ow = 0; ow < kOW0; ++ow) {");
+    body(1, true);
+    out_.line("}");
+    out_.linef("for (int64_t ow = kOW0; ow < kBlocksEnd; ow += {}) {{", pixels);
+    body(pixels, false);
+    out_.line("}");
+    if (pixels > 1) {
+      out_.line("for (int64_t ow = kBlocksEnd; ow < kOW1; ++ow) {");
+      body(1, false);
+      out_.line("}");
+    }
+    out_.line("for (int64_t ow = kOW1; ow < kOW; ++ow) {");
+    body(1, true);
+    out_.line("}");
+  }
+
+  // One block of `count` pixels from column ow: the sums start at the bias; each kernel row
+  // inside the image adds its taps, column by column of the input (a column that neighbouring
+  // pixels of a stride-1 block share is loaded once); `checked`: each column is also tested to
+  // be inside the image (the edge columns, one pixel at a time).
+  void render_pixels(const DepthwiseGroup& group, int count, bool checked) {
+    auto _ = out_.scope();
+    for (int q = 0; q < count; ++q) {
+      for (int v = 0; v < group.vectors; ++v) {
+        out_.linef("{} a{}_{} = {};", text_.vec, q, v,
+                   load(group, v, fmt::format("bias + {}", v * text_.width)));
+      }
+    }
+    out_.line("const int64_t iw0 = ow * kSW - kPL;");
+    for (int64_t kh = 0; kh < p_.kh; ++kh) {
+      out_.linef("if (in{}) {{", kh);
+      {
+        auto _ = out_.scope();
+        if (checked) {
+          for (int64_t kw = 0; kw < p_.kw; ++kw) {
+            out_.linef("if (iw0 + {0} * kDW >= 0 && iw0 + {0} * kDW < kW) {{", kw);
+            for (int v = 0; v < group.vectors; ++v) {
+              out_.linef("    a0_{0} = {1}_fmadd_ps({2}, w{3}_{0}, a0_{0});", v, text_.prefix,
+                         load(group, v,
+                              fmt::format("xb + row{} + (iw0 + {} * kDW) * kC + {}", kh, kw,
+                                          v * text_.width)),
+                         kh * p_.kw + kw);
+            }
+            out_.line("}");
+          }
+        } else {
+          out_.linef("const float* x = xb + row{} + iw0 * kC;", kh);
+          // Input column j (from iw0) feeds pixel q's tap kw where q * SW + kw * DW == j.
+          const int64_t columns = (count - 1) * p_.stride_w + (p_.kw - 1) * p_.dilation_w + 1;
+          for (int64_t j = 0; j < columns; ++j) {
+            std::vector<std::pair<int, int64_t>> uses;
+            for (int q = 0; q < count; ++q) {
+              for (int64_t kw = 0; kw < p_.kw; ++kw) {
+                if (q * p_.stride_w + kw * p_.dilation_w == j) uses.emplace_back(q, kw);
+              }
+            }
+            if (uses.empty()) continue;
+            for (int v = 0; v < group.vectors; ++v) {
+              out_.linef("{{ const {} x{} = {};", text_.vec, v,
+                         load(group, v, fmt::format("x + {} * kC + {}", j, v * text_.width)));
+              for (const auto& [q, kw] : uses) {
+                out_.linef("  a{0}_{1} = {2}_fmadd_ps(x{1}, w{3}_{1}, a{0}_{1});", q, v,
+                           text_.prefix, kh * p_.kw + kw);
+              }
+              out_.line("}");
+            }
+          }
+        }
+      }
+      out_.line("}");
+    }
+    render_store(group, count);
+  }
+
+  // The sums of `count` pixels to Y: as they are without an epilogue, else through an aligned
+  // buffer and a loop over the channels that the vectorizer runs a vector at a time.
+  void render_store(const DepthwiseGroup& group, int count) {
+    if (epilogue_.empty()) {
+      for (int q = 0; q < count; ++q) {
+        for (int v = 0; v < group.vectors; ++v) {
+          const std::string ptr = fmt::format("yb + (ow + {}) * kM + {}", q, v * text_.width);
+          if (!is_tail(group, v)) {
+            out_.linef("{}_storeu_ps({}, a{}_{});", text_.prefix, ptr, q, v);
+          } else if (isa_ == TemplateIsa::kAvx512) {
+            out_.linef("_mm512_mask_storeu_ps({}, tail, a{}_{});", ptr, q, v);
+          } else {
+            out_.linef("_mm256_maskstore_ps({}, tail, a{}_{});", ptr, q, v);
+          }
+        }
+      }
+      return;
+    }
+    out_.linef("alignas(64) float sums[{}][{}];", count, group.vectors * text_.width);
+    for (int q = 0; q < count; ++q) {
+      for (int v = 0; v < group.vectors; ++v) {
+        out_.linef("{}_store_ps(sums[{}] + {}, a{}_{});", text_.prefix, q, v * text_.width, q, v);
+      }
+    }
+    out_.linef("for (int64_t q = 0; q < {}; ++q) {{", count);
+    {
+      auto _ = out_.scope();
+      out_.line("const int64_t m = (b * kOH + oh) * kOW + ow + q;");
+      out_.line("(void)m;");
+      out_.line("float* y = Y + m * kM;");
+      out_.line("#pragma omp simd");
+      out_.linef("for (int64_t c = 0; c < {}; ++c) {{",
+                 (group.vectors - 1) * text_.width + group.lanes);
+      out_.line("    const int64_t n = c0 + c;");
+      out_.line("    const float v = sums[q][c];");
+      out_.linef("    y[n] = {};", epilogue_value(epilogue_));
+      out_.line("}");
+    }
+    out_.line("}");
+  }
+
+  IndentedBuffer& out_;
+  TemplateIsa isa_;
+  IsaText text_;
+  const ConvProblem& p_;
+  const TemplateEpilogue& epilogue_;
+  DepthwiseBlocking blocking_;
+  int64_t full_groups_ = 0;
+  std::vector<DepthwiseGroup> groups_;
+};
+
+// The entry: tasks of (output row, run of channel groups); rows alone when there are enough of
+// them to share among threads, else each row's groups cut into runs (MobileNetV2's 7x7 layers).
 void render_depthwise_entry(IndentedBuffer& out, TemplateIsa isa, const ConvProblem& p,
                             const std::string& function_name, const TemplateEpilogue& epilogue) {
-  const std::string args = epilogue_call_args(epilogue);
+  const DepthwiseBlocking blocking = depthwise_blocking(isa, p);
+  const int64_t groups = ceil_div(p.m, blocking.vectors * vector_width(isa));
+  const int64_t rows = p.n * p.oh();
+  const int64_t runs = rows >= 32 ? 1 : std::min(groups, ceil_div(32, rows));
   out.linef("extern \"C\" void {}(const float* X, const float* Wp, float* Y{}) {{", function_name,
             epilogue_params(epilogue));
   auto _ = out.scope();
   out.line("// Threads only pay off with some work per thread.");
-  out.linef("constexpr bool kParallel = kN * kOH > 1 && {} >= (int64_t{{1}} << 16);",
+  out.linef("constexpr bool kParallel = {} > 1 && {} >= (int64_t{{1}} << 16);", rows * runs,
             static_cast<int64_t>(p.flops() / 2));
-  out.line("kiln_rt::parallel_for_2d(kParallel, kN, kOH, [&](int64_t b, int64_t oh) {");
-  out.line("    {");
-  out.line("        // The kernel rows inside the image.");
-  out.line("        const int64_t ih0 = oh * kSH - kPT;");
-  out.line("        int64_t kh0 = 0, kh1 = kKH;");
-  out.line("        while (kh0 < kKH && ih0 + kh0 * kDH < 0) ++kh0;");
-  out.line("        while (kh1 > kh0 && ih0 + (kh1 - 1) * kDH >= kH) --kh1;");
-  out.line("        for (int64_t ow = 0; ow < kOW; ++ow) {");
-  out.line("            const int64_t iw0 = ow * kSW - kPL;");
-  out.line("            int64_t kw0 = 0, kw1 = kKW;");
-  out.line("            while (kw0 < kKW && iw0 + kw0 * kDW < 0) ++kw0;");
-  out.line("            while (kw1 > kw0 && iw0 + (kw1 - 1) * kDW >= kW) --kw1;");
-  out.line("            int64_t c0 = 0;");
-  out.line("            for (; c0 + kCB <= kM; c0 += kCB) {");
-  out.linef("                block<kCB>(X, Wp, Y, b, oh, ow, c0, kh0, kh1, kw0, kw1{});", args);
-  out.line("            }");
-  if (p.m % depthwise_block(isa) != 0) {
-    out.linef("            block<kM % kCB>(X, Wp, Y, b, oh, ow, c0, kh0, kh1, kw0, kw1{});", args);
-  }
-  out.line("        }");
-  out.line("    }");
+  out.linef("constexpr int64_t kGroups = {}, kRuns = {};", groups, runs);
+  out.line("kiln_rt::parallel_for_2d(kParallel, kN * kOH, kRuns, [&](int64_t r, int64_t run) {");
+  out.linef(
+      "    row(X, Wp, Y, r / kOH, r % kOH, run * kGroups / kRuns, (run + 1) * kGroups / kRuns{});",
+      epilogue_call_args(epilogue));
   out.line("});");
 }
 
@@ -221,7 +464,7 @@ std::string render_nhwc_depthwise(TemplateIsa isa, const ConvProblem& problem,
              "depthwise template: {} is not a channels-last depthwise convolution", problem.text());
   IndentedBuffer out;
   render_depthwise_header(out, isa, problem, epilogue);
-  render_depthwise_block(out, epilogue);
+  DepthwiseRowWriter(out, isa, problem, epilogue, depthwise_blocking(isa, problem)).render();
   out.line("}  // namespace");
   out.line("");
   render_depthwise_entry(out, isa, problem, function_name, epilogue);

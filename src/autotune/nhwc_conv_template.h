@@ -7,10 +7,13 @@
 ///              Y[N * H * W, M] = X[N * H * W, C] @ W^T[C, M]: the GEMM template
 ///              (gemm_template.h) on X as it is, with W^T packed for it at compile time and the
 ///              bias added in its epilogue
-///   depthwise  group == C == M: per output pixel, a sum over the kernel taps of vectors of
-///              channels (W packed tap-major, [KH * KW][M], so each tap's weights are one
-///              contiguous vector run), register blocks of channels, the epilogue as they are
-///              stored
+///   depthwise  group == C == M: per output row, register blocks of a few pixels of the row by
+///              one or two vectors of channels, summing the kernel's taps (W packed tap-major,
+///              [KH * KW][M], so each tap's weights are one contiguous vector run, held in
+///              registers while a group of channels sweeps the row); interior columns without
+///              bounds checks, edge columns checked; the channels off the vectors masked; the
+///              epilogue applied by a vectorizable loop over channels as each block is stored;
+///              threads share (output row, run of channel groups) tasks
 ///
 /// Both render, as every convolution choice,
 ///

@@ -119,6 +119,50 @@ std::vector<ConvChoicePtr> all_choices(const ConvProblem& p) {
   return choices;
 }
 
+// The depthwise template alone (its AVX2 and, where this CPU runs them, AVX-512 renderings) at
+// the sizes its blocking splits awkwardly: channels below, between and off the vectors and the
+// register blocks (the masked tail group), widths with no interior column, fewer columns than a
+// pixel block and blocks plus single pixels, stride 2 on odd sizes, asymmetric padding,
+// dilation, larger kernels (taps that do not fit in registers), batch 2, rows cut into runs of
+// channel groups (few rows, many channels) and both loop orders (groups outside; columns
+// outside, for input rows over 100 KiB).
+std::vector<ConvProblem> depthwise_problems() {
+  std::vector<ConvProblem> all = {
+      problem(1, 2, 33, 2, 2, 3, 1, 2, 2),         // two channels; 35 rows, no interior column
+      problem(2, 7, 9, 1, 7, 3, 1, 1, 7),          // width 1, batch 2
+      problem(1, 17, 11, 13, 17, 3, 2, 1, 17),     // stride 2, odd sizes, a vector and one lane
+      problem(1, 33, 10, 15, 33, 3, 1, 2, 33, 2),  // dilation 2, two vectors and one lane
+      problem(1, 48, 9, 11, 48, 5, 2, 2, 48),      // 5x5 stride 2
+      problem(1, 200, 3, 23, 200, 3, 1, 1, 200),   // few rows, many groups: runs; 23 columns
+      // 118 KiB of input rows: columns outside; the rest group two vectors, the second masked
+      problem(1, 89, 4, 111, 89, 3, 2, 1, 89),
+  };
+  ConvProblem asymmetric = problem(2, 37, 8, 10, 37, 3, 2, 0, 37);
+  asymmetric.pad_top = 0;
+  asymmetric.pad_left = 2;
+  asymmetric.pad_bottom = 1;
+  asymmetric.pad_right = 0;
+  all.push_back(asymmetric);
+  return all;
+}
+
+TEST(NhwcConvTemplate, DepthwiseIsCorrectAtAwkwardSizes) {
+  codecache::CodeCache cache(fresh_dir() / "code");
+  for (const ConvProblem& p : depthwise_problems()) {
+    ASSERT_TRUE(nhwc_depthwise_applies(p)) << p.text();
+    std::vector<ConvChoicePtr> choices = {make_conv_choice("depthwise-nhwc avx2", p)};
+    if (host_template_isa() == TemplateIsa::kAvx512) {
+      choices.push_back(make_conv_choice("depthwise-nhwc avx512", p));
+    }
+    check_choices_with_residual_clip(
+        cache, p, choices,
+        "std::min(std::max(v + e0[m * " + std::to_string(p.m) + " + n], 0.0f), 6.0f)",
+        [&](const std::vector<float>& x, const std::vector<float>& w,
+            const std::vector<float>& bias, const float* residual, const std::vector<float>& y,
+            const std::string& what) { expect_matches(p, x, w, bias, residual, y, what); });
+  }
+}
+
 TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
   const ConvProblem pointwise = problem(1, 32, 56, 56, 96, 1, 1, 0, 1);
   EXPECT_EQ(pointwise.text(), "conv(1x32x56x56, 96x32x1x1, s1, nhwc)");

@@ -6,6 +6,11 @@ Usage: /usr/bin/python3 make_models.py OUT_DIR [--bert-layers N]
 Run with Debian's python3 (python3-onnx, python3-numpy).
 
 Writes into OUT_DIR:
+  resnet18.onnx     a ResNet-18-shaped CNN: a 7x7/2 stem, 3x3/2 MaxPool, basic blocks [2, 2, 2, 2]
+                    (two 3x3 convolutions, the first strided between stages, 1x1 projection
+                    shortcuts), GlobalAveragePool, Flatten, Gemm; Conv + BatchNormalization +
+                    Relu as in resnet50: input float32[1, 3, 224, 224] -> logits [1, 1000].
+  resnet18.input.npy  the input: uniform [-1, 1)
   resnet50.onnx     ResNet-50 v1.5 shape: input float32[1, 3, 224, 224] -> logits float32[1, 1000].
                     A 7x7/2 stem, 3x3/2 MaxPool, bottleneck stages of [3, 4, 6, 3] blocks (widths
                     64..512, expansion 4, stride on the 3x3 convolution, 1x1 projection shortcuts),
@@ -105,6 +110,34 @@ def bottleneck(b, x, cin, width, stride):
     y = conv_bn(b, y, width, cout, 1, 1, relu=False)
     shortcut = x if stride == 1 and cin == cout else conv_bn(b, x, cin, cout, 1, stride, relu=False)
     return b.node("Relu", [b.node("Add", [y, shortcut], "add")], "relu")
+
+
+def basic_block(b, x, cin, cout, stride):
+    y = conv_bn(b, x, cin, cout, 3, stride)
+    y = conv_bn(b, y, cout, cout, 3, 1, relu=False)
+    shortcut = x if stride == 1 and cin == cout else conv_bn(b, x, cin, cout, 1, stride, relu=False)
+    return b.node("Relu", [b.node("Add", [y, shortcut], "add")], "relu")
+
+
+def resnet18(classes=1000, image=224):
+    b = Builder(seed=18)
+    x = conv_bn(b, "input", 3, 64, 7, 2)
+    x = b.node("MaxPool", [x], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage in range(4):
+        cout = 64 * 2 ** stage
+        for i in range(2):
+            x = basic_block(b, x, cin, cout, 2 if i == 0 and stage > 0 else 1)
+            cin = cout
+    x = b.node("GlobalAveragePool", [x], "gap")
+    x = b.node("Flatten", [x], "flatten", axis=1)
+    w = b.normal("fc_w", (classes, cin), 1.0 / np.sqrt(cin))
+    fc_b = b.normal("fc_b", (classes,), 0.01)
+    b.nodes.append(helper.make_node("Gemm", [x, w, fc_b], ["logits"], name="fc", transB=1))
+    return b.model(
+        "resnet18",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, image, image])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])])
 
 
 def resnet50(classes=1000, image=224):
@@ -322,3 +355,6 @@ if __name__ == "__main__":
     save(decoder(), os.path.join(args.out_dir, "decoder.onnx"))
     np.save(os.path.join(args.out_dir, "decoder.input.npy"),
             rng.integers(0, 8192, (1, 128)).astype(np.int64))
+    save(resnet18(), os.path.join(args.out_dir, "resnet18.onnx"))
+    np.save(os.path.join(args.out_dir, "resnet18.input.npy"),
+            rng.uniform(-1, 1, (1, 3, 224, 224)).astype(np.float32))

@@ -57,7 +57,7 @@ def summary(results, models):
         return [r for r in rows if r["name"] == model and r["engine"] == engine and
                 (r["phase"] == phase if phase else r["phase"].startswith("round"))]
 
-    print(f"   {'model':8}  {'Kiln p50':>10}  {'ORT p50':>10}  {'ORT/Kiln':>8}  {'Kiln min':>10}"
+    print(f"   {'model':12}  {'Kiln p50':>10}  {'ORT p50':>10}  {'ORT/Kiln':>8}  {'Kiln min':>10}"
           f"  {'ORT min':>10}  {'cold compile':>12}  {'warm compile':>12}")
     ratios = []
     for model in models:
@@ -67,13 +67,17 @@ def summary(results, models):
         ratios.append(kiln_p50 / ort_p50)
         cold, warm = pick(model, "kiln", "cold")[0], pick(model, "kiln", "warm")[0]
         note = "" if not cold["cache_hit"] and warm["cache_hit"] else "  (unexpected cache hits)"
-        print(f"   {model:8}  {kiln_p50:7.2f} ms  {ort_p50:7.2f} ms  {ort_p50 / kiln_p50:8.2f}"
+        print(f"   {model:12}  {kiln_p50:7.2f} ms  {ort_p50:7.2f} ms  {ort_p50 / kiln_p50:8.2f}"
               f"  {min(r['min_ms'] for r in kiln):7.2f} ms  {min(r['min_ms'] for r in ort):7.2f} ms"
               f"  {cold['compile_s']:10.2f} s  {warm['compile_s']:10.2f} s{note}")
     print("   ORT/Kiln above 1: Kiln is faster. Compile times: driver::compile (import excluded)")
-    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    # Issue 17's goal is over its five model kinds; BERT-base is timed beside them.
+    goal = [r for m, r in zip(models, ratios) if m != "bert"] or ratios
+    geomean = math.exp(sum(math.log(r) for r in goal) / len(goal))
     print("   Kiln p50 / ORT p50 per model: " + ", ".join(
-        f"{m} {r:.2f}" for m, r in zip(models, ratios)) + f"; geomean {geomean:.2f} (goal <= 0.85)")
+        f"{m} {r:.2f}" for m, r in zip(models, ratios)) +
+        f"; geomean {geomean:.2f}{' (bert aside)' if len(goal) < len(ratios) else ''}"
+        " (goal <= 0.85)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Kiln against ONNX Runtime 1.30 (onnxruntime-node, CPU execution provider) on a ResNet-50-shaped
-# CNN, a MobileNetV2-shaped CNN, a BERT-base-shaped encoder stack, issue 17's small encoder (4
+# Kiln against ONNX Runtime 1.30 (onnxruntime-node, CPU execution provider) on ResNet-18- and
+# ResNet-50-shaped CNNs, a MobileNetV2-shaped CNN, a BERT-base-shaped encoder stack, issue 17's small encoder (4
 # layers, d 256, seq 128) and a GPT-style causal decoder (4 blocks, vocab 8192, seq 128, tied
 # embeddings) (make_models.py, random weights, batch 1): checks once
 # that both give the same outputs on the same input, then times them in alternating rounds (Kiln
@@ -11,7 +11,7 @@
 #
 # Usage: bench/ort/run.sh [BUILD_DIR]   (`make bench-ort` builds kiln and runs it)
 # Environment: BENCH_ORT_THREADS (2), BENCH_ORT_ROUNDS (3), BENCH_ORT_ITERS (timed runs per round,
-# 20), BENCH_ORT_WARMUP (5), BENCH_ORT_BERT_LAYERS (12), BENCH_ORT_MODELS ("resnet50 mobilenet_v2
+# 20), BENCH_ORT_WARMUP (5), BENCH_ORT_BERT_LAYERS (12), BENCH_ORT_MODELS ("resnet18 resnet50 mobilenet_v2
 # bert encoder decoder"), BENCH_ORT_VARIANT ("cpu": the variant of Kiln's library this CPU
 # selects; "v3": the x86-64-v3 variant forced, see below).
 # Everything it writes is under BUILD_DIR/bench-ort/ (onnxruntime-node, models, code cache,
@@ -30,7 +30,7 @@ ROUNDS="${BENCH_ORT_ROUNDS:-3}"
 ITERS="${BENCH_ORT_ITERS:-20}"
 WARMUP="${BENCH_ORT_WARMUP:-5}"
 BERT_LAYERS="${BENCH_ORT_BERT_LAYERS:-12}"
-MODELS="${BENCH_ORT_MODELS:-resnet50 mobilenet_v2 bert encoder decoder}"
+MODELS="${BENCH_ORT_MODELS:-resnet18 resnet50 mobilenet_v2 bert encoder decoder}"
 CACHE="$WORK/cache"  # the code cache of every Kiln run after the cold compile
 # With "v3", Kiln's loader assumes a CPU with only x86-64-v3's features (KILN_CPU_FEATURES), so it
 # loads the AVX2 variant, and oneDNN, which dispatches on the CPU itself, is held to AVX2
@@ -77,7 +77,7 @@ if [ "$(cat "$MODEL_DIR/stamp" 2>/dev/null)" != "$stamp" ]; then
 fi
 input_name() {
   case "$1" in
-    resnet50 | mobilenet_v2) echo input ;;
+    resnet18 | resnet50 | mobilenet_v2) echo input ;;
     bert | encoder) echo hidden ;;
     decoder) echo tokens ;;
   esac

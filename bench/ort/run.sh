@@ -89,6 +89,13 @@ kiln_bench() {  # kiln_bench MODEL CACHE_DIR ITERS WARMUP: one JSON line
   "$KILN" bench "$MODEL_DIR/$1.onnx" --json --threads "$THREADS" --iters "$3" --warmup "$4" \
     --cache-dir "$2" --input "$(input_arg "$1")"
 }
+# The timed runs are of the library `kiln compile` writes by default (every x86-64 variant in
+# one .so, the one this CPU runs, or KILN_CPU_FEATURES's, chosen at load), as a user deploys it.
+LIB_DIR="$WORK/lib"
+kiln_bench_library() {  # kiln_bench_library MODEL ITERS WARMUP: one JSON line
+  "$KILN" bench "$LIB_DIR/$1.so" --json --threads "$THREADS" --iters "$2" --warmup "$3" \
+    --input "$(input_arg "$1")"
+}
 ort_bench() {  # ort_bench MODEL ITERS WARMUP [ARGS...]: one JSON line
   local model="$1" iters="$2" warmup="$3"
   shift 3
@@ -118,12 +125,23 @@ for m in $MODELS; do
   kiln_bench "$m" "$CACHE" 1 0 | tag kiln "$m" warm >>"$RESULTS"
 done
 
+# --- the libraries ------------------------------------------------------------------------------
+# `kiln compile` with its defaults (the GEMM and convolution choices made for THREADS threads).
+rm -rf "$LIB_DIR" && mkdir -p "$LIB_DIR"
+for m in $MODELS; do
+  OMP_NUM_THREADS="$THREADS" "$KILN" compile "$MODEL_DIR/$m.onnx" -o "$LIB_DIR/$m.so" \
+    --cache-dir "$CACHE" >/dev/null
+done
+echo "   Kiln's libraries: kiln compile MODEL.onnx -o MODEL.so; variant loaded:" \
+  "$("$KILN" bench "$LIB_DIR/${MODELS%% *}.so" --iters 1 --warmup 0 |
+    sed -n 's/.*(target \(.*\)) .*/\1/p')"
+
 # --- outputs agree -----------------------------------------------------------------------------
 # The same input through both; outputs compared here (printed, not asserted).
 echo "== outputs on the same input (make_models.py's <model>.input.npy)"
 for m in $MODELS; do
   rm -rf "$WORK/out/$m" && mkdir -p "$WORK/out/$m/kiln" "$WORK/out/$m/ort"
-  OMP_NUM_THREADS="$THREADS" "$KILN" run "$MODEL_DIR/$m.onnx" --cache-dir "$CACHE" \
+  OMP_NUM_THREADS="$THREADS" "$KILN" run "$LIB_DIR/$m.so" \
     --input "$(input_arg "$m")" --output-dir "$WORK/out/$m/kiln" >/dev/null
   ort_bench "$m" 1 0 --output-dir "$WORK/out/$m/ort" >/dev/null
   report compare "$m" "$WORK/out/$m"
@@ -139,7 +157,7 @@ for r in $(seq 1 "$ROUNDS"); do
     [ $((r % 2)) -eq 0 ] && order="ort kiln"
     for engine in $order; do
       if [ "$engine" = kiln ]; then
-        line="$(kiln_bench "$m" "$CACHE" "$ITERS" "$WARMUP" | tag kiln "$m" "round$r")"
+        line="$(kiln_bench_library "$m" "$ITERS" "$WARMUP" | tag kiln "$m" "round$r")"
       else
         line="$(ort_bench "$m" "$ITERS" "$WARMUP" | tag ort "$m" "round$r")"
       fi

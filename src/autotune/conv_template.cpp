@@ -51,7 +51,7 @@ void render_header(IndentedBuffer& out, const ConvConfig& config, const ConvProb
 void render_block(IndentedBuffer& out, const ConvConfig& config, int r, bool safe) {
   const IsaText isa = isa_text(config.isa);
   const int vectors = config.ocb / isa.width;
-  auto acc = [](int i, int v) { return fmt::format("c{}_{}", i, v); };
+  const auto acc = block_accumulator;
   out.linef("// Columns [ow0, ow0 + {}), {} input column checks.", r, safe ? "with" : "without");
   out.linef(
       "__attribute__((always_inline)) inline void block_{}{}(const float* x, const float* w, "
@@ -118,9 +118,7 @@ void render_block(IndentedBuffer& out, const ConvConfig& config, int r, bool saf
               value = fmt::format("_mm256_broadcast_ss(xr + {} * kSW + kw * kDW)", i);
             }
             out.linef("const {} x{} = {};", isa.vec, i, value);
-            for (int v = 0; v < vectors; ++v) {
-              out.linef("{} = {}_fmadd_ps(x{}, b{}, {});", acc(i, v), isa.prefix, i, v, acc(i, v));
-            }
+            render_block_fmas(out, isa, i, vectors);
           }
         }
         out.line("}");
@@ -128,14 +126,7 @@ void render_block(IndentedBuffer& out, const ConvConfig& config, int r, bool saf
       out.line("}");
     }
     out.line("}");
-    for (int i = 0; i < r; ++i) {
-      std::string line;
-      for (int v = 0; v < vectors; ++v) {
-        line += fmt::format("{}{}_storeu_ps(a + {}, {});", v ? " " : "", isa.prefix,
-                            i * config.ocb + v * isa.width, acc(i, v));
-      }
-      out.line(line);
-    }
+    render_block_stores(out, isa, r, vectors, config.ocb, "a");
   }
   out.line("}");
   out.line("");

@@ -47,7 +47,7 @@ void render_header(IndentedBuffer& out, const ConvConfig& config, const ConvProb
 void render_block(IndentedBuffer& out, const ConvConfig& config, int r) {
   const IsaText isa = isa_text(config.isa);
   const int vectors = config.ocb / isa.width;
-  auto acc = [](int i, int v) { return fmt::format("c{}_{}", i, v); };
+  const auto acc = block_accumulator;
   out.linef("// Output pixels [ow0, ow0 + {}) of a row.", r);
   out.linef(
       "__attribute__((always_inline)) inline void block_{}(const float* x, const float* w, "
@@ -87,9 +87,7 @@ void render_block(IndentedBuffer& out, const ConvConfig& config, int r) {
                     ? fmt::format("_mm512_set1_ps(xr[{} * kSW * kC + c])", i)
                     : fmt::format("_mm256_broadcast_ss(xr + {} * kSW * kC + c)", i);
             out.linef("const {} x{} = {};", isa.vec, i, value);
-            for (int v = 0; v < vectors; ++v) {
-              out.linef("{} = {}_fmadd_ps(x{}, b{}, {});", acc(i, v), isa.prefix, i, v, acc(i, v));
-            }
+            render_block_fmas(out, isa, i, vectors);
           }
         }
         out.line("}");
@@ -97,14 +95,7 @@ void render_block(IndentedBuffer& out, const ConvConfig& config, int r) {
       out.line("}");
     }
     out.line("}");
-    for (int i = 0; i < r; ++i) {
-      std::string line;
-      for (int v = 0; v < vectors; ++v) {
-        line += fmt::format("{}{}_storeu_ps(t + {}, {});", v ? " " : "", isa.prefix,
-                            i * config.ocb + v * isa.width, acc(i, v));
-      }
-      out.line(line);
-    }
+    render_block_stores(out, isa, r, vectors, config.ocb, "t");
   }
   out.line("}");
   out.line("");

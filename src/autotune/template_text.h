@@ -58,6 +58,33 @@ void render_conv_constants(Buffer& out, const Problem& p) {
             p.oh(), p.ow());
 }
 
+/// The accumulator of row i, vector v of a convolution template's register block.
+inline std::string block_accumulator(int i, int v) { return fmt::format("c{}_{}", i, v); }
+
+/// Row i's accumulators += x<i> * b<v> for each of `vectors` weight vectors (the direct
+/// convolution templates' inner step).
+template <typename Buffer>
+void render_block_fmas(Buffer& out, const IsaText& isa, int i, int vectors) {
+  for (int v = 0; v < vectors; ++v) {
+    out.linef("{0} = {1}_fmadd_ps(x{2}, b{3}, {0});", block_accumulator(i, v), isa.prefix, i, v);
+  }
+}
+
+/// Stores a register block of `rows` by `vectors` accumulators to `dst` (a float pointer in the
+/// rendered code), row i at i * `row_floats`: one line per row.
+template <typename Buffer>
+void render_block_stores(Buffer& out, const IsaText& isa, int rows, int vectors, int row_floats,
+                         const std::string& dst) {
+  for (int i = 0; i < rows; ++i) {
+    std::string line;
+    for (int v = 0; v < vectors; ++v) {
+      line += fmt::format("{}{}_storeu_ps({} + {}, {});", v ? " " : "", isa.prefix, dst,
+                          i * row_floats + v * isa.width, block_accumulator(i, v));
+    }
+    out.line(line);
+  }
+}
+
 /// The stored value of a template's output: "v" (the sum) without an epilogue, else "(expr)".
 inline std::string epilogue_value(const TemplateEpilogue& epilogue) {
   return epilogue.empty() ? "v" : "(" + epilogue.expr + ")";

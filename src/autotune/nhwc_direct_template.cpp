@@ -12,6 +12,8 @@
 namespace kiln::autotune {
 namespace {
 
+constexpr int64_t kMaxPaddedBytes = int64_t{32} << 20;
+
 void render_header(IndentedBuffer& out, const ConvConfig& config, const ConvProblem& p,
                    const TemplateEpilogue& epilogue) {
   out.linef("// Kiln direct convolution template, channels-last, {}", config.name());
@@ -252,7 +254,12 @@ void check_applies(const ConvConfig& config, const ConvProblem& problem) {
 }  // namespace
 
 bool nhwc_direct_applies(const ConvProblem& p) {
-  return p.channels_last && p.group == 1 && !nhwc_pointwise_applies(p);
+  // The padded copy of X is kept per calling thread for each such convolution of a library:
+  // past kMaxPaddedBytes (a large static batch) oneDNN, which pads as it reads, takes it.
+  const int64_t padded_bytes = p.n * p.h * (p.pad_left + p.w + p.pad_right) * p.c * 4;
+  const bool padded = p.pad_left + p.pad_right > 0;
+  return p.channels_last && p.group == 1 && !nhwc_pointwise_applies(p) &&
+         (!padded || padded_bytes <= kMaxPaddedBytes);
 }
 
 std::vector<ConvConfig> nhwc_direct_configs(const ConvProblem& problem, TemplateIsa isa) {

@@ -35,8 +35,9 @@
 
 namespace kiln::autotune {
 
-/// Whether the template implements `problem`: channels-last, group 1, and not a 1x1 stride-1
-/// unpadded convolution (nhwc_pointwise_applies).
+/// Whether the template implements `problem`: channels-last, group 1, not a 1x1 stride-1
+/// unpadded convolution (nhwc_pointwise_applies), and, when padded left or right, a padded copy
+/// of X of at most 32 MiB (each calling thread keeps one per convolution).
 bool nhwc_direct_applies(const ConvProblem& problem);
 
 /// The candidate configs for `isa` (AVX2 register blocks, and AVX-512 ones when isa is

@@ -192,6 +192,9 @@ TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
   }
   EXPECT_EQ(conv_choices(dense, 2, TemplateIsa::kAvx2)[0]->name(),
             "direct-nhwc avx2_oc16x6_ic64_rows");
+  // A padded copy of X over 32 MiB (a large static batch) is left to oneDNN.
+  const ConvProblem large = problem(64, 64, 56, 56, 64, 3, 1, 1, 1);
+  EXPECT_EQ(conv_choices(large, 2, TemplateIsa::kAvx512)[0]->name(), "onednn");
   // The direct template takes whole input channels and no 1x1 stride-1 problem.
   EXPECT_THROW(make_conv_choice("direct-nhwc avx512_oc32x14_ic32", dense), InternalError);
   EXPECT_THROW(make_conv_choice("direct-nhwc avx512_oc32x14_ic32", pointwise), InternalError);

@@ -432,10 +432,7 @@ class NhwcDirectChoice final : public ConvChoice {
  public:
   NhwcDirectChoice(const ConvConfig& config, const ConvProblem& problem)
       : config_(config), problem_(problem) {
-    check_conv_config(config);
-    check_conv_problem(problem);
-    KILN_CHECK(nhwc_direct_applies(problem) && config.icb == problem.c,
-               "direct channels-last choice: {} with {}", problem.text(), config.name());
+    check_nhwc_direct(config, problem);
   }
   std::string name() const override { return std::string(kPrefix) + config_.name(); }
   std::string backend() const override { return "template"; }

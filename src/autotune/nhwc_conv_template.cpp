@@ -308,16 +308,9 @@ class DepthwiseRowWriter {
     out_.linef("for (int64_t q = 0; q < {}; ++q) {{", count);
     {
       auto _ = out_.scope();
-      out_.line("const int64_t m = (b * kOH + oh) * kOW + ow + q;");
-      out_.line("(void)m;");
-      out_.line("float* y = Y + m * kM;");
-      out_.line("#pragma omp simd");
-      out_.linef("for (int64_t c = 0; c < {}; ++c) {{",
-                 (group.vectors - 1) * text_.width + group.lanes);
-      out_.line("    const int64_t n = c0 + c;");
-      out_.line("    const float v = sums[q][c];");
-      out_.linef("    y[n] = {};", epilogue_value(epilogue_));
-      out_.line("}");
+      render_pixel_store(out_, "(b * kOH + oh) * kOW + ow + q",
+                         std::to_string((group.vectors - 1) * text_.width + group.lanes), "c0",
+                         "sums[q]", epilogue_);
     }
     out_.line("}");
   }

@@ -141,16 +141,9 @@ void render_row(IndentedBuffer& out, const ConvConfig& config, const ConvProblem
       out.line("for (int64_t i = 0; i < r; ++i) {");
       {
         auto _ = out.scope();
-        out.line("const int64_t m = (b * kOH + oh) * kOW + ow0 + i;");
-        out.line("(void)m;");
-        out.line("float* y = Y + m * kM;");
         out.line("const float* ti = t + i * kOCB;");
-        out.line("#pragma omp simd");
-        out.line("for (int64_t q = 0; q < channels; ++q) {");
-        out.line("    const int64_t n = j * kOCB + q;");
-        out.line("    const float v = ti[q];");
-        out.linef("    y[n] = {};", epilogue_value(epilogue));
-        out.line("}");
+        render_pixel_store(out, "(b * kOH + oh) * kOW + ow0 + i", "channels", "j * kOCB", "ti",
+                           epilogue);
       }
       out.line("}");
     }
@@ -240,17 +233,6 @@ int direct_owb(int64_t ow, int max_owb) {
   return static_cast<int>(ceil_div(ow, blocks));
 }
 
-void check_applies(const ConvConfig& config, const ConvProblem& problem) {
-  check_conv_config(config);
-  check_conv_problem(problem);
-  KILN_CHECK(nhwc_direct_applies(problem),
-             "direct channels-last template: {} is not a channels-last ungrouped convolution "
-             "other than 1x1 stride 1",
-             problem.text());
-  KILN_CHECK(config.icb == problem.c, "direct channels-last template: config {} blocks C = {}",
-             config.name(), problem.c);
-}
-
 }  // namespace
 
 bool nhwc_direct_applies(const ConvProblem& p) {
@@ -260,6 +242,17 @@ bool nhwc_direct_applies(const ConvProblem& p) {
   const bool padded = p.pad_left + p.pad_right > 0;
   return p.channels_last && p.group == 1 && !nhwc_pointwise_applies(p) &&
          (!padded || padded_bytes <= kMaxPaddedBytes);
+}
+
+void check_nhwc_direct(const ConvConfig& config, const ConvProblem& problem) {
+  check_conv_config(config);
+  check_conv_problem(problem);
+  KILN_CHECK(nhwc_direct_applies(problem),
+             "direct channels-last template: {} is not a channels-last ungrouped convolution "
+             "other than 1x1 stride 1",
+             problem.text());
+  KILN_CHECK(config.icb == problem.c, "direct channels-last template: config {} blocks C = {}",
+             config.name(), problem.c);
 }
 
 std::vector<ConvConfig> nhwc_direct_configs(const ConvProblem& problem, TemplateIsa isa) {
@@ -302,7 +295,7 @@ int64_t nhwc_direct_bias_offset(const ConvConfig& config, const ConvProblem& p, 
 
 std::vector<float> prepack_nhwc_direct(const ConvConfig& config, const ConvProblem& p,
                                        const float* w, const float* bias) {
-  check_applies(config, p);
+  check_nhwc_direct(config, p);
   std::vector<float> packed(static_cast<size_t>(packed_nhwc_direct_size(config, p)), 0.0f);
   for (int64_t m = 0; m < p.m; ++m) {
     for (int64_t t = 0; t < p.depth(); ++t) {
@@ -318,7 +311,7 @@ std::vector<float> prepack_nhwc_direct(const ConvConfig& config, const ConvProbl
 
 std::string render_nhwc_direct(const ConvConfig& config, const ConvProblem& problem,
                                const std::string& function_name, const TemplateEpilogue& epilogue) {
-  check_applies(config, problem);
+  check_nhwc_direct(config, problem);
   IndentedBuffer out;
   render_header(out, config, problem, epilogue);
   const int64_t tail = problem.ow() % config.owb;

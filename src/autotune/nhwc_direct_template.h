@@ -40,6 +40,10 @@ namespace kiln::autotune {
 /// of X of at most 32 MiB (each calling thread keeps one per convolution).
 bool nhwc_direct_applies(const ConvProblem& problem);
 
+/// Throws InternalError unless `config` and `problem` are valid, nhwc_direct_applies(problem) and
+/// config.icb == C.
+void check_nhwc_direct(const ConvConfig& config, const ConvProblem& problem);
+
 /// The candidate configs for `isa` (AVX2 register blocks, and AVX-512 ones when isa is
 /// kAvx512), the heuristic one first; every one passes check_conv_config and has icb == C.
 std::vector<ConvConfig> nhwc_direct_configs(const ConvProblem& problem, TemplateIsa isa);

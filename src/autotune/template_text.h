@@ -90,6 +90,24 @@ inline std::string epilogue_value(const TemplateEpilogue& epilogue) {
   return epilogue.empty() ? "v" : "(" + epilogue.expr + ")";
 }
 
+/// Stores the sums of one output pixel of a channels-last template (Y [pixels, kM]) through the
+/// epilogue: for `count` channels from `first`, y[n] = epilogue(v) with v = `sums`[c], m =
+/// `pixel` and n = `first` + c, in a loop the vectorizer can take whole.
+template <typename Buffer>
+void render_pixel_store(Buffer& out, const std::string& pixel, const std::string& count,
+                        const std::string& first, const std::string& sums,
+                        const TemplateEpilogue& epilogue) {
+  out.linef("const int64_t m = {};", pixel);
+  out.line("(void)m;");
+  out.line("float* y = Y + m * kM;");
+  out.line("#pragma omp simd");
+  out.linef("for (int64_t c = 0; c < {}; ++c) {{", count);
+  out.linef("    const int64_t n = {} + c;", first);
+  out.linef("    const float v = {}[c];", sums);
+  out.linef("    y[n] = {};", epilogue_value(epilogue));
+  out.line("}");
+}
+
 /// ", a0, a1": the epilogue's inputs as arguments.
 inline std::string epilogue_call_args(const TemplateEpilogue& epilogue) {
   std::string text;

@@ -20,9 +20,9 @@
 ///             and the epilogue fused; W as it is
 ///   pointwise-nhwc, depthwise-nhwc  the channels-last templates (autotune/nhwc_conv_template.h)
 ///             for a channels-last problem, whose other choice is oneDNN on nhwc
-///   winograd  the Winograd F(4x4, 3x3) template (autotune/winograd_template.h) for 3x3
-///             stride-1 convolutions, the bias and the epilogue fused; W as it is (transformed
-///             on the first call)
+///   winograd, winograd-nhwc  the Winograd F(4x4, 3x3) template (autotune/winograd_template.h)
+///             for 3x3 stride-1 convolutions on NCHW or channels-last activations, the bias and
+///             the epilogue fused; W as it is (transformed on the first call)
 /// Tested in tests/unit/autotune/conv_template_test.cpp.
 
 #include <memory>
@@ -83,7 +83,9 @@ ConvChoicePtr make_conv_template_choice(const ConvConfig& config, const ConvProb
 /// else the template at conv_default_config; oneDNN for 1x1 convolutions with 784 or
 /// more output pixels, or when no config fits), then the other of the two, im2col + OpenBLAS,
 /// Winograd where it applies and the other template configs. A grouped problem has the depthwise
-/// template first (when it is depthwise) and oneDNN.
+/// template first (when it is depthwise) and oneDNN. A channels-last problem has the pointwise,
+/// depthwise or direct template first (Winograd for 3x3 stride-1 convolutions with 196 or more
+/// output pixels and 32 or more channels in and out), then oneDNN and the other configs.
 std::vector<ConvChoicePtr> conv_choices(const ConvProblem& problem, int threads,
                                         TemplateIsa isa = host_template_isa());
 

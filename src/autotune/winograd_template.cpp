@@ -28,8 +28,11 @@ constexpr std::array<std::array<int, 6>, 4> kAT = {
 // Each task's two copies of a tile row's 6 input rows live on the stack; the same budget as the
 // direct template's row buffer.
 constexpr int64_t kMaxRowBytes = int64_t{256} << 10;
-// V and Mt, per calling thread.
+// V and Mt, per calling thread. Channels-last, past 32 MiB (a large static batch) the direct
+// template or oneDNN take the problem, as the direct template leaves a padded copy of X of that
+// size to oneDNN.
 constexpr int64_t kMaxBufferBytes = int64_t{256} << 20;
+constexpr int64_t kMaxNhwcBufferBytes = int64_t{32} << 20;
 
 int64_t row_width(const ConvProblem& p) { return ceil_div(p.ow(), 4) * 4 + 2; }
 
@@ -44,8 +47,9 @@ int64_t tiles_per_block(TemplateIsa isa, const ConvProblem& p) {
 int64_t buffer_bytes(TemplateIsa isa, const ConvProblem& p) {
   const int64_t tiles = p.n * ceil_div(p.oh(), 4) * ceil_div(p.ow(), 4);
   const int64_t padded_tiles = round_up(tiles, tiles_per_block(isa, p));
+  const int64_t padded_c = p.channels_last ? round_up(p.c, isa_text(isa).width) : p.c;
   const int64_t padded_m = round_up(p.m, 2 * isa_text(isa).width);
-  return 36 * padded_tiles * (p.c + padded_m) * 4;
+  return 36 * padded_tiles * (padded_c + padded_m) * 4;
 }
 
 // "4.0f * x[0] - 5.0f * x[2] + x[4]": the sum of coefficient times term over the nonzero
@@ -71,9 +75,15 @@ std::string combination(const Row& row, Term term) {
 void render_header(IndentedBuffer& out, TemplateIsa isa, const ConvProblem& p,
                    const TemplateEpilogue& epilogue) {
   const IsaText text = isa_text(isa);
-  out.linef("// Kiln convolution template winograd {}: F(4x4, 3x3)", isa_name(isa));
-  out.linef("// Y[{}, {}, {}, {}] = epilogue({} + bias), W as it is, then the bias", p.n, p.m,
-            p.oh(), p.ow(), p.text());
+  out.linef("// Kiln convolution template winograd{} {}: F(4x4, 3x3)",
+            p.channels_last ? "-nhwc" : "", isa_name(isa));
+  if (p.channels_last) {
+    out.linef("// Y[{}, {}, {}, {}] = epilogue({} + bias), W as it is, then the bias", p.n,
+              p.oh(), p.ow(), p.m, p.text());
+  } else {
+    out.linef("// Y[{}, {}, {}, {}] = epilogue({} + bias), W as it is, then the bias", p.n, p.m,
+              p.oh(), p.ow(), p.text());
+  }
   out.linef("// epilogue: {}", epilogue.empty() ? "none" : epilogue.expr);
   out.linef("#pragma GCC target(\"{}\")", text.target);
   out.line("#include <immintrin.h>");
@@ -98,9 +108,14 @@ void render_header(IndentedBuffer& out, TemplateIsa isa, const ConvProblem& p,
             tiles_per_block(isa, p));
   out.line(
       "constexpr int64_t kTPad = (kT + kR - 1) / kR * kR, kMPad = (kM + kKB - 1) / kKB * kKB;");
-  out.line("// A tile row's input columns, from column -kPL: 4 per tile and 2 more.");
-  out.line("constexpr int64_t kRowW = kTW * 4 + 2;");
-  out.line("// Output channels as one vector of the output transform.");
+  if (p.channels_last) {
+    out.line("// Input channels of a tile's row of V, padded to whole vectors.");
+    out.line("constexpr int64_t kCPad = (kC + kVW - 1) / kVW * kVW;");
+  } else {
+    out.line("// A tile row's input columns, from column -kPL: 4 per tile and 2 more.");
+    out.line("constexpr int64_t kRowW = kTW * 4 + 2;");
+  }
+  out.line("// Channels as one vector of the input and output transforms.");
   out.linef("typedef float Vec __attribute__((vector_size({})));", text.width * 4);
   out.line("");
   out.line("inline Vec load(const float* p) {");
@@ -218,18 +233,81 @@ void render_input_transform(IndentedBuffer& out) {
   out.line("");
 }
 
+// Pass 1 of the channels-last layout, one task: B^T d B of every tile of one tile row, a vector
+// of input channels at a time (each pixel's channels are contiguous in X).
+void render_input_transform_nhwc(IndentedBuffer& out) {
+  out.line("// V[36][TPad][CPad]: B^T d B of every tile's 6x6 input patch d (zeros outside the");
+  out.line("// image and past kC).");
+  out.line("void transform_input_row(const float* X, float* V, int64_t b, int64_t ti) {");
+  {
+    auto _ = out.scope();
+    out.line("for (int64_t tj = 0; tj < kTW; ++tj) {");
+    {
+      auto _ = out.scope();
+      out.line("float* v = V + ((b * kTH + ti) * kTW + tj) * kCPad;");
+      out.line("const int64_t ih0 = ti * 4 - kPT, iw0 = tj * 4 - kPL;");
+      out.line("for (int64_t c0 = 0; c0 < kC; c0 += kVW) {");
+      {
+        auto _ = out.scope();
+        out.line("const int64_t lanes = std::min<int64_t>(kVW, kC - c0);");
+        out.line("Vec d[6][6];");
+        out.line("for (int64_t r = 0; r < 6; ++r) {");
+        out.line("    const int64_t ih = ih0 + r;");
+        out.line("    for (int64_t q = 0; q < 6; ++q) {");
+        out.line("        const int64_t iw = iw0 + q;");
+        out.line("        Vec x = {};");
+        out.line("        if (ih >= 0 && ih < kH && iw >= 0 && iw < kW) {");
+        out.line("            std::memcpy(&x, X + ((b * kH + ih) * kW + iw) * kC + c0,");
+        out.line("                        sizeof(float) * lanes);");
+        out.line("        }");
+        out.line("        d[r][q] = x;");
+        out.line("    }");
+        out.line("}");
+        out.line("// B^T down the columns, then along the rows.");
+        out.line("Vec e[6][6];");
+        out.line("for (int64_t q = 0; q < 6; ++q) {");
+        for (size_t a = 0; a < kBT.size(); ++a) {
+          out.linef("    e[{}][q] = {};", a,
+                    combination(kBT[a], [](size_t r) { return fmt::format("d[{}][q]", r); }));
+        }
+        out.line("}");
+        out.line("for (int64_t a = 0; a < 6; ++a) {");
+        {
+          auto _ = out.scope();
+          out.line("float* va = v + a * 6 * (kTPad * kCPad) + c0;");
+          for (size_t j = 0; j < kBT.size(); ++j) {
+            out.linef("const Vec v{} = {};", j,
+                      combination(kBT[j], [](size_t i) { return fmt::format("e[a][{}]", i); }));
+            out.linef("std::memcpy(va + {0} * (kTPad * kCPad), &v{0}, sizeof v{0});", j);
+          }
+        }
+        out.line("}");
+      }
+      out.line("}");
+    }
+    out.line("}");
+  }
+  out.line("}");
+  out.line("");
+}
+
 // Pass 2, one task: kR tiles by kKB output channels of one of the 36 products.
-void render_multiply(IndentedBuffer& out, TemplateIsa isa, int64_t r) {
+void render_multiply(IndentedBuffer& out, TemplateIsa isa, int64_t r, bool channels_last) {
   const IsaText t = isa_text(isa);
   auto acc = [](int64_t i, int v) { return fmt::format("c{}_{}", i, v); };
-  out.line("// Mt[xi][t][k] = sum_c V[xi][c][t] * U[xi][c][k] for kR tiles and kKB channels.");
+  out.linef("// Mt[xi][t][k] = sum_c V[xi][{}] * U[xi][c][k] for kR tiles and kKB channels.",
+            channels_last ? "t][c" : "c][t");
   out.line(
       "void multiply_block(const float* U, const float* V, float* Mt, int64_t xi, int64_t kb, "
       "int64_t tb) {");
   {
     auto _ = out.scope();
     out.line("const float* u = U + xi * (kC * kMPad) + kb * kKB;");
-    out.line("const float* v = V + xi * (kC * kTPad) + tb * kR;");
+    if (channels_last) {
+      out.line("const float* v = V + (xi * kTPad + tb * kR) * kCPad;");
+    } else {
+      out.line("const float* v = V + xi * (kC * kTPad) + tb * kR;");
+    }
     for (int64_t i = 0; i < r; ++i) {
       out.linef("{0} {1} = {2}_setzero_ps(), {3} = {2}_setzero_ps();", t.vec, acc(i, 0), t.prefix,
                 acc(i, 1));
@@ -239,12 +317,14 @@ void render_multiply(IndentedBuffer& out, TemplateIsa isa, int64_t r) {
       auto _ = out.scope();
       out.linef("const {} b0 = {}_loadu_ps(u + c * kMPad);", t.vec, t.prefix);
       out.linef("const {} b1 = {}_loadu_ps(u + c * kMPad + kVW);", t.vec, t.prefix);
-      out.line("const float* vc = v + c * kTPad;");
+      if (!channels_last) out.line("const float* vc = v + c * kTPad;");
       for (int64_t i = 0; i < r; ++i) {
+        const std::string value =
+            channels_last ? fmt::format("v[{} * kCPad + c]", i) : fmt::format("vc[{}]", i);
         out.linef(
-            "{{ const {0} a = {1}_set1_ps(vc[{2}]); {3} = {1}_fmadd_ps(a, b0, {3}); "
+            "{{ const {0} a = {1}_set1_ps({2}); {3} = {1}_fmadd_ps(a, b0, {3}); "
             "{4} = {1}_fmadd_ps(a, b1, {4}); }}",
-            t.vec, t.prefix, i, acc(i, 0), acc(i, 1));
+            t.vec, t.prefix, value, acc(i, 0), acc(i, 1));
       }
     }
     out.line("}");
@@ -259,8 +339,10 @@ void render_multiply(IndentedBuffer& out, TemplateIsa isa, int64_t r) {
 }
 
 // Pass 3, one task: A^T p A of one tile, a vector of output channels at a time, then the bias and
-// the epilogue as each output is stored.
-void render_output_transform(IndentedBuffer& out, const TemplateEpilogue& epilogue) {
+// the epilogue as each output is stored (NCHW: a channel's rows; channels-last: a pixel's
+// channels).
+void render_output_transform(IndentedBuffer& out, const TemplateEpilogue& epilogue,
+                             bool channels_last) {
   out.line("// Y: A^T p A of one tile's 36 products p, plus the bias, through the epilogue.");
   out.linef(
       "void transform_output_tile(const float* Mt, const float* bias, float* Y, int64_t t{}) {{",
@@ -285,34 +367,48 @@ void render_output_transform(IndentedBuffer& out, const TemplateEpilogue& epilog
       }
       out.line("}");
       out.line("const Vec bv = load(bias + k0);");
-      out.line("alignas(64) float y[16][kVW];");
+      out.line("alignas(64) float tile[16][kVW];  // [row * 4 + column][channel]");
       out.line("for (int64_t i = 0; i < 4; ++i) {");
       for (size_t j = 0; j < kAT.size(); ++j) {
         const std::string sum =
             combination(kAT[j], [](size_t k) { return fmt::format("s[i][{}]", k); });
         out.linef("    const Vec y{} = bv + {};", j, sum);
-        out.linef("    std::memcpy(y[i * 4 + {0}], &y{0}, sizeof y{0});", j);
+        out.linef("    std::memcpy(tile[i * 4 + {0}], &y{0}, sizeof y{0});", j);
       }
       out.line("}");
       out.line("const int64_t lanes = std::min<int64_t>(kVW, kM - k0);");
-      out.line("for (int64_t q = 0; q < lanes; ++q) {");
-      {
-        auto _ = out.scope();
+      if (channels_last) {
         out.line("for (int64_t i = 0; i < rows; ++i) {");
+        out.line("    for (int64_t j = 0; j < cols; ++j) {");
+        {
+          auto outer = out.scope();
+          auto inner = out.scope();
+          out.line("const float* sums = tile[i * 4 + j];");
+          render_pixel_store(out, "(b * kOH + ti * 4 + i) * kOW + tj * 4 + j", "lanes", "k0",
+                             "sums", epilogue);
+        }
+        out.line("    }");
+        out.line("}");
+      } else {
+        out.line("for (int64_t q = 0; q < lanes; ++q) {");
         {
           auto _ = out.scope();
-          out.line("const int64_t m = (b * kM + k0 + q) * kOH + ti * 4 + i;");
-          out.line("(void)m;");
-          out.line("float* yr = Y + m * kOW;");
-          out.line("for (int64_t j = 0; j < cols; ++j) {");
-          out.line("    const int64_t n = tj * 4 + j;");
-          out.line("    const float v = y[i * 4 + j][q];");
-          out.linef("    yr[n] = {};", epilogue_value(epilogue));
+          out.line("for (int64_t i = 0; i < rows; ++i) {");
+          {
+            auto _ = out.scope();
+            out.line("const int64_t m = (b * kM + k0 + q) * kOH + ti * 4 + i;");
+            out.line("(void)m;");
+            out.line("float* yr = Y + m * kOW;");
+            out.line("for (int64_t j = 0; j < cols; ++j) {");
+            out.line("    const int64_t n = tj * 4 + j;");
+            out.line("    const float v = tile[i * 4 + j][q];");
+            out.linef("    yr[n] = {};", epilogue_value(epilogue));
+            out.line("}");
+          }
           out.line("}");
         }
         out.line("}");
       }
-      out.line("}");
     }
     out.line("}");
   }
@@ -328,7 +424,8 @@ void render_entry(IndentedBuffer& out, const ConvProblem& p, const std::string& 
   out.line("const Transformed& weights = transformed(Wp);");
   out.line("// This thread's buffers (the OpenMP threads below each see their own thread_local,");
   out.line("// so they take the pointers). Tiles past kT stay zero: no pass writes them.");
-  out.line("static thread_local std::vector<float> v_buffer(36 * kC * kTPad);");
+  out.linef("static thread_local std::vector<float> v_buffer(36 * {} * kTPad);",
+            p.channels_last ? "kCPad" : "kC");
   out.line("static thread_local std::vector<float> mt_buffer(36 * kTPad * kMPad);");
   out.line("float* const V = v_buffer.data();");
   out.line("float* const Mt = mt_buffer.data();");
@@ -338,11 +435,19 @@ void render_entry(IndentedBuffer& out, const ConvProblem& p, const std::string& 
   out.linef("constexpr bool kParallel = {} >= (int64_t{{1}} << 18);",
             static_cast<int64_t>(p.flops() / 2));
   // Three passes on Kiln's pool (kiln_rt_pool.h), each over the caller's V and Mt.
-  out.line(
-      "kiln_rt::parallel_for_3d(kParallel, kN, kC, kTH, [&](int64_t b, int64_t c, "
-      "int64_t ti) {");
-  out.line("    transform_input_row(X, V, b, c, ti);");
-  out.line("});");
+  if (p.channels_last) {
+    out.line("kiln_rt::parallel_for(kParallel, kN * kTH, [&](int64_t lo, int64_t hi) {");
+    out.line("    for (int64_t row = lo; row < hi; ++row) {");
+    out.line("        transform_input_row(X, V, row / kTH, row % kTH);");
+    out.line("    }");
+    out.line("});");
+  } else {
+    out.line(
+        "kiln_rt::parallel_for_3d(kParallel, kN, kC, kTH, [&](int64_t b, int64_t c, "
+        "int64_t ti) {");
+    out.line("    transform_input_row(X, V, b, c, ti);");
+    out.line("});");
+  }
   out.line(
       "kiln_rt::parallel_for_3d(kParallel, 36, kMPad / kKB, kTPad / kR, [&](int64_t xi, "
       "int64_t kb, int64_t tb) {");
@@ -358,11 +463,12 @@ void render_entry(IndentedBuffer& out, const ConvProblem& p, const std::string& 
 }  // namespace
 
 bool winograd_applies(const ConvProblem& p) {
+  // The channels-last input transform reads X in place (no row buffer on the stack).
   return p.group == 1 && p.kh == 3 && p.kw == 3 && p.stride_h == 1 && p.stride_w == 1 &&
          p.dilation_h == 1 && p.dilation_w == 1 && p.oh() > 0 && p.ow() > 0 &&
-         2 * 6 * row_width(p) * 4 <= kMaxRowBytes &&
+         (p.channels_last || 2 * 6 * row_width(p) * 4 <= kMaxRowBytes) &&
          std::max(buffer_bytes(TemplateIsa::kAvx2, p), buffer_bytes(TemplateIsa::kAvx512, p)) <=
-             kMaxBufferBytes;
+             (p.channels_last ? kMaxNhwcBufferBytes : kMaxBufferBytes);
 }
 
 std::string render_winograd(TemplateIsa isa, const ConvProblem& problem,
@@ -373,9 +479,13 @@ std::string render_winograd(TemplateIsa isa, const ConvProblem& problem,
   IndentedBuffer out;
   render_header(out, isa, problem, epilogue);
   render_weight_transform(out);
-  render_input_transform(out);
-  render_multiply(out, isa, tiles_per_block(isa, problem));
-  render_output_transform(out, epilogue);
+  if (problem.channels_last) {
+    render_input_transform_nhwc(out);
+  } else {
+    render_input_transform(out);
+  }
+  render_multiply(out, isa, tiles_per_block(isa, problem), problem.channels_last);
+  render_output_transform(out, epilogue, problem.channels_last);
   out.line("}  // namespace");
   out.line("");
   render_entry(out, problem, function_name, epilogue);

@@ -2,8 +2,8 @@
 # End-to-end models against numpy: make_models.py writes an MLP (MatMul/Add/Relu, Gemm, Softmax),
 # the same MLP with a dynamic batch (run at batch 1, 3, 8 and 0), a small CNN (Conv with
 # bias, pads and stride, BatchNormalization, Relu, MaxPool, Conv, GlobalAveragePool, Flatten,
-# Gemm), a residual block whose 3x3 convolutions run as the Winograd template (checked at atol
-# 1e-4), MobileNetV2's and ResNet's blocks channels-last (static and dynamic batch), a model with data-dependent If and Loop (nested), and one whose shapes are computed from
+# Gemm), a residual block whose 3x3 convolutions run as the Winograd template (NCHW and
+# channels-last; checked at atol 1e-4), MobileNetV2's and ResNet's blocks channels-last (static and dynamic batch), a model with data-dependent If and Loop (nested), and one whose shapes are computed from
 # data (Reshape, Expand, Tile, ConstantOfShape, TopK, Range; with a bad shape: a clear error),
 # with seeded weights, inputs and expected outputs computed in numpy; and a transformer block
 # at opset 20 with a model-local function (make_transformer.py), a causal attention block at
@@ -57,6 +57,21 @@ KILN_LOG=autotune "$KILN" run "$M/winograd/model.onnx" --input "x=$M/winograd/x.
   { cat "$out/stderr"; fail "winograd: the two convolutions did not run as Winograd"; }
 "$PYTHON" "$HERE/compare.py" "$M/winograd/y.npy" "$out/y.npy" 1e-4 ||
   fail "winograd: output differs from numpy"
+# The same block channels-last (--conv-layout nhwc): both convolutions run as the channels-last
+# Winograd template, reading and writing [N, H, W, C] buffers, the residual Add and Relu fused.
+echo "== winograd_nhwc"
+out="$SCRATCH/out/winograd_nhwc"
+mkdir -p "$out"
+KILN_LOG=autotune "$KILN" compile "$M/winograd/model.onnx" -o "$out/model.so" \
+  --cache-dir "$CACHE" --autotune off --conv-layout nhwc >"$out/stdout" 2>"$out/stderr" ||
+  { cat "$out/stderr"; fail "winograd_nhwc: kiln compile failed"; }
+# Each convolution is selected once per variant of the library (x86-64-v4 and -v3).
+[ "$(grep -c "nhwc) runs as 'winograd-nhwc" "$out/stderr")" -eq 4 ] ||
+  { cat "$out/stderr"; fail "winograd_nhwc: the two convolutions did not run as Winograd"; }
+"$KILN" run "$out/model.so" --input "x=$M/winograd/x.npy" --output-dir "$out" >>"$out/stdout" \
+  2>>"$out/stderr" || { cat "$out/stderr"; fail "winograd_nhwc: kiln run failed"; }
+"$PYTHON" "$HERE/compare.py" "$M/winograd/y.npy" "$out/y.npy" 1e-4 ||
+  fail "winograd_nhwc: output differs from numpy"
 # MobileNetV2's blocks at awkward sizes run channels-last (the model has depthwise layers): the
 # 1x1, depthwise and stem convolutions as the channels-last templates; with a dynamic batch they
 # run on oneDNN's nhwc convolutions.

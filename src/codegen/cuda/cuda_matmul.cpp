@@ -131,7 +131,8 @@ std::optional<std::string> integer_dims(const std::vector<sym::Expr>& dims) {
   for (const sym::Expr& d : dims) {
     const std::optional<int64_t> v = d.as_integer();
     if (!v) return std::nullopt;
-    text += (text.empty() ? "" : ",") + std::to_string(*v);
+    if (!text.empty()) text += ',';
+    text += std::to_string(*v);
   }
   return text;
 }

@@ -182,17 +182,28 @@ TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
   for (const ConvChoicePtr& c : choices) {
     EXPECT_EQ(make_conv_choice(c->name(), depthwise)->hash_key(), c->hash_key()) << c->name();
   }
+  // A 3x3 stride-1 layer of 14 x 14 or more: Winograd, then the direct template, then oneDNN.
   const ConvProblem dense = problem(1, 64, 56, 56, 64, 3, 1, 1, 1);
   choices = conv_choices(dense, 2, TemplateIsa::kAvx512);
-  ASSERT_GE(choices.size(), 3u);
-  EXPECT_EQ(choices[0]->name(), "direct-nhwc avx512_oc64x6_ic64_rows");
-  EXPECT_EQ(choices[1]->name(), "onednn");
+  ASSERT_GE(choices.size(), 4u);
+  EXPECT_EQ(choices[0]->name(), "winograd-nhwc avx512");
+  EXPECT_EQ(choices[1]->name(), "direct-nhwc avx512_oc64x6_ic64_rows");
+  EXPECT_EQ(choices[2]->name(), "onednn");
   for (const ConvChoicePtr& c : choices) {
     EXPECT_EQ(make_conv_choice(c->name(), dense)->hash_key(), c->hash_key()) << c->name();
   }
-  EXPECT_EQ(conv_choices(dense, 2, TemplateIsa::kAvx2)[0]->name(),
-            "direct-nhwc avx2_oc16x6_ic64_rows");
-  // A padded copy of X over 32 MiB (a large static batch) is left to oneDNN.
+  choices = conv_choices(dense, 2, TemplateIsa::kAvx2);
+  ASSERT_GE(choices.size(), 2u);
+  EXPECT_EQ(choices[0]->name(), "winograd-nhwc avx2");
+  EXPECT_EQ(choices[1]->name(), "direct-nhwc avx2_oc16x6_ic64_rows");
+  // At 7 x 7 the direct template is first, Winograd after oneDNN.
+  const ConvProblem deep = problem(1, 512, 7, 7, 512, 3, 1, 1, 1);
+  choices = conv_choices(deep, 2, TemplateIsa::kAvx512);
+  ASSERT_GE(choices.size(), 3u);
+  EXPECT_EQ(choices[0]->name(), "direct-nhwc avx512_oc32x7_ic512");
+  EXPECT_EQ(choices[1]->name(), "onednn");
+  EXPECT_EQ(choices[2]->name(), "winograd-nhwc avx512");
+  // Winograd's buffers or a padded copy of X over 32 MiB (a large static batch): oneDNN.
   const ConvProblem large = problem(64, 64, 56, 56, 64, 3, 1, 1, 1);
   EXPECT_EQ(conv_choices(large, 2, TemplateIsa::kAvx512)[0]->name(), "onednn");
   // The direct template takes whole input channels and no 1x1 stride-1 problem.

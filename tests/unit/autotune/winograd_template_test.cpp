@@ -1,9 +1,10 @@
-// The Winograd F(4x4, 3x3) convolution template (src/autotune/winograd_template.h): rendered for
-// both ISAs (AVX-512 where this CPU runs it), compiled through the code cache, called on its
-// prepared weight and compared with a double-precision convolution (test_util.h) at awkward sizes
-// (odd channel counts, output channels off the vector, partial tiles at the right and bottom,
-// asymmetric and no padding, a 1x1 image, batch 2), plain and with a residual Add + Clip(0, 6)
-// epilogue, and at ResNet-50's four 3x3 layers.
+// The Winograd F(4x4, 3x3) convolution template (src/autotune/winograd_template.h), on NCHW and
+// on channels-last activations: rendered for both ISAs (AVX-512 where this CPU runs it), compiled
+// through the code cache, called on its prepared weight and compared with a double-precision
+// NCHW convolution (test_util.h; channels-last X is transposed from its input and Y back) at
+// awkward sizes (odd channel counts, input and output channels off the vector, partial tiles at
+// the right and bottom, asymmetric and no padding, a 1x1 image, batch 2), plain and with a
+// residual Add + Clip(0, 6) epilogue, and at ResNet-50's four 3x3 layers.
 //
 // Tolerance: Winograd's transforms (coefficients up to 8) cost accuracy compared with a direct
 // sum, so the error is bounded relative to the layer's output: max |y - y_ref| <= 1e-4 * max
@@ -37,7 +38,8 @@ namespace fs = std::filesystem;
 using ConvFn = void(const float*, const float*, float*);
 using ConvResidualFn = void(const float*, const float*, float*, const float*);
 
-ConvProblem conv3x3(int64_t n, int64_t c, int64_t h, int64_t w, int64_t m, int64_t pad) {
+ConvProblem conv3x3(int64_t n, int64_t c, int64_t h, int64_t w, int64_t m, int64_t pad,
+                    bool channels_last = false) {
   return {.n = n,
           .c = c,
           .h = h,
@@ -48,7 +50,31 @@ ConvProblem conv3x3(int64_t n, int64_t c, int64_t h, int64_t w, int64_t m, int64
           .pad_top = pad,
           .pad_left = pad,
           .pad_bottom = pad,
-          .pad_right = pad};
+          .pad_right = pad,
+          .channels_last = channels_last};
+}
+
+// [N, C, H, W] to [N, H, W, C] (`inverse`: back).
+std::vector<float> channels_last(int64_t n, int64_t c, int64_t h, int64_t w,
+                                 const std::vector<float>& x, bool inverse = false) {
+  std::vector<float> out(x.size());
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t k = 0; k < c; ++k)
+      for (int64_t i = 0; i < h * w; ++i) {
+        const size_t nchw = static_cast<size_t>((b * c + k) * h * w + i);
+        const size_t nhwc = static_cast<size_t>((b * h * w + i) * c + k);
+        if (inverse) {
+          out[nchw] = x[nhwc];
+        } else {
+          out[nhwc] = x[nchw];
+        }
+      }
+  return out;
+}
+
+std::string winograd_name(TemplateIsa isa, const ConvProblem& p) {
+  return std::string(p.channels_last ? "winograd-nhwc " : "winograd ") +
+         (isa == TemplateIsa::kAvx512 ? "avx512" : "avx2");
 }
 
 std::vector<TemplateIsa> isas() {
@@ -117,14 +143,38 @@ TEST(WinogradTemplate, AppliesToThreeByThreeStrideOneOnly) {
   for (const ConvChoicePtr& c : conv_choices(strided, 2, TemplateIsa::kAvx512)) {
     EXPECT_EQ(c->name().rfind("winograd", 0), std::string::npos) << c->name();
   }
+
+  // Channels-last: "winograd-nhwc", among the channels-last choices; each name is rebuilt only
+  // for a problem of its own layout. Its input transform reads X in place, so a wide row fits.
+  ConvProblem nhwc = resnet;
+  nhwc.channels_last = true;
+  const std::vector<ConvChoicePtr> nhwc_choices = conv_choices(nhwc, 2, TemplateIsa::kAvx2);
+  EXPECT_TRUE(std::any_of(nhwc_choices.begin(), nhwc_choices.end(),
+                          [](const ConvChoicePtr& c) { return c->name() == "winograd-nhwc avx2"; }));
+  EXPECT_EQ(make_conv_choice("winograd-nhwc avx512", nhwc)->name(), "winograd-nhwc avx512");
+  EXPECT_THROW(make_conv_choice("winograd avx512", nhwc), InternalError);
+  EXPECT_THROW(make_conv_choice("winograd-nhwc avx512", resnet), InternalError);
+  EXPECT_FALSE(winograd_applies(conv3x3(1, 1, 3, 10000, 1, 1)));
+  EXPECT_TRUE(winograd_applies(conv3x3(1, 1, 3, 10000, 1, 1, true)));
+  // Its buffers are bounded by 32 MiB (a large static batch is left to the other choices).
+  EXPECT_FALSE(winograd_applies(conv3x3(64, 64, 56, 56, 64, 1, true)));
 }
 
 // Runs `choice` (plain, and with the residual Clip epilogue when `fused`) on seeded data and
-// returns the relative error of the plain call.
+// returns the relative error of the plain call. X, Y and the residual are generated and compared
+// as NCHW, transposed around the call of a channels-last choice.
 double run_and_check(codecache::CodeCache& cache, const ConvChoice& choice, bool fused) {
   const ConvProblem& p = choice.problem();
   TemplateEpilogue epilogue{.expr = {}, .args = {"e0"}};
-  epilogue.expr = "std::min(std::max(v + e0[m * " + std::to_string(p.ow()) + " + n], 0.0f), 6.0f)";
+  // The epilogue's row m is a channel's output row (NCHW) or a pixel (channels-last).
+  const int64_t row = p.channels_last ? p.m : p.ow();
+  epilogue.expr = "std::min(std::max(v + e0[m * " + std::to_string(row) + " + n], 0.0f), 6.0f)";
+  auto input = [&](const std::vector<float>& x) {
+    return p.channels_last ? channels_last(p.n, p.c, p.h, p.w, x) : x;
+  };
+  auto output = [&](const std::vector<float>& y, bool inverse) {
+    return p.channels_last ? channels_last(p.n, p.m, p.oh(), p.ow(), y, inverse) : y;
+  };
   std::vector<codecache::SourceUnit> sources = {{"conv.cpp", choice.render("conv")}};
   if (fused) sources.push_back({"fused.cpp", choice.render("conv_fused", epilogue)});
   codecache::CompilerConfig config;
@@ -136,19 +186,21 @@ double run_and_check(codecache::CodeCache& cache, const ConvChoice& choice, bool
   const std::vector<float> prepared = choice.prepare(w.data(), bias.data());
   const size_t out_size = static_cast<size_t>(p.n * p.m * p.oh() * p.ow());
   const std::string what = choice.name() + " at " + p.text();
+  const std::vector<float> x_in = input(x);
   std::vector<float> y(out_size, std::numeric_limits<float>::quiet_NaN());
   // Twice: the first call transforms the weights, the second reuses them.
   for (int call = 0; call < 2; ++call) {
-    library.symbol<ConvFn>("conv")(x.data(), prepared.data(), y.data());
+    library.symbol<ConvFn>("conv")(x_in.data(), prepared.data(), y.data());
   }
-  const double relative = expect_matches(p, x, w, bias, nullptr, y, what);
+  const double relative = expect_matches(p, x, w, bias, nullptr, output(y, true), what);
   if (fused) {
     std::vector<float> residual = random_matrix(1, static_cast<int64_t>(out_size), 6);
     for (float& r : residual) r *= 8;  // reach both ends of the Clip
+    const std::vector<float> residual_in = output(residual, false);
     std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
-    library.symbol<ConvResidualFn>("conv_fused")(x.data(), prepared.data(), y.data(),
-                                                 residual.data());
-    expect_matches(p, x, w, bias, residual.data(), y, what + " + residual Clip");
+    library.symbol<ConvResidualFn>("conv_fused")(x_in.data(), prepared.data(), y.data(),
+                                                 residual_in.data());
+    expect_matches(p, x, w, bias, residual.data(), output(y, true), what + " + residual Clip");
   }
   return relative;
 }
@@ -166,13 +218,12 @@ TEST(WinogradTemplate, CorrectAtAwkwardSizes) {
   asymmetric.pad_right = 3;
   problems.push_back(asymmetric);
   codecache::CodeCache cache(fresh_dir() / "code");
-  for (const ConvProblem& p : problems) {
-    for (TemplateIsa isa : isas()) {
-      run_and_check(
-          cache,
-          *make_conv_choice(
-              std::string("winograd ") + (isa == TemplateIsa::kAvx512 ? "avx512" : "avx2"), p),
-          true);
+  for (ConvProblem p : problems) {
+    for (bool nhwc : {false, true}) {
+      p.channels_last = nhwc;
+      for (TemplateIsa isa : isas()) {
+        run_and_check(cache, *make_conv_choice(winograd_name(isa, p), p), true);
+      }
     }
   }
 }
@@ -180,12 +231,14 @@ TEST(WinogradTemplate, CorrectAtAwkwardSizes) {
 // ResNet-50's 3x3 layers, at the ISA this CPU selects: relative error <= 1e-4.
 TEST(WinogradTemplate, ResNetLayersWithinOneInTenThousand) {
   codecache::CodeCache cache(fresh_dir() / "code");
-  const std::string isa = host_template_isa() == TemplateIsa::kAvx512 ? "avx512" : "avx2";
   for (int64_t scale = 1; scale <= 8; scale *= 2) {
     const int64_t size = 56 / scale;
-    const ConvProblem p = conv3x3(1, 64 * scale, size, size, 64 * scale, 1);
-    const double relative = run_and_check(cache, *make_conv_choice("winograd " + isa, p), false);
-    std::printf("%s: relative error %.2e\n", p.text().c_str(), relative);
+    for (bool nhwc : {false, true}) {
+      const ConvProblem p = conv3x3(1, 64 * scale, size, size, 64 * scale, 1, nhwc);
+      const double relative =
+          run_and_check(cache, *make_conv_choice(winograd_name(host_template_isa(), p), p), false);
+      std::printf("%s: relative error %.2e\n", p.text().c_str(), relative);
+    }
   }
 }
 

@@ -505,8 +505,8 @@ std::vector<ConvChoicePtr> channels_last_choices(const ConvProblem& problem, int
   // to 1.46 ms, slower than the direct template's 2.4 MB; the two smaller layers kept most of
   // their gain (0.62 and 0.53 ms against about 1.0).
   const bool winograd = winograd_applies(problem);
-  const bool winograd_first = winograd && problem.oh() * problem.ow() >= 196 &&
-                              problem.c >= 32 && problem.m >= 32 &&
+  const bool winograd_first = winograd && problem.oh() * problem.ow() >= 196 && problem.c >= 32 &&
+                              problem.m >= 32 &&
                               36 * problem.c * problem.m * 4 <= (int64_t{4} << 20);
   if (winograd_first) choices.push_back(std::make_shared<WinogradChoice>(isa, problem));
   // The direct template's heuristic config before oneDNN: at ResNet-50's 3x3, 7x7 and strided

@@ -78,8 +78,8 @@ void render_header(IndentedBuffer& out, TemplateIsa isa, const ConvProblem& p,
   out.linef("// Kiln convolution template winograd{} {}: F(4x4, 3x3)",
             p.channels_last ? "-nhwc" : "", isa_name(isa));
   if (p.channels_last) {
-    out.linef("// Y[{}, {}, {}, {}] = epilogue({} + bias), W as it is, then the bias", p.n,
-              p.oh(), p.ow(), p.m, p.text());
+    out.linef("// Y[{}, {}, {}, {}] = epilogue({} + bias), W as it is, then the bias", p.n, p.oh(),
+              p.ow(), p.m, p.text());
   } else {
     out.linef("// Y[{}, {}, {}, {}] = epilogue({} + bias), W as it is, then the bias", p.n, p.m,
               p.oh(), p.ow(), p.text());

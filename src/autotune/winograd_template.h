@@ -23,6 +23,13 @@
 ///   3. output transform: per tile, A^T and A applied to vectors of output channels, then the
 ///      bias and the epilogue as each output is stored.
 ///
+/// On channels-last activations (problem.channels_last: X [N, H, W, C], Y [N, OH, OW, M], the
+/// choice "winograd-nhwc") the same passes run on the other axis: pass 1 transforms a vector of
+/// input channels of each tile at a time, read from X in place (a pixel's channels are
+/// contiguous), into V[36][T][C] (C padded to the vector); pass 2 broadcasts V[xi][t][c]; pass 3
+/// stores each output pixel's channels through the epilogue, which then sees m = (b * OH + oh) *
+/// OW + ow and n = oc, as the other channels-last templates' do.
+///
 /// The transformed weights U[36][C][M] (G g G^T, computed in double) are 4x the size of W, so the
 /// library keeps W as it is (the weight argument is W then the bias, like the library choices')
 /// and the function transforms it on its first call with that weight pointer, keeping the result
@@ -41,7 +48,8 @@
 namespace kiln::autotune {
 
 /// Whether the Winograd template implements `problem`: 3x3 kernel, stride 1, dilation 1, group
-/// 1, and a tile row's input rows that fit the per-task stack budget.
+/// 1, per-thread buffers V and Mt of at most 256 MiB (32 MiB channels-last), and (NCHW) a tile
+/// row's input rows that fit the per-task stack budget.
 bool winograd_applies(const ConvProblem& problem);
 
 /// Renders the kernel source (one translation unit defining `function_name` as extern "C").

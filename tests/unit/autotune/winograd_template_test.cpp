@@ -149,8 +149,9 @@ TEST(WinogradTemplate, AppliesToThreeByThreeStrideOneOnly) {
   ConvProblem nhwc = resnet;
   nhwc.channels_last = true;
   const std::vector<ConvChoicePtr> nhwc_choices = conv_choices(nhwc, 2, TemplateIsa::kAvx2);
-  EXPECT_TRUE(std::any_of(nhwc_choices.begin(), nhwc_choices.end(),
-                          [](const ConvChoicePtr& c) { return c->name() == "winograd-nhwc avx2"; }));
+  EXPECT_TRUE(std::any_of(nhwc_choices.begin(), nhwc_choices.end(), [](const ConvChoicePtr& c) {
+    return c->name() == "winograd-nhwc avx2";
+  }));
   EXPECT_EQ(make_conv_choice("winograd-nhwc avx512", nhwc)->name(), "winograd-nhwc avx512");
   EXPECT_THROW(make_conv_choice("winograd avx512", nhwc), InternalError);
   EXPECT_THROW(make_conv_choice("winograd-nhwc avx512", resnet), InternalError);

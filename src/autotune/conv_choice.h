@@ -85,8 +85,8 @@ ConvChoicePtr make_conv_template_choice(const ConvConfig& config, const ConvProb
 /// Winograd where it applies and the other template configs. A grouped problem has the depthwise
 /// template first (when it is depthwise) and oneDNN. A channels-last problem has the pointwise,
 /// depthwise or direct template first (Winograd for 3x3 stride-1 convolutions with 196 or more
-/// output pixels, 32 or more channels in and out and at most 4 MiB of transformed weights), then
-/// oneDNN and the other configs.
+/// output pixels, 32 or more channels in and out and at most 4 MiB of transformed weights, 16 MiB
+/// for AVX2), then oneDNN and the other configs.
 std::vector<ConvChoicePtr> conv_choices(const ConvProblem& problem, int threads,
                                         TemplateIsa isa = host_template_isa());
 

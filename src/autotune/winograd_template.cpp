@@ -126,7 +126,8 @@ void render_header(IndentedBuffer& out, TemplateIsa isa, const ConvProblem& p,
   out.line("");
 }
 
-// U[36][C][MPad] (channels past M zero) and the bias padded to MPad, per weight pointer.
+// U[36][MPad / KB][C][KB] (channels past M zero) and the bias padded to MPad, per weight
+// pointer: each task of pass 2 streams one contiguous C x KB strip.
 void render_weight_transform(IndentedBuffer& out) {
   out.line("struct Transformed {");
   out.line("    std::vector<float> u, bias;");
@@ -167,7 +168,8 @@ void render_weight_transform(IndentedBuffer& out) {
     out.line("            for (int b = 0; b < 6; ++b) {");
     out.line("                const double s = gg[a][0] * G[b][0] + gg[a][1] * G[b][1] +");
     out.line("                                 gg[a][2] * G[b][2];");
-    out.line("                u[((a * 6 + b) * kC + c) * kMPad + k] = static_cast<float>(s);");
+    out.line("                u[((a * 6 + b) * (kMPad / kKB) + k / kKB) * (kC * kKB) + c * kKB +");
+    out.line("                  k % kKB] = static_cast<float>(s);");
     out.line("            }");
     out.line("        }");
     out.line("    }");
@@ -302,7 +304,7 @@ void render_multiply(IndentedBuffer& out, TemplateIsa isa, int64_t r, bool chann
       "int64_t tb) {");
   {
     auto _ = out.scope();
-    out.line("const float* u = U + xi * (kC * kMPad) + kb * kKB;");
+    out.line("const float* u = U + (xi * (kMPad / kKB) + kb) * (kC * kKB);");
     if (channels_last) {
       out.line("const float* v = V + (xi * kTPad + tb * kR) * kCPad;");
     } else {
@@ -315,8 +317,8 @@ void render_multiply(IndentedBuffer& out, TemplateIsa isa, int64_t r, bool chann
     out.line("for (int64_t c = 0; c < kC; ++c) {");
     {
       auto _ = out.scope();
-      out.linef("const {} b0 = {}_loadu_ps(u + c * kMPad);", t.vec, t.prefix);
-      out.linef("const {} b1 = {}_loadu_ps(u + c * kMPad + kVW);", t.vec, t.prefix);
+      out.linef("const {} b0 = {}_loadu_ps(u + c * kKB);", t.vec, t.prefix);
+      out.linef("const {} b1 = {}_loadu_ps(u + c * kKB + kVW);", t.vec, t.prefix);
       if (!channels_last) out.line("const float* vc = v + c * kTPad;");
       for (int64_t i = 0; i < r; ++i) {
         const std::string value =

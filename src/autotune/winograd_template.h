@@ -30,11 +30,12 @@
 /// stores each output pixel's channels through the epilogue, which then sees m = (b * OH + oh) *
 /// OW + ow and n = oc, as the other channels-last templates' do.
 ///
-/// The transformed weights U[36][C][M] (G g G^T, computed in double) are 4x the size of W, so the
-/// library keeps W as it is (the weight argument is W then the bias, like the library choices')
-/// and the function transforms it on its first call with that weight pointer, keeping the result
-/// for later calls; V and Mt live in per-thread buffers. The epilogue (TemplateEpilogue) sees v
-/// (the biased sum), m = (b * M + oc) * OH + oh and n = ow, as the direct template's does.
+/// The transformed weights U (G g G^T, computed in double; [36][M / KB][C][KB] for the KB output
+/// channels of a register block, so that a block streams a contiguous strip) are 4x the size of
+/// W, so the library keeps W as it is (the weight argument is W then the bias, like the library
+/// choices') and the function transforms it on its first call with that weight pointer, keeping
+/// the result for later calls; V and Mt live in per-thread buffers. The epilogue (TemplateEpilogue)
+/// sees v (the biased sum), m = (b * M + oc) * OH + oh and n = ow, as the direct template's does.
 ///
 /// The matrices' points are 0, +-1, +-2 and +-1/2; in float32 the result is within about 1e-5
 /// of the direct convolution relative to the output's magnitude (tests/unit/autotune/

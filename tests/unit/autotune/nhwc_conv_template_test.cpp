@@ -203,6 +203,11 @@ TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
   EXPECT_EQ(choices[0]->name(), "direct-nhwc avx512_oc32x7_ic512");
   EXPECT_EQ(choices[1]->name(), "onednn");
   EXPECT_EQ(choices[2]->name(), "winograd-nhwc avx512");
+  // At 14 x 14 x 256 (9.4 MB of transformed weights) Winograd is first for AVX2 only.
+  const ConvProblem mid = problem(1, 256, 14, 14, 256, 3, 1, 1, 1);
+  EXPECT_EQ(conv_choices(mid, 2, TemplateIsa::kAvx2)[0]->name(), "winograd-nhwc avx2");
+  EXPECT_EQ(conv_choices(mid, 2, TemplateIsa::kAvx512)[0]->name().rfind("direct-nhwc avx512", 0),
+            0u);
   // Winograd's buffers or a padded copy of X over 32 MiB (a large static batch): oneDNN.
   const ConvProblem large = problem(64, 64, 56, 56, 64, 3, 1, 1, 1);
   EXPECT_EQ(conv_choices(large, 2, TemplateIsa::kAvx512)[0]->name(), "onednn");

@@ -43,6 +43,26 @@ inline ConvProblem square_conv(int64_t n, int64_t c, int64_t h, int64_t w, int64
           .group = group};
 }
 
+/// A tensor [N, C, H, W] as [N, H, W, C]; with `to_nchw`, [N, H, W, C] back to [N, C, H, W].
+inline std::vector<float> transpose_channels(int64_t n, int64_t c, int64_t h, int64_t w,
+                                             const std::vector<float>& x, bool to_nchw = false) {
+  std::vector<float> out(x.size());
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t k = 0; k < c; ++k) {
+      for (int64_t i = 0; i < h * w; ++i) {
+        const size_t nchw = static_cast<size_t>((b * c + k) * h * w + i);
+        const size_t nhwc = static_cast<size_t>((b * h * w + i) * c + k);
+        if (to_nchw) {
+          out[nchw] = x[nhwc];
+        } else {
+          out[nhwc] = x[nchw];
+        }
+      }
+    }
+  }
+  return out;
+}
+
 /// Compares Y with the reference convolution of X, W and bias; with `residual`, with
 /// min(max(y + residual, 0), 6). `what` names the choice and problem in failures.
 using ConvCheck = std::function<void(const std::vector<float>& x, const std::vector<float>& w,

@@ -67,25 +67,14 @@ std::vector<ConvProblem> problems() {
   return all;
 }
 
-// X [N, H, W, C] to [N, C, H, W].
-std::vector<float> to_nchw(const ConvProblem& p, const std::vector<float>& x) {
-  std::vector<float> out(x.size());
-  for (int64_t b = 0; b < p.n; ++b)
-    for (int64_t i = 0; i < p.h; ++i)
-      for (int64_t j = 0; j < p.w; ++j)
-        for (int64_t c = 0; c < p.c; ++c)
-          out[static_cast<size_t>(((b * p.c + c) * p.h + i) * p.w + j)] =
-              x[static_cast<size_t>(((b * p.h + i) * p.w + j) * p.c + c)];
-  return out;
-}
-
 // Y [N, OH, OW, M] against the NCHW reference, then (with `residual`, also [N, OH, OW, M])
 // min(max(y + residual, 0), 6).
 void expect_matches(const ConvProblem& p, const std::vector<float>& x, const std::vector<float>& w,
                     const std::vector<float>& bias, const float* residual,
                     const std::vector<float>& y, const std::string& what) {
   const double eps = std::numeric_limits<float>::epsilon();
-  const ReferenceConv reference = reference_conv(p, to_nchw(p, x), w, bias);
+  const ReferenceConv reference =
+      reference_conv(p, transpose_channels(p.n, p.c, p.h, p.w, x, true), w, bias);
   int failures = 0;
   for (int64_t b = 0; b < p.n; ++b) {
     for (int64_t i = 0; i < p.oh(); ++i) {

@@ -27,7 +27,7 @@
 #include "codecache/loaded_library.h"
 #include "support/error.h"
 
-#include "test_util.h"
+#include "conv_test_util.h"
 
 namespace kiln::autotune {
 namespace {
@@ -35,8 +35,6 @@ namespace {
 using namespace test;  // NOLINT: the shared fixtures
 
 namespace fs = std::filesystem;
-using ConvFn = void(const float*, const float*, float*);
-using ConvResidualFn = void(const float*, const float*, float*, const float*);
 
 ConvProblem conv3x3(int64_t n, int64_t c, int64_t h, int64_t w, int64_t m, int64_t pad,
                     bool channels_last = false) {
@@ -52,24 +50,6 @@ ConvProblem conv3x3(int64_t n, int64_t c, int64_t h, int64_t w, int64_t m, int64
           .pad_bottom = pad,
           .pad_right = pad,
           .channels_last = channels_last};
-}
-
-// [N, C, H, W] to [N, H, W, C] (`inverse`: back).
-std::vector<float> channels_last(int64_t n, int64_t c, int64_t h, int64_t w,
-                                 const std::vector<float>& x, bool inverse = false) {
-  std::vector<float> out(x.size());
-  for (int64_t b = 0; b < n; ++b)
-    for (int64_t k = 0; k < c; ++k)
-      for (int64_t i = 0; i < h * w; ++i) {
-        const size_t nchw = static_cast<size_t>((b * c + k) * h * w + i);
-        const size_t nhwc = static_cast<size_t>((b * h * w + i) * c + k);
-        if (inverse) {
-          out[nchw] = x[nhwc];
-        } else {
-          out[nhwc] = x[nchw];
-        }
-      }
-  return out;
 }
 
 std::string winograd_name(TemplateIsa isa, const ConvProblem& p) {
@@ -171,10 +151,10 @@ double run_and_check(codecache::CodeCache& cache, const ConvChoice& choice, bool
   const int64_t row = p.channels_last ? p.m : p.ow();
   epilogue.expr = "std::min(std::max(v + e0[m * " + std::to_string(row) + " + n], 0.0f), 6.0f)";
   auto input = [&](const std::vector<float>& x) {
-    return p.channels_last ? channels_last(p.n, p.c, p.h, p.w, x) : x;
+    return p.channels_last ? transpose_channels(p.n, p.c, p.h, p.w, x) : x;
   };
-  auto output = [&](const std::vector<float>& y, bool inverse) {
-    return p.channels_last ? channels_last(p.n, p.m, p.oh(), p.ow(), y, inverse) : y;
+  auto output = [&](const std::vector<float>& y, bool to_nchw) {
+    return p.channels_last ? transpose_channels(p.n, p.m, p.oh(), p.ow(), y, to_nchw) : y;
   };
   std::vector<codecache::SourceUnit> sources = {{"conv.cpp", choice.render("conv")}};
   if (fused) sources.push_back({"fused.cpp", choice.render("conv_fused", epilogue)});

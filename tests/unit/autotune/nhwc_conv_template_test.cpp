@@ -197,6 +197,15 @@ TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
   EXPECT_EQ(conv_choices(mid, 2, TemplateIsa::kAvx2)[0]->name(), "winograd-nhwc avx2");
   EXPECT_EQ(conv_choices(mid, 2, TemplateIsa::kAvx512)[0]->name().rfind("direct-nhwc avx512", 0),
             0u);
+  // First layers (3 input channels): 64 by 6 at 64 output channels, 16 by 14 below.
+  const ConvProblem stem7 = problem(1, 3, 224, 224, 64, 7, 2, 3, 1);
+  EXPECT_EQ(conv_choices(stem7, 2, TemplateIsa::kAvx512)[0]->name(),
+            "direct-nhwc avx512_oc64x6_ic3_rows");
+  const ConvProblem stem3 = problem(1, 3, 224, 224, 32, 3, 2, 1, 1);
+  EXPECT_EQ(conv_choices(stem3, 2, TemplateIsa::kAvx512)[0]->name(),
+            "direct-nhwc avx512_oc16x14_ic3_rows");
+  EXPECT_EQ(conv_choices(stem3, 2, TemplateIsa::kAvx2)[0]->name(),
+            "direct-nhwc avx2_oc16x6_ic3_rows");
   // Winograd's buffers or a padded copy of X over 32 MiB (a large static batch): oneDNN.
   const ConvProblem large = problem(64, 64, 56, 56, 64, 3, 1, 1, 1);
   EXPECT_EQ(conv_choices(large, 2, TemplateIsa::kAvx512)[0]->name(), "onednn");

@@ -206,6 +206,10 @@ TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
             "direct-nhwc avx512_oc16x14_ic3_rows");
   EXPECT_EQ(conv_choices(stem3, 2, TemplateIsa::kAvx2)[0]->name(),
             "direct-nhwc avx2_oc16x6_ic3_rows");
+  // A strided 1x1 projection: 64 by 5 (three blocks of a 14-pixel row).
+  const ConvProblem projection = problem(1, 512, 28, 28, 1024, 1, 2, 0, 1);
+  EXPECT_EQ(conv_choices(projection, 2, TemplateIsa::kAvx512)[0]->name(),
+            "direct-nhwc avx512_oc64x5_ic512");
   // Winograd's buffers or a padded copy of X over 32 MiB (a large static batch): oneDNN.
   const ConvProblem large = problem(64, 64, 56, 56, 64, 3, 1, 1, 1);
   EXPECT_EQ(conv_choices(large, 2, TemplateIsa::kAvx512)[0]->name(), "onednn");

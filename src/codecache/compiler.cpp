@@ -120,8 +120,14 @@ std::vector<std::string> sanitizer_flags_from_env() {
 }
 
 std::vector<std::string> default_jit_flags() {
-  std::vector<std::string> flags = {"-O3",     "-march=native", "-fopenmp",
-                                    "-shared", "-fPIC",         "-std=c++17"};
+  // -fno-semantic-interposition: nothing in a generated library is meant to be replaced by a
+  // definition from another object, so calls inside it may bind locally and be inlined. Without
+  // it, the AVX2 1x1 convolution template with a fused Relu6 ran at half the speed in a shared
+  // library that it did linked into a program (MobileNetV2's 24 -> 144: 0.26 against 0.13 ms,
+  // AMD EPYC, 2 threads).
+  std::vector<std::string> flags = {"-O3",       "-march=native", "-fopenmp",
+                                    "-shared",   "-fPIC",         "-fno-semantic-interposition",
+                                    "-std=c++17"};
   std::vector<std::string> sanitize = sanitizer_flags_from_env();
   flags.insert(flags.end(), sanitize.begin(), sanitize.end());
   return flags;

@@ -21,7 +21,8 @@ std::string compiler_from_env();
 std::vector<std::string> sanitizer_flags_from_env();
 
 /// Flags for code compiled and loaded in this process:
-/// -O3 -march=native -fopenmp -shared -fPIC -std=c++17, then sanitizer_flags_from_env(). Being
+/// -O3 -march=native -fopenmp -shared -fPIC -fno-semantic-interposition -std=c++17, then
+/// sanitizer_flags_from_env(). Being
 /// flags, the sanitizers enter the code cache key.
 std::vector<std::string> default_jit_flags();
 

@@ -103,6 +103,29 @@ void render_block(IndentedBuffer& out, const ConvConfig& config, int r) {
   out.line("");
 }
 
+// Stores the r pixels of a register block's sums `t` through the epilogue. Out of line, so that
+// what the epilogue keeps in registers does not take them from the block's FMA loop (inlined,
+// it can make GCC spill accumulators there; see the GEMM template's store_tile).
+void render_store_block(IndentedBuffer& out, const TemplateEpilogue& epilogue) {
+  out.linef(
+      "__attribute__((noinline)) void store_block(float* Y, const float* t, int64_t b, int64_t "
+      "oh, int64_t ow0, int64_t r, int64_t j, int64_t channels{}) {{",
+      epilogue_params(epilogue));
+  {
+    auto _ = out.scope();
+    out.line("for (int64_t i = 0; i < r; ++i) {");
+    {
+      auto _ = out.scope();
+      out.line("const float* ti = t + i * kOCB;");
+      render_pixel_store(out, "(b * kOH + oh) * kOW + ow0 + i", "channels", "j * kOCB", "ti",
+                         epilogue);
+    }
+    out.line("}");
+  }
+  out.line("}");
+  out.line("");
+}
+
 // One output row of one image and one channel block: its register blocks, each stored through
 // the epilogue pixel by pixel while its sums are in L1.
 void render_row(IndentedBuffer& out, const ConvConfig& config, const ConvProblem& p,
@@ -138,14 +161,7 @@ void render_row(IndentedBuffer& out, const ConvConfig& config, const ConvProblem
         out.linef("    block_{}{}", tail, args);
         out.line("}");
       }
-      out.line("for (int64_t i = 0; i < r; ++i) {");
-      {
-        auto _ = out.scope();
-        out.line("const float* ti = t + i * kOCB;");
-        render_pixel_store(out, "(b * kOH + oh) * kOW + ow0 + i", "channels", "j * kOCB", "ti",
-                           epilogue);
-      }
-      out.line("}");
+      out.linef("store_block(Y, t, b, oh, ow0, r, j, channels{});", epilogue_call_args(epilogue));
     }
     out.line("}");
   }
@@ -328,6 +344,7 @@ std::string render_nhwc_direct(const ConvConfig& config, const ConvProblem& prob
   const int64_t tail = problem.ow() % config.owb;
   render_block(out, config, config.owb);
   if (tail != 0) render_block(out, config, static_cast<int>(tail));
+  render_store_block(out, epilogue);
   render_row(out, config, problem, epilogue);
   out.line("}  // namespace");
   out.line("");

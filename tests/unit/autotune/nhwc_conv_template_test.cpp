@@ -163,6 +163,19 @@ TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
   for (const ConvChoicePtr& c : choices) {
     EXPECT_EQ(make_conv_choice(c->name(), pointwise)->hash_key(), c->hash_key()) << c->name();
   }
+  // 16 and 24 output channels: the AVX2 blocks that fit them exactly, also on AVX-512.
+  EXPECT_EQ(conv_choices(problem(1, 32, 112, 112, 16, 1, 1, 0, 1), 2, TemplateIsa::kAvx512)[0]
+                ->name()
+                .rfind("pointwise-nhwc avx2_6x16_", 0),
+            0u);
+  EXPECT_EQ(conv_choices(problem(1, 144, 56, 56, 24, 1, 1, 0, 1), 2, TemplateIsa::kAvx512)[0]
+                ->name()
+                .rfind("pointwise-nhwc avx2_4x24_", 0),
+            0u);
+  EXPECT_EQ(conv_choices(problem(1, 144, 28, 28, 32, 1, 1, 0, 1), 2, TemplateIsa::kAvx512)[0]
+                ->name()
+                .rfind("pointwise-nhwc avx512_12x32_", 0),
+            0u);
   const ConvProblem depthwise = problem(1, 96, 112, 112, 96, 3, 2, 1, 96);
   choices = conv_choices(depthwise, 2, TemplateIsa::kAvx2);
   ASSERT_EQ(choices.size(), 2u);

@@ -368,14 +368,27 @@ GemmConfig nhwc_pointwise_config(const ConvProblem& p, int threads, TemplateIsa 
   // columns of padding. In MobileNetV2 (AMD EPYC, 2 threads), its 32 -> 16 projection at 112 x
   // 112 took 0.066 ms as AVX2 6 x 16 against 0.131 as AVX-512 12 x 32, and the 144 -> 24 ones at
   // 56 x 56 0.104 against 0.144.
+  // A column of a 256-bit block can cost up to twice one of a 512-bit block (on CPUs with full
+  // AVX-512 units; the same on those that split them, as this AMD EPYC), so on AVX-512 an AVX2
+  // block counts its columns at 5/4: it takes 16 and 24 channels, not 160 (five panels of 32).
+  // Where threads split the columns (fewer rows than columns: 7 x 7 and 14 x 14 layers), what
+  // counts is the busiest thread's panels: at 960 -> 320 (7 x 7), the 5 panels of 6 x 64 split
+  // 3 and 2, the 10 of 12 x 32 evenly.
   const std::vector<GemmConfig> configs =
       gemm_configs(p.n * p.h * p.w, pointwise_gemm(p), threads, isa);
+  const int64_t parts = std::max(threads, 1);
+  auto cost = [&](const GemmConfig& config) {
+    const int64_t panels = ceil_div(p.m, config.nr);
+    const bool split_columns = config.thread_split != GemmThreadSplit::kM;
+    const int64_t columns = (split_columns ? round_up(panels, parts) : panels) * config.nr;
+    return columns * (config.isa != isa ? 5 : 4);
+  };
   GemmConfig best = configs.front();
   std::vector<int> seen;
   for (const GemmConfig& config : configs) {
     if (std::find(seen.begin(), seen.end(), config.nr) != seen.end()) continue;
     seen.push_back(config.nr);
-    if (round_up(p.m, config.nr) < round_up(p.m, best.nr)) best = config;
+    if (cost(config) < cost(best)) best = config;
   }
   return best;
 }

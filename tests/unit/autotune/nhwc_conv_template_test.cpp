@@ -176,6 +176,11 @@ TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
                 ->name()
                 .rfind("pointwise-nhwc avx512_12x32_", 0),
             0u);
+  // Columns split between threads: 10 panels of 32 (5 each), not 5 of 64 (3 and 2).
+  EXPECT_EQ(conv_choices(problem(1, 960, 7, 7, 320, 1, 1, 0, 1), 2, TemplateIsa::kAvx512)[0]
+                ->name()
+                .rfind("pointwise-nhwc avx512_12x32_", 0),
+            0u);
   const ConvProblem depthwise = problem(1, 96, 112, 112, 96, 3, 2, 1, 96);
   choices = conv_choices(depthwise, 2, TemplateIsa::kAvx2);
   ASSERT_EQ(choices.size(), 2u);

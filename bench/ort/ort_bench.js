@@ -2,8 +2,11 @@
 // `kiln bench --json` times it with Kiln, for bench/ort/run.sh.
 //
 // Usage: node ort_bench.js MODEL.onnx [--threads N] [--iters N] [--warmup N] [--wait-ms MS]
-//                          [--input NAME=FILE.npy ...] [--output-dir DIR]
+//                          [--input NAME=FILE.npy ...] [--output-dir DIR] [--profile PREFIX]
 // --wait-ms sleeps that long (untimed) before each run, as `kiln bench --wait-ms` does.
+// --profile has ONNX Runtime record every run (warm-up included) in a JSON trace whose file name
+// starts with PREFIX; the output's "profile" names it (bench/ort/layers.py reads it). Profiling
+// costs time: its p50 is not the bench's.
 // NODE_PATH must find onnxruntime-node (run.sh installs it under the build directory).
 // Inputs not given are seeded random float32 values in [-1, 1) (symbolic dims 1). With
 // --output-dir, one more run writes each output to DIR/<name>.npy (float32 only). Prints one JSON
@@ -16,7 +19,7 @@ const ort = require('onnxruntime-node');
 
 function parseArgs(argv) {
   const args = {threads: 2, iters: 100, warmup: 10, waitMs: 0, inputs: {}, outputDir: null,
-                model: null};
+                profile: null, model: null};
   for (let i = 0; i < argv.length; ++i) {
     const a = argv[i];
     const value = () => {
@@ -28,6 +31,7 @@ function parseArgs(argv) {
     else if (a === '--warmup') args.warmup = parseInt(value(), 10);
     else if (a === '--wait-ms') args.waitMs = parseFloat(value());
     else if (a === '--output-dir') args.outputDir = value();
+    else if (a === '--profile') args.profile = value();
     else if (a === '--input') {
       const [name, file] = value().split('=');
       args.inputs[name] = file;
@@ -98,6 +102,7 @@ async function main() {
     interOpNumThreads: 1,
     executionMode: 'sequential',
     graphOptimizationLevel: 'all',
+    ...(args.profile === null ? {} : {enableProfiling: true, profileFilePrefix: args.profile}),
   });
   const loadSeconds = Number(process.hrtime.bigint() - loadStart) / 1e9;
 
@@ -140,6 +145,17 @@ async function main() {
   }
   ms.sort((a, b) => a - b);
   const mean = ms.reduce((a, b) => a + b, 0) / ms.length;
+  let profile = {};
+  if (args.profile !== null) {
+    // endProfiling writes PREFIX_<date and time>.json; the newest file of that prefix is this one.
+    session.endProfiling();
+    const dir = path.dirname(args.profile), base = path.basename(args.profile);
+    const files = fs.readdirSync(dir)
+                      .filter((f) => f.startsWith(base) && f.endsWith('.json'))
+                      .map((f) => path.join(dir, f))
+                      .sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs);
+    profile = {profile: files.length > 0 ? files[0] : null};
+  }
   console.log(JSON.stringify({
     model: args.model,
     runtime: `onnxruntime ${ort.env.versions.common}`,
@@ -154,6 +170,7 @@ async function main() {
     p99_ms: percentile(ms, 99),
     mean_ms: mean,
     throughput_per_s: 1000 / mean,
+    ...profile,
   }));
 }
 

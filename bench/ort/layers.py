@@ -9,7 +9,7 @@ order, each Kiln kernel or library call (the median over the Kiln profiles), the
 node it matches (the median over ORT's runs) and their ratio, then ORT's nodes that matched
 none, and both totals. A Kiln call matches the ORT node named after one of the ONNX nodes the
 call covers, its own op's first (ORT names a fused node after its last node, with "_nchwc" for
-its blocked layout). Both profilers add time to each node, so the totals exceed the bench's p50s; the ratios
+its blocked layout, or after its first, "matmul15/MatMulAddFusion"). Both profilers add time to each node, so the totals exceed the bench's p50s; the ratios
 of large layers are what to read. Noisy machines: compare profiles taken one after the other.
 """
 import collections
@@ -47,6 +47,11 @@ def main():
         sys.exit(__doc__)
     ort = ort_layers(sys.argv[1])
     kiln = kiln_layers(sys.argv[2:])
+    # ORT names some fusions after their first node: "matmul15/MatMulAddFusion".
+    by_first_node = collections.defaultdict(tuple)
+    for name in ort:
+        if '/' in name:
+            by_first_node[name.split('/', 1)[0]] += (name,)
     used = set()
     kiln_total = ort_total = 0.0
     print('%9s %9s %6s  %s' % ('Kiln ms', 'ORT ms', 'ratio', 'Kiln kernel or call'))
@@ -57,7 +62,7 @@ def main():
         nodes.sort(key=lambda node: node[1].lower() not in (kind, 'matmul' if kind == 'gemm' else kind))
         match = None
         for node, _ in nodes:
-            for candidate in (node, node + '_nchwc'):
+            for candidate in (node, node + '_nchwc') + by_first_node.get(node, ()):
                 if match is None and candidate in ort and candidate not in used:
                     match = candidate
         ort_ms = ort.get(match, 0.0)

@@ -506,9 +506,10 @@ GemmConfig blocked_config(const RegisterBlock& block, int kc, int64_t m_hint,
   // other thread's cache. A chain of eight of ResNet-50's 28 x 28 1x1 convolutions: 3.74-3.94 ms
   // against 3.87-4.25 (AMD EPYC, 2 threads).
   const bool split_rows = m > problem.n;
-  const int64_t m_blocks = split_rows ? round_up(ceil_div(m, mc), parts) : ceil_div(m, mc);
-  mc = round_up(ceil_div(m, m_blocks), block.mr);
+  const int64_t blocks_wanted = split_rows ? round_up(ceil_div(m, mc), parts) : ceil_div(m, mc);
+  mc = round_up(ceil_div(m, blocks_wanted), block.mr);
   config.mc = static_cast<int>(mc);
+  const int64_t m_blocks = ceil_div(m, mc);
   if (split_rows) config.thread_split = GemmThreadSplit::kM;
   // Else one N block per thread when N is wide enough (each thread then streams its own part of
   // B, which stays in its own L2: measured 10% faster than sharing all of B at 1024^3 on 2
@@ -517,7 +518,7 @@ GemmConfig blocked_config(const RegisterBlock& block, int kc, int64_t m_hint,
   const int64_t want_n_blocks = split_rows ? 1
                                 : problem.n >= parts * 4 * block.nr
                                     ? parts
-                                    : parts / std::gcd<int64_t>(ceil_div(m, mc), parts);
+                                    : parts / std::gcd<int64_t>(m_blocks, parts);
   int64_t nc = round_up(ceil_div(problem.n, std::max<int64_t>(want_n_blocks, 1)), block.nr);
   // Keep a B block (KC x NC) within a few MiB so it stays in the shared cache across M blocks.
   const int64_t max_nc = std::max<int64_t>(block.nr, (int64_t{4} << 20) / 4 / config.kc);

@@ -362,18 +362,17 @@ bool nhwc_depthwise_applies(const ConvProblem& p) {
 GemmConfig nhwc_pointwise_config(const ConvProblem& p, int threads, TemplateIsa isa) {
   // The GEMM's N is the convolution's output channels, often narrower than the default 6x64
   // block of AVX-512 (MobileNetV2 projects to 16, 24 and 32 channels): among the configs of the
-  // register blocks, each as gemm_configs first proposes it, the one that pads N least, the
-  // default first among equals. On AVX-512 that can be an AVX2 block: 16 and 24 channels fill
-  // its 16- and 24-column blocks, where the narrowest AVX-512 block (32) computes 16 or 8
-  // columns of padding. In MobileNetV2 (AMD EPYC, 2 threads), its 32 -> 16 projection at 112 x
-  // 112 took 0.066 ms as AVX2 6 x 16 against 0.131 as AVX-512 12 x 32, and the 144 -> 24 ones at
-  // 56 x 56 0.104 against 0.144.
-  // A column of a 256-bit block can cost up to twice one of a 512-bit block (on CPUs with full
-  // AVX-512 units; the same on those that split them, as this AMD EPYC), so on AVX-512 an AVX2
-  // block counts its columns at 5/4: it takes 16 and 24 channels, not 160 (five panels of 32).
-  // Where threads split the columns (fewer rows than columns: 7 x 7 and 14 x 14 layers), what
-  // counts is the busiest thread's panels: at 960 -> 320 (7 x 7), the 5 panels of 6 x 64 split
-  // 3 and 2, the 10 of 12 x 32 evenly.
+  // register blocks, each as gemm_configs first proposes it, the one that computes the fewest
+  // columns (weighted as below), the default first among equals. On AVX-512 that can be an AVX2
+  // block: 16 and 24 channels fill its 16- and 24-column blocks, where the narrowest AVX-512 block
+  // (32) computes 16 or 8 columns of padding. In MobileNetV2 (AMD EPYC, 2 threads), its 32 -> 16
+  // projection at 112 x 112 took 0.066 ms as AVX2 6 x 16 against 0.131 as AVX-512 12 x 32, and the
+  // 144 -> 24 ones at 56 x 56 0.104 against 0.144. A column of a 256-bit block can cost up to twice
+  // one of a 512-bit block (on CPUs with full AVX-512 units; the same on those that split them, as
+  // this AMD EPYC), so on AVX-512 an AVX2 block counts its columns at 5/4: it takes 16 and 24
+  // channels, not 160 (five panels of 32). Where threads split the columns (fewer rows than
+  // columns: 7 x 7 and 14 x 14 layers), what counts is the busiest thread's panels: at 960 -> 320
+  // (7 x 7), the 5 panels of 6 x 64 split 3 and 2, the 10 of 12 x 32 evenly.
   const std::vector<GemmConfig> configs =
       gemm_configs(p.n * p.h * p.w, pointwise_gemm(p), threads, isa);
   const int64_t parts = std::max(threads, 1);

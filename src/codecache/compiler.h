@@ -22,8 +22,7 @@ std::vector<std::string> sanitizer_flags_from_env();
 
 /// Flags for code compiled and loaded in this process:
 /// -O3 -march=native -fopenmp -shared -fPIC -fno-semantic-interposition -std=c++17, then
-/// sanitizer_flags_from_env(). Being
-/// flags, the sanitizers enter the code cache key.
+/// sanitizer_flags_from_env(). Being flags, the sanitizers enter the code cache key.
 std::vector<std::string> default_jit_flags();
 
 /// How to compile and link one shared library. A default-constructed config is the JIT default;

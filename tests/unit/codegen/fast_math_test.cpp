@@ -1,11 +1,13 @@
 // kiln_fast_math.h's erf and tanh (the forms template epilogues inline) against double-precision
-// std::erf and std::tanh: at most 1.5 ULP of the correctly rounded float over a sweep of [-9, 9]
-// (every 211th float: about 10 million of each sign, tiny and denormal ones included), and libm's
-// values at 0, +-inf and NaN. Compiled for the build's baseline ISA (no FMA), so it checks the
-// rounding of the plain float arithmetic; the generated kernels contract it into FMAs, which
-// measured within the same bound.
+// std::erf and std::tanh: tanh within 1.5 ULP, erf within 7.5 ULP and 5e-7 absolute (its
+// rational form trades accuracy near 1 for speed; kiln_fast_math.h says by how much), over a
+// sweep of [-9, 9] (every 211th float: about 10 million of each sign, tiny and denormal ones
+// included), and libm's values at 0, +-inf and NaN. Compiled for the build's baseline ISA (no
+// FMA), so it checks the rounding of the plain float arithmetic; the generated kernels contract
+// it into FMAs, which measured within the same bounds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -25,31 +27,35 @@ double ulp_error(float got, double exact) {
 }
 
 template <typename Fast, typename Exact>
-void expect_within(Fast fast, Exact exact, const char* name) {
-  double worst = 0;
+void expect_within(Fast fast, Exact exact, const char* name, double max_ulp, double max_abs) {
+  double worst = 0, worst_abs = 0;
   float worst_at = 0;
   for (uint32_t bits = 0; bits < 0x41100000u; bits += 211) {  // 0x41100000 = 9.0f
     float x;
     std::memcpy(&x, &bits, sizeof x);
     for (float v : {x, -x}) {
-      const double error = ulp_error(fast(v), exact(static_cast<double>(v)));
+      const float got = fast(v);
+      const double want = exact(static_cast<double>(v));
+      worst_abs = std::max(worst_abs, std::fabs(static_cast<double>(got) - want));
+      const double error = ulp_error(got, want);
       if (error > worst) {
         worst = error;
         worst_at = v;
       }
     }
   }
-  EXPECT_LE(worst, 1.5) << name << " at " << worst_at;
+  EXPECT_LE(worst, max_ulp) << name << " at " << worst_at;
+  EXPECT_LE(worst_abs, max_abs) << name;
 }
 
-TEST(FastMath, ErfWithinOneAndAHalfUlp) {
+TEST(FastMath, ErfWithinSevenAndAHalfUlp) {
   expect_within(
-      kiln_fast_erf, [](double x) { return std::erf(x); }, "erf");
+      kiln_fast_erf, [](double x) { return std::erf(x); }, "erf", 7.5, 5e-7);
 }
 
 TEST(FastMath, TanhWithinOneAndAHalfUlp) {
   expect_within(
-      kiln_fast_tanh, [](double x) { return std::tanh(x); }, "tanh");
+      kiln_fast_tanh, [](double x) { return std::tanh(x); }, "tanh", 1.5, 1.2e-7);
 }
 
 TEST(FastMath, SpecialValues) {

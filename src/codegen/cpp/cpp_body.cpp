@@ -156,6 +156,19 @@ bool MemberEmitter::has_indirect_or_mask() const {
   return false;
 }
 
+bool MemberEmitter::unit_stride_along(const sym::Expr& var) const {
+  bool moves = false;
+  for (size_t k = 0; k < body_.ops().size(); ++k) {
+    const ir::Op& op = body_.ops()[k];
+    if (op.code != OpCode::kLoad && op.code != OpCode::kStore) continue;
+    if (ctx_.locals.count(op.buffer)) continue;
+    std::optional<int64_t> s = stride(index_[k], var);
+    if (!s || (*s != 0 && *s != 1)) return false;
+    moves = moves || *s == 1;
+  }
+  return moves;
+}
+
 bool MemberEmitter::op_vectorizable(const ir::Op& op, const sym::Expr& var) const {
   auto operand_dtype = [&](int j) { return body_.dtype(op.operands[j]); };
   if (op.code != OpCode::kStore && !is_vector_dtype(op.dtype)) return false;

@@ -82,6 +82,10 @@ class MemberEmitter {
   bool can_vectorize(const sym::Expr& var) const;
   /// True when the member has an Indirect op or masked load (no `omp simd` then).
   bool has_indirect_or_mask() const;
+  /// True when every load and store of memory (not of a kernel-local buffer) moves by 0 or 1
+  /// elements as `var` steps, with at least one moving by 1: iterations along `var` then read
+  /// and write neighbouring elements.
+  bool unit_stride_along(const sym::Expr& var) const;
 
   /// Declares the accumulators of the reductions (with vector ones for a vectorized loop).
   void emit_accumulators(IndentedBuffer& out, bool vectorized);

@@ -89,6 +89,7 @@ class CppKernelBuilder {
                                  bool vectorize, bool simd);
   void emit_pass(IndentedBuffer& out, bool vector, const sym::Expr& var);
   void emit_reduction(IndentedBuffer& out);
+  bool runs_across_outputs() const;
   void emit_outer_body(IndentedBuffer& out);
   void emit_member_in_reduction(IndentedBuffer& out, MemberEmitter& m);
   void emit_inner_loops(IndentedBuffer& out, MemberEmitter& m, bool vectorize);
@@ -385,6 +386,32 @@ void CppKernelBuilder::emit_reduction(IndentedBuffer& out) {
     out.line("}");
     return;
   }
+  if (runs_across_outputs()) {
+    // Chunks of kAcross outputs along the last outer dim, each a plain loop that the C++
+    // compiler vectorizes across outputs: a lane per output, every lane accumulating its own
+    // elements in the order the scalar loop adds them.
+    constexpr int64_t kAcross = 64;
+    std::vector<sym::Expr> vars(group_.vars.begin(), group_.vars.end() - 1);
+    std::vector<sym::Expr> sizes(group_.sizes.begin(), group_.sizes.end() - 1);
+    const sym::Expr& last = group_.sizes.back();
+    vars.push_back(sym::Expr::symbol("kiln_block", sym::SymbolKind::kIndex));
+    sizes.push_back(ctx_.analyzer.simplify(sym::ceil_div(last, sym::Expr(kAcross))));
+    emit_parallel_loops(
+        out, vars, sizes, [](IndentedBuffer&) {},
+        [&](IndentedBuffer& o) {
+          const std::string v = ctx_.cpp(group_.vars.back());
+          o.linef("const int64_t kiln_block_end = std::min<int64_t>({}, (kiln_block + 1) * {});",
+                  ctx_.cpp(last), kAcross);
+          o.linef("for (int64_t {0} = kiln_block * {1}; {0} < kiln_block_end; ++{0}) {{", v,
+                  kAcross);
+          {
+            auto _ = o.scope();
+            emit_outer_body(o);
+          }
+          o.line("}");
+        });
+    return;
+  }
   // Each chunk has its own scratch.
   emit_parallel_loops(
       out, group_.vars, group_.sizes,
@@ -392,6 +419,25 @@ void CppKernelBuilder::emit_reduction(IndentedBuffer& out) {
         for (const std::string& line : scratch) o.line(line);
       },
       [&](IndentedBuffer& o) { emit_outer_body(o); });
+}
+
+/// Whether a reduction kernel runs its outputs along the last outer dim in one plain loop (see
+/// emit_reduction) instead of one output at a time with the reduction loop innermost: when the
+/// reduction's innermost loop strides through memory (a global average pool over channels-last
+/// activations reads with a stride of C) and the neighbouring outputs read and write
+/// neighbouring elements. Not with per-chunk scratch, which outputs could not share.
+bool CppKernelBuilder::runs_across_outputs() const {
+  if (!options_.vectorize || group_.vars.empty() || group_.reduce_vars.empty()) return false;
+  if (!fills_a_vector(group_.sizes.back())) return false;
+  for (const auto& [name, storage] : ctx_.locals) {
+    if (storage == LocalStorage::kScratch) return false;
+  }
+  for (const auto& m : members_) {
+    if (m->has_indirect_or_mask() || !m->unit_stride_along(group_.vars.back())) return false;
+    if (m->member().kind == MemberKind::kReduction && m->can_vectorize(group_.reduce_vars.back()))
+      return false;
+  }
+  return true;
 }
 
 GeneratedKernel CppKernelBuilder::build() {

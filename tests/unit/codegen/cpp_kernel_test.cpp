@@ -124,6 +124,51 @@ TEST(CppKernel, SumAndMaxReductions) {
   }
 }
 
+// Sum and max over H and W of channels-last x[N, H, W, C]: the reduction strides by C, so the
+// kernel runs 64 channels at a time (kiln_block) in a loop across channels, which the C++
+// compiler vectorizes. Channel counts off the 64-block and the vector, batch 2.
+TEST(CppKernel, ChannelsLastPoolRunsAcrossChannels) {
+  ProgramBuilder p;
+  const DType f = DType::kFloat32;
+  Expr n = Expr::symbol("s0"), h = Expr::symbol("s1"), w = Expr::symbol("s2"),
+       ch = Expr::symbol("s3");
+  p.input("x", f, {n, h, w, ch});
+  ir::Buffer& s = p.computed("s", f, {n, ch}, {h, w}, "GlobalAveragePool");
+  p.store(s,
+          s.body.reduction(
+              ir::ReductionType::kSum,
+              s.body.load("x", f, p.at("x", {var(s, 0), rvar(s, 0), rvar(s, 1), var(s, 1)})), f));
+  ir::Buffer& m = p.computed("m", f, {n, ch}, {h, w}, "GlobalMaxPool");
+  p.store(m,
+          m.body.reduction(
+              ir::ReductionType::kMax,
+              m.body.load("x", f, p.at("x", {var(m, 0), rvar(m, 0), rvar(m, 1), var(m, 1)})), f));
+  p.output("s");
+  p.output("m");
+  CompiledProgram c(p.program, "pool_nhwc");
+  ASSERT_EQ(c.kernel_sources.size(), 1u) << c.schedule.decisions_text();
+  EXPECT_TRUE(contains(c.source, "kiln_block")) << c.source;
+  for (int64_t channels : {1, 7, 9, 64, 70, 130}) {
+    const int64_t batch = 2, height = 3, width = 5;
+    auto x = random_floats(batch * height * width * channels, 11);
+    auto out = c.run({{"x", to_bytes(x)}},
+                     {{"s0", batch}, {"s1", height}, {"s2", width}, {"s3", channels}});
+    std::vector<float> want_s(batch * channels, 0);
+    std::vector<float> want_m(batch * channels, -std::numeric_limits<float>::infinity());
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < height * width; ++i) {
+        for (int64_t k = 0; k < channels; ++k) {
+          const float v = x[(b * height * width + i) * channels + k];
+          want_s[b * channels + k] += v;
+          want_m[b * channels + k] = std::max(want_m[b * channels + k], v);
+        }
+      }
+    }
+    expect_close(from_bytes<float>(out["s"]), want_s, 1e-5f);
+    expect_close(from_bytes<float>(out["m"]), want_m, 0);
+  }
+}
+
 TEST(CppKernel, SoftmaxIsOneKernelAndCorrect) {
   ir::Program prog = testing::softmax_program(Expr::symbol("s0"), Expr::symbol("s1"));
   CompiledProgram c(prog, "softmax");

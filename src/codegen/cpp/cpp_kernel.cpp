@@ -288,6 +288,31 @@ void CppKernelBuilder::emit_pointwise(IndentedBuffer& out) {
   }
   std::vector<sym::Expr> vars(group_.vars.begin(), group_.vars.end() - 1);
   std::vector<sym::Expr> sizes(group_.sizes.begin(), group_.sizes.end() - 1);
+  if (!fills_a_vector(group_.sizes.back())) {
+    // The last dim is shorter than a vector (the 3 channels of an image going channels-last):
+    // the loop over the dim before it, in blocks of kAlong, with the short loop inside, which
+    // the C++ compiler unrolls and vectorizes along the longer loop.
+    constexpr int64_t kAlong = 256;
+    const sym::Expr along = vars.back();
+    const sym::Expr along_size = sizes.back();
+    vars.back() = sym::Expr::symbol("kiln_block", sym::SymbolKind::kIndex);
+    sizes.back() = ctx_.analyzer.simplify(sym::ceil_div(along_size, sym::Expr(kAlong)));
+    emit_parallel_loops(
+        out, vars, sizes, [](IndentedBuffer&) {},
+        [&](IndentedBuffer& o) {
+          const std::string a = ctx_.cpp(along);
+          o.linef("const int64_t kiln_block_end = std::min<int64_t>({}, (kiln_block + 1) * {});",
+                  ctx_.cpp(along_size), kAlong);
+          o.linef("for (int64_t {0} = kiln_block * {1}; {0} < kiln_block_end; ++{0}) {{", a,
+                  kAlong);
+          {
+            auto _ = o.scope();
+            emit_pointwise_inner_loop(o, inner, group_.sizes.back(), false, false);
+          }
+          o.line("}");
+        });
+    return;
+  }
   emit_parallel_loops(
       out, vars, sizes, [](IndentedBuffer&) {},
       [&](IndentedBuffer& o) {

@@ -92,6 +92,37 @@ TEST(CppKernel, OneDimensionalPointwiseTails) {
   }
 }
 
+// An image's 3 channels going channels-last, with a Relu: the last dim (3) is shorter than a
+// vector, so the kernel loops over W in blocks of 256 (kiln_block) with the 3-loop inside. Widths
+// off the block and the vector, batch 2.
+TEST(CppKernel, ShortLastDimLoopsAlongTheDimBeforeIt) {
+  ProgramBuilder p;
+  const DType f = DType::kFloat32;
+  Expr n = Expr::symbol("s0"), w = Expr::symbol("s1"), three(3);
+  p.input("x", f, {n, three, w});
+  ir::Buffer& y = p.computed("y", f, {n, w, three}, {}, "Transpose");
+  p.store(y, y.body.unary(OpCode::kRelu,
+                          y.body.load("x", f, p.at("x", {var(y, 0), var(y, 2), var(y, 1)}))));
+  p.output("y");
+  CompiledProgram c(p.program, "to_channels_last");
+  ASSERT_EQ(c.kernel_sources.size(), 1u);
+  EXPECT_TRUE(contains(c.source, "kiln_block")) << c.source;
+  for (int64_t width : {1, 7, 256, 300}) {
+    const int64_t batch = 2;
+    auto x = random_floats(batch * 3 * width, 12);
+    auto out = c.run({{"x", to_bytes(x)}}, {{"s0", batch}, {"s1", width}});
+    std::vector<float> want(x.size());
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < width; ++i) {
+        for (int64_t k = 0; k < 3; ++k) {
+          want[(b * width + i) * 3 + k] = std::max(x[(b * 3 + k) * width + i], 0.0f);
+        }
+      }
+    }
+    expect_close(from_bytes<float>(out["y"]), want, 0);
+  }
+}
+
 TEST(CppKernel, SumAndMaxReductions) {
   ProgramBuilder p;
   const DType f = DType::kFloat32;

@@ -60,11 +60,14 @@ class GraphLowering {
   bool is_float_argument(const graph::Value& input) const;
   void specialize(const graph::Value& input, TensorValue& value);
   void lower_node(const graph::Node& node);
-  /// On CUDA: lowers `matmul` and the other MatMul + Add(bias) projections of its input (a
-  /// transformer's Q, K and V) as one product against their weights concatenated along N, with
-  /// the biases concatenated likewise (one cuBLASLt call with its bias epilogue); each Add's
-  /// value is a column slice of it, a view. False (nothing lowered) unless `matmul` is the first
-  /// of at least two such projections.
+  /// Lowers `matmul` and the other MatMul + Add(bias) projections of its input (a transformer's
+  /// Q, K and V) as one product against their weights concatenated along N, with the biases
+  /// concatenated likewise (one GEMM with the bias in its epilogue: on CUDA a cuBLASLt call, on
+  /// the CPU a GEMM choice); each Add's value is a column slice of it, a view. False (nothing
+  /// lowered) unless `matmul` is the first of at least two such projections. On the CPU, one
+  /// 128 x 256 x 768 product read through views, instead of three 256-column ones each followed
+  /// by a kernel adding its bias while splitting the heads, took a transformer encoder layer's Q,
+  /// K and V from about 0.40 to 0.29 ms (profiles; AMD EPYC, 2 threads).
   bool lower_concatenated_projections(const graph::Node& matmul);
   /// The value of `value`: from this graph, or captured from an enclosing one.
   const TensorValue& lookup(const graph::Value& value);

@@ -409,7 +409,6 @@ void GraphLowering::lower_node(const graph::Node& node) {
 /// Decides whether a freshly lowered value stays lazy (inlined into its users), is folded into
 /// a constant (it depends only on constants), or is materialized now.
 bool GraphLowering::lower_concatenated_projections(const graph::Node& matmul) {
-  if (ctx_.options().device != ir::Device::kCuda) return false;
   // A projection: MatMul(x, W) with W a float32 [K, N] initializer, read only by an Add of a
   // float32 [N] initializer (the bias).
   struct Projection {
@@ -634,9 +633,8 @@ bool is_convolution_network(const graph::Graph& graph, ir::Device device) {
 ir::Program lower_graph(const graph::Graph& graph, const LoweringOptions& given) {
   LoweringOptions options = given;
   if (options.conv_layout == ConvLayout::kAuto) {
-    options.conv_layout =
-        is_convolution_network(graph, options.device) ? ConvLayout::kChannelsLast
-                                                       : ConvLayout::kNchw;
+    options.conv_layout = is_convolution_network(graph, options.device) ? ConvLayout::kChannelsLast
+                                                                        : ConvLayout::kNchw;
   }
   BranchSpecializer specializer(graph);
   for (;;) {

@@ -12,9 +12,15 @@ fast for transformers, at sizes off their blocks:
   (kiln_simd_math.h's vector forms);
 - a head tied to a constant through Transpose (MatMul(e, Transpose(wte))).
 
+model_separate.onnx is the same block with Q, K and V as three projections of the normalized
+input (MatMul by a [60, 60] weight, Add of a bias: the columns of wqkv and bqkv), as exporters
+write a torch Linear each, which Kiln computes as one product against the weights concatenated
+again (lower_concatenated_projections); its outputs are the same.
+
 Usage: /usr/bin/python3 make_attention.py OUT_DIR
-Writes OUT_DIR/model.onnx (input x float32[batch, 67, 60]; outputs y float32[batch, 67, 50] and
-z float32[batch, 67, 36]) and, for batch 2, 1 and 0, x_b<N>.npy, y_b<N>.npy and z_b<N>.npy.
+Writes OUT_DIR/model.onnx and model_separate.onnx (input x float32[batch, 67, 60]; outputs y
+float32[batch, 67, 50] and z float32[batch, 67, 36]) and, for batch 2, 1 and 0, x_b<N>.npy,
+y_b<N>.npy and z_b<N>.npy.
 """
 import math
 import os
@@ -52,8 +58,9 @@ def weights(rng):
     return w
 
 
-def build(w):
-    nodes, inits = [], [numpy_helper.from_array(v, k) for k, v in w.items()]
+def build(w, separate=False):
+    nodes, inits = [], [numpy_helper.from_array(v, k) for k, v in w.items()
+                        if not (separate and k in ("wqkv", "bqkv"))]
 
     def const(name, value):
         inits.append(numpy_helper.from_array(np.asarray(value), name))
@@ -75,9 +82,15 @@ def build(w):
         const(name, np.array(value, np.float32))
 
     h = node("LayerNormalization", ["x", "ln1_s", "ln1_b"], "ln1", axis=-1, epsilon=1e-5)
-    qkv = node("Add", [node("MatMul", [h, "wqkv"], "qkv_mm"), "bqkv"], "qkv")
-    nodes.append(helper.make_node("Split", [qkv, "split"], ["q", "k", "v"], name="split3",
-                                  axis=-1))
+    if separate:
+        for i, name in enumerate("qkv"):
+            const(f"w{name}", w["wqkv"][:, i * D:(i + 1) * D])
+            const(f"b{name}", w["bqkv"][i * D:(i + 1) * D])
+            node("Add", [node("MatMul", [h, f"w{name}"], f"{name}_mm"), f"b{name}"], name)
+    else:
+        qkv = node("Add", [node("MatMul", [h, "wqkv"], "qkv_mm"), "bqkv"], "qkv")
+        nodes.append(helper.make_node("Split", [qkv, "split"], ["q", "k", "v"], name="split3",
+                                      axis=-1))
     q = node("Transpose", [node("Reshape", ["q", heads_shape], "q_r")], "q_t", perm=[0, 2, 1, 3])
     k = node("Transpose", [node("Reshape", ["k", heads_shape], "k_r")], "k_t", perm=[0, 2, 3, 1])
     v = node("Transpose", [node("Reshape", ["v", heads_shape], "v_r")], "v_t", perm=[0, 2, 1, 3])
@@ -153,6 +166,8 @@ def main(out_dir):
     w = weights(rng)
     with open(os.path.join(out_dir, "model.onnx"), "wb") as f:
         f.write(build(w).SerializeToString())
+    with open(os.path.join(out_dir, "model_separate.onnx"), "wb") as f:
+        f.write(build(w, separate=True).SerializeToString())
     for batch in (2, 1, 0):
         x = rng.standard_normal((batch, T, D)).astype(np.float32)
         y, z = reference(w, x)

@@ -68,8 +68,9 @@ std::optional<autotune::ConvProblem> template_problem(const ir::Program& program
   p.kh = ws[2];
   p.kw = ws[3];
   p.group = call->group;
-  // Group 1, or depthwise (one input channel per group); other groups stay with oneDNN.
-  if (p.group != 1 && p.group != p.c) return std::nullopt;
+  // Group 1, depthwise (one input channel per group), or any group channels-last (whose only
+  // choice is oneDNN); other NCHW groups stay with oneDNN.
+  if (p.group != 1 && p.group != p.c && !p.channels_last) return std::nullopt;
   if (ws[1] * p.group != p.c || p.m % p.group != 0) return std::nullopt;
   if (strides.size() == 2) std::tie(p.stride_h, p.stride_w) = std::tie(strides[0], strides[1]);
   if (dilations.size() == 2) {

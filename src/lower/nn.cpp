@@ -340,7 +340,9 @@ std::vector<TensorValue> lower_gemm(LoweringContext& ctx, const graph::Node& nod
 // Whether a convolution runs channels-last (LoweringOptions::conv_layout): a 2-D float32 one
 // that is ungrouped (any kernel, stride, padding and dilation: oneDNN's direct convolutions, the
 // channels-last templates and cuDNN take [N, H, W, C] as it is) or depthwise with one output
-// channel per input channel (each pixel a sum of channel vectors).
+// channel per input channel (each pixel a sum of channel vectors); on the CPU also any other
+// grouped one (ResNeXt's), which oneDNN runs on [N, H, W, C] as well: in NCHW, each would
+// reorder its input and output inside a channels-last network.
 bool runs_channels_last(LoweringContext& ctx, const TensorValue& x, const TensorValue& w,
                         int64_t group) {
   // float32 anywhere; float16 and bfloat16 on CUDA (cuDNN's half convolutions run on the
@@ -350,7 +352,7 @@ bool runs_channels_last(LoweringContext& ctx, const TensorValue& x, const Tensor
       !(x.dtype == DType::kFloat32 || (half && ctx.options().device == ir::Device::kCuda))) {
     return false;
   }
-  if (group == 1) return true;
+  if (group == 1 || ctx.options().device != ir::Device::kCuda) return true;
   return w.shape[1] == sym::Expr(1) && w.shape[0] == sym::Expr(group) &&
          x.shape[1] == sym::Expr(group);
 }

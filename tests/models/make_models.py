@@ -30,9 +30,10 @@ Writes, each into its own folder under OUT_DIR:
             1), Add(x), Relu; 30 columns leave partial tiles. Files: model.onnx, x.npy, y.npy.
   mobilenet/ x: float32[2, 3, 15, 13] -> y: float32[2, 40, 8, 7]. MobileNetV2's blocks at awkward
             sizes, which Kiln runs channels-last (lower/nn.cpp): a 3x3 stride-2 stem, a depthwise
-            3x3 (19 channels), a 1x1 projection, an inverted residual block (1x1 expand to 37,
-            depthwise 3x3, 1x1 project, Add), a 1x1 to 40; each Conv followed by a
-            BatchNormalization and most by ReLU6 as Clip(0, 6). Files: model.onnx, x.npy, y.npy.
+            3x3 (19 channels), a 1x1 projection, a ResNeXt-style grouped 3x3 (21 channels in 3
+            groups of 7), an inverted residual block (1x1 expand to 37, depthwise 3x3, 1x1
+            project, Add), a 1x1 to 40; each Conv followed by a BatchNormalization and most by
+            ReLU6 as Clip(0, 6). Files: model.onnx, x.npy, y.npy.
   mobilenet_dyn/ the same network with x: float32[batch, 3, 15, 13], ending in
             GlobalAveragePool and Flatten: y float32[batch, 40]. Files: model.onnx,
             x_b{1,2}.npy, y_b{1,2}.npy.
@@ -236,7 +237,7 @@ def winograd_reference(p, x):
 
 MOBILENET_CONVS = (  # name, input channels, output channels, kernel, stride, group
     ("stem", 3, 19, 3, 2, 1), ("dw1", 19, 19, 3, 1, 19), ("pw1", 19, 21, 1, 1, 1),
-    ("expand", 21, 37, 1, 1, 1), ("dw2", 37, 37, 3, 1, 37), ("project", 37, 21, 1, 1, 1),
+    ("grouped", 21, 21, 3, 1, 3), ("expand", 21, 37, 1, 1, 1), ("dw2", 37, 37, 3, 1, 37), ("project", 37, 21, 1, 1, 1),
     ("head", 21, 40, 1, 1, 1))
 
 
@@ -275,6 +276,7 @@ def mobilenet_model(params, batch, pool):
         return name + ".r"
 
     y = conv_bn("pw1", conv_bn("dw1", conv_bn("stem", "x")), clip=False)
+    y = conv_bn("grouped", y, clip=False)
     block = conv_bn("project", conv_bn("dw2", conv_bn("expand", y)), clip=False)
     nodes.append(helper.make_node("Add", [block, y], ["res"], name="residual"))
     head = conv_bn("head", "res")
@@ -293,16 +295,17 @@ def mobilenet_reference(p, x, pool):
     def conv_bn(name, x, clip=True):
         _, cin, cout, k, stride, group = convs[name]
         w = p[name + ".w"]
-        if group == 1:
-            c = conv2d(x, w, np.zeros(cout), pads=(k // 2,) * 4, strides=(stride, stride))
-        else:  # depthwise: each channel with its own filter
-            c = np.concatenate([conv2d(x[:, i:i + 1], w[i:i + 1], np.zeros(1), pads=(k // 2,) * 4,
-                                       strides=(stride, stride)) for i in range(cout)], axis=1)
+        # Each group's output channels from its own input channels (depthwise: one each).
+        cg, mg = cin // group, cout // group
+        c = np.concatenate([conv2d(x[:, g * cg:(g + 1) * cg], w[g * mg:(g + 1) * mg],
+                                   np.zeros(mg), pads=(k // 2,) * 4, strides=(stride, stride))
+                            for g in range(group)], axis=1)
         n = batch_norm(c, p[name + ".scale"], p[name + ".bias"], p[name + ".mean"],
                        p[name + ".var"], 1e-5)
         return np.clip(n, 0, 6) if clip else n
 
     y = conv_bn("pw1", conv_bn("dw1", conv_bn("stem", x.astype(np.float64))), clip=False)
+    y = conv_bn("grouped", y, clip=False)
     head = conv_bn("head", conv_bn("project", conv_bn("dw2", conv_bn("expand", y)), clip=False) + y)
     return head.mean(axis=(2, 3)) if pool else head
 

@@ -73,18 +73,20 @@ KILN_LOG=autotune "$KILN" compile "$M/winograd/model.onnx" -o "$out/model.so" \
 "$PYTHON" "$HERE/compare.py" "$M/winograd/y.npy" "$out/y.npy" 1e-4 ||
   fail "winograd_nhwc: output differs from numpy"
 # MobileNetV2's blocks at awkward sizes run channels-last (the model has depthwise layers): the
-# 1x1, depthwise and stem convolutions as the channels-last templates; with a dynamic batch they
-# run on oneDNN's nhwc convolutions.
+# 1x1, depthwise and stem convolutions as the channels-last templates, the grouped one on oneDNN
+# channels-last; with a dynamic batch they run on oneDNN's nhwc convolutions.
 echo "== mobilenet"
 out="$SCRATCH/out/mobilenet"
 mkdir -p "$out"
 KILN_LOG=autotune "$KILN" run "$M/mobilenet/model.onnx" --input "x=$M/mobilenet/x.npy" \
-  --output-dir "$out" --cache-dir "$CACHE" --autotune off >"$out/stdout" 2>"$out/stderr" ||
+  --output-dir "$out" --cache-dir "$CACHE" --autotune off --dump "$out/dump" >"$out/stdout" \
+  2>"$out/stderr" ||
   { cat "$out/stderr"; fail "mobilenet: kiln run failed"; }
 [ "$(grep -c "nhwc) runs as 'pointwise-nhwc" "$out/stderr")" -eq 4 ] &&
   [ "$(grep -c "nhwc) runs as 'depthwise-nhwc" "$out/stderr")" -eq 2 ] &&
-  [ "$(grep -c "nhwc) runs as 'direct-nhwc" "$out/stderr")" -eq 1 ] ||
-  { cat "$out/stderr"; fail "mobilenet: the 1x1 and depthwise convolutions did not run channels-last"; }
+  [ "$(grep -c "nhwc) runs as 'direct-nhwc" "$out/stderr")" -eq 1 ] &&
+  grep -q "extern float32 \[2, 8, 7, 21\] .*# from grouped_bn" "$out/dump/1_ir.txt" ||
+  { cat "$out/stderr"; fail "mobilenet: the 1x1, depthwise and grouped convolutions did not run channels-last"; }
 "$PYTHON" "$HERE/compare.py" "$M/mobilenet/y.npy" "$out/y.npy" ||
   fail "mobilenet: output differs from numpy"
 for b in 1 2; do

@@ -434,6 +434,30 @@ void MemberEmitter::emit_accumulators(IndentedBuffer& out, bool vectorized) {
   }
 }
 
+void MemberEmitter::emit_accumulator_arrays(IndentedBuffer& out, int64_t lanes,
+                                            const std::string& lane) {
+  for (size_t k = 0; k < body_.ops().size(); ++k) {
+    const ir::Op& op = body_.ops()[k];
+    if (op.code != OpCode::kReduction) continue;
+    std::string acc = ctx_.tmp("acc");
+    out.linef("{} {}[{}];", cpp_compute_type(op.dtype), acc, lanes);
+    out.linef("for (int64_t kiln_j = 0; kiln_j < {}; ++kiln_j) {}[kiln_j] = {};", lanes, acc,
+              cpp_reduction_init(op.reduction, op.dtype));
+    acc_[static_cast<ir::ValueId>(k)] = fmt::format("{}[{}]", acc, lane);
+  }
+}
+
+bool MemberEmitter::plain_reductions() const {
+  for (const ir::Op& op : body_.ops()) {
+    if (op.code != OpCode::kReduction) continue;
+    if (is_welford(op.reduction) || is_arg(op.reduction) || op.reduction == ReductionType::kAny ||
+        op.reduction == ReductionType::kAll) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void MemberEmitter::update_accumulator(ir::ValueId id, const std::string& v, IndentedBuffer& out,
                                        LoopPass& pass) {
   const ir::Op& op = body_.op(id);

@@ -89,6 +89,11 @@ class MemberEmitter {
 
   /// Declares the accumulators of the reductions (with vector ones for a vectorized loop).
   void emit_accumulators(IndentedBuffer& out, bool vectorized);
+  /// Declares each reduction's accumulators as an array of `lanes`, one per output of a loop
+  /// across outputs, and names them by element `lane` (the loop's position) from then on.
+  void emit_accumulator_arrays(IndentedBuffer& out, int64_t lanes, const std::string& lane);
+  /// True when every reduction is a sum, product, maximum or minimum (one value accumulates).
+  bool plain_reductions() const;
   /// The inside of the loop: stores of a pointwise member, accumulator updates of a reduction.
   void emit_loop_body(IndentedBuffer& out, LoopPass& pass);
   /// After a reduction's loops: folds vector accumulators, then computes and stores the results.

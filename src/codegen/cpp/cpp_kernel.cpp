@@ -90,6 +90,7 @@ class CppKernelBuilder {
   void emit_pass(IndentedBuffer& out, bool vector, const sym::Expr& var);
   void emit_reduction(IndentedBuffer& out);
   bool runs_across_outputs() const;
+  void emit_across_outputs(IndentedBuffer& out, int64_t lanes);
   void emit_outer_body(IndentedBuffer& out);
   void emit_member_in_reduction(IndentedBuffer& out, MemberEmitter& m);
   void emit_inner_loops(IndentedBuffer& out, MemberEmitter& m, bool vectorize);
@@ -412,29 +413,14 @@ void CppKernelBuilder::emit_reduction(IndentedBuffer& out) {
     return;
   }
   if (runs_across_outputs()) {
-    // Chunks of kAcross outputs along the last outer dim, each a plain loop that the C++
-    // compiler vectorizes across outputs: a lane per output, every lane accumulating its own
-    // elements in the order the scalar loop adds them.
     constexpr int64_t kAcross = 64;
     std::vector<sym::Expr> vars(group_.vars.begin(), group_.vars.end() - 1);
     std::vector<sym::Expr> sizes(group_.sizes.begin(), group_.sizes.end() - 1);
-    const sym::Expr& last = group_.sizes.back();
     vars.push_back(sym::Expr::symbol("kiln_block", sym::SymbolKind::kIndex));
-    sizes.push_back(ctx_.analyzer.simplify(sym::ceil_div(last, sym::Expr(kAcross))));
+    sizes.push_back(ctx_.analyzer.simplify(sym::ceil_div(group_.sizes.back(), sym::Expr(kAcross))));
     emit_parallel_loops(
         out, vars, sizes, [](IndentedBuffer&) {},
-        [&](IndentedBuffer& o) {
-          const std::string v = ctx_.cpp(group_.vars.back());
-          o.linef("const int64_t kiln_block_end = std::min<int64_t>({}, (kiln_block + 1) * {});",
-                  ctx_.cpp(last), kAcross);
-          o.linef("for (int64_t {0} = kiln_block * {1}; {0} < kiln_block_end; ++{0}) {{", v,
-                  kAcross);
-          {
-            auto _ = o.scope();
-            emit_outer_body(o);
-          }
-          o.line("}");
-        });
+        [&](IndentedBuffer& o) { emit_across_outputs(o, kAcross); });
     return;
   }
   // Each chunk has its own scratch.
@@ -446,11 +432,12 @@ void CppKernelBuilder::emit_reduction(IndentedBuffer& out) {
       [&](IndentedBuffer& o) { emit_outer_body(o); });
 }
 
-/// Whether a reduction kernel runs its outputs along the last outer dim in one plain loop (see
-/// emit_reduction) instead of one output at a time with the reduction loop innermost: when the
-/// reduction's innermost loop strides through memory (a global average pool over channels-last
-/// activations reads with a stride of C) and the neighbouring outputs read and write
-/// neighbouring elements. Not with per-chunk scratch, which outputs could not share.
+/// Whether a reduction kernel runs blocks of outputs along the last outer dim together
+/// (emit_across_outputs) instead of one output at a time with the reduction loop innermost: when
+/// the reduction's innermost loop strides through memory (a global average pool over
+/// channels-last activations reads with a stride of C) and the neighbouring outputs read and
+/// write neighbouring elements. Not with per-chunk scratch, which outputs could not share, and
+/// only for sums, products, maxima and minima.
 bool CppKernelBuilder::runs_across_outputs() const {
   if (!options_.vectorize || group_.vars.empty() || group_.reduce_vars.empty()) return false;
   if (!fills_a_vector(group_.sizes.back())) return false;
@@ -459,10 +446,72 @@ bool CppKernelBuilder::runs_across_outputs() const {
   }
   for (const auto& m : members_) {
     if (m->has_indirect_or_mask() || !m->unit_stride_along(group_.vars.back())) return false;
-    if (m->member().kind == MemberKind::kReduction && m->can_vectorize(group_.reduce_vars.back()))
+    if (m->member().kind == MemberKind::kReduction &&
+        (m->can_vectorize(group_.reduce_vars.back()) || !m->plain_reductions()))
       return false;
   }
   return true;
+}
+
+/// One block of `lanes` outputs along the last outer dim (kiln_block): each reduction
+/// accumulates into an array over the block, the reduction loops outside and the loop across the
+/// block's outputs inside, which reads neighbouring elements and which the C++ compiler
+/// vectorizes; each output's lane adds its elements in the order of the one-output loop. The
+/// kernel-local values are arrays over the block too, and the members after a reduction run in
+/// loops across the block.
+void CppKernelBuilder::emit_across_outputs(IndentedBuffer& out, int64_t lanes) {
+  const std::string v = ctx_.cpp(group_.vars.back());
+  out.linef("const int64_t kiln_block_lo = kiln_block * {};", lanes);
+  out.linef("const int64_t kiln_block_end = std::min<int64_t>({}, kiln_block_lo + {});",
+            ctx_.cpp(group_.sizes.back()), lanes);
+  const std::string lane = fmt::format("{} - kiln_block_lo", v);
+  for (const auto& [name, storage] : ctx_.locals) {
+    std::string& local = ctx_.local_names.at(name);
+    out.linef("{} {}[{}];  // {}", cpp_compute_type(ctx_.local_dtypes.at(name)), local, lanes,
+              name);
+    local = fmt::format("{}[{}]", local, lane);
+  }
+  auto across = [&](const std::function<void()>& body) {
+    out.linef("for (int64_t {0} = kiln_block_lo; {0} < kiln_block_end; ++{0}) {{", v);
+    {
+      auto _ = out.scope();
+      body();
+    }
+    out.line("}");
+  };
+  for (auto& m : members_) {
+    out.linef("{{  // {}", m->member().buffer->name);
+    {
+      auto _ = out.scope();
+      if (m->member().kind == MemberKind::kReduction) {
+        m->emit_accumulator_arrays(out, lanes, lane);
+        const size_t n = group_.reduce_vars.size();
+        for (size_t k = 0; k < n; ++k) {
+          out.linef("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{", ctx_.cpp(group_.reduce_vars[k]),
+                    ctx_.cpp(group_.reduce_sizes[k]));
+          out.indent();
+        }
+        across([&] {
+          LoopPass pass;
+          m->emit_loop_body(out, pass);
+        });
+        for (size_t k = 0; k < n; ++k) {
+          out.dedent();
+          out.line("}");
+        }
+        across([&] { m->emit_reduction_end(out, false); });
+      } else {
+        KILN_CHECK(m->member().kind == MemberKind::kPointwiseOuter,
+                   "{}: a member over the reduction dims in a loop across outputs",
+                   m->member().buffer->name);
+        across([&] {
+          LoopPass pass;
+          m->emit_loop_body(out, pass);
+        });
+      }
+    }
+    out.line("}");
+  }
 }
 
 GeneratedKernel CppKernelBuilder::build() {

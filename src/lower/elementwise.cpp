@@ -173,14 +173,79 @@ DType common_dtype(const LoweringContext& ctx, const std::vector<const TensorVal
   return dtype;
 }
 
+namespace {
+
+/// Whether `body` computes a transcendental function (exp, log, tanh, erf, sigmoid, pow, ...):
+/// tens of operations per element, not one.
+bool has_transcendental(const ir::LoopBody& body) {
+  for (const ir::Op& op : body.ops()) {
+    switch (op.code) {
+      case OpCode::kExp:
+      case OpCode::kLog:
+      case OpCode::kTanh:
+      case OpCode::kSigmoid:
+      case OpCode::kErf:
+      case OpCode::kPow:
+      case OpCode::kSin:
+      case OpCode::kCos:
+      case OpCode::kTan:
+      case OpCode::kAsin:
+      case OpCode::kAcos:
+      case OpCode::kAtan:
+      case OpCode::kSinh:
+      case OpCode::kCosh:
+      case OpCode::kAsinh:
+      case OpCode::kAcosh:
+      case OpCode::kAtanh:
+      case OpCode::kLog1p:
+      case OpCode::kExpm1:
+      case OpCode::kSoftplus:
+        return true;
+      default:
+        break;
+    }
+  }
+  return false;
+}
+
+std::optional<int64_t> static_numel(const std::vector<Expr>& shape) {
+  int64_t n = 1;
+  for (const Expr& d : shape) {
+    std::optional<int64_t> v = d.as_integer();
+    if (!v) return std::nullopt;
+    n *= *v;
+  }
+  return n;
+}
+
+}  // namespace
+
 TensorValue broadcast_map(LoweringContext& ctx, const std::vector<const TensorValue*>& inputs,
                           DType out, const ElementFn& fn) {
   std::vector<std::vector<Expr>> shapes;
   for (const TensorValue* in : inputs) shapes.push_back(in->shape);
   std::vector<Expr> shape = ctx.broadcast_shapes(shapes);
+  // A lazy input with a transcendental op that the output broadcasts over 16 or more times its
+  // elements is stored first: inlined, each of its elements would be recomputed for every output
+  // element it broadcasts to. A squeeze-and-excitation gate, Sigmoid of [N, C, 1, 1] scaling
+  // [N, C, H, W] (EfficientNet's, MobileNetV3's), took a Sleef exp per pixel and channel so.
+  std::vector<TensorValue> stored;
+  stored.reserve(inputs.size());
+  std::vector<const TensorValue*> reads = inputs;
+  const std::optional<int64_t> out_numel = static_numel(shape);
+  for (const TensorValue*& in : reads) {
+    const std::optional<int64_t> numel = static_numel(in->shape);
+    if (!out_numel || !numel || *numel * 16 > *out_numel || in->known || in->known_float ||
+        ctx.as_buffer(*in) || !in->body || !has_transcendental(*in->body)) {
+      continue;
+    }
+    stored.push_back(ctx.reads_channels_last(*in) ? ctx.realize_channels_last(*in, "broadcast")
+                                                  : ctx.realize(*in, "broadcast"));
+    in = &stored.back();
+  }
   return ctx.pointwise(out, shape, [&](LoopBody& body, const std::vector<Expr>& index) {
     std::vector<ValueId> elements;
-    for (const TensorValue* in : inputs) {
+    for (const TensorValue* in : reads) {
       elements.push_back(
           ctx.load_at(body, *in, LoweringContext::broadcast_index(index, in->shape)));
     }

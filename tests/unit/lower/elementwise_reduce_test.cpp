@@ -118,6 +118,34 @@ TEST(ElementwiseLowering, LegacyBroadcastAlignsBAtAxis) {
   EXPECT_EQ(got, (std::vector<float>{1, 1, 2, 2, 3, 3, 1, 1, 2, 2, 3, 3}));
 }
 
+// A squeeze-and-excitation gate: Mul(x [1, 3, 4, 5], Sigmoid(g [1, 3, 1, 1])). The Sigmoid,
+// broadcast over 20 times its elements, is stored once (a buffer of 3 elements) instead of being
+// recomputed inside the Mul for each of x's 60; the values are the same.
+TEST(ElementwiseLowering, TranscendentalInputBroadcastManyTimesIsStoredFirst) {
+  GraphBuilder b(13);
+  Value* x = b.input("x", DType::kFloat32, {1, 3, 4, 5});
+  Value* g = b.input("g", DType::kFloat32, {1, 3, 1, 1});
+  b.output(b.op("Mul", {x, b.op("Sigmoid", {g})}));
+  ir::Program program = lower_graph(b.graph);
+  int gates = 0;
+  for (const auto& buffer : program.buffers) {
+    if (buffer->kind == ir::BufferKind::kComputed && buffer->layout.sizes.size() == 4 &&
+        buffer->layout.sizes[2] == Expr(1)) {
+      ++gates;
+    }
+  }
+  EXPECT_EQ(gates, 1);
+  std::vector<float> xs(60), gs = {-1.0f, 0.0f, 2.5f};
+  for (size_t k = 0; k < xs.size(); ++k) xs[k] = 0.25f * static_cast<float>(k) - 7.0f;
+  std::vector<float> got = floats(
+      run(b, {{"x", float_tensor({1, 3, 4, 5}, xs)}, {"g", float_tensor({1, 3, 1, 1}, gs)}}));
+  ASSERT_EQ(got.size(), 60u);
+  for (size_t k = 0; k < 60; ++k) {
+    const float want = xs[k] / (1.0f + std::exp(-gs[k / 20]));
+    EXPECT_NEAR(got[k], want, 1e-6f * (1 + std::fabs(want))) << k;
+  }
+}
+
 TEST(ElementwiseLowering, ClipBeforeOpset11TakesAttributes) {
   GraphBuilder b(6);
   Value* x = b.input("x", DType::kFloat32, {4});

@@ -208,16 +208,6 @@ bool has_transcendental(const ir::LoopBody& body) {
   return false;
 }
 
-std::optional<int64_t> static_numel(const std::vector<Expr>& shape) {
-  int64_t n = 1;
-  for (const Expr& d : shape) {
-    std::optional<int64_t> v = d.as_integer();
-    if (!v) return std::nullopt;
-    n *= *v;
-  }
-  return n;
-}
-
 }  // namespace
 
 TensorValue broadcast_map(LoweringContext& ctx, const std::vector<const TensorValue*>& inputs,
@@ -232,9 +222,9 @@ TensorValue broadcast_map(LoweringContext& ctx, const std::vector<const TensorVa
   std::vector<TensorValue> stored;
   stored.reserve(inputs.size());
   std::vector<const TensorValue*> reads = inputs;
-  const std::optional<int64_t> out_numel = static_numel(shape);
+  const std::optional<int64_t> out_numel = sym::product(shape).as_integer();
   for (const TensorValue*& in : reads) {
-    const std::optional<int64_t> numel = static_numel(in->shape);
+    const std::optional<int64_t> numel = sym::product(in->shape).as_integer();
     if (!out_numel || !numel || *numel * 16 > *out_numel || in->known || in->known_float ||
         ctx.as_buffer(*in) || !in->body || !has_transcendental(*in->body)) {
       continue;

@@ -406,8 +406,6 @@ void GraphLowering::lower_node(const graph::Node& node) {
   }
 }
 
-/// Decides whether a freshly lowered value stays lazy (inlined into its users), is folded into
-/// a constant (it depends only on constants), or is materialized now.
 bool GraphLowering::lower_concatenated_projections(const graph::Node& matmul) {
   // A projection: MatMul(x, W) with W a float32 [K, N] initializer, read only by an Add of a
   // float32 [N] initializer (the bias).
@@ -502,6 +500,8 @@ bool GraphLowering::lower_concatenated_projections(const graph::Node& matmul) {
   return true;
 }
 
+/// Decides whether a freshly lowered value stays lazy (inlined into its users), is folded into
+/// a constant (it depends only on constants), or is materialized now.
 TensorValue GraphLowering::settle(TensorValue value, const graph::Value& out) {
   if (value.sequence || value.none) return value;  // a sequence's tensors settled when made
   check_type(value, out);

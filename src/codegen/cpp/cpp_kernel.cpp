@@ -84,6 +84,9 @@ class CppKernelBuilder {
                            const std::vector<sym::Expr>& sizes,
                            const std::function<void(IndentedBuffer&)>& prologue,
                            const std::function<void(IndentedBuffer&)>& body);
+  void emit_blocked_loops(IndentedBuffer& out, std::vector<sym::Expr> vars,
+                          std::vector<sym::Expr> sizes, int64_t block,
+                          const std::function<void(IndentedBuffer&)>& body);
   void emit_pointwise(IndentedBuffer& out);
   void emit_pointwise_inner_loop(IndentedBuffer& out, const sym::Expr& var, const sym::Expr& size,
                                  bool vectorize, bool simd);
@@ -215,6 +218,25 @@ void CppKernelBuilder::emit_parallel_loops(IndentedBuffer& out, const std::vecto
   out.line("});");
 }
 
+/// emit_parallel_loops over `vars` with the last one cut into blocks of `block`: the chunks step
+/// through the blocks (kiln_block), and `body` writes one block, whose part of the last variable
+/// is [kiln_block_lo, kiln_block_end).
+void CppKernelBuilder::emit_blocked_loops(IndentedBuffer& out, std::vector<sym::Expr> vars,
+                                          std::vector<sym::Expr> sizes, int64_t block,
+                                          const std::function<void(IndentedBuffer&)>& body) {
+  const sym::Expr size = sizes.back();
+  vars.back() = sym::Expr::symbol("kiln_block", sym::SymbolKind::kIndex);
+  sizes.back() = ctx_.analyzer.simplify(sym::ceil_div(size, sym::Expr(block)));
+  emit_parallel_loops(
+      out, vars, sizes, [](IndentedBuffer&) {},
+      [&](IndentedBuffer& o) {
+        o.linef("const int64_t kiln_block_lo = kiln_block * {};", block);
+        o.linef("const int64_t kiln_block_end = std::min<int64_t>({}, kiln_block_lo + {});",
+                ctx_.cpp(size), block);
+        body(o);
+      });
+}
+
 void CppKernelBuilder::emit_pass(IndentedBuffer& out, bool vector, const sym::Expr& var) {
   LoopPass pass;
   pass.vector = vector;
@@ -294,24 +316,15 @@ void CppKernelBuilder::emit_pointwise(IndentedBuffer& out) {
     // the loop over the dim before it, in blocks of kAlong, with the short loop inside, which
     // the C++ compiler unrolls and vectorizes along the longer loop.
     constexpr int64_t kAlong = 256;
-    const sym::Expr along = vars.back();
-    const sym::Expr along_size = sizes.back();
-    vars.back() = sym::Expr::symbol("kiln_block", sym::SymbolKind::kIndex);
-    sizes.back() = ctx_.analyzer.simplify(sym::ceil_div(along_size, sym::Expr(kAlong)));
-    emit_parallel_loops(
-        out, vars, sizes, [](IndentedBuffer&) {},
-        [&](IndentedBuffer& o) {
-          const std::string a = ctx_.cpp(along);
-          o.linef("const int64_t kiln_block_end = std::min<int64_t>({}, (kiln_block + 1) * {});",
-                  ctx_.cpp(along_size), kAlong);
-          o.linef("for (int64_t {0} = kiln_block * {1}; {0} < kiln_block_end; ++{0}) {{", a,
-                  kAlong);
-          {
-            auto _ = o.scope();
-            emit_pointwise_inner_loop(o, inner, group_.sizes.back(), false, false);
-          }
-          o.line("}");
-        });
+    const std::string along = ctx_.cpp(vars.back());
+    emit_blocked_loops(out, vars, sizes, kAlong, [&](IndentedBuffer& o) {
+      o.linef("for (int64_t {0} = kiln_block_lo; {0} < kiln_block_end; ++{0}) {{", along);
+      {
+        auto _ = o.scope();
+        emit_pointwise_inner_loop(o, inner, group_.sizes.back(), false, false);
+      }
+      o.line("}");
+    });
     return;
   }
   emit_parallel_loops(
@@ -414,13 +427,8 @@ void CppKernelBuilder::emit_reduction(IndentedBuffer& out) {
   }
   if (runs_across_outputs()) {
     constexpr int64_t kAcross = 64;
-    std::vector<sym::Expr> vars(group_.vars.begin(), group_.vars.end() - 1);
-    std::vector<sym::Expr> sizes(group_.sizes.begin(), group_.sizes.end() - 1);
-    vars.push_back(sym::Expr::symbol("kiln_block", sym::SymbolKind::kIndex));
-    sizes.push_back(ctx_.analyzer.simplify(sym::ceil_div(group_.sizes.back(), sym::Expr(kAcross))));
-    emit_parallel_loops(
-        out, vars, sizes, [](IndentedBuffer&) {},
-        [&](IndentedBuffer& o) { emit_across_outputs(o, kAcross); });
+    emit_blocked_loops(out, group_.vars, group_.sizes, kAcross,
+                       [&](IndentedBuffer& o) { emit_across_outputs(o, kAcross); });
     return;
   }
   // Each chunk has its own scratch.
@@ -453,7 +461,8 @@ bool CppKernelBuilder::runs_across_outputs() const {
   return true;
 }
 
-/// One block of `lanes` outputs along the last outer dim (kiln_block): each reduction
+/// One block of `lanes` outputs along the last outer dim ([kiln_block_lo, kiln_block_end) of
+/// emit_blocked_loops): each reduction
 /// accumulates into an array over the block, the reduction loops outside and the loop across the
 /// block's outputs inside, which reads neighbouring elements and which the C++ compiler
 /// vectorizes; each output's lane adds its elements in the order of the one-output loop. The
@@ -461,9 +470,6 @@ bool CppKernelBuilder::runs_across_outputs() const {
 /// loops across the block.
 void CppKernelBuilder::emit_across_outputs(IndentedBuffer& out, int64_t lanes) {
   const std::string v = ctx_.cpp(group_.vars.back());
-  out.linef("const int64_t kiln_block_lo = kiln_block * {};", lanes);
-  out.linef("const int64_t kiln_block_end = std::min<int64_t>({}, kiln_block_lo + {});",
-            ctx_.cpp(group_.sizes.back()), lanes);
   const std::string lane = fmt::format("{} - kiln_block_lo", v);
   for (const auto& [name, storage] : ctx_.locals) {
     std::string& local = ctx_.local_names.at(name);

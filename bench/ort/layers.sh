@@ -3,9 +3,9 @@
 # prints them side by side): where Kiln loses or wins against ONNX Runtime.
 #
 # Usage: bench/ort/layers.sh [BUILD_DIR] MODEL [KILN_RUNS]
-# MODEL is one of run.sh's (resnet18, resnet50, mobilenet_v2, bert, encoder, decoder); run.sh
-# must have built its model and library under BUILD_DIR/bench-ort (make bench-ort, or run.sh
-# with BENCH_ORT_MODELS=MODEL). ONNX Runtime profiles 5 warm-up and 20 timed runs in one
+# MODEL is one of run.sh's (resnet18, resnet50, mobilenet_v2, resnext50, bert, encoder,
+# decoder); run.sh must have built its model and library under BUILD_DIR/bench-ort (make
+# bench-ort, or run.sh with BENCH_ORT_MODELS=MODEL). ONNX Runtime profiles 5 warm-up and 20 timed runs in one
 # process; Kiln profiles one run per `kiln bench --profile`, KILN_RUNS (7) times, and each layer
 # takes the median. KILN_CPU_FEATURES picks Kiln's variant as in run.sh's BENCH_ORT_VARIANT=v3.
 # Writes the traces under BUILD_DIR/bench-ort/profiles/.

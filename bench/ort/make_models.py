@@ -18,6 +18,10 @@ Writes into OUT_DIR:
                     BatchNormalization (as an export without folding writes it); Relu after it
                     and after each residual Add.
   resnet50.input.npy  the input: uniform [-1, 1)
+  resnext50.onnx    ResNeXt-50 32x4d: resnet50's stages with 32 groups in each 3x3 convolution
+                    and twice its widths (128..1024, 4..32 channels a group), blocks ending at
+                    256..2048 channels; input and logits as resnet50.
+  resnext50.input.npy  the input: uniform [-1, 1)
   mobilenet_v2.onnx MobileNetV2 (width 1.0): input float32[1, 3, 224, 224] -> logits [1, 1000]. A
                     3x3/2 stem, 17 inverted residual blocks (1x1 expansion by 6 but in the first,
                     3x3 depthwise convolution, 1x1 projection, residual Add where the shapes
@@ -103,10 +107,10 @@ def conv_bn(b, x, cin, cout, k, stride, relu=True, group=1):
     return b.node("Relu", [y], "relu") if relu else y
 
 
-def bottleneck(b, x, cin, width, stride):
-    cout = width * 4
+def bottleneck(b, x, cin, width, stride, cout=None, group=1):
+    cout = cout or width * 4
     y = conv_bn(b, x, cin, width, 1, 1)
-    y = conv_bn(b, y, width, width, 3, stride)
+    y = conv_bn(b, y, width, width, 3, stride, group=group)
     y = conv_bn(b, y, width, cout, 1, 1, relu=False)
     shortcut = x if stride == 1 and cin == cout else conv_bn(b, x, cin, cout, 1, stride, relu=False)
     return b.node("Relu", [b.node("Add", [y, shortcut], "add")], "relu")
@@ -157,6 +161,29 @@ def resnet50(classes=1000, image=224):
     b.nodes.append(helper.make_node("Gemm", [x, w, fc_b], ["logits"], name="fc", transB=1))
     return b.model(
         "resnet50",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, image, image])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])])
+
+
+def resnext50(classes=1000, image=224):
+    """ResNeXt-50 32x4d: ResNet-50's stages with the 3x3 convolutions in 32 groups, twice as
+    wide (4, 8, 16 and 32 channels a group)."""
+    b = Builder(seed=5032)
+    x = conv_bn(b, "input", 3, 64, 7, 2)
+    x = b.node("MaxPool", [x], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, blocks in enumerate([3, 4, 6, 3]):
+        width, cout = 128 * 2 ** stage, 256 * 2 ** stage
+        for i in range(blocks):
+            x = bottleneck(b, x, cin, width, 2 if i == 0 and stage > 0 else 1, cout, group=32)
+            cin = cout
+    x = b.node("GlobalAveragePool", [x], "gap")
+    x = b.node("Flatten", [x], "flatten", axis=1)
+    w = b.normal("fc_w", (classes, cin), 1.0 / np.sqrt(cin))
+    fc_b = b.normal("fc_b", (classes,), 0.01)
+    b.nodes.append(helper.make_node("Gemm", [x, w, fc_b], ["logits"], name="fc", transB=1))
+    return b.model(
+        "resnext50",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, image, image])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])])
 
@@ -355,6 +382,9 @@ if __name__ == "__main__":
     save(decoder(), os.path.join(args.out_dir, "decoder.onnx"))
     np.save(os.path.join(args.out_dir, "decoder.input.npy"),
             rng.integers(0, 8192, (1, 128)).astype(np.int64))
+    save(resnext50(), os.path.join(args.out_dir, "resnext50.onnx"))
+    np.save(os.path.join(args.out_dir, "resnext50.input.npy"),
+            rng.uniform(-1, 1, (1, 3, 224, 224)).astype(np.float32))
     save(resnet18(), os.path.join(args.out_dir, "resnet18.onnx"))
     np.save(os.path.join(args.out_dir, "resnet18.input.npy"),
             rng.uniform(-1, 1, (1, 3, 224, 224)).astype(np.float32))

@@ -12,7 +12,7 @@
 # Usage: bench/ort/run.sh [BUILD_DIR]   (`make bench-ort` builds kiln and runs it)
 # Environment: BENCH_ORT_THREADS (2), BENCH_ORT_ROUNDS (3), BENCH_ORT_ITERS (timed runs per round,
 # 20), BENCH_ORT_WARMUP (5), BENCH_ORT_BERT_LAYERS (12), BENCH_ORT_MODELS ("resnet18 resnet50 mobilenet_v2
-# bert encoder decoder"), BENCH_ORT_VARIANT ("cpu": the variant of Kiln's library this CPU
+# resnext50 bert encoder decoder"), BENCH_ORT_VARIANT ("cpu": the variant of Kiln's library this CPU
 # selects; "v3": the x86-64-v3 variant forced, see below).
 # Everything it writes is under BUILD_DIR/bench-ort/ (onnxruntime-node, models, code cache,
 # outputs, results.jsonl).
@@ -30,7 +30,7 @@ ROUNDS="${BENCH_ORT_ROUNDS:-3}"
 ITERS="${BENCH_ORT_ITERS:-20}"
 WARMUP="${BENCH_ORT_WARMUP:-5}"
 BERT_LAYERS="${BENCH_ORT_BERT_LAYERS:-12}"
-MODELS="${BENCH_ORT_MODELS:-resnet18 resnet50 mobilenet_v2 bert encoder decoder}"
+MODELS="${BENCH_ORT_MODELS:-resnet18 resnet50 mobilenet_v2 resnext50 bert encoder decoder}"
 CACHE="$WORK/cache"  # the code cache of every Kiln run after the cold compile
 # With "v3", Kiln's loader assumes a CPU with only x86-64-v3's features (KILN_CPU_FEATURES), so it
 # loads the AVX2 variant, and oneDNN, which dispatches on the CPU itself, is held to AVX2
@@ -77,7 +77,7 @@ if [ "$(cat "$MODEL_DIR/stamp" 2>/dev/null)" != "$stamp" ]; then
 fi
 input_name() {
   case "$1" in
-    resnet18 | resnet50 | mobilenet_v2) echo input ;;
+    resnet18 | resnet50 | mobilenet_v2 | resnext50) echo input ;;
     bert | encoder) echo hidden ;;
     decoder) echo tokens ;;
   esac

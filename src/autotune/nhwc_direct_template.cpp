@@ -14,6 +14,33 @@ namespace {
 
 constexpr int64_t kMaxPaddedBytes = int64_t{32} << 20;
 
+// The most groups one channel block may merge (grouped_fits).
+constexpr int64_t kMaxMergedGroups = 4;
+
+// Groups one channel block of `ocb` output channels spans: 1 when ungrouped or inside a group
+// (M / G a multiple of ocb), else ocb / (M / G) (grouped_fits says whether that tiles).
+int64_t merged_groups(const ConvProblem& p, int64_t ocb) {
+  const int64_t mg = p.m / p.group;
+  return p.group == 1 || mg % ocb == 0 ? 1 : ocb / mg;
+}
+
+// Input channels one channel block of `ocb` output channels reads: C when ungrouped, else
+// C / G for each group it spans.
+int64_t block_channels(const ConvProblem& p, int64_t ocb) {
+  return p.c / p.group * merged_groups(p, ocb);
+}
+
+// Whether channel blocks of `ocb` output channels tile a grouped problem's groups: each block
+// inside one group, or each block whole groups (ocb a multiple of M / G, at most
+// kMaxMergedGroups of them, and G a multiple of their count, so no block reads past the input
+// channels). A merged block multiplies by zero the weights between its groups' channels: it
+// does ocb / (M / G) times the multiply-adds, in vectors of full width.
+bool grouped_fits(const ConvProblem& p, int64_t ocb) {
+  const int64_t mg = p.m / p.group, merged = merged_groups(p, ocb);
+  if (p.group == 1 || mg % ocb == 0) return true;
+  return ocb % mg == 0 && merged <= kMaxMergedGroups && p.group % merged == 0;
+}
+
 void render_header(IndentedBuffer& out, const ConvConfig& config, const ConvProblem& p,
                    const TemplateEpilogue& epilogue) {
   out.linef("// Kiln direct convolution template, channels-last, {}", config.name());
@@ -36,8 +63,18 @@ void render_header(IndentedBuffer& out, const ConvConfig& config, const ConvProb
   out.linef("constexpr int64_t kPR = {};", p.pad_right);
   out.linef("constexpr int64_t kOCB = {}, kOWB = {};", config.ocb, config.owb);
   out.line("constexpr int64_t kBlocks = (kM + kOCB - 1) / kOCB;");
+  if (p.group == 1) {
+    out.line("// Input channels of a channel block.");
+    out.line("constexpr int64_t kCB = kC;");
+  } else {
+    out.linef("// Groups: {} input and {} output channels each. A channel block reads kCB input",
+              p.c / p.group, p.m / p.group);
+    out.line("// channels from its first group's (zero weights between the groups it merges).");
+    out.linef("constexpr int64_t kCg = {}, kMg = {};", p.c / p.group, p.m / p.group);
+    out.linef("constexpr int64_t kCB = {};", block_channels(p, config.ocb));
+  }
   out.line("// Floats of one channel block's weight panel; the bias follows the last panel.");
-  out.line("constexpr int64_t kPanel = kKH * kKW * kC * kOCB;");
+  out.line("constexpr int64_t kPanel = kKH * kKW * kCB * kOCB;");
   out.line("// Columns of an input row as the blocks read it: the padding columns are zeros.");
   out.line("constexpr int64_t kWP = kPL + kW + kPR;");
   out.line("");
@@ -69,14 +106,14 @@ void render_block(IndentedBuffer& out, const ConvConfig& config, int r) {
     {
       auto _ = out.scope();
       out.line("const float* xrow = x + (ih0 + kh * kDH) * (kWP * kC) + ow0 * kSW * kC;");
-      out.line("const float* wrow = w + kh * (kKW * kC * kOCB);");
+      out.line("const float* wrow = w + kh * (kKW * kCB * kOCB);");
       out.line("for (int64_t kw = 0; kw < kKW; ++kw) {");
       {
         auto _ = out.scope();
         out.line("const float* xr = xrow + kw * kDW * kC;");
-        out.line("const float* wk = wrow + kw * (kC * kOCB);");
+        out.line("const float* wk = wrow + kw * (kCB * kOCB);");
         out.line("#pragma GCC unroll 4");
-        out.line("for (int64_t c = 0; c < kC; ++c) {");
+        out.line("for (int64_t c = 0; c < kCB; ++c) {");
         {
           auto _ = out.scope();
           for (int v = 0; v < vectors; ++v) {
@@ -137,7 +174,12 @@ void render_row(IndentedBuffer& out, const ConvConfig& config, const ConvProblem
       epilogue_params(epilogue));
   {
     auto _ = out.scope();
-    out.line("const float* x = X + b * (kH * kWP * kC);");
+    if (p.group == 1) {
+      out.line("const float* x = X + b * (kH * kWP * kC);");
+    } else {
+      out.line("// From the first input channel of the block's first group.");
+      out.line("const float* x = X + b * (kH * kWP * kC) + j * kOCB / kMg * kCg;");
+    }
     out.line("const float* w = Wp + j * kPanel;");
     out.line("const float* bias = Wp + kBlocks * kPanel + j * kOCB;");
     out.line("const int64_t ih0 = oh * kSH - kPT;");
@@ -267,17 +309,24 @@ bool nhwc_direct_applies(const ConvProblem& p) {
   // past kMaxPaddedBytes (a large static batch) oneDNN, which pads as it reads, takes it.
   const int64_t padded_bytes = p.n * p.h * (p.pad_left + p.w + p.pad_right) * p.c * 4;
   const bool padded = p.pad_left + p.pad_right > 0;
-  return p.channels_last && p.group == 1 && !nhwc_pointwise_applies(p) &&
-         (!padded || padded_bytes <= kMaxPaddedBytes);
+  if (!p.channels_last || p.depthwise() || nhwc_pointwise_applies(p)) return false;
+  if (padded && padded_bytes > kMaxPaddedBytes) return false;
+  for (const RegisterBlock& block : register_blocks(p, TemplateIsa::kAvx2)) {
+    if (grouped_fits(p, block.ocb)) return true;
+  }
+  return false;
 }
 
 void check_nhwc_direct(const ConvConfig& config, const ConvProblem& problem) {
   check_conv_config(config);
   check_conv_problem(problem);
   KILN_CHECK(nhwc_direct_applies(problem),
-             "direct channels-last template: {} is not a channels-last ungrouped convolution "
-             "other than 1x1 stride 1",
+             "direct channels-last template: {} is not a channels-last convolution other than "
+             "1x1 stride 1 and depthwise, with groups that channel blocks tile",
              problem.text());
+  KILN_CHECK(grouped_fits(problem, config.ocb),
+             "direct channels-last template: blocks of {} channels do not tile the groups of {}",
+             config.ocb, problem.text());
   KILN_CHECK(config.icb == problem.c, "direct channels-last template: config {} blocks C = {}",
              config.name(), problem.c);
 }
@@ -287,7 +336,16 @@ std::vector<ConvConfig> nhwc_direct_configs(const ConvProblem& problem, Template
   // Rows outermost when every weight fits in about half of L2 (as the NCHW template decides):
   // a thread's channel blocks then share the input rows of one output row.
   const bool rows_outer = problem.m * problem.depth() * 4 <= (int64_t{1} << 20);
+  std::vector<RegisterBlock> blocks;
   for (const RegisterBlock& block : register_blocks(problem, isa)) {
+    if (grouped_fits(problem, block.ocb)) blocks.push_back(block);
+  }
+  // Grouped: the blocks that merge the fewest groups first (the fewest wasted multiply-adds).
+  std::stable_sort(blocks.begin(), blocks.end(),
+                   [&](const RegisterBlock& a, const RegisterBlock& b) {
+                     return merged_groups(problem, a.ocb) < merged_groups(problem, b.ocb);
+                   });
+  for (const RegisterBlock& block : blocks) {
     for (bool outer : {rows_outer, !rows_outer}) {
       ConvConfig config;
       config.isa = block.isa;
@@ -306,18 +364,23 @@ std::vector<ConvConfig> nhwc_direct_configs(const ConvProblem& problem, Template
 
 int64_t packed_nhwc_direct_size(const ConvConfig& config, const ConvProblem& p) {
   const int64_t padded = round_up(p.m, config.ocb);
-  return padded * p.depth() + padded;
+  return padded * p.kh * p.kw * block_channels(p, config.ocb) + padded;
 }
 
 int64_t nhwc_direct_weight_offset(const ConvConfig& config, const ConvProblem& p, int64_t m,
                                   int64_t t) {
   const int64_t c = t / (p.kh * p.kw), kh = t / p.kw % p.kh, kw = t % p.kw;
-  const int64_t ocb = config.ocb;
-  return m / ocb * (p.depth() * ocb) + ((kh * p.kw + kw) * p.c + c) * ocb + m % ocb;
+  const int64_t ocb = config.ocb, cb = block_channels(p, ocb);
+  // The input channel's place among its block's: c within its group, after the groups the block
+  // starts before it (none when the block lies inside one group).
+  const int64_t cg = p.c / p.group, mg = p.m / p.group;
+  const int64_t first_group = m / ocb * ocb / mg;
+  const int64_t at = (m / mg - first_group) * cg + c;
+  return m / ocb * (p.kh * p.kw * cb * ocb) + ((kh * p.kw + kw) * cb + at) * ocb + m % ocb;
 }
 
 int64_t nhwc_direct_bias_offset(const ConvConfig& config, const ConvProblem& p, int64_t m) {
-  return round_up(p.m, config.ocb) * p.depth() + m;
+  return round_up(p.m, config.ocb) * p.kh * p.kw * block_channels(p, config.ocb) + m;
 }
 
 std::vector<float> prepack_nhwc_direct(const ConvConfig& config, const ConvProblem& p,

@@ -64,6 +64,11 @@ std::vector<ConvProblem> problems() {
   dense.pad_right = 2;
   dense.pad_bottom = 2;
   all.push_back(dense);
+  // Grouped convolutions: the direct template's channel blocks inside a group (16 output
+  // channels a group), or merging 2 to 4 groups (4 a group: 8- and 16-channel blocks).
+  all.push_back(problem(2, 24, 7, 9, 48, 3, 1, 1, 3));   // 8 in, 16 out a group; batch 2
+  all.push_back(problem(1, 32, 9, 10, 32, 3, 2, 1, 8));  // 4 in, 4 out a group; stride 2
+  all.push_back(problem(1, 12, 5, 6, 24, 1, 2, 0, 3));   // grouped strided 1x1, 4 in, 8 out
   return all;
 }
 
@@ -224,6 +229,27 @@ TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
   // Winograd's buffers or a padded copy of X over 32 MiB (a large static batch): oneDNN.
   const ConvProblem large = problem(64, 64, 56, 56, 64, 3, 1, 1, 1);
   EXPECT_EQ(conv_choices(large, 2, TemplateIsa::kAvx512)[0]->name(), "onednn");
+  // Grouped (ResNeXt-50's 32 groups): the direct template, its blocks inside a group where the
+  // groups are as wide as a block, else merging the fewest groups (AVX2's 8 channels: 2 groups of
+  // 4); then oneDNN. Groups that no block tiles (7 output channels, or 1, 8 groups a block):
+  // oneDNN.
+  const ConvProblem wide_groups = problem(1, 1024, 7, 7, 1024, 3, 1, 1, 32);
+  choices = conv_choices(wide_groups, 2, TemplateIsa::kAvx512);
+  ASSERT_GE(choices.size(), 2u);
+  EXPECT_EQ(choices[0]->name(), "direct-nhwc avx512_oc32x7_ic1024");
+  EXPECT_EQ(choices[1]->name(), "onednn");
+  for (const ConvChoicePtr& c : choices) {
+    EXPECT_EQ(make_conv_choice(c->name(), wide_groups)->hash_key(), c->hash_key()) << c->name();
+  }
+  const ConvProblem narrow_groups = problem(1, 128, 56, 56, 128, 3, 1, 1, 32);
+  EXPECT_EQ(conv_choices(narrow_groups, 2, TemplateIsa::kAvx512)[0]->name(),
+            "direct-nhwc avx2_oc8x12_ic128_rows");
+  EXPECT_THROW(make_conv_choice("direct-nhwc avx512_oc32x14_ic128_rows", narrow_groups),
+               InternalError);
+  EXPECT_EQ(conv_choices(problem(1, 21, 8, 8, 21, 3, 1, 1, 3), 2, TemplateIsa::kAvx512)[0]->name(),
+            "onednn");
+  EXPECT_EQ(conv_choices(problem(1, 32, 8, 8, 16, 3, 1, 1, 16), 2, TemplateIsa::kAvx512)[0]->name(),
+            "onednn");
   // The direct template takes whole input channels and no 1x1 stride-1 problem.
   EXPECT_THROW(make_conv_choice("direct-nhwc avx512_oc32x14_ic32", dense), InternalError);
   EXPECT_THROW(make_conv_choice("direct-nhwc avx512_oc32x14_ic32", pointwise), InternalError);

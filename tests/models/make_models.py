@@ -32,8 +32,9 @@ Writes, each into its own folder under OUT_DIR:
             sizes, which Kiln runs channels-last (lower/nn.cpp): a 3x3 stride-2 stem, a depthwise
             3x3 (19 channels), a 1x1 projection, a ResNeXt-style grouped 3x3 (21 channels in 3
             groups of 7), an inverted residual block (1x1 expand to 37, depthwise 3x3, 1x1
-            project, Add), a 1x1 to 40; each Conv followed by a BatchNormalization and most by
-            ReLU6 as Clip(0, 6). Files: model.onnx, x.npy, y.npy.
+            project, Add), a 1x1 to 40, a grouped 3x3 in 10 groups of 4 channels; each Conv
+            followed by a BatchNormalization and most by ReLU6 as Clip(0, 6). Files:
+            model.onnx, x.npy, y.npy.
   mobilenet_dyn/ the same network with x: float32[batch, 3, 15, 13], ending in
             GlobalAveragePool and Flatten: y float32[batch, 40]. Files: model.onnx,
             x_b{1,2}.npy, y_b{1,2}.npy.
@@ -238,7 +239,7 @@ def winograd_reference(p, x):
 MOBILENET_CONVS = (  # name, input channels, output channels, kernel, stride, group
     ("stem", 3, 19, 3, 2, 1), ("dw1", 19, 19, 3, 1, 19), ("pw1", 19, 21, 1, 1, 1),
     ("grouped", 21, 21, 3, 1, 3), ("expand", 21, 37, 1, 1, 1), ("dw2", 37, 37, 3, 1, 37), ("project", 37, 21, 1, 1, 1),
-    ("head", 21, 40, 1, 1, 1))
+    ("head", 21, 40, 1, 1, 1), ("grouped4", 40, 40, 3, 1, 10))
 
 
 def mobilenet_params(rng):
@@ -279,7 +280,7 @@ def mobilenet_model(params, batch, pool):
     y = conv_bn("grouped", y, clip=False)
     block = conv_bn("project", conv_bn("dw2", conv_bn("expand", y)), clip=False)
     nodes.append(helper.make_node("Add", [block, y], ["res"], name="residual"))
-    head = conv_bn("head", "res")
+    head = conv_bn("grouped4", conv_bn("head", "res"))
     if pool:
         nodes.append(helper.make_node("GlobalAveragePool", [head], ["pooled"], name="pool"))
         nodes.append(helper.make_node("Flatten", ["pooled"], ["y"], name="flatten"))
@@ -307,6 +308,7 @@ def mobilenet_reference(p, x, pool):
     y = conv_bn("pw1", conv_bn("dw1", conv_bn("stem", x.astype(np.float64))), clip=False)
     y = conv_bn("grouped", y, clip=False)
     head = conv_bn("head", conv_bn("project", conv_bn("dw2", conv_bn("expand", y)), clip=False) + y)
+    head = conv_bn("grouped4", head)
     return head.mean(axis=(2, 3)) if pool else head
 
 

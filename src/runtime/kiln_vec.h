@@ -22,6 +22,11 @@ inline constexpr int64_t kWidth = 8;
 struct VecF32 {
   __m256 v;
   static VecF32 loadu(const float* p) { return {_mm256_loadu_ps(p)}; }
+  /// p[0], p[stride], ..., p[7 * stride]: a row of a transpose.
+  static VecF32 load_strided(const float* p, int64_t stride) {
+    return {_mm256_setr_ps(p[0], p[stride], p[2 * stride], p[3 * stride], p[4 * stride],
+                           p[5 * stride], p[6 * stride], p[7 * stride])};
+  }
   static VecF32 broadcast(float x) { return {_mm256_set1_ps(x)}; }
   void storeu(float* p) const { _mm256_storeu_ps(p, v); }
 };

@@ -169,7 +169,22 @@ bool MemberEmitter::unit_stride_along(const sym::Expr& var) const {
   return moves;
 }
 
-bool MemberEmitter::op_vectorizable(const ir::Op& op, const sym::Expr& var) const {
+std::optional<sym::Expr> MemberEmitter::transposed_load_var(
+    const sym::Expr& inner, const std::vector<sym::Expr>& outer) const {
+  for (size_t k = 0; k < body_.ops().size(); ++k) {
+    const ir::Op& op = body_.ops()[k];
+    if (op.code != OpCode::kLoad || ctx_.locals.count(op.buffer)) continue;
+    const std::optional<int64_t> along_inner = stride(index_[k], inner);
+    if (along_inner && (*along_inner == 0 || *along_inner == 1)) continue;
+    for (const sym::Expr& var : outer) {
+      if (stride(index_[k], var) == std::optional<int64_t>(1)) return var;
+    }
+  }
+  return std::nullopt;
+}
+
+bool MemberEmitter::op_vectorizable(const ir::Op& op, const sym::Expr& var,
+                                    bool strided_loads) const {
   auto operand_dtype = [&](int j) { return body_.dtype(op.operands[j]); };
   if (op.code != OpCode::kStore && !is_vector_dtype(op.dtype)) return false;
   size_t k = static_cast<size_t>(&op - body_.ops().data());
@@ -185,7 +200,9 @@ bool MemberEmitter::op_vectorizable(const ir::Op& op, const sym::Expr& var) cons
           (op.dtype != DType::kFloat32 && op.dtype != DType::kBool)) {
         return false;
       }
-      if (auto s = stride(index_[k], var)) return *s == 0 || *s == 1;
+      if (auto s = stride(index_[k], var)) {
+        return *s == 0 || *s == 1 || (strided_loads && op.dtype == DType::kFloat32);
+      }
       return false;
     case OpCode::kStore:
       if (local != ctx_.locals.end()) {
@@ -222,11 +239,11 @@ bool MemberEmitter::op_vectorizable(const ir::Op& op, const sym::Expr& var) cons
   return true;
 }
 
-bool MemberEmitter::can_vectorize(const sym::Expr& var) const {
+bool MemberEmitter::can_vectorize(const sym::Expr& var, bool strided_loads) const {
   for (size_t k = 0; k < body_.ops().size(); ++k) {
     const ir::Op& op = body_.ops()[k];
     bool in_loop = !post_[k] || op.code == OpCode::kReduction;
-    if (in_loop && !op_vectorizable(op, var)) return false;
+    if (in_loop && !op_vectorizable(op, var, strided_loads)) return false;
   }
   return true;
 }
@@ -265,9 +282,14 @@ std::string MemberEmitter::load(const ir::Op& op, ir::ValueId id, IndentedBuffer
       return analyzer_.statically_known_nonnegative(x);
     });
     if (pass.vector) {
-      bool contiguous = stride(index_[id], pass.vector_var) == std::optional<int64_t>(1);
-      expr = contiguous ? fmt::format("{}::loadu({} + {})", vec_type, ptr, idx)
-                        : fmt::format("{}::broadcast({}[{}])", vec_type, ptr, idx);
+      const std::optional<int64_t> s = stride(index_[id], pass.vector_var);
+      if (s == std::optional<int64_t>(1)) {
+        expr = fmt::format("{}::loadu({} + {})", vec_type, ptr, idx);
+      } else if (s == std::optional<int64_t>(0)) {
+        expr = fmt::format("{}::broadcast({}[{}])", vec_type, ptr, idx);
+      } else {
+        expr = fmt::format("{}::load_strided({} + {}, {})", vec_type, ptr, idx, *s);
+      }
     } else {
       expr = widen(op.buffer_dtype, fmt::format("{}[{}]", ptr, idx));
       if (op.mask != ir::kNoValue) {

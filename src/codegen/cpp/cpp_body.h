@@ -79,13 +79,20 @@ class MemberEmitter {
 
   const sched::KernelMember& member() const { return member_; }
   /// True when everything this member does inside its loop can run on VecF32 lanes along `var`.
-  bool can_vectorize(const sym::Expr& var) const;
+  /// With `strided_loads`, float32 loads of memory that move by a constant stride other than 0
+  /// and 1 along `var` are vectorized too, one element a lane (VecF32::load_strided).
+  bool can_vectorize(const sym::Expr& var, bool strided_loads = false) const;
   /// True when the member has an Indirect op or masked load (no `omp simd` then).
   bool has_indirect_or_mask() const;
   /// True when every load and store of memory (not of a kernel-local buffer) moves by 0 or 1
   /// elements as `var` steps, with at least one moving by 1: iterations along `var` then read
   /// and write neighbouring elements.
   bool unit_stride_along(const sym::Expr& var) const;
+  /// The first of `outer` along which a load of memory moves by 1 element while it moves by
+  /// more (or by an unknown amount) along `inner`: the load of a transpose, such as a
+  /// channels-last value read into an NCHW output. Null when no load is so.
+  std::optional<sym::Expr> transposed_load_var(const sym::Expr& inner,
+                                               const std::vector<sym::Expr>& outer) const;
 
   /// Declares the accumulators of the reductions (with vector ones for a vectorized loop).
   void emit_accumulators(IndentedBuffer& out, bool vectorized);
@@ -119,7 +126,7 @@ class MemberEmitter {
   void store(const ir::Op& op, const std::string& v, IndentedBuffer& out, LoopPass& pass);
   void update_accumulator(ir::ValueId id, const std::string& v, IndentedBuffer& out,
                           LoopPass& pass);
-  bool op_vectorizable(const ir::Op& op, const sym::Expr& var) const;
+  bool op_vectorizable(const ir::Op& op, const sym::Expr& var, bool strided_loads) const;
   std::optional<int64_t> stride(const sym::Expr& index, const sym::Expr& var) const;
 
   KernelContext& ctx_;

@@ -88,6 +88,7 @@ class CppKernelBuilder {
                           std::vector<sym::Expr> sizes, int64_t block,
                           const std::function<void(IndentedBuffer&)>& body);
   void emit_pointwise(IndentedBuffer& out);
+  void move_transposed_load_var(std::vector<sym::Expr>& vars, std::vector<sym::Expr>& sizes) const;
   void emit_pointwise_inner_loop(IndentedBuffer& out, const sym::Expr& var, const sym::Expr& size,
                                  bool vectorize, bool simd);
   void emit_pass(IndentedBuffer& out, bool vector, const sym::Expr& var);
@@ -271,7 +272,9 @@ void CppKernelBuilder::emit_pointwise(IndentedBuffer& out) {
   bool vectorize = options_.vectorize && fills_a_vector(group_.sizes.back());
   bool simd = true;
   for (auto& m : members_) {
-    vectorize = vectorize && m->can_vectorize(inner);
+    // Strided loads too: a transpose's reads, a lane at a time, rather than a scalar loop (whose
+    // NaN-propagating Clip branches on every element).
+    vectorize = vectorize && m->can_vectorize(inner, true);
     simd = simd && !m->has_indirect_or_mask();
   }
   std::string v = ctx_.cpp(inner);
@@ -327,11 +330,33 @@ void CppKernelBuilder::emit_pointwise(IndentedBuffer& out) {
     });
     return;
   }
+  move_transposed_load_var(vars, sizes);
   emit_parallel_loops(
       out, vars, sizes, [](IndentedBuffer&) {},
       [&](IndentedBuffer& o) {
         emit_pointwise_inner_loop(o, inner, group_.sizes.back(), vectorize, simd);
       });
+}
+
+/// A pointwise kernel that reads some input across the inner loop with a stride, and along an
+/// outer dim contiguously (a transpose: a channels-last value read into an NCHW output, the
+/// channels outer and the columns inner), loops over that outer dim just outside the inner loop.
+/// Each pass of the dims outside it then reads one compact block (a row of pixels with all their
+/// channels), which stays in L1 while the loop over the channels revisits it. With the channels
+/// outermost instead, every channel swept the whole input: a [1, 112, 112, 32] value written out
+/// as [1, 32, 112, 112] read each cache line 32 times from L3 and took 0.79 ms.
+void CppKernelBuilder::move_transposed_load_var(std::vector<sym::Expr>& vars,
+                                                std::vector<sym::Expr>& sizes) const {
+  if (vars.size() < 2) return;
+  const std::vector<sym::Expr> candidates(vars.begin(), vars.end() - 1);
+  for (const auto& m : members_) {
+    const std::optional<sym::Expr> var = m->transposed_load_var(group_.vars.back(), candidates);
+    if (!var) continue;
+    const size_t at = static_cast<size_t>(std::find(vars.begin(), vars.end(), *var) - vars.begin());
+    std::rotate(vars.begin() + at, vars.begin() + at + 1, vars.end());
+    std::rotate(sizes.begin() + at, sizes.begin() + at + 1, sizes.end());
+    return;
+  }
 }
 
 void CppKernelBuilder::emit_inner_loops(IndentedBuffer& out, MemberEmitter& m, bool vectorize) {

@@ -123,6 +123,50 @@ TEST(CppKernel, ShortLastDimLoopsAlongTheDimBeforeIt) {
   }
 }
 
+// A channels-last value written out as NCHW with a Clip(0, 6) (a graph output of a network run
+// channels-last): the reads stride by C across the inner loop (W), so they are vectorized a lane
+// at a time (load_strided), and the loop over the channels runs just outside it, where each
+// pixel row's channels stay in L1. 19 channels, widths off the vector, batch 2, a NaN.
+TEST(CppKernel, TransposeReadsStridedLanesWithTheChannelsInside) {
+  ProgramBuilder p;
+  const DType f = DType::kFloat32;
+  Expr h = Expr::symbol("s0"), w = Expr::symbol("s1"), channels(19), n(2);
+  p.input("x", f, {n, h, w, channels});
+  ir::Buffer& y = p.computed("y", f, {n, channels, h, w}, {}, "Clip");
+  auto v = y.body.load("x", f, p.at("x", {var(y, 0), var(y, 2), var(y, 3), var(y, 1)}));
+  auto clipped =
+      y.body.binary(OpCode::kMinimum, y.body.binary(OpCode::kMaximum, v, y.body.constant(0, f)),
+                    y.body.constant(6, f));
+  p.store(y, clipped);
+  p.output("y");
+  CompiledProgram c(p.program, "to_nchw");
+  ASSERT_EQ(c.kernel_sources.size(), 1u);
+  EXPECT_TRUE(contains(c.source, "load_strided(in_ptr0 + ")) << c.source;
+  // The chunk's loop variables, fastest first: the channel (x1) before the row (x2).
+  EXPECT_LT(c.source.find("int64_t x1 = kiln_rest % (19);"),
+            c.source.find("int64_t x2 = kiln_rest % (s_s0);"))
+      << c.source;
+  for (int64_t width : {1, 7, 8, 9, 100}) {
+    const int64_t height = 3;
+    auto x = random_floats(2 * height * width * 19, 13, -2, 8);
+    x[5] = std::numeric_limits<float>::quiet_NaN();
+    auto out = c.run({{"x", to_bytes(x)}}, {{"s0", height}, {"s1", width}});
+    std::vector<float> want(x.size());
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t k = 0; k < 19; ++k) {
+        for (int64_t i = 0; i < height; ++i) {
+          for (int64_t j = 0; j < width; ++j) {
+            const float e = x[((b * height + i) * width + j) * 19 + k];
+            want[((b * 19 + k) * height + i) * width + j] =
+                std::isnan(e) ? e : std::min(std::max(e, 0.0f), 6.0f);
+          }
+        }
+      }
+    }
+    expect_close(from_bytes<float>(out["y"]), want, 0);
+  }
+}
+
 TEST(CppKernel, SumAndMaxReductions) {
   ProgramBuilder p;
   const DType f = DType::kFloat32;

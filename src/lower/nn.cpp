@@ -14,6 +14,7 @@
 #include "lower/lowering.h"
 #include "lower/op_util.h"
 #include "support/error.h"
+#include "support/log.h"
 
 namespace kiln::lower {
 
@@ -394,6 +395,76 @@ TensorValue weight_krsc(LoweringContext& ctx, const TensorValue& w) {
   return ctx.from_constant(packed);
 }
 
+/// The kernel taps of a convolution with a constant weight and static spatial sizes that read
+/// inside the input for some output: along each spatial dim, [first, last] of the taps k for
+/// which o * stride - pad_begin + k * dilation lies in [0, size) for some output o. Taps outside
+/// it read only padding (a dilated 3x3 whose dilation is as large as a 14 x 14 feature map, as
+/// DeepLab's atrous pyramid has, reads the image through its centre tap alone): the weight is cut
+/// to the live taps and the pads shifted, so the call does none of their multiply-adds (such a
+/// 3x3 becomes a 1x1, the GEMM template's). The weight stays a constant, so a BatchNormalization
+/// after the convolution still folds into it. `w` unchanged where nothing is cut or the cut
+/// would need a negative pad.
+TensorValue live_taps(LoweringContext& ctx, const TensorValue& x, const TensorValue& w,
+                      WindowGeometry& g) {
+  const size_t n = g.kernel.size();
+  const std::optional<std::string> name = ctx.as_buffer(w);
+  const ir::Buffer* buffer = name ? ctx.program().find(*name) : nullptr;
+  if (n != 2 || buffer == nullptr || buffer->kind != ir::BufferKind::kConstant ||
+      !buffer->constant || !buffer->layout.is_contiguous() || buffer->layout.offset != Expr(0) ||
+      buffer->constant->dims().size() != 4) {
+    return w;
+  }
+  std::vector<int64_t> first(n), last(n), pads = g.pads;
+  bool cut = false;
+  for (size_t j = 0; j < n; ++j) {
+    const Expr& size_expr = x.shape[j + 2];
+    if (!size_expr.is_integer() || !g.out[j].is_integer()) return w;
+    const int64_t size = *size_expr.as_integer(), out = *g.out[j].as_integer();
+    const int64_t s = g.strides[j], d = g.dilations[j], begin = g.pads[j];
+    // Tap k reads o * s - begin + k * d for o in [0, out): live when that range meets [0, size).
+    auto live = [&](int64_t k) {
+      const int64_t lo = -begin + k * d, hi = (out - 1) * s - begin + k * d;
+      return hi >= 0 && lo < size;
+    };
+    first[j] = 0;
+    last[j] = g.kernel[j] - 1;
+    while (first[j] <= last[j] && !live(first[j])) ++first[j];
+    while (last[j] >= first[j] && !live(last[j])) --last[j];
+    if (first[j] > last[j]) return w;  // no tap reads the input: left as it is
+    const int64_t taps = last[j] - first[j] + 1;
+    const int64_t new_begin = begin - first[j] * d;
+    const int64_t new_end = (out - 1) * s + (taps - 1) * d + 1 - size - new_begin;
+    if (new_begin < 0 || new_end < 0) return w;
+    pads[j] = new_begin;
+    pads[j + n] = new_end;
+    cut = cut || taps != g.kernel[j];
+  }
+  if (!cut) return w;
+  const std::vector<int64_t> dims = buffer->constant->dims();
+  const int64_t m = dims[0], c = dims[1], kh = dims[2], kw = dims[3];
+  const int64_t th = last[0] - first[0] + 1, tw = last[1] - first[1] + 1;
+  const graph::DType dtype = buffer->constant->dtype();
+  auto live_weight = std::make_shared<graph::Tensor>(dtype, std::vector<int64_t>{m, c, th, tw});
+  const size_t bytes = graph::dtype_size(dtype);
+  const auto* from = static_cast<const unsigned char*>(buffer->constant->data());
+  auto* to = static_cast<unsigned char*>(live_weight->mutable_data());
+  for (int64_t o = 0; o < m * c; ++o) {
+    for (int64_t r = 0; r < th; ++r) {
+      std::memcpy(to + static_cast<size_t>((o * th + r) * tw) * bytes,
+                  from + static_cast<size_t>((o * kh + first[0] + r) * kw + first[1]) * bytes,
+                  static_cast<size_t>(tw) * bytes);
+    }
+  }
+  log::write(log::Category::kFusion, "{}x{} convolution kernel cut to the {}x{} taps that read X",
+             kh, kw, th, tw);
+  g.kernel = {th, tw};
+  g.pads = pads;
+  for (size_t j = 0; j < n; ++j) {
+    if (g.kernel[j] == 1) g.dilations[j] = 1;
+  }
+  return ctx.from_constant(live_weight);
+}
+
 /// `v` converted to float32, elementwise.
 TensorValue to_float32(LoweringContext& ctx, const TensorValue& v) {
   return ctx.pointwise(DType::kFloat32, v.shape,
@@ -455,6 +526,7 @@ TensorValue conv_value(LoweringContext& ctx, const graph::Node& node, const Tens
   }
   std::vector<Expr> spatial(x.shape.begin() + 2, x.shape.end());
   WindowGeometry g = window_geometry(ctx, node, spatial, kernel, false);
+  const TensorValue w_live = live_taps(ctx, x, w, g);
   std::vector<Expr> shape = {x.shape[0], w.shape[0]};
   shape.insert(shape.end(), g.out.begin(), g.out.end());
   // Channels-last: X read as [N, H, W, C] (a view of a channels-last buffer as it is; anything
@@ -467,7 +539,7 @@ TensorValue conv_value(LoweringContext& ctx, const graph::Node& node, const Tens
   const bool weight_last = cuda && last;
   std::vector<std::optional<ir::View>> views = {
       ctx.as_view(last ? ctx.to_channels_last(x) : x, true),
-      ctx.as_view(weight_last ? weight_krsc(ctx, w) : w, true)};
+      ctx.as_view(weight_last ? weight_krsc(ctx, w_live) : w_live, true)};
   if (bias != nullptr && bias->rank() != 1)
     ctx.fail("expected a 1-D bias, found " + graph::shape_str(bias->shape));
   // On CUDA a float32, float16 or bfloat16 convolution takes its bias into cuDNN's graph with

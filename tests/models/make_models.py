@@ -28,6 +28,12 @@ Writes, each into its own folder under OUT_DIR:
             stride-1 convolutions are large enough for the Winograd template to be the heuristic
             choice: Conv (32 -> 40, bias, pads 1), BatchNormalization, Relu, Conv (40 -> 32, pads
             1), Add(x), Relu; 30 columns leave partial tiles. Files: model.onnx, x.npy, y.npy.
+  atrous/   x: float32[2, 16, 6, 14] -> y: float32[2, 8, 6, 14]. Three dilated 3x3 convolutions
+            (16 -> 8, bias) with taps that read only padding, as DeepLab's atrous pyramid has on
+            small feature maps: dilation 24 (only the centre tap reads x), dilations (4, 2) with
+            8 rows of padding above and none below (the top row of taps reads none of x), and
+            dilation 12 (the top and bottom rows read none of it); the first followed by a
+            BatchNormalization and Relu, the three summed. Files: model.onnx, x.npy, y.npy.
   mobilenet/ x: float32[2, 3, 15, 13] -> y: float32[2, 40, 8, 7]. MobileNetV2's blocks at awkward
             sizes, which Kiln runs channels-last (lower/nn.cpp): a 3x3 stride-2 stem, a depthwise
             3x3 (19 channels), a 1x1 projection, a ResNeXt-style grouped 3x3 (21 channels in 3
@@ -312,6 +318,56 @@ def mobilenet_reference(p, x, pool):
     return head.mean(axis=(2, 3)) if pool else head
 
 
+ATROUS_CONVS = (  # name, dilations (h, w), pads (top, left, bottom, right); 3x3, 16 -> 8
+    ("wide", (24, 24), (24, 24, 24, 24)),  # every tap but the centre reads padding: a 1x1
+    ("top", (4, 2), (8, 2, 0, 2)),         # the top row of taps reads padding: 2x3
+    ("rows", (12, 12), (12, 12, 12, 12)),  # the top and bottom rows read padding: 1x3
+)
+
+
+def atrous_params(rng):
+    params = {}
+    for name, _, _ in ATROUS_CONVS:
+        params[name + ".w"] = (0.2 * rng.standard_normal((8, 16, 3, 3))).astype(np.float32)
+        params[name + ".b"] = (0.1 * rng.standard_normal(8)).astype(np.float32)
+    params["bn.scale"] = (1 + 0.2 * rng.standard_normal(8)).astype(np.float32)
+    params["bn.bias"] = (0.1 * rng.standard_normal(8)).astype(np.float32)
+    params["bn.mean"] = (0.1 * rng.standard_normal(8)).astype(np.float32)
+    params["bn.var"] = rng.uniform(0.5, 1.5, 8).astype(np.float32)
+    return params
+
+
+def atrous_model(params):
+    nodes = []
+    for name, dilations, pads in ATROUS_CONVS:
+        nodes.append(helper.make_node("Conv", ["x", name + ".w", name + ".b"], [name],
+                                      kernel_shape=[3, 3], dilations=list(dilations),
+                                      pads=[pads[0], pads[1], pads[2], pads[3]], name=name))
+    nodes.append(helper.make_node("BatchNormalization",
+                                  ["wide", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["wide.n"],
+                                  epsilon=1e-5, name="wide_bn"))
+    nodes.append(helper.make_node("Relu", ["wide.n"], ["wide.r"], name="wide_relu"))
+    nodes.append(helper.make_node("Add", ["wide.r", "top"], ["sum1"], name="add1"))
+    nodes.append(helper.make_node("Add", ["sum1", "rows"], ["y"], name="add2"))
+    return finish(nodes, "atrous", [2, 16, 6, 14], [2, 8, 6, 14], params)
+
+
+def atrous_reference(p, x):
+    p = {k: v.astype(np.float64) for k, v in p.items()}
+    x = x.astype(np.float64)
+    out = {}
+    for name, (dh, dw), pads in ATROUS_CONVS:
+        w = p[name + ".w"]
+        # The dilated kernel: the taps spread dh and dw apart, zeros between them.
+        wd = np.zeros((8, 16, 2 * dh + 1, 2 * dw + 1))
+        wd[:, :, ::dh, ::dw] = w
+        out[name] = conv2d(x, wd, p[name + ".b"], pads=(pads[0], pads[1], pads[2], pads[3]),
+                           strides=(1, 1))
+    wide = relu(batch_norm(out["wide"], p["bn.scale"], p["bn.bias"], p["bn.mean"], p["bn.var"],
+                           1e-5))
+    return wide + out["top"] + out["rows"]
+
+
 def control_model():
     f = TensorProto.FLOAT
     scalar = lambda name, t: helper.make_tensor_value_info(name, t, [])
@@ -481,6 +537,13 @@ def main(out):
     x = rng.uniform(-1, 1, (2, 32, 28, 30)).astype(np.float32)
     write(folder, "x.npy", x)
     write(folder, "y.npy", winograd_reference(params, x))
+
+    params = atrous_params(rng)
+    folder = os.path.join(out, "atrous")
+    save(atrous_model(params), folder)
+    x = rng.uniform(-1, 1, (2, 16, 6, 14)).astype(np.float32)
+    write(folder, "x.npy", x)
+    write(folder, "y.npy", atrous_reference(params, x))
 
     params = mobilenet_params(rng)
     folder = os.path.join(out, "mobilenet")

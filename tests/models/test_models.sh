@@ -72,6 +72,22 @@ KILN_LOG=autotune "$KILN" compile "$M/winograd/model.onnx" -o "$out/model.so" \
   2>>"$out/stderr" || { cat "$out/stderr"; fail "winograd_nhwc: kiln run failed"; }
 "$PYTHON" "$HERE/compare.py" "$M/winograd/y.npy" "$out/y.npy" 1e-4 ||
   fail "winograd_nhwc: output differs from numpy"
+# Dilated convolutions whose outer taps read only padding run on the taps that read x: 3x3 cut
+# to 1x1 (then the pointwise template), 2x3 and 1x3, the BatchNormalization folded into the cut
+# weight.
+echo "== atrous"
+out="$SCRATCH/out/atrous"
+mkdir -p "$out"
+KILN_LOG=fusion,autotune "$KILN" run "$M/atrous/model.onnx" --input "x=$M/atrous/x.npy" \
+  --output-dir "$out" --cache-dir "$CACHE" --autotune off >"$out/stdout" 2>"$out/stderr" ||
+  { cat "$out/stderr"; fail "atrous: kiln run failed"; }
+grep -q "3x3 convolution kernel cut to the 1x1 taps" "$out/stderr" &&
+  grep -q "3x3 convolution kernel cut to the 2x3 taps" "$out/stderr" &&
+  grep -q "3x3 convolution kernel cut to the 1x3 taps" "$out/stderr" &&
+  grep -q "16x1x1, s1, nhwc) runs as 'pointwise-nhwc" "$out/stderr" ||
+  { cat "$out/stderr"; fail "atrous: the convolutions were not cut to their live taps"; }
+"$PYTHON" "$HERE/compare.py" "$M/atrous/y.npy" "$out/y.npy" ||
+  fail "atrous: output differs from numpy"
 # MobileNetV2's blocks at awkward sizes run channels-last (the model has depthwise layers): the
 # 1x1, depthwise and stem convolutions as the channels-last templates, the grouped one of 4
 # channels a group as the direct template (groups merged in pairs), the one of 7 on oneDNN

@@ -28,6 +28,7 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include "lower/elementwise.h"
@@ -575,6 +576,60 @@ Taps axis_taps(LoopBody& body, const Axis& a, const Settings& s, const Expr& o, 
   return taps;
 }
 
+/// A linear dim's two source indices and weights per output index, computed at compile time
+/// as axis_taps computes them in the loop body (the same float64 coordinate, its floor, the
+/// fraction rounded to the compute type, the indices clamped into the input): tables [out, 2]
+/// of the indices (float32, exact below 2^24) and of the weights (the compute type). A kernel
+/// then loads them by output index instead of computing each element's coordinates in float64:
+/// upsampling 21 channels from 28 x 28 to 224 x 224 (a segmentation head) took 3.2 ms so on an
+/// AMD EPYC, 2 threads, and the kernel alone about 3x less with the tables.
+struct LinearTable {
+  TensorValue index, weight;
+};
+
+std::optional<LinearTable> linear_table(LoweringContext& ctx, const Axis& a, const Settings& s,
+                                        DType cd) {
+  const auto n = a.in.as_integer(), m = a.out.as_integer();
+  if (s.mode != Mode::kLinear || a.identity || a.antialias != 0 || s.exclude_outside || !n || !m ||
+      *n <= 0 || *n >= (int64_t{1} << 24) || *m <= 0 || *m > kMaxTable ||
+      (cd != DType::kFloat32 && cd != DType::kFloat64)) {
+    return std::nullopt;
+  }
+  auto index = std::make_shared<graph::Tensor>(DType::kFloat32, std::vector<int64_t>{*m, 2});
+  auto weight = std::make_shared<graph::Tensor>(cd, std::vector<int64_t>{*m, 2});
+  auto* ix = static_cast<float*>(index->mutable_data());
+  auto fill = [&](auto* w) {
+    using T = std::remove_pointer_t<decltype(w)>;
+    for (int64_t o = 0; o < *m; ++o) {
+      const double x = coord(a.map, o), f = std::floor(x);
+      const T r = static_cast<T>(x - f);
+      const int64_t base = static_cast<int64_t>(f);
+      w[2 * o] = T(1) - r;
+      w[2 * o + 1] = r;
+      ix[2 * o] = static_cast<float>(std::clamp<int64_t>(base, 0, *n - 1));
+      ix[2 * o + 1] = static_cast<float>(std::clamp<int64_t>(base + 1, 0, *n - 1));
+    }
+  };
+  if (cd == DType::kFloat32) {
+    fill(static_cast<float*>(weight->mutable_data()));
+  } else {
+    fill(static_cast<double*>(weight->mutable_data()));
+  }
+  return LinearTable{ctx.from_constant(index), ctx.from_constant(weight)};
+}
+
+/// The taps of output index `o` from its dim's tables.
+Taps table_taps(LoweringContext& ctx, LoopBody& body, const LinearTable& t, const Axis& a,
+                const Expr& o) {
+  Taps taps;
+  for (int64_t k = 0; k < 2; ++k) {
+    ValueId i = body.cast(ctx.load_at(body, t.index, {o, Expr(k)}), DType::kInt64);
+    taps.index.push_back(body.op(body.indirect(i, a.in)).symbol);
+    taps.weight.push_back(ctx.load_at(body, t.weight, {o, Expr(k)}));
+  }
+  return taps;
+}
+
 /// One pass interpolating the dims `dims` of `input` (the others read their own index).
 TensorValue interpolate(LoweringContext& ctx, const TensorValue& input, const Settings& s,
                         const std::vector<Axis>& axes, const std::vector<size_t>& dims) {
@@ -588,11 +643,15 @@ TensorValue interpolate(LoweringContext& ctx, const TensorValue& input, const Se
   }
   std::vector<Expr> shape = x.shape;
   for (size_t d : dims) shape[d] = axes[d].out;
+  std::vector<std::optional<LinearTable>> tables;
+  for (size_t d : dims) tables.push_back(linear_table(ctx, axes[d], s, cd));
   return ctx.pointwise(x.dtype, shape, [&](LoopBody& body, const std::vector<Expr>& o) {
     std::vector<Taps> taps;
     ValueId mask = ir::kNoValue;
-    for (size_t d : dims) {
-      taps.push_back(axis_taps(body, axes[d], s, o[d], cd));
+    for (size_t j = 0; j < dims.size(); ++j) {
+      const size_t d = dims[j];
+      taps.push_back(tables[j] ? table_taps(ctx, body, *tables[j], axes[d], o[d])
+                               : axis_taps(body, axes[d], s, o[d], cd));
       mask = and_mask(body, mask, crop_mask(body, axes[d], o[d]));
     }
     ValueId sum = ir::kNoValue;

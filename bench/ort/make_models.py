@@ -144,38 +144,18 @@ def resnet18(classes=1000, image=224):
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])])
 
 
-def resnet50(classes=1000, image=224):
-    b = Builder(seed=50)
+def bottleneck_net(name, seed, base_width, group, classes=1000, image=224):
+    """A 7x7/2 stem, 3x3/2 MaxPool, bottleneck stages of [3, 4, 6, 3] blocks ending at 256..2048
+    channels, the 3x3 convolutions base_width..8 * base_width wide in `group` groups,
+    GlobalAveragePool, Flatten, Gemm."""
+    b = Builder(seed=seed)
     x = conv_bn(b, "input", 3, 64, 7, 2)
     x = b.node("MaxPool", [x], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     cin = 64
     for stage, blocks in enumerate([3, 4, 6, 3]):
-        width = 64 * 2 ** stage
+        width, cout = base_width * 2 ** stage, 256 * 2 ** stage
         for i in range(blocks):
-            x = bottleneck(b, x, cin, width, 2 if i == 0 and stage > 0 else 1)
-            cin = width * 4
-    x = b.node("GlobalAveragePool", [x], "gap")
-    x = b.node("Flatten", [x], "flatten", axis=1)
-    w = b.normal("fc_w", (classes, cin), 1.0 / np.sqrt(cin))
-    fc_b = b.normal("fc_b", (classes,), 0.01)
-    b.nodes.append(helper.make_node("Gemm", [x, w, fc_b], ["logits"], name="fc", transB=1))
-    return b.model(
-        "resnet50",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, image, image])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])])
-
-
-def resnext50(classes=1000, image=224):
-    """ResNeXt-50 32x4d: ResNet-50's stages with the 3x3 convolutions in 32 groups, twice as
-    wide (4, 8, 16 and 32 channels a group)."""
-    b = Builder(seed=5032)
-    x = conv_bn(b, "input", 3, 64, 7, 2)
-    x = b.node("MaxPool", [x], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
-    cin = 64
-    for stage, blocks in enumerate([3, 4, 6, 3]):
-        width, cout = 128 * 2 ** stage, 256 * 2 ** stage
-        for i in range(blocks):
-            x = bottleneck(b, x, cin, width, 2 if i == 0 and stage > 0 else 1, cout, group=32)
+            x = bottleneck(b, x, cin, width, 2 if i == 0 and stage > 0 else 1, cout, group)
             cin = cout
     x = b.node("GlobalAveragePool", [x], "gap")
     x = b.node("Flatten", [x], "flatten", axis=1)
@@ -183,9 +163,19 @@ def resnext50(classes=1000, image=224):
     fc_b = b.normal("fc_b", (classes,), 0.01)
     b.nodes.append(helper.make_node("Gemm", [x, w, fc_b], ["logits"], name="fc", transB=1))
     return b.model(
-        "resnext50",
+        name,
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, image, image])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])])
+
+
+def resnet50():
+    return bottleneck_net("resnet50", 50, 64, 1)
+
+
+def resnext50():
+    """ResNeXt-50 32x4d: ResNet-50's stages with the 3x3 convolutions in 32 groups, twice as
+    wide (4, 8, 16 and 32 channels a group)."""
+    return bottleneck_net("resnext50", 5032, 128, 32)
 
 
 # --- MobileNetV2 ---------------------------------------------------------------------------------

@@ -414,6 +414,8 @@ TensorValue live_taps(LoweringContext& ctx, const TensorValue& x, const TensorVa
       buffer->constant->dims().size() != 4) {
     return w;
   }
+  const std::vector<int64_t> dims = buffer->constant->dims();
+  if (dims[2] != g.kernel[0] || dims[3] != g.kernel[1]) return w;  // kernel_shape is not W's
   std::vector<int64_t> first(n), last(n), pads = g.pads;
   bool cut = false;
   for (size_t j = 0; j < n; ++j) {
@@ -440,7 +442,6 @@ TensorValue live_taps(LoweringContext& ctx, const TensorValue& x, const TensorVa
     cut = cut || taps != g.kernel[j];
   }
   if (!cut) return w;
-  const std::vector<int64_t> dims = buffer->constant->dims();
   const int64_t m = dims[0], c = dims[1], kh = dims[2], kw = dims[3];
   const int64_t th = last[0] - first[0] + 1, tw = last[1] - first[1] + 1;
   const graph::DType dtype = buffer->constant->dtype();

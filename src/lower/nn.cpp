@@ -361,26 +361,34 @@ bool runs_channels_last(LoweringContext& ctx, const TensorValue& x, const Tensor
 TensorValue conv_value(LoweringContext& ctx, const graph::Node& node, const TensorValue& x,
                        const TensorValue& w, const TensorValue* bias);
 
+/// The data of `w` when it is a 4-D constant read as it is stored (a contiguous buffer from its
+/// start), else null: a weight that the lowering may rewrite at compile time.
+const graph::Tensor* constant_4d(LoweringContext& ctx, const TensorValue& w) {
+  const std::optional<std::string> name = ctx.as_buffer(w);
+  const ir::Buffer* buffer = name ? ctx.program().find(*name) : nullptr;
+  if (buffer == nullptr || buffer->kind != ir::BufferKind::kConstant || !buffer->constant ||
+      buffer->constant->dims().size() != 4 || !buffer->layout.is_contiguous() ||
+      buffer->layout.offset != Expr(0)) {
+    return nullptr;
+  }
+  return buffer->constant.get();
+}
+
 /// W [M, C, KH, KW] as [M, KH, KW, C] (KRSC, cuDNN's channels-last weight): a constant weight
 /// (float32, or float16/bfloat16 as --precision converted it) packed here, so that a
 /// BatchNormalization after the convolution still finds a constant weight to fold into
 /// (lower/norm.cpp); any other weight reordered by a copy.
 TensorValue weight_krsc(LoweringContext& ctx, const TensorValue& w) {
-  const std::optional<std::string> name = ctx.as_buffer(w);
-  const ir::Buffer* buffer = name ? ctx.program().find(*name) : nullptr;
-  const DType dtype =
-      buffer != nullptr && buffer->constant ? buffer->constant->dtype() : DType::kUndefined;
-  if (buffer == nullptr || buffer->kind != ir::BufferKind::kConstant || !buffer->constant ||
-      (dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBFloat16) ||
-      buffer->constant->dims().size() != 4 || !buffer->layout.is_contiguous() ||
-      buffer->layout.offset != Expr(0)) {
+  const graph::Tensor* constant = constant_4d(ctx, w);
+  const DType dtype = constant != nullptr ? constant->dtype() : DType::kUndefined;
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
     return ctx.realize(ctx.to_channels_last(w), "a convolution weight packed [M, KH, KW, C]");
   }
-  const std::vector<int64_t> dims = buffer->constant->dims();
+  const std::vector<int64_t> dims = constant->dims();
   const int64_t m = dims[0], c = dims[1], kh = dims[2], kw = dims[3];
   auto packed = std::make_shared<graph::Tensor>(dtype, std::vector<int64_t>{m, kh, kw, c});
   const size_t size = graph::dtype_size(dtype);
-  const auto* from = static_cast<const unsigned char*>(buffer->constant->data());
+  const auto* from = static_cast<const unsigned char*>(constant->data());
   auto* to = static_cast<unsigned char*>(packed->mutable_data());
   for (int64_t o = 0; o < m; ++o) {
     for (int64_t i = 0; i < c; ++i) {
@@ -407,14 +415,9 @@ TensorValue weight_krsc(LoweringContext& ctx, const TensorValue& w) {
 TensorValue live_taps(LoweringContext& ctx, const TensorValue& x, const TensorValue& w,
                       WindowGeometry& g) {
   const size_t n = g.kernel.size();
-  const std::optional<std::string> name = ctx.as_buffer(w);
-  const ir::Buffer* buffer = name ? ctx.program().find(*name) : nullptr;
-  if (n != 2 || buffer == nullptr || buffer->kind != ir::BufferKind::kConstant ||
-      !buffer->constant || !buffer->layout.is_contiguous() || buffer->layout.offset != Expr(0) ||
-      buffer->constant->dims().size() != 4) {
-    return w;
-  }
-  const std::vector<int64_t> dims = buffer->constant->dims();
+  const graph::Tensor* constant = constant_4d(ctx, w);
+  if (n != 2 || constant == nullptr) return w;
+  const std::vector<int64_t> dims = constant->dims();
   if (dims[2] != g.kernel[0] || dims[3] != g.kernel[1]) return w;  // kernel_shape is not W's
   std::vector<int64_t> first(n), last(n), pads = g.pads;
   bool cut = false;
@@ -444,10 +447,10 @@ TensorValue live_taps(LoweringContext& ctx, const TensorValue& x, const TensorVa
   if (!cut) return w;
   const int64_t m = dims[0], c = dims[1], kh = dims[2], kw = dims[3];
   const int64_t th = last[0] - first[0] + 1, tw = last[1] - first[1] + 1;
-  const graph::DType dtype = buffer->constant->dtype();
+  const graph::DType dtype = constant->dtype();
   auto live_weight = std::make_shared<graph::Tensor>(dtype, std::vector<int64_t>{m, c, th, tw});
   const size_t bytes = graph::dtype_size(dtype);
-  const auto* from = static_cast<const unsigned char*>(buffer->constant->data());
+  const auto* from = static_cast<const unsigned char*>(constant->data());
   auto* to = static_cast<unsigned char*>(live_weight->mutable_data());
   for (int64_t o = 0; o < m * c; ++o) {
     for (int64_t r = 0; r < th; ++r) {

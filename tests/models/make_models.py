@@ -342,7 +342,7 @@ def atrous_model(params):
     for name, dilations, pads in ATROUS_CONVS:
         nodes.append(helper.make_node("Conv", ["x", name + ".w", name + ".b"], [name],
                                       kernel_shape=[3, 3], dilations=list(dilations),
-                                      pads=[pads[0], pads[1], pads[2], pads[3]], name=name))
+                                      pads=list(pads), name=name))
     nodes.append(helper.make_node("BatchNormalization",
                                   ["wide", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["wide.n"],
                                   epsilon=1e-5, name="wide_bn"))
@@ -361,8 +361,7 @@ def atrous_reference(p, x):
         # The dilated kernel: the taps spread dh and dw apart, zeros between them.
         wd = np.zeros((8, 16, 2 * dh + 1, 2 * dw + 1))
         wd[:, :, ::dh, ::dw] = w
-        out[name] = conv2d(x, wd, p[name + ".b"], pads=(pads[0], pads[1], pads[2], pads[3]),
-                           strides=(1, 1))
+        out[name] = conv2d(x, wd, p[name + ".b"], pads=pads, strides=(1, 1))
     wide = relu(batch_norm(out["wide"], p["bn.scale"], p["bn.bias"], p["bn.mean"], p["bn.var"],
                            1e-5))
     return wide + out["top"] + out["rows"]

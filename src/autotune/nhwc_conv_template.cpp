@@ -361,32 +361,49 @@ bool nhwc_depthwise_applies(const ConvProblem& p) {
 
 GemmConfig nhwc_pointwise_config(const ConvProblem& p, int threads, TemplateIsa isa) {
   // The GEMM's N is the convolution's output channels, often narrower than the default 6x64
-  // block of AVX-512 (MobileNetV2 projects to 16, 24 and 32 channels): among the configs of the
-  // register blocks, each as gemm_configs first proposes it, the one that computes the fewest
-  // columns (weighted as below), the default first among equals. On AVX-512 that can be an AVX2
-  // block: 16 and 24 channels fill its 16- and 24-column blocks, where the narrowest AVX-512 block
-  // (32) computes 16 or 8 columns of padding. In MobileNetV2 (AMD EPYC, 2 threads), its 32 -> 16
-  // projection at 112 x 112 took 0.066 ms as AVX2 6 x 16 against 0.131 as AVX-512 12 x 32, and the
-  // 144 -> 24 ones at 56 x 56 0.104 against 0.144. A column of a 256-bit block can cost up to twice
-  // one of a 512-bit block (on CPUs with full AVX-512 units; the same on those that split them, as
-  // this AMD EPYC), so on AVX-512 an AVX2 block counts its columns at 5/4: it takes 16 and 24
-  // channels, not 160 (five panels of 32). Where threads split the columns (fewer rows than
-  // columns: 7 x 7 and 14 x 14 layers), what counts is the busiest thread's panels: at 960 -> 320
-  // (7 x 7), the 5 panels of 6 x 64 split 3 and 2, the 10 of 12 x 32 evenly.
+  // block of AVX-512 (MobileNetV2 projects to 16, 24 and 32 channels), and its M the pixels,
+  // 49 at 7 x 7, which no block of 6, 8, 12 or 14 rows tiles. Among the configs of the register
+  // blocks, each as gemm_configs first proposes it, the one whose busiest thread computes the
+  // fewest elements of C, padding included (weighted as below), the default first among equals.
+  // Elements of C count by the cost of their FMAs:
+  //   - 8 for a block of 2 or more AVX-512 vectors a row;
+  //   - 9 for the one-vector AVX-512 block (14 x 16): a load for every FMA, where the wider blocks
+  //     load B once for 2-4 FMAs. At 49 x 960 -> 320 it ran 0.22 ms against 0.17 for the 7 x 48
+  //     block, which computes 20 % more columns (bench/gemm_bench.cpp, Xeon 8581C-class, 2
+  //     threads);
+  //   - 10 for an AVX2 block on AVX-512, whose column can cost up to twice one of a 512-bit block
+  //     (on CPUs with full AVX-512 units; the same on those that split them, as AMD's EPYC).
+  // So on AVX-512, 16 output channels take the 14 x 16 block (the 32 -> 16 projection at 112 x
+  // 112: 0.05-0.07 ms against 0.08-0.11 as AVX2 6 x 16 and 0.09-0.12 as 12 x 32), 24 the AVX2
+  // 4 x 24 block (the narrowest AVX-512 one computes 8 columns of padding), and the 7 x 7 layers
+  // the 7 x 48 block (960 -> 160: 0.087 ms against 0.105 as 6 x 64; 160 -> 960: 0.060 against
+  // 0.100). Where threads split the columns (fewer rows than columns), what counts is the busiest
+  // thread's panels: at 960 -> 320 (7 x 7), 7 panels of 48 split 4 and 3.
   const std::vector<GemmConfig> configs =
       gemm_configs(p.n * p.h * p.w, pointwise_gemm(p), threads, isa);
-  const int64_t parts = std::max(threads, 1);
+  const int64_t parts = std::max(threads, 1), m = std::max<int64_t>(p.n * p.h * p.w, 1);
   auto cost = [&](const GemmConfig& config) {
+    const int64_t m_blocks = ceil_div(m, config.mc);
+    int64_t rows = (m_blocks - 1) * config.mc + round_up(m - (m_blocks - 1) * config.mc, config.mr);
+    if (config.thread_split == GemmThreadSplit::kM) {
+      rows = std::min(rows, ceil_div(m_blocks, parts) * config.mc) * parts;
+    }
     const int64_t panels = ceil_div(p.m, config.nr);
     const bool split_columns = config.thread_split != GemmThreadSplit::kM;
     const int64_t columns = (split_columns ? round_up(panels, parts) : panels) * config.nr;
-    return columns * (config.isa != isa ? 5 : 4);
+    const int weight = config.isa != isa ? 10 : config.nr == vector_width(isa) ? 9 : 8;
+    return rows * columns * weight;
   };
+  // The 14 x 32 block is left to the autotuner: it holds 31 of the 32 vector registers, and at
+  // the 14 x 14 layers, whose 196 rows it tiles exactly, it ran 25 % slower than 6 x 64 (64 ->
+  // 384 with its Clip: 0.068 ms against 0.053, in the network).
   GemmConfig best = configs.front();
-  std::vector<int> seen;
+  std::vector<std::pair<int, int>> seen;
   for (const GemmConfig& config : configs) {
-    if (std::find(seen.begin(), seen.end(), config.nr) != seen.end()) continue;
-    seen.push_back(config.nr);
+    const std::pair<int, int> block{config.mr, config.nr};
+    if (std::find(seen.begin(), seen.end(), block) != seen.end()) continue;
+    seen.push_back(block);
+    if (config.isa == TemplateIsa::kAvx512 && config.mr == 14 && config.nr == 32) continue;
     if (cost(config) < cost(best)) best = config;
   }
   return best;

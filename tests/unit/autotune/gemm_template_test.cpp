@@ -112,6 +112,15 @@ std::vector<GemmConfig> small_block_configs() {
   GemmConfig c8x48{.isa = TemplateIsa::kAvx512, .mr = 8, .nr = 48, .mc = 16, .nc = 96, .kc = 9};
   c8x48.loop_order = GemmLoopOrder::kMrOuter;
   configs.push_back(c8x48);
+  GemmConfig direct14x16{
+      .isa = TemplateIsa::kAvx512, .mr = 14, .nr = 16, .mc = 28, .nc = 32, .kc = 16};
+  direct14x16.pack_a = false;
+  direct14x16.thread_split = GemmThreadSplit::kM;
+  configs.push_back(direct14x16);
+  GemmConfig direct7x48{
+      .isa = TemplateIsa::kAvx512, .mr = 7, .nr = 48, .mc = 14, .nc = 48, .kc = 6};
+  direct7x48.pack_a = false;
+  configs.push_back(direct7x48);
   return configs;
 }
 

@@ -173,12 +173,16 @@ TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
     const std::string name = conv_choices(p, 2, TemplateIsa::kAvx512)[0]->name();
     EXPECT_TRUE(name.starts_with(prefix)) << p.text() << ": " << name;
   };
-  // 16 and 24 output channels: the AVX2 blocks that fit them exactly, also on AVX-512.
-  expect_first(problem(1, 32, 112, 112, 16, 1, 1, 0, 1), "pointwise-nhwc avx2_6x16_");
+  // 16 output channels: the one-vector AVX-512 block; 24: the AVX2 block that fits them exactly.
+  expect_first(problem(1, 32, 112, 112, 16, 1, 1, 0, 1), "pointwise-nhwc avx512_14x16_");
   expect_first(problem(1, 144, 56, 56, 24, 1, 1, 0, 1), "pointwise-nhwc avx2_4x24_");
   expect_first(problem(1, 144, 28, 28, 32, 1, 1, 0, 1), "pointwise-nhwc avx512_12x32_");
-  // Columns split between threads: 10 panels of 32 (5 each), not 5 of 64 (3 and 2).
-  expect_first(problem(1, 960, 7, 7, 320, 1, 1, 0, 1), "pointwise-nhwc avx512_12x32_");
+  // 49 rows (7 x 7): 7-row blocks, with columns split between threads (7 panels of 48: 4 and 3).
+  expect_first(problem(1, 960, 7, 7, 320, 1, 1, 0, 1), "pointwise-nhwc avx512_7x48_mc49_");
+  expect_first(problem(1, 960, 7, 7, 160, 1, 1, 0, 1), "pointwise-nhwc avx512_7x48_mc49_");
+  // 196 rows (14 x 14), 64 columns: the 6 x 64 block, whose 4 extra rows cost less than the 32
+  // columns of padding of 7 x 48 (and 14 x 32, which would tile it, is left to the autotuner).
+  expect_first(problem(1, 384, 14, 14, 64, 1, 1, 0, 1), "pointwise-nhwc avx512_6x64_");
   const ConvProblem depthwise = problem(1, 96, 112, 112, 96, 3, 2, 1, 96);
   choices = conv_choices(depthwise, 2, TemplateIsa::kAvx2);
   ASSERT_EQ(choices.size(), 2u);

@@ -83,7 +83,7 @@ void render_header(IndentedBuffer& out, const ConvConfig& config, const ConvProb
 // One register block: output pixels [ow0, ow0 + r) of a row, OCB channels from the panel `w`,
 // every kernel row in [kh0, kh1), every kernel column and input channel; the sums (the bias
 // first) stored to t[r][OCB].
-void render_block(IndentedBuffer& out, const ConvConfig& config, int r) {
+void render_block(IndentedBuffer& out, const ConvConfig& config, const ConvProblem& p, int r) {
   const IsaText isa = isa_text(config.isa);
   const int vectors = config.ocb / isa.width;
   const auto acc = block_accumulator;
@@ -107,27 +107,43 @@ void render_block(IndentedBuffer& out, const ConvConfig& config, int r) {
       auto _ = out.scope();
       out.line("const float* xrow = x + (ih0 + kh * kDH) * (kWP * kC) + ow0 * kSW * kC;");
       out.line("const float* wrow = w + kh * (kKW * kCB * kOCB);");
-      out.line("for (int64_t kw = 0; kw < kKW; ++kw) {");
-      {
+      // Where a block reads all of a pixel's channels and the kernel's columns are adjacent
+      // pixels (dilation 1), a kernel row's (column, channel) pairs are consecutive floats of
+      // both X's row and the panel: one loop over them. With few channels (an RGB stem's 3), a
+      // loop over the channels alone is too short, and GCC, unrolling it fully, spilled
+      // accumulators of the 6 x 64 block.
+      const bool flat = p.group == 1 && p.dilation_w == 1;
+      auto body = [&] {
+        for (int v = 0; v < vectors; ++v) {
+          out.linef("const {} b{} = {}_loadu_ps(wk + c * kOCB + {});", isa.vec, v, isa.prefix,
+                    v * isa.width);
+        }
+        for (int i = 0; i < r; ++i) {
+          const std::string value =
+              config.isa == TemplateIsa::kAvx512
+                  ? fmt::format("_mm512_set1_ps(xr[{} * kSW * kC + c])", i)
+                  : fmt::format("_mm256_broadcast_ss(xr + {} * kSW * kC + c)", i);
+          out.linef("const {} x{} = {};", isa.vec, i, value);
+          render_block_fmas(out, isa, i, vectors);
+        }
+      };
+      if (flat) {
+        out.line("const float* xr = xrow;");
+        out.line("const float* wk = wrow;");
+        out.line("#pragma GCC unroll 4");
+        out.line("for (int64_t c = 0; c < kKW * kC; ++c) {");
+        auto _ = out.scope();
+        body();
+      } else {
+        out.line("for (int64_t kw = 0; kw < kKW; ++kw) {");
         auto _ = out.scope();
         out.line("const float* xr = xrow + kw * kDW * kC;");
         out.line("const float* wk = wrow + kw * (kCB * kOCB);");
         out.line("#pragma GCC unroll 4");
         out.line("for (int64_t c = 0; c < kCB; ++c) {");
         {
-          auto _ = out.scope();
-          for (int v = 0; v < vectors; ++v) {
-            out.linef("const {} b{} = {}_loadu_ps(wk + c * kOCB + {});", isa.vec, v, isa.prefix,
-                      v * isa.width);
-          }
-          for (int i = 0; i < r; ++i) {
-            const std::string value =
-                config.isa == TemplateIsa::kAvx512
-                    ? fmt::format("_mm512_set1_ps(xr[{} * kSW * kC + c])", i)
-                    : fmt::format("_mm256_broadcast_ss(xr + {} * kSW * kC + c)", i);
-            out.linef("const {} x{} = {};", isa.vec, i, value);
-            render_block_fmas(out, isa, i, vectors);
-          }
+          auto __ = out.scope();
+          body();
         }
         out.line("}");
       }
@@ -405,8 +421,8 @@ std::string render_nhwc_direct(const ConvConfig& config, const ConvProblem& prob
   IndentedBuffer out;
   render_header(out, config, problem, epilogue);
   const int64_t tail = problem.ow() % config.owb;
-  render_block(out, config, config.owb);
-  if (tail != 0) render_block(out, config, static_cast<int>(tail));
+  render_block(out, config, problem, config.owb);
+  if (tail != 0) render_block(out, config, problem, static_cast<int>(tail));
   render_store_block(out, epilogue);
   render_row(out, config, problem, epilogue);
   out.line("}  // namespace");

@@ -477,7 +477,7 @@ std::vector<RegisterBlock> register_blocks(TemplateIsa isa, int64_t m_hint) {
     blocks.push_back({TemplateIsa::kAvx512, 14, 32, 256, 384});
     // For narrow or short problems (channels-last 1x1 convolutions): 16 columns, a panel as
     // wide as one vector, and 7 rows, which tile the 49 and 196 rows of 7 x 7 and 14 x 14 images
-    // with none to spare. Their KC x NR panels are those of the 14 x 32 and 8 x 48 blocks.
+    // with none to spare (nhwc_pointwise_config weighs them against the others).
     blocks.push_back({TemplateIsa::kAvx512, 14, 16, 384, 256});
     blocks.push_back({TemplateIsa::kAvx512, 7, 48, 192, 320});
   }

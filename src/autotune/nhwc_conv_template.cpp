@@ -369,8 +369,8 @@ GemmConfig nhwc_pointwise_config(const ConvProblem& p, int threads, TemplateIsa 
   //   - 8 for a block of 2 or more AVX-512 vectors a row;
   //   - 9 for the one-vector AVX-512 block (14 x 16): a load for every FMA, where the wider blocks
   //     load B once for 2-4 FMAs. At 49 x 960 -> 320 it ran 0.22 ms against 0.17 for the 7 x 48
-  //     block, which computes 20 % more columns (bench/gemm_bench.cpp, Xeon 8581C-class, 2
-  //     threads);
+  //     block, which computes 20 % more columns (bench/gemm_bench.cpp, 2 threads of an Emerald
+  //     Rapids Xeon);
   //   - 10 for an AVX2 block on AVX-512, whose column can cost up to twice one of a 512-bit block
   //     (on CPUs with full AVX-512 units; the same on those that split them, as AMD's EPYC).
   // So on AVX-512, 16 output channels take the 14 x 16 block (the 32 -> 16 projection at 112 x
@@ -384,6 +384,8 @@ GemmConfig nhwc_pointwise_config(const ConvProblem& p, int threads, TemplateIsa 
   const int64_t parts = std::max(threads, 1), m = std::max<int64_t>(p.n * p.h * p.w, 1);
   auto cost = [&](const GemmConfig& config) {
     const int64_t m_blocks = ceil_div(m, config.mc);
+    // Rows computed: whole M blocks, and the last one's rows rounded up to MR. Where threads split
+    // the M blocks, the busiest thread's share, times the threads.
     int64_t rows = (m_blocks - 1) * config.mc + round_up(m - (m_blocks - 1) * config.mc, config.mr);
     if (config.thread_split == GemmThreadSplit::kM) {
       rows = std::min(rows, ceil_div(m_blocks, parts) * config.mc) * parts;

@@ -1,6 +1,7 @@
 // `kiln compile MODEL -o model.so`: a self-contained model library with the C API of
 // include/kiln/runtime.h (driver::compile_library), and what it needs at run time.
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <sstream>
 #include <string>
@@ -27,6 +28,7 @@ struct CompileArgs {
   std::string precision = "tf32";
   bool no_fuse_attention = false;
   bool cuda_fused_attention = false;
+  int threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else the hardware threads)
 };
 
 std::string bytes_text(const std::string& bytes) {
@@ -66,6 +68,9 @@ int compile_model(const CompileArgs& args) {
   std::optional<ir::Precision> precision = ir::precision_from_name(args.precision);
   if (!precision) user_error("--precision {}: expected fp32, tf32, fp16 or bf16", args.precision);
   options.compile.precision = *precision;
+  // The GEMM and convolution algorithms (how work is split between threads, block sizes) are
+  // chosen for the threads a run will have: the compile's OpenMP thread count.
+  if (args.threads > 0) omp_set_num_threads(args.threads);
   const driver::LibraryResult r = driver::compile_library(model, options);
 
   fmt::print("library: {} (target {})\n", r.library.string(), r.target);
@@ -85,6 +90,10 @@ int compile_model(const CompileArgs& args) {
                bytes_text(std::to_string(r.weights_bytes)), r.weights.string(), prepacked);
   }
   fmt::print("kernels: {}, library calls: {}\n", r.stats.kernels, r.stats.extern_calls);
+  if (r.device != "cuda") {
+    fmt::print("threads: algorithms chosen for runs on {} thread{} (--threads)\n", r.stats.threads,
+               r.stats.threads == 1 ? "" : "s");
+  }
   if (r.device == "cuda") {
     fmt::print("device: cuda (--precision {}); kernels: {}\n", args.precision,
                r.cuda_modules.empty() ? "none" : r.cuda_modules);
@@ -137,6 +146,11 @@ void add_compile_command(CLI::App& app, CommandAction& chosen) {
                   "with --device cuda, the arithmetic of matrix products and convolutions: tf32 "
                   "(the default), fp32, or fp16 / bf16 (activations and weights in that type, "
                   "float32 accumulation and statistics)");
+  cmd->add_option("--threads", args->threads,
+                  "the threads the library's runs will use, for which it chooses its GEMM and "
+                  "convolution algorithms (default: OMP_NUM_THREADS, else the hardware threads; "
+                  "compiling on a larger machine than the one that runs the library needs it)")
+      ->check(CLI::Range(1, 65536));
   cmd->add_flag("--no-fuse-attention", args->no_fuse_attention,
                 "run attention (MatMul, scale, mask, Softmax, MatMul) node by node instead of "
                 "as one fused kernel");

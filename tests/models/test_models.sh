@@ -111,6 +111,29 @@ for b in 1 2; do
   run_case "mobilenet_dyn_b$b" "$M/mobilenet_dyn/model.onnx" "$M/mobilenet_dyn/x_b$b.npy" \
     "$M/mobilenet_dyn/y_b$b.npy"
 done
+# `kiln compile --threads N` chooses the algorithms for runs on N threads whatever the compiling
+# machine has: the pointwise convolutions split their rows into other blocks at 1 and 4 threads,
+# and the library compiled for 4 threads gives numpy's output when run on this machine's threads.
+for t in 1 4; do
+  echo "== mobilenet_threads$t"
+  out="$SCRATCH/out/mobilenet_threads$t"
+  mkdir -p "$out"
+  KILN_LOG=autotune "$KILN" compile "$M/mobilenet/model.onnx" -o "$out/model.so" --threads "$t" \
+    --cache-dir "$CACHE" --autotune off >"$out/stdout" 2>"$out/stderr" ||
+    { cat "$out/stderr"; fail "mobilenet_threads$t: kiln compile failed"; }
+  grep -q "threads: algorithms chosen for runs on $t thread" "$out/stdout" ||
+    { cat "$out/stdout"; fail "mobilenet_threads$t: compile did not report $t threads"; }
+  grep -o "runs as 'pointwise-nhwc [^']*'" "$out/stderr" >"$out/pointwise"
+  [ "$(wc -l <"$out/pointwise")" -eq 8 ] ||
+    { cat "$out/stderr"; fail "mobilenet_threads$t: expected 8 pointwise selections"; }
+done
+! cmp -s "$SCRATCH/out/mobilenet_threads1/pointwise" "$SCRATCH/out/mobilenet_threads4/pointwise" ||
+  fail "mobilenet_threads: --threads 1 and --threads 4 chose the same pointwise blocks"
+"$KILN" run "$SCRATCH/out/mobilenet_threads4/model.so" --input "x=$M/mobilenet/x.npy" \
+  --output-dir "$SCRATCH/out/mobilenet_threads4" >/dev/null ||
+  fail "mobilenet_threads4: kiln run failed"
+"$PYTHON" "$HERE/compare.py" "$M/mobilenet/y.npy" "$SCRATCH/out/mobilenet_threads4/y.npy" ||
+  fail "mobilenet_threads4: output differs from numpy"
 # ResNet's blocks at awkward sizes (make_resnet.py) run channels-last end to end: at a static
 # batch of 2, every convolution is a channels-last template call (the two stride-1 1x1 ones as
 # the pointwise template, the other seven as the direct one), with MaxPool, the residual Adds and

@@ -118,14 +118,13 @@ int64_t dtype_packed_bytes(DType dtype, int64_t numel) {
 }
 
 std::string_view onnx_type_name(int32_t onnx_code) {
-  // TensorProto.DataType as of ONNX 1.23 (IR version 13).
+  // TensorProto.DataType as of IR version 14.
   static constexpr std::string_view kNames[] = {
-      "UNDEFINED",      "FLOAT",    "UINT8",        "INT8",           "UINT16",
-      "INT16",          "INT32",    "INT64",        "STRING",         "BOOL",
-      "FLOAT16",        "DOUBLE",   "UINT32",       "UINT64",         "COMPLEX64",
-      "COMPLEX128",     "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
-      "FLOAT8E5M2FNUZ", "UINT4",    "INT4",         "FLOAT4E2M1",     "FLOAT8E8M0",
-      "UINT2",          "INT2"};
+      "UNDEFINED",      "FLOAT",      "UINT8",          "INT8",       "UINT16",    "INT16",
+      "INT32",          "INT64",      "STRING",         "BOOL",       "FLOAT16",   "DOUBLE",
+      "UINT32",         "UINT64",     "COMPLEX64",      "COMPLEX128", "BFLOAT16",  "FLOAT8E4M3FN",
+      "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4",      "INT4",      "FLOAT4E2M1",
+      "FLOAT8E8M0",     "UINT2",      "INT2",           "FLOAT6E2M3", "FLOAT6E3M2"};
   if (onnx_code < 0 || onnx_code >= static_cast<int32_t>(std::size(kNames))) return "unknown";
   return kNames[onnx_code];
 }

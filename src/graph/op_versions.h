@@ -18,9 +18,10 @@
 
 namespace kiln::graph {
 
-/// The newest ai.onnx opset and IR version Kiln imports.
+/// The newest ai.onnx opset and IR version Kiln imports. IR version 14 (what ONNX 1.23's helpers
+/// write) adds only the float6 element types, which Kiln refuses by name where a model uses them.
 inline constexpr int64_t kMaxOpset = 28;
-inline constexpr int64_t kMaxIrVersion = 13;
+inline constexpr int64_t kMaxIrVersion = 14;
 /// The newest ai.onnx opset ONNX 1.12's schemas describe.
 inline constexpr int64_t kOnnx112Opset = 17;
 

@@ -7,7 +7,7 @@
 /// result has passed graph::verify(). Model-local functions are inlined first
 /// (onnx/function_inliner.h).
 ///
-/// Opsets up to graph::kMaxOpset (28) and IR versions up to graph::kMaxIrVersion (13) import;
+/// Opsets up to graph::kMaxOpset (28) and IR versions up to graph::kMaxIrVersion (14) import;
 /// ONNX 1.12's checker and shape inference know opset 17 and IR version 8, so for a newer model
 /// each node is checked by ONNX 1.12 only where its schema still describes the node's version
 /// (graph/op_versions.h), and inferred only where its inference still holds; other nodes have

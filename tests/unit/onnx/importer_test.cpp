@@ -233,8 +233,11 @@ TEST(ImporterTest, RefusesNewerOpsets) {
   EXPECT_EQ(import_error(proto),
             "test.onnx: model uses opset 6 of domain 'ai.onnx.ml'; Kiln supports up to 5");
   proto.mutable_opset_import()->RemoveLast();
+  proto.set_ir_version(15);
+  EXPECT_EQ(import_error(proto), "test.onnx: model has IR version 15; Kiln supports up to 14");
+  // IR version 14, which ONNX 1.23's make_model writes, imports.
   proto.set_ir_version(14);
-  EXPECT_EQ(import_error(proto), "test.onnx: model has IR version 14; Kiln supports up to 13");
+  EXPECT_EQ(import(proto).ir_version, 14);
 }
 
 // Opsets 18-28 and IR versions 9-13: ONNX 1.12 checks and infers the nodes whose op has not
@@ -310,6 +313,11 @@ TEST(ImporterTest, NewerElementTypesImportAndComplexIsNamed) {
   }
   EXPECT_EQ(import_error(model_of(14)),
             "test.onnx: value 'x' has element type COMPLEX64 (14), which Kiln does not support");
+  // IR version 14's float6 types are refused by name.
+  EXPECT_EQ(import_error(model_of(27)),
+            "test.onnx: value 'x' has element type FLOAT6E2M3 (27), which Kiln does not support");
+  EXPECT_EQ(import_error(model_of(28)),
+            "test.onnx: value 'x' has element type FLOAT6E3M2 (28), which Kiln does not support");
 }
 
 template <typename Proto>

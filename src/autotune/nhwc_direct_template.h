@@ -28,12 +28,14 @@
 /// groups come first. Other groupings (M / G of 7, or 1 with 8-channel blocks) are oneDNN's.
 ///
 /// Tasks are (image, output row, channel block) on Kiln's pool, rows or channel blocks outermost
-/// (ConvConfig::rows_outer). After the last tap a block's sums (bias included) go to a small
+/// (ConvConfig::rows_outer); with channel blocks outermost, each register block also prefetches
+/// its share of the next channel block's weights into L2, so that weights too large for L2 stream
+/// from memory while the FMAs run. After the last tap a block's sums (bias included) go to a small
 /// buffer, and the epilogue (TemplateEpilogue) is applied per output pixel over its channels as
 /// they are stored, with m = (b * OH + oh) * OW + ow (the output pixel) and n = oc, as the other
 /// channels-last templates (nhwc_conv_template.h). ConvConfig::icb is the whole of C (sums stay in
 /// registers over every input channel). Tested in
-/// tests/unit/autotune/nhwc_direct_template_test.cpp.
+/// tests/unit/autotune/nhwc_conv_template_test.cpp.
 
 #include <cstdint>
 #include <string>

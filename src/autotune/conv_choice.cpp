@@ -390,6 +390,8 @@ class NhwcPointwiseChoice final : public ConvChoice {
   int64_t bias_offset(int64_t m) const override {
     return nhwc_pointwise_bias_offset(config_, problem_, m);
   }
+  // Over more than one K block the GEMM keeps partial sums in Y.
+  bool stores_once() const override { return problem_.c <= config_.kc; }
   const ConvProblem& problem() const override { return problem_; }
 
   static constexpr std::string_view kPrefix = "pointwise-nhwc ";
@@ -453,6 +455,7 @@ class NhwcDirectChoice final : public ConvChoice {
   int64_t bias_offset(int64_t m) const override {
     return nhwc_direct_bias_offset(config_, problem_, m);
   }
+  bool stores_once() const override { return true; }
   const ConvProblem& problem() const override { return problem_; }
 
   static constexpr std::string_view kPrefix = "direct-nhwc ";

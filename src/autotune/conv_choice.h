@@ -67,6 +67,14 @@ class ConvChoice {
   /// The template config of a template choice; nullptr for the others.
   virtual const ConvConfig* template_config() const { return nullptr; }
 
+  /// Whether the rendered function writes each output element once, by the store that applies
+  /// the epilogue, having read nothing of Y before: an epilogue input read only at the element
+  /// being stored (a residual) may then share Y's storage (sched/lifetimes.cpp). The channels-last
+  /// direct template (sums in registers over every tap) and the pointwise one over a single K
+  /// block; not a library call (its epilogue is a pass over Y after the call) nor a template that
+  /// keeps partial sums in Y.
+  virtual bool stores_once() const { return false; }
+
   /// The problem the choice was built for.
   virtual const ConvProblem& problem() const = 0;
 };

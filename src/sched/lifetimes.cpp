@@ -7,6 +7,7 @@
 #include <cctype>
 
 #include "sched/scheduler_impl.h"
+#include "sched/template_epilogue.h"
 #include "support/error.h"
 #include "support/identifier.h"
 #include "support/log.h"
@@ -55,6 +56,21 @@ bool reads_only_at(const ScheduleItem& item, const std::string& name, const sym:
     }
   }
   return true;
+}
+
+// Whether a CPU template call writes each element of its output once, by the store that applies
+// its epilogue (ConvChoice::stores_once): the GEMM template over a single K block.
+bool stores_once(const ir::Buffer& call) {
+  if (call.device != ir::Device::kCpu || call.call.product.empty()) return false;
+  if (const auto* conv = call.call.as<ir::ConvCall>()) {
+    return conv->choice != nullptr && conv->choice->stores_once();
+  }
+  if (const auto* gemm = call.call.as<ir::GemmCall>()) {
+    const autotune::GemmConfig* config =
+        gemm->choice != nullptr ? gemm->choice->template_config() : nullptr;
+    return config != nullptr && gemm->k <= config->kc;
+  }
+  return false;
 }
 
 }  // namespace
@@ -113,7 +129,51 @@ void Scheduler::compute_last_use(std::vector<ScheduleItem>& items) const {
   }
 }
 
+// A template call whose epilogue reads a dying buffer only at the element it stores (a residual
+// Add) writes into that buffer's storage: ResNet's 1x1 expansions then read the residual where
+// they write it, instead of reading it and writing (and first fetching) another buffer.
+void Scheduler::decide_extern_inplace(ScheduleItem& item) const {
+  if (item.buffers.size() != 1) return;
+  const ir::Buffer& out = *item.buffers.front();
+  if (is_graph_output(out.name) || !stores_once(out)) return;
+  const sym::Expr store = elementwise_index(program_, out.layout, out.body);
+  for (const std::string& in_name : item.last_use) {
+    const ir::Buffer* in = program_.find(in_name);
+    if (in == nullptr || is_graph_output(in_name) || in->dtype != out.dtype) continue;
+    // Not an operand of the call itself (X, A, or a B computed at run time), which it reads at
+    // other elements, nor an input of an earlier epilogue of the chain.
+    bool operand = false;
+    for (size_t k = 0; k < out.call.inputs.size() && k < 2; ++k) {
+      operand = operand || (out.call.inputs[k] && out.call.inputs[k]->buffer == in_name);
+    }
+    for (const auto& earlier : out.call.epilogue_chain) {
+      const std::vector<std::string> reads = earlier->reads();
+      operand = operand || std::find(reads.begin(), reads.end(), in_name) != reads.end();
+    }
+    if (operand || !program_.analyzer.statically_known_equal(in->layout.storage_size(),
+                                                             out.layout.storage_size())) {
+      continue;
+    }
+    bool elementwise = false;
+    for (const ir::Op& op : out.body.ops()) {
+      if (op.code != ir::OpCode::kLoad || op.buffer != in_name) continue;
+      elementwise = !is_indirect_index(out.body, op.index) && op.index == store;
+      if (!elementwise) break;
+    }
+    if (!elementwise) continue;
+    item.inplace.emplace_back(out.name, in_name);
+    log::write(log::Category::kMemory, "{} ({} call) reuses {} in place: its epilogue reads it",
+               out.name, out.call.name(), in_name);
+    std::erase(item.last_use, in_name);
+    return;
+  }
+}
+
 void Scheduler::decide_inplace(ScheduleItem& item) const {
+  if (item.kind == ItemKind::kExtern) {
+    decide_extern_inplace(item);
+    return;
+  }
   if (item.kind != ItemKind::kKernel) return;
   sym::Analyzer ga = item.group.analyzer(program_.analyzer);
   std::set<std::string> reads = item_reads(item);

@@ -77,6 +77,7 @@ class Scheduler {
   void find_kernel_local(std::vector<ScheduleItem>& items) const;
   void compute_last_use(std::vector<ScheduleItem>& items) const;
   void decide_inplace(ScheduleItem& item) const;
+  void decide_extern_inplace(ScheduleItem& item) const;
   void name_kernels(std::vector<ScheduleItem>& items) const;
 
   const ir::Program& program_;

@@ -137,17 +137,21 @@ done
 # ResNet's blocks at awkward sizes (make_resnet.py) run channels-last end to end: at a static
 # batch of 2, every convolution is a channels-last template call (the two stride-1 1x1 ones as
 # the pointwise template, the other seven as the direct one), with MaxPool, the residual Adds and
-# GlobalAveragePool between them.
+# GlobalAveragePool between them. The three convolutions with a residual Add in their epilogue
+# (a 3x3 and a 1x1 stride-2 shortcut's sum on the direct template, a 1x1 on the pointwise one)
+# write their output into the residual's storage.
 "$PYTHON" "$HERE/make_resnet.py" "$M/resnet" || fail "make_resnet.py failed"
 echo "== resnet_b2"
 out="$SCRATCH/out/resnet_b2"
 mkdir -p "$out"
-KILN_LOG=autotune "$KILN" run "$M/resnet/model_b2.onnx" --input "x=$M/resnet/x_b2.npy" \
+KILN_LOG=autotune,memory "$KILN" run "$M/resnet/model_b2.onnx" --input "x=$M/resnet/x_b2.npy" \
   --output-dir "$out" --cache-dir "$CACHE" --autotune off --dump "$out/dump" >"$out/stdout" \
   2>"$out/stderr" || { cat "$out/stderr"; fail "resnet_b2: kiln run failed"; }
 [ "$(grep -c "nhwc) runs as 'pointwise-nhwc" "$out/stderr")" -eq 2 ] &&
   [ "$(grep -c "nhwc) runs as 'direct-nhwc" "$out/stderr")" -eq 7 ] ||
   { cat "$out/stderr"; fail "resnet_b2: the nine convolutions did not run channels-last"; }
+[ "$(grep -c "(conv call) reuses .* in place: its epilogue reads it" "$out/stderr")" -eq 3 ] ||
+  { cat "$out/stderr"; fail "resnet_b2: the residual convolutions did not write in place"; }
 for name in y z; do
   "$PYTHON" "$HERE/compare.py" "$M/resnet/${name}_b2.npy" "$out/$name.npy" ||
     fail "resnet_b2: output $name differs from numpy"

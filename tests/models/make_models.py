@@ -11,6 +11,9 @@ Writes, each into its own folder under OUT_DIR:
             Gemm + Softmax. Files: model.onnx, x.npy, y.npy.
   mlp_dyn/  the same MLP with x: float32[batch, 16]. Files: model.onnx, x_b{1,3,8,0}.npy,
             y_b{1,3,8,0}.npy.
+  residual_mlp/  x: float32[5, 24] -> y: float32[5, 10]. r = Relu(x), h = Relu(MatMul(r) + b),
+            y = MatMul(MatMul(h) + r): a GEMM whose epilogue adds a residual (as a transformer
+            block's projection does). Files: model.onnx, x.npy, y.npy.
   control/  x: float32[n] -> y: float32[n], z: float32[trips]. Control flow decided by the data: an
             If on sum(x) > 0 (then 2x, else x - 1), then a Loop of floor(clip(max(x), 0, 6))
             trips whose body holds a nested If on the parity of the iteration (acc + i, else
@@ -149,6 +152,25 @@ def mlp_model(params, batch):
         helper.make_node("Softmax", ["a3"], ["y"], axis=-1, name="softmax"),
     ]
     return finish(nodes, "mlp", [batch, 16], [batch, 10], params)
+
+
+def residual_mlp_model(params):
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu_in"),
+        helper.make_node("MatMul", ["r", "w1"], ["mm1"], name="fc1_matmul"),
+        helper.make_node("Add", ["mm1", "b1"], ["a1"], name="fc1_add"),
+        helper.make_node("Relu", ["a1"], ["h"], name="fc1_relu"),
+        helper.make_node("MatMul", ["h", "w2"], ["mm2"], name="fc2_matmul"),
+        helper.make_node("Add", ["mm2", "r"], ["s"], name="residual"),
+        helper.make_node("MatMul", ["s", "w3"], ["y"], name="fc3_matmul"),
+    ]
+    return finish(nodes, "residual_mlp", [5, 24], [5, 10], params)
+
+
+def residual_mlp_reference(p, x):
+    w1, b1, w2, w3, x = f64(p["w1"], p["b1"], p["w2"], p["w3"], x)
+    r = relu(x)
+    return (relu(r @ w1 + b1) @ w2 + r) @ w3
 
 
 def mlp_reference(p, x):
@@ -556,6 +578,17 @@ def main(out):
         x = rng.uniform(-1, 1, (batch, 3, 15, 13)).astype(np.float32)
         write(folder, f"x_b{batch}.npy", x)
         write(folder, f"y_b{batch}.npy", mobilenet_reference(params, x, pool=True))
+
+    rng = np.random.default_rng(SEED + 1)
+    params = {"w1": (0.3 * rng.standard_normal((24, 40))).astype(np.float32),
+              "b1": (0.1 * rng.standard_normal(40)).astype(np.float32),
+              "w2": (0.2 * rng.standard_normal((40, 24))).astype(np.float32),
+              "w3": (0.3 * rng.standard_normal((24, 10))).astype(np.float32)}
+    folder = os.path.join(out, "residual_mlp")
+    save(residual_mlp_model(params), folder)
+    x = rng.uniform(-2, 2, (5, 24)).astype(np.float32)
+    write(folder, "x.npy", x)
+    write(folder, "y.npy", residual_mlp_reference(params, x))
 
 
 if __name__ == "__main__":

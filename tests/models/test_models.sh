@@ -45,6 +45,18 @@ run_case() {
 M="$SCRATCH/models"
 run_case mlp "$M/mlp/model.onnx" "$M/mlp/x.npy" "$M/mlp/y.npy"
 run_case cnn "$M/cnn/model.onnx" "$M/cnn/x.npy" "$M/cnn/y.npy"
+# The second GEMM's epilogue adds the residual r, read where it stores: the call writes y into
+# r's storage.
+echo "== residual_mlp"
+out="$SCRATCH/out/residual_mlp"
+mkdir -p "$out"
+KILN_LOG=memory "$KILN" run "$M/residual_mlp/model.onnx" --input "x=$M/residual_mlp/x.npy" \
+  --output-dir "$out" --cache-dir "$CACHE" --autotune off >"$out/stdout" 2>"$out/stderr" ||
+  { cat "$out/stderr"; fail "residual_mlp: kiln run failed"; }
+grep -q "(gemm call) reuses .* in place: its epilogue reads it" "$out/stderr" ||
+  { cat "$out/stderr"; fail "residual_mlp: the residual GEMM did not write in place"; }
+"$PYTHON" "$HERE/compare.py" "$M/residual_mlp/y.npy" "$out/y.npy" ||
+  fail "residual_mlp: output differs from numpy"
 # Both convolutions of the residual block run as the Winograd template (the heuristic at 28 x 28 x
 # 32), the second with the residual Add and Relu fused; atol 1e-4 (compare.py says why).
 echo "== winograd"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end models against numpy: make_models.py writes an MLP (MatMul/Add/Relu, Gemm, Softmax),
-# the same MLP with a dynamic batch (run at batch 1, 3, 8 and 0), a small CNN (Conv with
+# the same MLP with a dynamic batch (run at batch 1, 3, 8 and 0), an MLP whose GEMM adds a residual
+# in place, a small CNN (Conv with
 # bias, pads and stride, BatchNormalization, Relu, MaxPool, Conv, GlobalAveragePool, Flatten,
 # Gemm), a residual block whose 3x3 convolutions run as the Winograd template (NCHW and
 # channels-last; checked at atol 1e-4), MobileNetV2's and ResNet's blocks channels-last (static and dynamic batch), a model with data-dependent If and Loop (nested), and one whose shapes are computed from

@@ -252,6 +252,8 @@ class TemplateChoice final : public GemmChoice {
     return render_gemm(config_, problem_, function_name, epilogue);
   }
   const GemmConfig* template_config() const override { return &config_; }
+  // Over more than one K block the template keeps partial sums in C.
+  bool stores_once() const override { return problem_.k <= config_.kc; }
 
  private:
   GemmConfig config_;

@@ -65,6 +65,11 @@ class GemmChoice {
 
   /// The template config of a template choice; nullptr for the others.
   virtual const GemmConfig* template_config() const { return nullptr; }
+
+  /// Whether the rendered function writes each element of C once, by the store that applies the
+  /// epilogue, having read nothing of C before (as ConvChoice::stores_once): the template over a
+  /// single K block; not a library call, whose epilogue is a pass over C after it.
+  virtual bool stores_once() const { return false; }
 };
 
 using GemmChoicePtr = std::shared_ptr<const GemmChoice>;

@@ -58,17 +58,15 @@ bool reads_only_at(const ScheduleItem& item, const std::string& name, const sym:
   return true;
 }
 
-// Whether a CPU template call writes each element of its output once, by the store that applies
-// its epilogue (ConvChoice::stores_once): the GEMM template over a single K block.
+// Whether a CPU call with an epilogue writes each element of its output once, by the store that
+// applies the epilogue (GemmChoice::stores_once, ConvChoice::stores_once).
 bool stores_once(const ir::Buffer& call) {
   if (call.device != ir::Device::kCpu || call.call.product.empty()) return false;
   if (const auto* conv = call.call.as<ir::ConvCall>()) {
     return conv->choice != nullptr && conv->choice->stores_once();
   }
   if (const auto* gemm = call.call.as<ir::GemmCall>()) {
-    const autotune::GemmConfig* config =
-        gemm->choice != nullptr ? gemm->choice->template_config() : nullptr;
-    return config != nullptr && gemm->k <= config->kc;
+    return gemm->choice != nullptr && gemm->choice->stores_once();
   }
   return false;
 }

@@ -7,7 +7,8 @@
 # decoder); run.sh must have built its model and library under BUILD_DIR/bench-ort (make
 # bench-ort, or run.sh with BENCH_ORT_MODELS=MODEL). ONNX Runtime profiles 5 warm-up and 20 timed runs in one
 # process; Kiln profiles one run per `kiln bench --profile`, KILN_RUNS (7) times, and each layer
-# takes the median. KILN_CPU_FEATURES picks Kiln's variant as in run.sh's BENCH_ORT_VARIANT=v3.
+# takes the median. KILN_CPU_FEATURES picks Kiln's variant as in run.sh's BENCH_ORT_VARIANT=v3;
+# with it set, ONNX Runtime is held to AVX2 as run.sh holds it (hold_avx2.sh).
 # Writes the traces under BUILD_DIR/bench-ort/profiles/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,7 +36,13 @@ OUT="$WORK/profiles"
 mkdir -p "$OUT"
 rm -f "$OUT/$MODEL".ort_*.json "$OUT/$MODEL".kiln.*.json
 export NODE_PATH="$WORK/onnxruntime-node/node_modules"
-node bench/ort/ort_bench.js "$ONNX" --threads 2 --iters 20 --warmup 5 --input "$INPUT" \
+ORT_NODE=(node)
+if [ -n "${KILN_CPU_FEATURES:-}" ]; then
+  source bench/ort/hold_avx2.sh
+  hold_ort_to_avx2 "$WORK"
+  echo "ONNX Runtime runs $ORT_ISA" >&2
+fi
+"${ORT_NODE[@]}" bench/ort/ort_bench.js "$ONNX" --threads 2 --iters 20 --warmup 5 --input "$INPUT" \
   --profile "$OUT/$MODEL.ort" >/dev/null
 kiln_profiles=()
 for i in $(seq "$RUNS"); do

@@ -37,7 +37,7 @@ CACHE="$WORK/cache"  # the code cache of every Kiln run after the cold compile
 # (DNNL_MAX_CPU_ISA; ONEDNN_MAX_CPU_ISA is its newer name) and OpenBLAS to its Haswell kernels
 # (OPENBLAS_CORETYPE): what an AVX2 machine runs. Without the caps, oneDNN's convolutions would
 # still run AVX-512 code. Exported for the whole run, the compiles too; ONNX Runtime ignores
-# them and runs the host's ISA.
+# them (it reads CPUID): see ORT_NODE below for how it is held to AVX2.
 VARIANT="${BENCH_ORT_VARIANT:-cpu}"
 case "$VARIANT" in
   cpu) ;;
@@ -96,10 +96,17 @@ kiln_bench_library() {  # kiln_bench_library MODEL ITERS WARMUP: one JSON line
   "$KILN" bench "$LIB_DIR/$1.so" --json --threads "$THREADS" --iters "$2" --warmup "$3" \
     --input "$(input_arg "$1")"
 }
+# With "v3", ONNX Runtime is held to AVX2 too where the CPU allows it (hold_avx2.sh): what an
+# AVX2 machine runs on both sides.
+ORT_NODE=(node)
+if [ "$VARIANT" = v3 ]; then
+  source "$HERE/hold_avx2.sh"
+  hold_ort_to_avx2 "$WORK"
+fi
 ort_bench() {  # ort_bench MODEL ITERS WARMUP [ARGS...]: one JSON line
   local model="$1" iters="$2" warmup="$3"
   shift 3
-  node "$HERE/ort_bench.js" "$MODEL_DIR/$model.onnx" --threads "$THREADS" --iters "$iters" \
+  "${ORT_NODE[@]}" "$HERE/ort_bench.js" "$MODEL_DIR/$model.onnx" --threads "$THREADS" --iters "$iters" \
     --warmup "$warmup" --input "$(input_arg "$model")" "$@"
 }
 report() { "$PYTHON" "$HERE/report.py" "$@"; }  # see report.py
@@ -112,6 +119,7 @@ echo "== Kiln $("$KILN" --version | cut -d' ' -f2) against ONNX Runtime $ORT_VER
 if [ "$VARIANT" = v3 ]; then
   echo "   Kiln's x86-64-v3 variant forced (KILN_CPU_FEATURES=$KILN_CPU_FEATURES)," \
     "oneDNN held to AVX2 (DNNL_MAX_CPU_ISA=$DNNL_MAX_CPU_ISA), OpenBLAS to Haswell"
+  echo "   ONNX Runtime runs $ORT_ISA"
 fi
 echo "   CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) hardware threads;" \
   "OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}; $(cut -d' ' -f1-3 /proc/loadavg) load average"

@@ -234,8 +234,10 @@ Summary bench_shape(const Shape& s, bool quick, double peak, kiln::codecache::Co
         {{{"gemm.cpp", kiln::autotune::render_gemm(config, problem, "gemm")}}, with_runtime});
   }
   // The default once more with a fused bias + Relu epilogue: what the epilogue costs.
-  const kiln::autotune::TemplateEpilogue bias_relu{.expr = "std::max(v + bias[n], 0.0f)",
-                                                   .args = {"bias"}};
+  const kiln::autotune::TemplateEpilogue bias_relu{
+      .expr = "std::max(v + bias[n], 0.0f)",
+      .args = {"bias"},
+      .vector_expr = "kv_max(kv_add(v, kv_load(bias + n0)), kv_set1(0.0f))"};
   specs.push_back(
       {{{"gemm.cpp", kiln::autotune::render_gemm(configs[0], problem, "gemm", bias_relu)}},
        with_runtime});

@@ -23,6 +23,11 @@ std::string broadcast(TemplateIsa isa, const std::string& ptr) {
   return fmt::format("_mm256_broadcast_ss({})", ptr);
 }
 
+// Whether the micro-kernel applies the epilogue in registers (it has a vector form).
+bool has_vector_epilogue(const TemplateEpilogue& epilogue) {
+  return !epilogue.empty() && !epilogue.vector_expr.empty();
+}
+
 void render_header(IndentedBuffer& out, const GemmConfig& config, const GemmProblem& problem,
                    const TemplateEpilogue& epilogue) {
   out.linef("// Kiln GEMM template {}", config.name());
@@ -46,6 +51,10 @@ void render_header(IndentedBuffer& out, const GemmConfig& config, const GemmProb
   out.line("// N rounded up to NR: the row length of one packed KC block of B.");
   out.linef("constexpr int64_t kNPad = {};", round_up(problem.n, config.nr));
   out.linef("constexpr bool kHasEpilogue = {};", epilogue.empty() ? "false" : "true");
+  if (has_vector_epilogue(epilogue)) {
+    out.line("");
+    render_vector_epilogue_helpers(out, config.isa);
+  }
   out.line("");
 }
 
@@ -160,8 +169,15 @@ void render_micro_kernel(IndentedBuffer& out, const GemmConfig& config, const Ge
       "// C[i0 : i0 + mr, j0 : j0 + nr] = (C +) a (kc x MR) @ b (kc x NR panel), where row r of");
   out.line(
       "// a at step p is a[r * kARow + p * kAStep] (packed: <1, kMR>; A itself: <kK, 1>). Full");
-  out.line("// tiles store straight from the accumulators; edge tiles and the epilogue (after the");
-  out.line("// last K block) go through a tile on the stack.");
+  if (has_vector_epilogue(epilogue)) {
+    out.line(
+        "// tiles store straight from the accumulators, through the epilogue in registers after");
+    out.line("// the last K block; edge tiles go through a tile on the stack.");
+  } else {
+    out.line(
+        "// tiles store straight from the accumulators; edge tiles and the epilogue (after the");
+    out.line("// last K block) go through a tile on the stack.");
+  }
   out.line("template <int64_t kARow, int64_t kAStep>");
   out.linef(
       "__attribute__((always_inline)) inline void micro_kernel(int64_t kc, const float* a, const "
@@ -222,6 +238,31 @@ void render_micro_kernel(IndentedBuffer& out, const GemmConfig& config, const Ge
     }
     out.line("}");
     out.line("float* c = C + i0 * kN + j0;");
+    if (has_vector_epilogue(epilogue)) {
+      // The last K block of a full tile: each vector through the epilogue, then stored. The
+      // epilogue is written after the FMA loop, so its constants take no registers inside it.
+      out.line("if (mr == kMR && nr == kNR && last) {");
+      {
+        auto _ = out.scope();
+        out.linef(
+            "auto epilogue = [&](const kv_t v, const int64_t m, const int64_t n0) -> kv_t {{");
+        out.linef("    (void)m;");
+        out.linef("    (void)n0;");
+        out.linef("    return {};", epilogue.vector_expr);
+        out.line("};");
+        for (int r = 0; r < config.mr; ++r) {
+          for (int v = 0; v < vectors; ++v) {
+            const std::string at = fmt::format("c + {} * kN + {}", r, v * isa.width);
+            const std::string sum = fmt::format("first ? {0} : {1}_add_ps({1}_loadu_ps({2}), {0})",
+                                                acc(r, v), isa.prefix, at);
+            out.linef("{}_storeu_ps({}, epilogue({}, i0 + {}, j0 + {}));", isa.prefix, at, sum, r,
+                      v * isa.width);
+          }
+        }
+        out.line("return;");
+      }
+      out.line("}");
+    }
     out.line("if (mr == kMR && nr == kNR && !(last && kHasEpilogue)) {");
     {
       auto _ = out.scope();

@@ -93,9 +93,16 @@ struct GemmProblem {
 /// which the kernel takes after C as `const float*`. Example, bias then Relu:
 ///   {.expr = "std::max(v + bias[n], 0.0f)", .args = {"bias"}}.
 /// It may call std:: functions from <algorithm> and <cmath>. An empty expr means none.
+///
+/// `vector_expr`, when not empty, is the same epilogue a vector at a time, for the GEMM template
+/// to apply in registers: a C++ expression over `v` (a kv_t, the kernel's vector of C[m, n0 ..
+/// n0 + width)), `m`, `n0` and the same arguments, through the kv_ helpers of
+/// render_vector_epilogue_helpers (kv_set1, kv_load, kv_add, kv_sub, kv_mul, kv_max, kv_min,
+/// kv_relu). Without it the template stores each tile through a scalar loop on the stack.
 struct TemplateEpilogue {
   std::string expr;
   std::vector<std::string> args;
+  std::string vector_expr;
   bool empty() const { return expr.empty(); }
 };
 

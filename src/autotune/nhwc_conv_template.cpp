@@ -457,6 +457,14 @@ std::string render_nhwc_pointwise(const GemmConfig& config, const ConvProblem& p
                     ? "v + kiln_bias[n]"
                     : fmt::format("[&](const float v) -> float {{ return {}; }}(v + kiln_bias[n])",
                                   epilogue.expr);
+  // The same a vector at a time, where the convolution's epilogue has a vector form.
+  const std::string biased_vector = "kv_add(v, kv_load(kiln_bias + n0))";
+  if (epilogue.empty()) {
+    biased.vector_expr = biased_vector;
+  } else if (!epilogue.vector_expr.empty()) {
+    biased.vector_expr = fmt::format("[&](const kv_t v) -> kv_t {{ return {}; }}({})",
+                                     epilogue.vector_expr, biased_vector);
+  }
   const std::string gemm_name = function_name + "_gemm";
   std::string text =
       fmt::format("// Kiln 1x1 convolution, channels-last: {} as a GEMM\n", p.text());

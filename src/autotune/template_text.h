@@ -108,6 +108,31 @@ void render_pixel_store(Buffer& out, const std::string& pixel, const std::string
   out.line("}");
 }
 
+/// The kv_ helpers a vector epilogue (TemplateEpilogue::vector_expr) calls, for `isa`'s vector
+/// type kv_t. kv_max and kv_min return NaN when either operand is NaN, as the scalar
+/// kiln::maximum and kiln::minimum do; kv_relu keeps a NaN, as kiln::relu does.
+template <typename Buffer>
+void render_vector_epilogue_helpers(Buffer& out, TemplateIsa isa) {
+  const IsaText t = isa_text(isa);
+  const std::string nan_blend =
+      isa == TemplateIsa::kAvx512
+          ? "_mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), r, a)"
+          : "_mm256_blendv_ps(r, a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q))";
+  out.linef("using kv_t = {};", t.vec);
+  out.linef("inline kv_t kv_set1(float x) {{ return {}_set1_ps(x); }}", t.prefix);
+  out.linef("inline kv_t kv_load(const float* p) {{ return {}_loadu_ps(p); }}", t.prefix);
+  for (const char* op : {"add", "sub", "mul"}) {
+    out.linef("inline kv_t kv_{0}(kv_t a, kv_t b) {{ return {1}_{0}_ps(a, b); }}", op, t.prefix);
+  }
+  for (const char* op : {"max", "min"}) {
+    out.linef("inline kv_t kv_{}(kv_t a, kv_t b) {{", op);
+    out.linef("    const kv_t r = {}_{}_ps(a, b);  // b when either is NaN", t.prefix, op);
+    out.linef("    return {};", nan_blend);
+    out.line("}");
+  }
+  out.linef("inline kv_t kv_relu(kv_t a) {{ return {0}_max_ps({0}_setzero_ps(), a); }}", t.prefix);
+}
+
 /// ", a0, a1": the epilogue's inputs as arguments.
 inline std::string epilogue_call_args(const TemplateEpilogue& epilogue) {
   std::string text;

@@ -118,6 +118,10 @@ KILN_LOG=autotune "$KILN" run "$M/mobilenet/model.onnx" --input "x=$M/mobilenet/
   grep -q "g10, nhwc) runs as 'direct-nhwc" "$out/stderr" &&
   grep -q "extern float32 \[2, 8, 7, 21\] .*# from grouped_bn" "$out/dump/1_ir.txt" ||
   { cat "$out/stderr"; fail "mobilenet: the 1x1, depthwise and grouped convolutions did not run channels-last"; }
+# Their bias, Clip and residual epilogues have a vector form: each 1x1 kernel applies it in
+# registers.
+[ "$(grep -l "kv_load(kiln_bias + n0)" "$out"/dump/5_*.cpp | wc -l)" -eq 4 ] ||
+  fail "mobilenet: the 1x1 convolutions' epilogues were not applied in registers"
 "$PYTHON" "$HERE/compare.py" "$M/mobilenet/y.npy" "$out/y.npy" ||
   fail "mobilenet: output differs from numpy"
 for b in 1 2; do

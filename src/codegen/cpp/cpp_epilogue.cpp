@@ -51,6 +51,41 @@ const char* simd_math_form(const ir::Op& op) {
   }
 }
 
+/// The vector form (TemplateEpilogue::vector_expr's kv_ helpers) of a float32 arithmetic op,
+/// or nullptr: the ops of bias, activation-clamp and residual epilogues.
+const char* vector_form(const ir::Op& op) {
+  if (op.dtype != graph::DType::kFloat32) return nullptr;
+  switch (op.code) {
+    case OpCode::kAdd:
+      return "kv_add({0}, {1})";
+    case OpCode::kSub:
+      return "kv_sub({0}, {1})";
+    case OpCode::kMul:
+      return "kv_mul({0}, {1})";
+    case OpCode::kMaximum:
+      return "kv_max({0}, {1})";
+    case OpCode::kMinimum:
+      return "kv_min({0}, {1})";
+    case OpCode::kRelu:
+      return "kv_relu({0})";
+    default:
+      return nullptr;
+  }
+}
+
+/// The row-major flat index of `vars` over `sizes`: what a load of a buffer of the epilogue's
+/// own shape and contiguous layout reads, element for element (dims of size 1 have no term, as
+/// the index simplifies them away).
+sym::Expr flat_index(const std::vector<sym::Expr>& vars, const std::vector<sym::Expr>& sizes) {
+  sym::Expr index(int64_t{0});
+  sym::Expr stride(int64_t{1});
+  for (size_t d = vars.size(); d-- > 0;) {
+    if (sizes[d].as_integer() != std::optional<int64_t>(1)) index = index + vars[d] * stride;
+    stride = stride * sizes[d];
+  }
+  return index;
+}
+
 }  // namespace
 
 std::string epilogue_refusal(const ir::Program& program, const ir::Buffer& product,
@@ -122,6 +157,12 @@ EpilogueCode epilogue_code(const ir::Buffer& fused) {
   EpilogueCode code;
   std::map<std::string, std::string> params;  // buffer -> parameter name
   std::string input = "v";                    // the value each stage reads as its product
+  // The vector form, built beside the scalar one while every op has one: loads of the product,
+  // of a buffer along n only (a bias) or of one of the epilogue's own shape (a residual), float
+  // constants and vector_form's ops. It ends up empty otherwise.
+  std::optional<std::string> vector = "[&]() -> kv_t { ";
+  const std::optional<int64_t> row = sizes.back().as_integer();
+  const sym::Expr flat = flat_index(vars, sizes);
   for (size_t stage = 0; stage < stages.size(); ++stage) {
     const ir::Buffer& b = *stages[stage];
     const ir::LoopBody& body = b.body;
@@ -133,6 +174,34 @@ EpilogueCode epilogue_code(const ir::Buffer& fused) {
     for (size_t id = 0; id < ops.size(); ++id) {
       const ir::Op& op = ops[id];
       std::string type(cpp_compute_type(op.dtype));
+      if (vector) {
+        std::optional<std::string> vvalue;
+        std::vector<std::string> vargs;
+        for (ir::ValueId operand : op.operands) {
+          if (operand != ir::kNoValue) vargs.push_back(fmt::format("s{}_v{}", stage, operand));
+        }
+        const bool f32 = op.dtype == graph::DType::kFloat32;
+        if (op.code == OpCode::kLoad && f32 && op.mask == ir::kNoValue) {
+          if (op.buffer == product) {
+            vvalue = stage == 0 ? "v" : fmt::format("s{}", stage - 1);
+          } else if (op.buffer_dtype == graph::DType::kFloat32 && op.index == vars.back()) {
+            vvalue = fmt::format("kv_load({{{}}} + n0)", op.buffer);
+          } else if (op.buffer_dtype == graph::DType::kFloat32 && row && op.index == flat) {
+            vvalue = fmt::format("kv_load({{{}}} + m * {} + n0)", op.buffer, *row);
+          }
+        } else if (op.code == OpCode::kConstant && f32) {
+          vvalue = fmt::format("kv_set1({})", cpp_literal(op));
+        } else if (op.code == OpCode::kStore) {
+          *vector += fmt::format("const kv_t s{} = {}; ", stage, vargs.at(0));
+        } else if (const char* tmpl = vector_form(op)) {
+          vvalue = format_op(tmpl, vargs);
+        }
+        if (vvalue) {
+          *vector += fmt::format("const kv_t s{}_v{} = {}; ", stage, id, *vvalue);
+        } else if (op.code != OpCode::kStore) {
+          vector.reset();
+        }
+      }
       std::vector<std::string> operands;
       for (ir::ValueId operand : op.operands) {
         if (operand != ir::kNoValue) operands.push_back(name(operand));
@@ -186,6 +255,17 @@ EpilogueCode epilogue_code(const ir::Buffer& fused) {
   }
   text += fmt::format("return static_cast<float>({}); }}()", input);
   code.epilogue.expr = text;
+  if (vector) {
+    // Buffers were written by name ({buffer}): their parameter names are known only now.
+    std::string resolved = *vector + fmt::format("return s{}; }}()", stages.size() - 1);
+    for (const auto& [buffer, param] : params) {
+      const std::string key = "{" + buffer + "}";
+      for (size_t at = resolved.find(key); at != std::string::npos; at = resolved.find(key, at)) {
+        resolved.replace(at, key.size(), param);
+      }
+    }
+    code.epilogue.vector_expr = resolved;
+  }
   return code;
 }
 

@@ -112,7 +112,8 @@ TEST(GemmChoices, EveryChoiceIsCorrectAtAwkwardSizes) {
       {{.n = 45, .k = 1}, {1, 5}},
       {{.n = 53, .k = 70}, {1, 3, 50}},
   };
-  const TemplateEpilogue bias_relu{.expr = "std::max(v + bias[n], 0.0f)", .args = {"bias"}};
+  const TemplateEpilogue bias_relu{
+      .expr = "std::max(v + bias[n], 0.0f)", .args = {"bias"}, .vector_expr = {}};
   codecache::CodeCache cache(fresh_dir() / "code");
   const int threads = omp_get_max_threads();
   for (const Case& c : cases) {

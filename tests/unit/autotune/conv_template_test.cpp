@@ -159,7 +159,7 @@ TEST(ConvChoices, EveryChoiceIsCorrectAtAwkwardSizes) {
     for (const ConvConfig& config : small_block_configs()) {
       choices.push_back(make_conv_template_choice(config, p));
     }
-    TemplateEpilogue epilogue{.expr = {}, .args = {"e0"}};
+    TemplateEpilogue epilogue{.expr = {}, .args = {"e0"}, .vector_expr = {}};
     epilogue.expr = "std::max(v + e0[m * " + std::to_string(p.ow()) + " + n], 0.0f)";
     // Each choice's plain and fused kernels are one library; the fused one for the first four.
     std::vector<codecache::LibrarySpec> specs;

@@ -70,12 +70,14 @@ using ConvCheck = std::function<void(const std::vector<float>& x, const std::vec
                                      const std::vector<float>& y, const std::string& what)>;
 
 /// Each of `choices` for `p` as "conv" and as "conv_fused" with the epilogue `clip_expr` (which
-/// reads the residual as e0), on X, W, bias in [-1, 1) and a residual in [-8, 8) (so that both
-/// ends of the Clip are reached); Y starts as NaN so that an unwritten element fails.
+/// reads the residual as e0) and its vector form `clip_vector_expr` (TemplateEpilogue), on X, W,
+/// bias in [-1, 1) and a residual in [-8, 8) (so that both ends of the Clip are reached); Y
+/// starts as NaN so that an unwritten element fails.
 inline void check_choices_with_residual_clip(codecache::CodeCache& cache, const ConvProblem& p,
                                              const std::vector<ConvChoicePtr>& choices,
-                                             const std::string& clip_expr, const ConvCheck& check) {
-  TemplateEpilogue epilogue{.expr = clip_expr, .args = {"e0"}};
+                                             const std::string& clip_expr, const ConvCheck& check,
+                                             const std::string& clip_vector_expr = {}) {
+  TemplateEpilogue epilogue{.expr = clip_expr, .args = {"e0"}, .vector_expr = clip_vector_expr};
   std::vector<codecache::LibrarySpec> specs;
   for (const ConvChoicePtr& choice : choices) {
     codecache::CompilerConfig config;

@@ -239,16 +239,27 @@ TEST(GemmTemplate, DefaultConfigsMatchTheReference) {
 
 TEST(GemmTemplate, BiasReluEpilogueIsAppliedOnceAfterTheLastKBlock) {
   codecache::CodeCache cache(fresh_dir() / "cache");
-  const TemplateEpilogue epilogue{.expr = "std::max(v + bias[n], 0.0f)", .args = {"bias"}};
+  // Through the tile on the stack (scalar form only) and in registers (with the vector form;
+  // edge tiles still take the stack).
+  const TemplateEpilogue scalar{
+      .expr = "std::max(v + bias[n], 0.0f)", .args = {"bias"}, .vector_expr = {}};
+  const TemplateEpilogue vector{
+      .expr = scalar.expr,
+      .args = scalar.args,
+      .vector_expr = "kv_max(kv_add(v, kv_load(bias + n0)), kv_set1(0.0f))"};
   // K = 40 spans three K blocks of the 6x16 config (KC 16) and one of the 8x8 config.
   const GemmProblem problem{.n = 37, .k = 40};
+  std::vector<std::string> names;
   std::vector<GemmConfig> configs;
   std::vector<codecache::LibrarySpec> specs;
   for (const GemmConfig& config : small_block_configs()) {
     if (!can_run(config)) continue;
-    configs.push_back(config);
-    specs.push_back({{{"gemm.cpp", render_gemm(config, problem, "gemm_bias_relu", epilogue)}},
-                     test_compiler_config()});
+    for (const TemplateEpilogue* epilogue : {&scalar, &vector}) {
+      configs.push_back(config);
+      names.push_back(config.name() + (epilogue == &vector ? " vector" : " scalar"));
+      specs.push_back({{{"gemm.cpp", render_gemm(config, problem, "gemm_bias_relu", *epilogue)}},
+                       test_compiler_config()});
+    }
   }
   const std::vector<fs::path> libraries = cache.compile_many(specs);
   const std::vector<float> b = random_matrix(problem.k, problem.n, 5);
@@ -262,7 +273,7 @@ TEST(GemmTemplate, BiasReluEpilogueIsAppliedOnceAfterTheLastKBlock) {
       std::vector<float> c(static_cast<size_t>(m * problem.n), std::nanf(""));
       gemm(m, a.data(), packed.data(), c.data(), bias.data());
       expect_matches(a, b, c, m, problem.n, problem.k,
-                     configs[i].name() + " bias+relu M=" + std::to_string(m),
+                     names[i] + " bias+relu M=" + std::to_string(m),
                      [&](double v, int64_t n) { return std::max(v + bias[n], 0.0); });
     }
   }
@@ -271,7 +282,8 @@ TEST(GemmTemplate, BiasReluEpilogueIsAppliedOnceAfterTheLastKBlock) {
 TEST(GemmTemplate, EmptyKWritesTheEpilogueOfZero) {
   codecache::CodeCache cache(fresh_dir() / "cache");
   const GemmConfig config = gemm_default_config(5, {.n = 9, .k = 0}, 2, TemplateIsa::kAvx2);
-  const TemplateEpilogue epilogue{.expr = "v + bias[n]", .args = {"bias"}};
+  const TemplateEpilogue epilogue{
+      .expr = "v + bias[n]", .args = {"bias"}, .vector_expr = "kv_add(v, kv_load(bias + n0))"};
   codecache::LoadedLibrary library(cache.compile_shared_library(
       render_gemm(config, {.n = 9, .k = 0}, "gemm", epilogue), test_compiler_config()));
   auto* gemm = library.symbol<GemmBiasFn>("gemm");

@@ -299,13 +299,16 @@ TEST(NhwcConvTemplate, WeightOffsetsMatchPrepare) {
 TEST(NhwcConvTemplate, EveryChoiceIsCorrectAtAwkwardSizes) {
   codecache::CodeCache cache(fresh_dir() / "code");
   for (const ConvProblem& p : problems()) {
-    // Y and the residual are [N, OH, OW, M]: the epilogue's row m is a pixel, n a channel.
+    // Y and the residual are [N, OH, OW, M]: the epilogue's row m is a pixel, n a channel. The
+    // pointwise choices apply the vector form in registers.
+    const std::string row = std::to_string(p.m);
     check_choices_with_residual_clip(
-        cache, p, all_choices(p),
-        "std::min(std::max(v + e0[m * " + std::to_string(p.m) + " + n], 0.0f), 6.0f)",
+        cache, p, all_choices(p), "std::min(std::max(v + e0[m * " + row + " + n], 0.0f), 6.0f)",
         [&](const std::vector<float>& x, const std::vector<float>& w,
             const std::vector<float>& bias, const float* residual, const std::vector<float>& y,
-            const std::string& what) { expect_matches(p, x, w, bias, residual, y, what); });
+            const std::string& what) { expect_matches(p, x, w, bias, residual, y, what); },
+        "kv_min(kv_max(kv_add(v, kv_load(e0 + m * " + row +
+            " + n0)), kv_set1(0.0f)), kv_set1(6.0f))");
   }
 }
 

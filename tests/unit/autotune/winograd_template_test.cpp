@@ -146,7 +146,7 @@ TEST(WinogradTemplate, AppliesToThreeByThreeStrideOneOnly) {
 // as NCHW, transposed around the call of a channels-last choice.
 double run_and_check(codecache::CodeCache& cache, const ConvChoice& choice, bool fused) {
   const ConvProblem& p = choice.problem();
-  TemplateEpilogue epilogue{.expr = {}, .args = {"e0"}};
+  TemplateEpilogue epilogue{.expr = {}, .args = {"e0"}, .vector_expr = {}};
   // The epilogue's row m is a channel's output row (NCHW) or a pixel (channels-last).
   const int64_t row = p.channels_last ? p.m : p.ow();
   epilogue.expr = "std::min(std::max(v + e0[m * " + std::to_string(row) + " + n], 0.0f), 6.0f)";

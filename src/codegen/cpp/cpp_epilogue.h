@@ -4,7 +4,9 @@
 /// element at row m, column n), `m`, `n` and the buffers the body loads, which become the
 /// kernel's extra pointer arguments (named e0, e1, ... so that equal epilogues read the same).
 /// The expression is an immediately
-/// invoked lambda holding one statement per op of the body.
+/// invoked lambda holding one statement per op of the body. Where every op has one, the same
+/// body is also written a vector at a time (TemplateEpilogue::vector_expr), which the GEMM
+/// template applies in registers.
 
 #include <optional>
 #include <string>

@@ -246,8 +246,8 @@ void render_micro_kernel(IndentedBuffer& out, const GemmConfig& config, const Ge
         auto _ = out.scope();
         out.linef(
             "auto epilogue = [&](const kv_t v, const int64_t m, const int64_t n0) -> kv_t {{");
-        out.linef("    (void)m;");
-        out.linef("    (void)n0;");
+        out.line("    (void)m;");
+        out.line("    (void)n0;");
         out.linef("    return {};", epilogue.vector_expr);
         out.line("};");
         for (int r = 0; r < config.mr; ++r) {

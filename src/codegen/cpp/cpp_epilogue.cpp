@@ -156,7 +156,16 @@ EpilogueCode epilogue_code(const ir::Buffer& fused) {
   for (const sym::Expr& v : vars) text += fmt::format("(void){}; ", v.name());
   EpilogueCode code;
   std::map<std::string, std::string> params;  // buffer -> parameter name
-  std::string input = "v";                    // the value each stage reads as its product
+  // The parameter that points to `buffer`, added at its first load.
+  auto param = [&](const std::string& buffer) -> const std::string& {
+    if (!params.count(buffer)) {
+      params[buffer] = fmt::format("e{}", params.size());
+      code.epilogue.args.push_back(params[buffer]);
+      code.buffers.push_back(buffer);
+    }
+    return params[buffer];
+  };
+  std::string input = "v";  // the value each stage reads as its product
   // The vector form, built beside the scalar one while every op has one: loads of the product,
   // of a buffer along n only (a bias) or of one of the epilogue's own shape (a residual), float
   // constants and vector_form's ops. It ends up empty otherwise.
@@ -185,9 +194,9 @@ EpilogueCode epilogue_code(const ir::Buffer& fused) {
           if (op.buffer == product) {
             vvalue = stage == 0 ? "v" : fmt::format("s{}", stage - 1);
           } else if (op.buffer_dtype == graph::DType::kFloat32 && op.index == vars.back()) {
-            vvalue = fmt::format("kv_load({{{}}} + n0)", op.buffer);
+            vvalue = fmt::format("kv_load({} + n0)", param(op.buffer));
           } else if (op.buffer_dtype == graph::DType::kFloat32 && row && op.index == flat) {
-            vvalue = fmt::format("kv_load({{{}}} + m * {} + n0)", op.buffer, *row);
+            vvalue = fmt::format("kv_load({} + m * {} + n0)", param(op.buffer), *row);
           }
         } else if (op.code == OpCode::kConstant && f32) {
           vvalue = fmt::format("kv_set1({})", cpp_literal(op));
@@ -216,13 +225,8 @@ EpilogueCode epilogue_code(const ir::Buffer& fused) {
             break;
           }
           if (op.buffer_dtype != graph::DType::kFloat32) return fail("a load other than float32");
-          if (!params.count(op.buffer)) {
-            params[op.buffer] = fmt::format("e{}", params.size());
-            code.epilogue.args.push_back(params[op.buffer]);
-            code.buffers.push_back(op.buffer);
-          }
-          value = fmt::format("static_cast<{}>({}[{}])", type, params[op.buffer],
-                              sym::to_cpp(op.index));
+          value =
+              fmt::format("static_cast<{}>({}[{}])", type, param(op.buffer), sym::to_cpp(op.index));
           break;
         case OpCode::kStore:
           if (!result.empty()) return fail("more than one store");
@@ -256,15 +260,7 @@ EpilogueCode epilogue_code(const ir::Buffer& fused) {
   text += fmt::format("return static_cast<float>({}); }}()", input);
   code.epilogue.expr = text;
   if (vector) {
-    // Buffers were written by name ({buffer}): their parameter names are known only now.
-    std::string resolved = *vector + fmt::format("return s{}; }}()", stages.size() - 1);
-    for (const auto& [buffer, param] : params) {
-      const std::string key = "{" + buffer + "}";
-      for (size_t at = resolved.find(key); at != std::string::npos; at = resolved.find(key, at)) {
-        resolved.replace(at, key.size(), param);
-      }
-    }
-    code.epilogue.vector_expr = resolved;
+    code.epilogue.vector_expr = *vector + fmt::format("return s{}; }}()", stages.size() - 1);
   }
   return code;
 }

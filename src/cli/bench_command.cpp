@@ -1,6 +1,7 @@
 // `kiln bench MODEL`: load the model (compile it, or find it in the code cache), then warm-up runs
 // and timed runs on seeded random inputs; prints latency percentiles and throughput as text or as
-// one JSON object.
+// one JSON object. With --against, a second model alternates with the first, round by round, and
+// the report adds its latency and the per-round ratios of the two.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -8,7 +9,10 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
+#include <thread>
+#include <utility>
 
 #include "cli/bench_model.h"
 #include "cli/commands.h"
@@ -30,8 +34,54 @@ struct BenchArgs {
   std::vector<std::string> inputs;  // NAME=FILE
   std::string cache_dir;
   std::string profile;  // Chrome trace of one run
+  std::string against;  // a second model, timed in alternation with the first
   bool json = false;
 };
+
+/// The smallest pause before each run when two models alternate: each library's pool threads
+/// spin up to a fraction of a millisecond after a run (kiln_rt_pool.h), and must be asleep
+/// before the other library's threads take the cores.
+constexpr double kAlternatingPauseMs = 1.0;
+
+/// Times `run_a` and `run_b` in alternation: `warmup` untimed rounds, then `iters` timed ones,
+/// each running both, A first in even rounds and B first in odd ones, after a pause of
+/// `pause_ms`. The machine's slow and fast phases (frequency, neighbours) then fall on both
+/// alike, which back-to-back benchmarks of one model and then the other do not give.
+template <typename RunA, typename RunB>
+std::pair<std::vector<double>, std::vector<double>> time_alternating(int warmup, int iters,
+                                                                     RunA&& run_a, RunB&& run_b,
+                                                                     double pause_ms) {
+  auto timed = [&](auto& run) {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(pause_ms));
+    auto start = std::chrono::steady_clock::now();
+    auto outputs = run();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return ms;  // the outputs are released after the clock stops
+  };
+  std::vector<double> a, b;
+  for (int i = 0; i < warmup + iters; ++i) {
+    double ta = 0, tb = 0;
+    if (i % 2 == 0) {
+      ta = timed(run_a);
+      tb = timed(run_b);
+    } else {
+      tb = timed(run_b);
+      ta = timed(run_a);
+    }
+    if (i < warmup) continue;
+    a.push_back(ta);
+    b.push_back(tb);
+  }
+  return {a, b};
+}
+
+/// The q-quantile (0..1) of `values` by nearest rank.
+double quantile(std::vector<double> values, double q) {
+  std::sort(values.begin(), values.end());
+  const auto rank = static_cast<size_t>(std::ceil(q * static_cast<double>(values.size())));
+  return values[std::min(values.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
 
 /// Writes `events` as a Chrome trace (Trace Event Format: one complete event per kernel or
 /// library call, microseconds), loadable in chrome://tracing or Perfetto.
@@ -164,8 +214,30 @@ int bench_model(const BenchArgs& args) {
   // runs use the same OpenMP pool.
   if (args.threads > 0) omp_set_num_threads(args.threads);
   int threads = omp_get_max_threads();
-  BenchModel model = load_bench_model(
-      args.model, {.cache_dir = args.cache_dir, .threads = args.threads, .inputs = args.inputs});
+  const BenchLoadOptions load_options{
+      .cache_dir = args.cache_dir, .threads = args.threads, .inputs = args.inputs};
+  BenchModel model = load_bench_model(args.model, load_options);
+  std::optional<BenchModel> against;
+  if (!args.against.empty()) {
+    if (!args.profile.empty()) user_error("--profile profiles one model: drop it or --against");
+    against = load_bench_model(args.against, load_options);
+    // The same inputs feed both: the same names, in the same order, of the same dtypes.
+    auto signature = [](const BenchModel& m) {
+      std::vector<std::string> items;
+      for (const BenchInput& input : m.inputs)
+        items.push_back(input.name + " " + shape_text(input));
+      return fmt::format("{}", fmt::join(items, ", "));
+    };
+    bool same = model.inputs.size() == against->inputs.size();
+    for (size_t k = 0; same && k < model.inputs.size(); ++k) {
+      same = model.inputs[k].name == against->inputs[k].name &&
+             model.inputs[k].dtype == against->inputs[k].dtype;
+    }
+    if (!same) {
+      user_error("--against {}: its inputs ({}) are not those of {} ({})", args.against,
+                 signature(*against), args.model, signature(model));
+    }
+  }
 
   sym::Binding binding = bind_shapes(fixed_shapes(model.inputs, args.shapes, model.given));
   std::vector<graph::Tensor> inputs;
@@ -184,11 +256,25 @@ int bench_model(const BenchArgs& args) {
   if (!inputs.empty() && inputs[0].rank() > 0) batch = inputs[0].dims()[0];
 
   // Each run starts with the previous outputs released, so only the run is timed.
-  std::vector<double> ms = time_runs(
-      args.warmup, args.iters, [&] { return model.run(inputs); }, args.wait_ms);
+  std::vector<double> ms, against_ms;
+  if (against) {
+    std::tie(ms, against_ms) = time_alternating(
+        args.warmup, args.iters, [&] { return model.run(inputs); },
+        [&] { return against->run(inputs); }, std::max(args.wait_ms, kAlternatingPauseMs));
+  } else {
+    ms = time_runs(
+        args.warmup, args.iters, [&] { return model.run(inputs); }, args.wait_ms);
+  }
   // Nearest-rank percentiles, as kiln::bench (include/kiln/kiln.h) computes them for the C++ and
   // Python APIs.
   const kiln::BenchResult latency = kiln::bench_figures(ms, args.warmup);
+  // With --against: the other model's figures, and each round's ratio (its time over this one's).
+  kiln::BenchResult against_latency;
+  std::vector<double> ratios;
+  if (against) {
+    against_latency = kiln::bench_figures(against_ms, args.warmup);
+    for (size_t i = 0; i < ms.size(); ++i) ratios.push_back(against_ms[i] / ms[i]);
+  }
   const double per_second = latency.throughput_per_s;
   std::string profiled;
   if (!args.profile.empty()) {
@@ -220,27 +306,58 @@ int bench_model(const BenchArgs& args) {
       j["samples_per_s"] = per_second * static_cast<double>(*batch);
     }
     if (!args.profile.empty()) j["profile"] = args.profile;
+    if (against) {
+      j["against"] = {{"model", args.against},
+                      {"pause_ms", std::max(args.wait_ms, kAlternatingPauseMs)},
+                      {"min_ms", against_latency.min_ms},
+                      {"p50_ms", against_latency.p50_ms},
+                      {"p90_ms", against_latency.p90_ms},
+                      {"p99_ms", against_latency.p99_ms},
+                      {"mean_ms", against_latency.mean_ms},
+                      {"ratio_p25", quantile(ratios, 0.25)},
+                      {"ratio_p50", quantile(ratios, 0.5)},
+                      {"ratio_p75", quantile(ratios, 0.75)}};
+    }
     fmt::print("{}\n", j.dump());
     return 0;
   }
   fmt::print("kiln bench {}: {} OpenMP threads\n", args.model, threads);
-  if (args.model.ends_with(".so")) {
-    fmt::print("loaded: {} ({:.2f} s)\n", model.summary, model.compile_seconds);
-  } else {
-    fmt::print("compiled: {}, {} ({:.2f} s)\n", model.summary,
-               model.cache_hit ? "from the code cache" : "built", model.compile_seconds);
-  }
+  // "loaded: ..." for a library, "compiled: ..." for an ONNX model.
+  auto origin = [](const std::string& path, const BenchModel& m) {
+    if (path.ends_with(".so"))
+      return fmt::format("loaded: {} ({:.2f} s)", m.summary, m.compile_seconds);
+    return fmt::format("compiled: {}, {} ({:.2f} s)", m.summary,
+                       m.cache_hit ? "from the code cache" : "built", m.compile_seconds);
+  };
+  fmt::print("{}\n", origin(args.model, model));
   for (size_t k = 0; k < inputs.size(); ++k) {
     fmt::print("input {}: {} {} {}\n", model.inputs[k].name,
                model.given.tensors.count(model.inputs[k].name) ? "given" : "seeded random",
                graph::dtype_name(inputs[k].dtype()), dims_text(inputs[k].dims()));
   }
+  auto latency_line = [](const kiln::BenchResult& l) {
+    return fmt::format("min {:.3f} ms, p50 {:.3f} ms, p90 {:.3f} ms, p99 {:.3f} ms, mean {:.3f} ms",
+                       l.min_ms, l.p50_ms, l.p90_ms, l.p99_ms, l.mean_ms);
+  };
+  if (against) {
+    fmt::print("against {}: {}\n", args.against, origin(args.against, *against));
+    fmt::print(
+        "{} warm-up rounds, {} timed rounds, each running both models (in turn first), each run "
+        "after a {} ms pause\n",
+        args.warmup, args.iters, std::max(args.wait_ms, kAlternatingPauseMs));
+    fmt::print("latency: {}\n", latency_line(latency));
+    fmt::print("against: {}\n", latency_line(against_latency));
+    fmt::print(
+        "against / model, per round: median {:.3f} (quartiles {:.3f} - {:.3f}); ratio of p50s "
+        "{:.3f}\n",
+        quantile(ratios, 0.5), quantile(ratios, 0.25), quantile(ratios, 0.75),
+        against_latency.p50_ms / latency.p50_ms);
+    return 0;
+  }
   fmt::print("{} warm-up runs, {} timed runs", args.warmup, args.iters);
   if (args.wait_ms > 0) fmt::print(", each after a {} ms wait", args.wait_ms);
   fmt::print("\n");
-  fmt::print(
-      "latency: min {:.3f} ms, p50 {:.3f} ms, p90 {:.3f} ms, p99 {:.3f} ms, mean {:.3f} ms\n",
-      latency.min_ms, latency.p50_ms, latency.p90_ms, latency.p99_ms, latency.mean_ms);
+  fmt::print("latency: {}\n", latency_line(latency));
   if (batch) {
     fmt::print(
         "throughput: {:.2f} runs/s, {:.2f} samples/s (batch {}: the leading dim of input "
@@ -286,6 +403,11 @@ void add_bench_command(CLI::App& app, CommandAction& chosen) {
   cmd->add_option("--profile", args->profile,
                   "after the timed runs, profile one run and write a Chrome trace (Trace Event "
                   "Format) with one event per kernel or library call to this file");
+  cmd->add_option("--against", args->against,
+                  "a second model (ONNX or library) with the same inputs, timed in alternation "
+                  "with the first in one process: prints both models' latency and the median "
+                  "of each round's ratio (its time over the first's), which the machine's slow "
+                  "and fast phases affect far less than two separate benchmarks");
   cmd->add_flag("--json", args->json, "print one JSON object instead of text");
   cmd->callback([args, &chosen] { chosen = [args] { return bench_model(*args); }; });
 }

@@ -3,7 +3,8 @@
 # compile (built, then from the code cache), the inputs with the --shape given, and prints every
 # latency percentile and the throughput; --json prints one object holding every field, with
 # min <= p50 <= p90 <= p99 and samples/s = runs/s x batch; --wait-ms sleeps before each run
-# (the JSON says how long; 7 runs with a 40 ms wait take at least 0.28 s) and rejects a negative wait.
+# (the JSON says how long; 7 runs with a 40 ms wait take at least 0.28 s) and rejects a negative wait;
+# --against times a second model in alternation and prints both and their per-round ratios.
 # Arguments: $1 = kiln binary, $2 = scratch directory.
 set -uo pipefail
 KILN="$1"
@@ -78,4 +79,51 @@ PY
 "$KILN" bench "$MODEL" --iters 1 --wait-ms -1 --cache-dir "$CACHE" >"$SCRATCH/neg.txt" 2>&1 &&
   fail "--wait-ms -1 was accepted"
 expect_line "$SCRATCH/neg.txt" "wait-ms"
+
+# --against: the MLP against itself, alternating in one process. Text: both latencies and the
+# per-round ratios; JSON: the second model's figures and ordered quartiles of the ratios. A model
+# with other inputs is refused (exit 2), as is --profile with it.
+"$KILN" bench "$MODEL" --against "$MODEL" --iters 9 --warmup 2 --threads 2 --cache-dir "$CACHE" \
+  >"$SCRATCH/against.txt" || fail "kiln bench --against failed"
+cat "$SCRATCH/against.txt"
+expect_line "$SCRATCH/against.txt" \
+  "^against .*mlp\.onnx: compiled: [0-9]+ kernels, [0-9]+ library calls, from the code cache \("
+expect_line "$SCRATCH/against.txt" \
+  "^2 warm-up rounds, 9 timed rounds, each running both models \(in turn first\), each run after a 1 ms pause$"
+expect_line "$SCRATCH/against.txt" \
+  "^latency: min $NUM ms, p50 $NUM ms, p90 $NUM ms, p99 $NUM ms, mean $NUM ms$"
+expect_line "$SCRATCH/against.txt" \
+  "^against: min $NUM ms, p50 $NUM ms, p90 $NUM ms, p99 $NUM ms, mean $NUM ms$"
+expect_line "$SCRATCH/against.txt" \
+  "^against / model, per round: median $NUM \(quartiles $NUM - $NUM\); ratio of p50s $NUM$"
+"$KILN" bench "$MODEL" --against "$MODEL" --iters 9 --warmup 0 --threads 2 --wait-ms 3 --json \
+  --cache-dir "$CACHE" >"$SCRATCH/against.json" || fail "kiln bench --against --json failed"
+cat "$SCRATCH/against.json"
+"$PYTHON" - "$SCRATCH/against.json" <<'PY' || fail "--against --json: unexpected output"
+import json, sys
+j = json.load(open(sys.argv[1]))
+a = j["against"]
+assert a["model"].endswith("mlp.onnx") and a["pause_ms"] == 3, a
+assert 0 < a["min_ms"] <= a["p50_ms"] <= a["p90_ms"] <= a["p99_ms"], a
+assert 0 < a["ratio_p25"] <= a["ratio_p50"] <= a["ratio_p75"], a
+# Both models time the same MLP: their medians cannot be orders of magnitude apart.
+assert 0.01 < a["ratio_p50"] < 100, a
+print("against ok")
+PY
+"$PYTHON" - "$SCRATCH/other.onnx" <<'PY' || fail "could not write other.onnx"
+import sys
+from onnx import TensorProto, helper, save
+graph = helper.make_graph([helper.make_node("Relu", ["y"], ["z"])], "other",
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [4])])
+save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), sys.argv[1])
+PY
+"$KILN" bench "$MODEL" --against "$SCRATCH/other.onnx" --iters 1 --cache-dir "$CACHE" \
+  >"$SCRATCH/other.txt" 2>&1
+[ $? -eq 2 ] || fail "--against a model with other inputs did not exit 2"
+expect_line "$SCRATCH/other.txt" \
+  "--against .*other\.onnx: its inputs \(y float32\[4\]\) are not those of .*mlp\.onnx \(x float32\[batch, 16\]\)"
+"$KILN" bench "$MODEL" --against "$MODEL" --profile "$SCRATCH/p.json" --cache-dir "$CACHE" \
+  >"$SCRATCH/profile.txt" 2>&1 && fail "--against with --profile was accepted"
+expect_line "$SCRATCH/profile.txt" "--profile profiles one model"
 echo "ok"

@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
-#include <thread>
 #include <utility>
 
 #include "cli/bench_model.h"
@@ -51,14 +50,8 @@ template <typename RunA, typename RunB>
 std::pair<std::vector<double>, std::vector<double>> time_alternating(int warmup, int iters,
                                                                      RunA&& run_a, RunB&& run_b,
                                                                      double pause_ms) {
-  auto timed = [&](auto& run) {
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(pause_ms));
-    auto start = std::chrono::steady_clock::now();
-    auto outputs = run();
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    return ms;  // the outputs are released after the clock stops
-  };
+  // One run after the pause, timed as kiln bench times each run (kiln.h's time_runs).
+  auto timed = [&](auto& run) { return kiln::time_runs(0, 1, run, pause_ms).front(); };
   std::vector<double> a, b;
   for (int i = 0; i < warmup + iters; ++i) {
     double ta = 0, tb = 0;
@@ -80,7 +73,7 @@ std::pair<std::vector<double>, std::vector<double>> time_alternating(int warmup,
 double quantile(std::vector<double> values, double q) {
   std::sort(values.begin(), values.end());
   const auto rank = static_cast<size_t>(std::ceil(q * static_cast<double>(values.size())));
-  return values[std::min(values.size() - 1, rank == 0 ? 0 : rank - 1)];
+  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
 }
 
 /// Writes `events` as a Chrome trace (Trace Event Format: one complete event per kernel or

@@ -5,20 +5,24 @@
 /// through fork + exec). select.cpp writes the request; the hidden CLI subcommand
 /// (src/cli/autotune_command.cpp) calls run_benchmark_helper.
 ///
-/// The helper generates A (M x K, seeded uniform [-1, 1); for a convolution X, N*C*H*W), loads each
-/// choice's library, reads its prepared weight, and for each choice in order
+/// The helper generates A (M x K, seeded uniform [-1, 1); for a convolution X, N*C*H*W), and
+/// first, for each choice in order,
 ///   1. appends {"start": index} to the progress file (written through at once, so the parent
 ///      can tell which choice a crash belongs to),
-///   2. runs it once on C filled with NaN and checks C against the reference: the output of the
-///      first choice that ran (written to the reference file, so a retry after a crash checks
-///      against the same values). Tolerance |c - r| <= 1e-3 * (sqrt(K) + |r|): float32 rounding
-///      of a K-term dot product of values in [-1, 1) grows about like sqrt(K), and a wrong or
-///      unwritten element is off by O(sqrt(K)) or NaN,
-///   3. times it as Inductor's do_bench does: an estimate from 5 calls, then about `warmup_ms`
-///      of warm-up calls and about `rep_ms` of measured calls (at least `min_reps`), each call
-///      timed alone; the median,
-///   4. appends {"done": index, "status": "ok" | "wrong" | "error", "ms", "reps", "max_error",
-///      "error"}.
+///   2. loads its library and prepared weight and runs it once on C filled with NaN, checking C
+///      against the reference: the output of the first choice that ran (written to the reference
+///      file, so a retry after a crash checks against the same values). Tolerance |c - r| <= 1e-3
+///      * (sqrt(K) + |r|): float32 rounding of a K-term dot product of values in [-1, 1) grows
+///      about like sqrt(K), and a wrong or unwritten element is off by O(sqrt(K)) or NaN; a wrong
+///      or failing choice gets its "done" line (status "wrong" or "error") at once,
+///   3. warms a correct one up as Inductor's do_bench does: an estimate from 5 calls, then about
+///      `warmup_ms` of calls.
+/// Then it times the correct choices in interleaved rounds (each round about rep_ms / 5 of calls
+/// of each choice, in an order rotated every round, after a {"timing": index} line), every call
+/// timed alone with the prepared weight evicted from the caches before it (clflush, not timed: in
+/// a network the weights come from L3 or memory), and appends {"done": index, "status": "ok",
+/// "ms": median, "reps", "max_error"} for each. After a crash the parent blames the choice of
+/// the last "start" or "timing" line.
 /// Tested through select_gemm in tests/unit/autotune/select_test.cpp.
 
 #include <cstdint>

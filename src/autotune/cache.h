@@ -2,7 +2,7 @@
 /// The persistent autotune cache: the benchmark results of earlier selections, in one JSON file
 /// shared by every process of a user (Inductor's PersistentCache). An entry is keyed by the op,
 /// its shapes, strides and dtype, the host (CPU model and SIMD flags from /proc/cpuinfo), the
-/// thread count and the Kiln version, and holds one result per choice name: its median time or
+/// thread count, how choices were timed (`timing`) and the Kiln version, and holds one result per choice name: its median time or
 /// why it was dropped, with the choice's hash key (a result is valid only for the same code).
 ///
 /// File layout (`version` 1):

@@ -120,10 +120,11 @@ void prepare_weights(std::vector<Candidate*>& candidates, const fs::path& dir) {
   }
 }
 
-// The progress lines the helper wrote: which choices it started and the results it finished.
+// The progress lines the helper wrote: the results it finished, and the choice it ran last (its
+// last "start" or "timing" line): after a crash, the one to blame.
 struct Progress {
-  std::set<int64_t> started;
   std::map<int64_t, json> done;
+  std::optional<int64_t> running;
 };
 
 Progress read_progress(const fs::path& path) {
@@ -132,7 +133,8 @@ Progress read_progress(const fs::path& path) {
   for (std::string line; std::getline(in, line);) {
     const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) continue;  // a line being written
-    if (j.contains("start")) progress.started.insert(j.at("start").get<int64_t>());
+    if (j.contains("start")) progress.running = j.at("start").get<int64_t>();
+    if (j.contains("timing")) progress.running = j.at("timing").get<int64_t>();
     if (j.contains("done")) progress.done[j.at("done").get<int64_t>()] = j;
   }
   return progress;
@@ -233,11 +235,13 @@ void benchmark_candidates(std::vector<Candidate*>& candidates, const HelperReque
         } else {
           drop(candidate, result_error(done->second));
         }
-      } else if (progress.started.count(i) != 0) {
+      } else if (progress.running == i) {
         ++selection.benchmarked;
         crash_found = true;
         drop(candidate, fmt::format("crashed the benchmark helper ({})", result.status_text()));
       } else {
+        // Not started, or started and correct but not yet timed to the end when another choice
+        // crashed (the helper times the correct choices in interleaved rounds): run it again.
         not_started.push_back(i);
       }
     }

@@ -30,6 +30,7 @@ TEST(AutotuneCache, KeyNamesTheProblemTheHostTheThreadsAndTheVersion) {
   EXPECT_EQ(key.at("isa"), host_cpu().isa_flags);
   EXPECT_NE(host_cpu().isa_flags.find("sse2"), std::string::npos) << host_cpu().isa_flags;
   EXPECT_EQ(key.at("threads"), 4);
+  EXPECT_EQ(key.at("timing"), "weights evicted");
   EXPECT_EQ(key.at("kiln"), KILN_VERSION);
 
   const std::string id = cache_key_id(key);
@@ -64,6 +65,7 @@ TEST(AutotuneCache, ConvolutionKeyNamesShapesStridesPadsDilationsAndTheHost) {
   EXPECT_EQ(key.at("layout"), "nchw");
   EXPECT_EQ(key.at("cpu"), host_cpu().model);
   EXPECT_EQ(key.at("threads"), 2);
+  EXPECT_EQ(key.at("timing"), "weights evicted");
   EXPECT_EQ(key.at("kiln"), KILN_VERSION);
   const std::string id = cache_key_id(key);
   EXPECT_NE(id, cache_key_id(conv_cache_key(p, 4)));

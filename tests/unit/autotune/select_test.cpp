@@ -58,10 +58,13 @@ std::vector<GemmChoicePtr> few_choices(int64_t m, const GemmProblem& problem) {
   return {all[0], all[1], all[2]};
 }
 
-// A choice planted to fail: its kernel does not compile, crashes, or computes a wrong result.
+// A choice planted to fail: its kernel does not compile, crashes, computes a wrong result, or
+// computes the right result (of an M x 16 by 16 x 8 product) until its 10,011th call and then
+// crashes: after the helper's first call, estimate and warm-up (at most 1 + 5 + 10,000 calls),
+// in its rounds of timing.
 class PlantedChoice final : public GemmChoice {
  public:
-  enum class Fault { kSyntaxError, kNullWrite, kWrongResult };
+  enum class Fault { kSyntaxError, kNullWrite, kWrongResult, kCrashWhenTimed };
   PlantedChoice(std::string name, Fault fault) : name_(std::move(name)), fault_(fault) {}
   std::string name() const override { return name_; }
   std::string backend() const override { return "template"; }
@@ -81,6 +84,16 @@ class PlantedChoice final : public GemmChoice {
       case Fault::kWrongResult:
         return head +
                "  (void)A; (void)B;\n  for (int64_t i = 0; i < M * 8; ++i) C[i] = 1.0f;\n}\n";
+      case Fault::kCrashWhenTimed:
+        return head +
+               "  static int64_t calls = 0;\n"
+               "  if (++calls > 10010) { volatile float* volatile p = nullptr; *p = 0; }\n"
+               "  for (int64_t i = 0; i < M; ++i)\n"
+               "    for (int64_t j = 0; j < 8; ++j) {\n"
+               "      float sum = 0;\n"
+               "      for (int64_t p = 0; p < 16; ++p) sum += A[i * 16 + p] * B[p * 8 + j];\n"
+               "      C[i * 8 + j] = sum;\n"
+               "    }\n}\n";
     }
     return "";
   }
@@ -220,6 +233,29 @@ TEST_F(SelectTest, PlantedFailuresAreDroppedAndLoggedAndTheBestValidChoiceWins) 
   EXPECT_EQ(again.helper_runs, 0u);
   EXPECT_EQ(again.choice->name(), s.choice->name());
   EXPECT_EQ(again.dropped.size(), 3u);
+}
+
+// A choice that is correct but crashes the helper while it times the choices in rounds is
+// dropped as the crash; the correct choices started before it are timed by a second helper run.
+TEST_F(SelectTest, CrashDuringTheRoundsOfTimingDropsOnlyTheChoiceThatRan) {
+  const GemmProblem problem{.n = 8, .k = 16};
+  GemmSelectRequest r = request(24, problem.n, problem.k, AutotuneMode::kMax);
+  std::vector<GemmChoicePtr> valid = few_choices(24, problem);
+  r.choices = {
+      valid[0],
+      std::make_shared<PlantedChoice>("planted late crash", PlantedChoice::Fault::kCrashWhenTimed),
+      valid[1], valid[2]};
+  ::testing::internal::CaptureStderr();
+  const GemmSelection s = select_gemm(r);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+
+  ASSERT_EQ(s.dropped.size(), 1u) << log;
+  EXPECT_NE(s.dropped.at("planted late crash").find("crashed the benchmark helper"),
+            std::string::npos)
+      << s.dropped.at("planted late crash");
+  EXPECT_EQ(s.helper_runs, 2u);
+  ASSERT_EQ(s.timings.size(), 3u) << log;
+  EXPECT_NE(s.choice->name().rfind("planted", 0), 0u);
 }
 
 // Convolution choices go through the same machinery: compiled, isolated in the helper, timed,

@@ -93,7 +93,7 @@ class ProgressFile {
 // caches between two runs of it (ResNet-50's are about 100 MB). Timed with its weights in cache,
 // as the same call over and over leaves them, a choice that streams its weights well (the panels
 // outermost, prefetching the next one) looks no better than one that reads them again and again
-// from L2. Picked from such timings, ResNet-50's choices ran 5-9 % slower in the network than the
+// from L2. Picked from such timings, ResNet-50's choices ran 5-12 % slower in the network than the
 // heuristic ones, and 1-3 % with the weights evicted (an Emerald Rapids Xeon VM, 2 threads, kiln
 // bench --against, 3 passes each). Evicting L2 instead, by reading a buffer of twice its size on
 // each thread, also evicts X, which the layer before has just written in a network: those picks

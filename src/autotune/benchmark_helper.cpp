@@ -121,7 +121,7 @@ double error_ratio(const float* c, const float* ref, size_t count, int64_t k) {
   return worst;
 }
 
-// Rounds of timing: each round times every correct choice for 1/kRounds of its budget, in an
+// Rounds of timing: each round times every correct choice for 1/kTimingRounds of its budget, in an
 // order rotated by one each round. Over the seconds that a problem's choices take, a shared
 // machine's speed moves by tens of percent (the development VM's: 30 % within a minute), so
 // choices timed one after another meet different phases. Two runs over ResNet-50's 24 layers,
@@ -130,7 +130,6 @@ double error_ratio(const float* c, const float* ref, size_t count, int64_t k) {
 // 35-45 %, and the network with the picks of either run as fast as with the heuristic choices
 // (p50 ratio 1.00, the heuristic's first; the picks of choices timed one after another with the
 // weights in cache: 1.05-1.12).
-constexpr int kRounds = 5;
 
 // A choice that ran correctly, kept loaded for the rounds of timing.
 struct TimedChoice {
@@ -152,7 +151,7 @@ double timed_call(TimedChoice& choice) {
 }
 
 // Inductor's do_bench budget, spread over the rounds: an estimate from 5 calls and about
-// `warmup_ms` of warm-up calls first (warm_up), then per round about rep_ms / kRounds of
+// `warmup_ms` of warm-up calls first (warm_up), then per round about rep_ms / kTimingRounds of
 // measured calls after one untimed call (the first after the other choices ran: its code and
 // pool threads are cold), each call timed alone. Both loops also stop at a few times their budget
 // of wall time: on a loaded machine a call whose threads wait for a core can take milliseconds,
@@ -171,10 +170,10 @@ void warm_up(TimedChoice& choice, const HelperRequest& request) {
 }
 
 void time_round(TimedChoice& choice, const HelperRequest& request) {
-  const double budget_ms = request.rep_ms / kRounds;
-  const int min_reps = std::max(1, (request.min_reps + kRounds - 1) / kRounds);
-  const int reps =
-      std::clamp(static_cast<int>(budget_ms / choice.estimate_ms), min_reps, kMaxReps / kRounds);
+  const double budget_ms = request.rep_ms / kTimingRounds;
+  const int min_reps = std::max(1, (request.min_reps + kTimingRounds - 1) / kTimingRounds);
+  const int reps = std::clamp(static_cast<int>(budget_ms / choice.estimate_ms), min_reps,
+                              kMaxReps / kTimingRounds);
   timed_call(choice);
   const auto start = Clock::now();
   for (int i = 0; i < reps; ++i) {
@@ -332,7 +331,7 @@ int run_benchmark_helper(const fs::path& request_path) {
   }
 
   // Then the rounds. A "timing" line names the choice running, for a crash from here on.
-  for (int round = 0; round < kRounds; ++round) {
+  for (int round = 0; round < kTimingRounds; ++round) {
     for (size_t i = 0; i < timed.size(); ++i) {
       TimedChoice& t = timed[(i + static_cast<size_t>(round)) % timed.size()];
       progress.append({{"timing", t.index}});

@@ -36,6 +36,9 @@
 
 namespace kiln::autotune {
 
+/// The rounds in which the helper times the correct choices (benchmark_helper.cpp says why).
+inline constexpr int kTimingRounds = 5;
+
 /// One choice to time: its compiled library and entry symbol, and its prepared weight (raw
 /// float32, the result of GemmChoice::prepare).
 struct HelperChoice {

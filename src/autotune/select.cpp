@@ -125,6 +125,12 @@ void prepare_weights(std::vector<Candidate*>& candidates, const fs::path& dir) {
 struct Progress {
   std::map<int64_t, json> done;
   std::optional<int64_t> running;
+  // For the progress bar: the choices that failed their check, and the rounds of timing run.
+  size_t failed = 0;
+  size_t timed_rounds = 0;
+
+  // Choices finished, counting each correct one as it goes through its rounds of timing.
+  size_t finished() const { return failed + timed_rounds / kTimingRounds; }
 };
 
 Progress read_progress(const fs::path& path) {
@@ -134,8 +140,14 @@ Progress read_progress(const fs::path& path) {
     const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) continue;  // a line being written
     if (j.contains("start")) progress.running = j.at("start").get<int64_t>();
-    if (j.contains("timing")) progress.running = j.at("timing").get<int64_t>();
-    if (j.contains("done")) progress.done[j.at("done").get<int64_t>()] = j;
+    if (j.contains("timing")) {
+      progress.running = j.at("timing").get<int64_t>();
+      ++progress.timed_rounds;
+    }
+    if (j.contains("done")) {
+      progress.done[j.at("done").get<int64_t>()] = j;
+      if (j.value("status", "") != "ok") ++progress.failed;
+    }
   }
   return progress;
 }
@@ -164,7 +176,7 @@ process::Result run_helper(const process::Command& command, const fs::path& prog
     finished = true;
   });
   while (!finished) {
-    draw_progress_bar(problem, offset + read_progress(progress_path).done.size(), total);
+    draw_progress_bar(problem, offset + read_progress(progress_path).finished(), total);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   child.join();

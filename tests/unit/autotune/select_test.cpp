@@ -59,9 +59,10 @@ std::vector<GemmChoicePtr> few_choices(int64_t m, const GemmProblem& problem) {
 }
 
 // A choice planted to fail: its kernel does not compile, crashes, computes a wrong result, or
-// computes the right result (of an M x 16 by 16 x 8 product) until its 10,011th call and then
-// crashes: after the helper's first call, estimate and warm-up (at most 1 + 5 + 10,000 calls),
-// in its rounds of timing.
+// computes the right result (of an M x 16 by 16 x 8 product) and then crashes: at its 10,011th
+// call, after the helper's first call, estimate and warm-up (at most 1 + 5 + 10,000 calls), in
+// its rounds of timing; or, where warm-up was cut short by its time limit (a slow or loaded
+// machine), 100 ms after its first call, whichever comes first.
 class PlantedChoice final : public GemmChoice {
  public:
   enum class Fault { kSyntaxError, kNullWrite, kWrongResult, kCrashWhenTimed };
@@ -85,9 +86,15 @@ class PlantedChoice final : public GemmChoice {
         return head +
                "  (void)A; (void)B;\n  for (int64_t i = 0; i < M * 8; ++i) C[i] = 1.0f;\n}\n";
       case Fault::kCrashWhenTimed:
-        return head +
+        return "#include <chrono>\n" + head +
                "  static int64_t calls = 0;\n"
-               "  if (++calls > 10010) { volatile float* volatile p = nullptr; *p = 0; }\n"
+               "  static const auto first = std::chrono::steady_clock::now();\n"
+               "  if (++calls > 10010 ||\n"
+               "      std::chrono::steady_clock::now() - first > std::chrono::milliseconds(100)) "
+               "{\n"
+               "    volatile float* volatile p = nullptr;\n"
+               "    *p = 0;\n"
+               "  }\n"
                "  for (int64_t i = 0; i < M; ++i)\n"
                "    for (int64_t j = 0; j < 8; ++j) {\n"
                "      float sum = 0;\n"
@@ -236,7 +243,8 @@ TEST_F(SelectTest, PlantedFailuresAreDroppedAndLoggedAndTheBestValidChoiceWins) 
 }
 
 // A choice that is correct but crashes the helper while it times the choices in rounds is
-// dropped as the crash; the correct choices started before it are timed by a second helper run.
+// dropped as the crash; the correct choices started before it are timed by a second helper run
+// (a crash in its warm-up, on a slow machine, must end the same way).
 TEST_F(SelectTest, CrashDuringTheRoundsOfTimingDropsOnlyTheChoiceThatRan) {
   const GemmProblem problem{.n = 8, .k = 16};
   GemmSelectRequest r = request(24, problem.n, problem.k, AutotuneMode::kMax);

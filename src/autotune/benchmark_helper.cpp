@@ -121,16 +121,6 @@ double error_ratio(const float* c, const float* ref, size_t count, int64_t k) {
   return worst;
 }
 
-// Rounds of timing: each round times every correct choice for 1/kTimingRounds of its budget, in an
-// order rotated by one each round. Over the seconds that a problem's choices take, a shared
-// machine's speed moves by tens of percent (the development VM's: 30 % within a minute), so
-// choices timed one after another meet different phases. Two runs over ResNet-50's 24 layers,
-// choices timed one after another: the first run's pick was a median 7 % and at most 97 % slower
-// than the second run's pick in the second run's timings; timed in rounds, 4-6 % and at most
-// 35-45 %, and the network with the picks of either run as fast as with the heuristic choices
-// (p50 ratio 1.00, the heuristic's first; the picks of choices timed one after another with the
-// weights in cache: 1.05-1.12).
-
 // A choice that ran correctly, kept loaded for the rounds of timing.
 struct TimedChoice {
   int64_t index = 0;
@@ -333,7 +323,16 @@ int run_benchmark_helper(const fs::path& request_path) {
     progress.append(t.done);
   }
 
-  // Then the rounds. A "timing" line names the choice running, for a crash from here on.
+  // Rounds of timing: each round times every correct choice for 1/kTimingRounds of its budget, in
+  // an order rotated by one each round. Over the seconds that a problem's choices take, a shared
+  // machine's speed moves by tens of percent (the development VM's: 30 % within a minute), so
+  // choices timed one after another meet different phases. Two runs over ResNet-50's 24 layers,
+  // choices timed one after another: the first run's pick was a median 7 % and at most 97 % slower
+  // than the second run's pick in the second run's timings; timed in rounds, 4-6 % and at most
+  // 35-45 %, and the network with the picks of either run as fast as with the heuristic choices
+  // (p50 ratio 1.00, the heuristic's first; the picks of choices timed one after another with the
+  // weights in cache: 1.05-1.12).
+  // A "timing" line names the choice running, for a crash from here on.
   for (int round = 0; round < kTimingRounds; ++round) {
     for (size_t i = 0; i < timed.size(); ++i) {
       TimedChoice& t = timed[(i + static_cast<size_t>(round)) % timed.size()];

@@ -17,13 +17,13 @@
 ///      or failing choice gets its "done" line (status "wrong" or "error") at once,
 ///   3. warms a correct one up as Inductor's do_bench does: an estimate from 5 calls, then about
 ///      `warmup_ms` of calls.
-/// Then it times the correct choices in interleaved rounds (each round about rep_ms / 5 of calls
-/// of each choice, in an order rotated every round, after a {"timing": index} line), every call
-/// timed alone with the prepared weight evicted from the caches before it (clflush, not timed: in
-/// a network the weights come from L3 or memory), and appends {"done": index, "status": "ok",
-/// "ms": median, "reps", "max_error"} for each. After a crash the parent blames the choice of
-/// the last "start" or "timing" line.
-/// Tested through select_gemm in tests/unit/autotune/select_test.cpp.
+/// Then it times the correct choices in interleaved rounds (kTimingRounds of them, each about
+/// rep_ms / kTimingRounds of calls of each choice, in an order rotated every round, after a
+/// {"timing": index} line), every call timed alone with the prepared weight evicted from the caches
+/// before it (clflush, not timed: in a network the weights come from L3 or memory), and appends
+/// {"done": index, "status": "ok", "ms": median, "reps", "max_error"} for each. After a crash the
+/// parent blames the choice of the last "start" or "timing" line. Tested through select_gemm in
+/// tests/unit/autotune/select_test.cpp.
 
 #include <cstdint>
 #include <filesystem>

@@ -125,12 +125,17 @@ void prepare_weights(std::vector<Candidate*>& candidates, const fs::path& dir) {
 struct Progress {
   std::map<int64_t, json> done;
   std::optional<int64_t> running;
-  // For the progress bar: the choices that failed their check, and the rounds of timing run.
-  size_t failed = 0;
+  // For the progress bar: the rounds of timing run.
   size_t timed_rounds = 0;
 
-  // Choices finished, counting each correct one as it goes through its rounds of timing.
-  size_t finished() const { return failed + timed_rounds / kTimingRounds; }
+  // Choices finished: those that failed their check, and each correct one as it goes through its
+  // rounds of timing.
+  size_t finished() const {
+    const auto failed = std::count_if(done.begin(), done.end(), [](const auto& entry) {
+      return entry.second.value("status", "") != "ok";
+    });
+    return static_cast<size_t>(failed) + timed_rounds / kTimingRounds;
+  }
 };
 
 Progress read_progress(const fs::path& path) {
@@ -144,10 +149,7 @@ Progress read_progress(const fs::path& path) {
       progress.running = j.at("timing").get<int64_t>();
       ++progress.timed_rounds;
     }
-    if (j.contains("done")) {
-      progress.done[j.at("done").get<int64_t>()] = j;
-      if (j.value("status", "") != "ok") ++progress.failed;
-    }
+    if (j.contains("done")) progress.done[j.at("done").get<int64_t>()] = j;
   }
   return progress;
 }

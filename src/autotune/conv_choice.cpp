@@ -501,16 +501,16 @@ std::vector<ConvChoicePtr> channels_last_choices(const ConvProblem& problem, int
     }
   }
   // Winograd first for 3x3 stride-1 convolutions of 14 x 14 or more outputs with 32 or more
-  // channels in and out whose transformed weights (36 * C * M floats, 4x W) take at most 4 MiB
-  // (AVX-512) or 16 MiB (AVX2). Alone, at ResNet's 56 x 56 x 64, 28 x 28 x 128 and 14 x 14 x 256
-  // layers it ran 2.7x, 2.5x and 1.9x faster than the direct template (2 threads of an AMD
-  // EPYC, both ISAs alike), and at 7 x 7 x 512 (4 tiles, a third of them padding) 2x slower.
-  // Within a network, where each layer's weights come from memory, the 9.4 MB of the 14 x 14 x
-  // 256 layer's took it from 0.55 to 1.46 ms at AVX-512, slower than the direct template's 0.98,
-  // while the two smaller layers kept most of their gain (0.62 and 0.53 ms against about 1.0).
-  // The AVX2 direct template, a vector half as wide, is slower there (1.13 ms within the network
-  // against Winograd's 0.88), so AVX2 takes Winograd at 14 x 14 x 256 too.
-  const int64_t winograd_weight_bytes = (isa == TemplateIsa::kAvx2 ? 16 : 4) << 20;
+  // channels in and out whose transformed weights (36 * C * M floats, 4x W) take at most 16 MiB.
+  // Alone, at ResNet's 56 x 56 x 64, 28 x 28 x 128 and 14 x 14 x 256 layers it ran 2.7x, 2.5x
+  // and 1.9x faster than the direct template (2 threads of an AMD EPYC, both ISAs alike), and at
+  // 7 x 7 x 512 (4 tiles, a third of them padding; 38 MB of transformed weights) 2x slower.
+  // Within a network each layer's weights come from memory: the 9.4 MB of the 14 x 14 x 256
+  // layer's took it from 0.55 ms alone to 0.73-0.83 within ResNet-50, still ahead of the direct
+  // template's 1.0-1.1 at AVX-512 on that EPYC, which splits 512-bit FMAs in two halves (ResNet-50
+  // 4-5 % faster, ResNet-18 7-8 %, `kiln bench --against`), and level with it on a Sapphire Rapids
+  // Xeon, whose full-width AVX-512 direct template is twice as fast (both models 0.97-1.01).
+  const int64_t winograd_weight_bytes = int64_t{16} << 20;
   const bool winograd = winograd_applies(problem);
   const bool winograd_first = winograd && problem.oh() * problem.ow() >= 196 && problem.c >= 32 &&
                               problem.m >= 32 &&

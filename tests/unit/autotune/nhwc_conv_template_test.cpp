@@ -212,10 +212,14 @@ TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
   EXPECT_EQ(choices[0]->name(), "direct-nhwc avx512_oc32x7_ic512");
   EXPECT_EQ(choices[1]->name(), "onednn");
   EXPECT_EQ(choices[2]->name(), "winograd-nhwc avx512");
-  // At 14 x 14 x 256 (9.4 MB of transformed weights) Winograd is first for AVX2 only.
+  // At 14 x 14 x 256 (9.4 MB of transformed weights) Winograd is first on both ISAs; at 14 x 14 x
+  // 512 (38 MB) the direct template is.
   const ConvProblem mid = problem(1, 256, 14, 14, 256, 3, 1, 1, 1);
   EXPECT_EQ(conv_choices(mid, 2, TemplateIsa::kAvx2)[0]->name(), "winograd-nhwc avx2");
-  EXPECT_EQ(conv_choices(mid, 2, TemplateIsa::kAvx512)[0]->name().rfind("direct-nhwc avx512", 0),
+  EXPECT_EQ(conv_choices(mid, 2, TemplateIsa::kAvx512)[0]->name(), "winograd-nhwc avx512");
+  const ConvProblem wide = problem(1, 512, 14, 14, 512, 3, 1, 1, 1);
+  EXPECT_EQ(conv_choices(wide, 2, TemplateIsa::kAvx2)[0]->name().rfind("direct-nhwc avx2", 0), 0u);
+  EXPECT_EQ(conv_choices(wide, 2, TemplateIsa::kAvx512)[0]->name().rfind("direct-nhwc avx512", 0),
             0u);
   // First layers (3 input channels): 64 by 6 at 64 output channels, 16 by 14 below.
   const ConvProblem stem7 = problem(1, 3, 224, 224, 64, 7, 2, 3, 1);

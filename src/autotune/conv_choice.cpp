@@ -508,8 +508,8 @@ std::vector<ConvChoicePtr> channels_last_choices(const ConvProblem& problem, int
   // Within a network each layer's weights come from memory: the 9.4 MB of the 14 x 14 x 256
   // layer's took it from 0.55 ms alone to 0.73-0.83 within ResNet-50, still ahead of the direct
   // template's 1.0-1.1 at AVX-512 on that EPYC, which splits 512-bit FMAs in two halves (ResNet-50
-  // 4-5 % faster, ResNet-18 7-8 %, `kiln bench --against`), and level with it on a Sapphire Rapids
-  // Xeon, whose full-width AVX-512 direct template is twice as fast (both models 0.97-1.01).
+  // 4-5 % faster, ResNet-18 7-8 %, `kiln bench --against`), and level with it on an AMX-capable
+  // Xeon, whose full-width AVX-512 direct template is twice as fast (both models 1.00-1.01).
   const int64_t winograd_weight_bytes = int64_t{16} << 20;
   const bool winograd = winograd_applies(problem);
   const bool winograd_first = winograd && problem.oh() * problem.ow() >= 196 && problem.c >= 32 &&

@@ -314,9 +314,27 @@ void render_multiply(IndentedBuffer& out, TemplateIsa isa, int64_t r, bool chann
       out.linef("{0} {1} = {2}_setzero_ps(), {3} = {2}_setzero_ps();", t.vec, acc(i, 0), t.prefix,
                 acc(i, 1));
     }
+    // The weights come from memory: a layer's U (4x the size of W; 9.4 MB at 14 x 14 x 256) is
+    // read once, a strip (C x KB) at a time, by consecutive tasks (the tile blocks of one strip,
+    // then the next strip, which follows it in U). The first tile block of a strip reads it at
+    // the speed of memory, its other tile blocks from cache with memory idle; so that first tile
+    // block prefetches the next strip into L2 as it goes, one line request per row of the strip.
+    // ResNet-50's 14 x 14 x 256 layers, in the network: 0.78-0.86 ms -> 0.55-0.70 (2 threads of
+    // an AMD EPYC Zen 4, x86-64-v3 variant); the network 4.6 % faster there and 2.5 % in the
+    // x86-64-v4 variant (kiln bench --against). Prefetching two strips ahead measured the same;
+    // into L1 instead of L2, 2 % slower. The last task's prefetches run past U: they do not fault.
+    out.line("const bool fetch_next = tb == 0;");
     out.line("for (int64_t c = 0; c < kC; ++c) {");
     {
       auto _ = out.scope();
+      out.line("if (fetch_next) {");
+      for (int line = 0; line < 2 * t.width * 4 / 64; ++line) {
+        out.linef(
+            "    _mm_prefetch(reinterpret_cast<const char*>(u + (kC + c) * kKB + {}), "
+            "_MM_HINT_T1);",
+            line * 16);
+      }
+      out.line("}");
       out.linef("const {} b0 = {}_loadu_ps(u + c * kKB);", t.vec, t.prefix);
       out.linef("const {} b1 = {}_loadu_ps(u + c * kKB + kVW);", t.vec, t.prefix);
       if (!channels_last) out.line("const float* vc = v + c * kTPad;");

@@ -22,7 +22,8 @@
 ///             for a channels-last problem, whose other choice is oneDNN on nhwc
 ///   winograd, winograd-nhwc  the Winograd F(4x4, 3x3) template (autotune/winograd_template.h)
 ///             for 3x3 stride-1 convolutions on NCHW or channels-last activations, the bias and
-///             the epilogue fused; W as it is (transformed on the first call)
+///             the epilogue fused; W as it is (transformed on the first call); winograd-f2 and
+///             winograd-f2-nhwc the same template's F(2x2, 3x3)
 /// Tested in tests/unit/autotune/conv_template_test.cpp.
 
 #include <memory>

@@ -52,8 +52,9 @@ ConvProblem conv3x3(int64_t n, int64_t c, int64_t h, int64_t w, int64_t m, int64
           .channels_last = channels_last};
 }
 
-std::string winograd_name(TemplateIsa isa, const ConvProblem& p) {
-  return std::string(p.channels_last ? "winograd-nhwc " : "winograd ") +
+// The choice name of F(tile x tile, 3x3) on p's layout.
+std::string winograd_name(TemplateIsa isa, const ConvProblem& p, int tile = 4) {
+  return std::string(tile == 2 ? "winograd-f2" : "winograd") + (p.channels_last ? "-nhwc " : " ") +
          (isa == TemplateIsa::kAvx512 ? "avx512" : "avx2");
 }
 
@@ -104,7 +105,7 @@ TEST(WinogradTemplate, AppliesToThreeByThreeStrideOneOnly) {
   EXPECT_FALSE(winograd_applies(five));
   // A row of tiles 100,000 columns wide does not fit the stack budget.
   EXPECT_FALSE(winograd_applies(conv3x3(1, 1, 3, 100000, 1, 1)));
-  EXPECT_THROW(render_winograd(TemplateIsa::kAvx2, strided, "f"), InternalError);
+  EXPECT_THROW(render_winograd(TemplateIsa::kAvx2, 4, strided, "f"), InternalError);
 
   // conv_choices offers it, as the heuristic choice at 28 x 28 or more with 32 or more channels,
   // and rebuilds it from its name.
@@ -139,6 +140,23 @@ TEST(WinogradTemplate, AppliesToThreeByThreeStrideOneOnly) {
   EXPECT_TRUE(winograd_applies(conv3x3(1, 1, 3, 10000, 1, 1, true)));
   // Its buffers are bounded by 32 MiB (a large static batch is left to the other choices).
   EXPECT_FALSE(winograd_applies(conv3x3(64, 64, 56, 56, 64, 1, true)));
+
+  // F(2x2, 3x3): the same problems, no other tile size; the heuristic choice at AVX2 where F(4x4)
+  // is not and its transformed weights (16/9 of W) take at most 16 MiB, as at ResNet's 7 x 7 x
+  // 512.
+  EXPECT_TRUE(winograd_applies(resnet, 2));
+  EXPECT_FALSE(winograd_applies(strided, 2));
+  EXPECT_FALSE(winograd_applies(resnet, 3));
+  EXPECT_THROW(render_winograd(TemplateIsa::kAvx2, 3, resnet, "f"), InternalError);
+  const ConvProblem last = conv3x3(1, 512, 7, 7, 512, 1, true);
+  EXPECT_EQ(conv_choices(last, 2, TemplateIsa::kAvx2).front()->name(), "winograd-f2-nhwc avx2");
+  EXPECT_NE(conv_choices(last, 2, TemplateIsa::kAvx512).front()->name(), "winograd-f2-nhwc avx512");
+  EXPECT_EQ(conv_choices(nhwc, 2, TemplateIsa::kAvx2).front()->name(), "winograd-nhwc avx2");
+  EXPECT_EQ(make_conv_choice("winograd-f2 avx512", resnet)->name(), "winograd-f2 avx512");
+  EXPECT_THROW(make_conv_choice("winograd-f2 avx512", nhwc), InternalError);
+  const std::vector<ConvChoicePtr> nchw_choices = conv_choices(small, 2, TemplateIsa::kAvx2);
+  EXPECT_TRUE(std::any_of(nchw_choices.begin(), nchw_choices.end(),
+                          [](const ConvChoicePtr& c) { return c->name() == "winograd-f2 avx2"; }));
 }
 
 // Runs `choice` (plain, and with the residual Clip epilogue when `fused`) on seeded data and
@@ -203,22 +221,29 @@ TEST(WinogradTemplate, CorrectAtAwkwardSizes) {
     for (bool nhwc : {false, true}) {
       p.channels_last = nhwc;
       for (TemplateIsa isa : isas()) {
-        run_and_check(cache, *make_conv_choice(winograd_name(isa, p), p), true);
+        for (int tile : {4, 2}) {
+          run_and_check(cache, *make_conv_choice(winograd_name(isa, p, tile), p), true);
+        }
       }
     }
   }
 }
 
-// ResNet-50's 3x3 layers, at the ISA this CPU selects: relative error <= 1e-4.
+// ResNet-50's 3x3 layers, at the ISA this CPU selects: relative error <= 1e-4. F(2x2, 3x3) at
+// the 14 x 14 and 7 x 7 ones (where it can be chosen), channels-last as in the network.
 TEST(WinogradTemplate, ResNetLayersWithinOneInTenThousand) {
   codecache::CodeCache cache(fresh_dir() / "code");
   for (int64_t scale = 1; scale <= 8; scale *= 2) {
     const int64_t size = 56 / scale;
     for (bool nhwc : {false, true}) {
-      const ConvProblem p = conv3x3(1, 64 * scale, size, size, 64 * scale, 1, nhwc);
-      const double relative =
-          run_and_check(cache, *make_conv_choice(winograd_name(host_template_isa(), p), p), false);
-      std::printf("%s: relative error %.2e\n", p.text().c_str(), relative);
+      for (int tile : {4, 2}) {
+        if (tile == 2 && (scale < 4 || !nhwc)) continue;
+        const ConvProblem p = conv3x3(1, 64 * scale, size, size, 64 * scale, 1, nhwc);
+        const double relative = run_and_check(
+            cache, *make_conv_choice(winograd_name(host_template_isa(), p, tile), p), false);
+        std::printf("%s F(%dx%d, 3x3): relative error %.2e\n", p.text().c_str(), tile, tile,
+                    relative);
+      }
     }
   }
 }

@@ -520,18 +520,19 @@ std::vector<ConvChoicePtr> channels_last_choices(const ConvProblem& problem, int
                               problem.m >= 32 &&
                               36 * problem.c * problem.m * 4 <= winograd_weight_bytes;
   if (winograd_first) choices.push_back(std::make_shared<WinogradChoice>(isa, 4, problem));
-  // F(2x2, 3x3) first at AVX2 where F(4x4) is not, over 7 x 7 or more outputs with 32 or more
-  // channels in and out and at most 16 MiB of transformed weights (16 * C * M floats, 16/9 of
-  // W). At ResNet's 7 x 7 x 512 layers its 16 tiles of 2x2 do 2.25x fewer multiply-adds than the
-  // direct template, with 1.3x the output padded, and read 16 MiB instead of 9 (2 threads of the
-  // AMD EPYC, x86-64-v3 variant: ResNet-50 2.9-4.4 % faster, ResNet-18 0.7 %). At AVX-512 the
-  // direct template ran those layers faster than F(2x2) (the networks 0.98-0.996 of their time
-  // with it), so there it is a later choice.
+  // F(2x2, 3x3) first at AVX2 where F(4x4) is not, over 7 x 7 to 13 x 13 outputs with 32 or
+  // more channels in and out and at most 16 MiB of transformed weights (16 * C * M floats, 16/9
+  // of W). At ResNet's 7 x 7 x 512 layers its 16 tiles of 2x2 do 2.25x fewer multiply-adds than
+  // the direct template, with 1.3x the output padded, and read 16 MiB instead of 9 (2 threads of
+  // the AMD EPYC, x86-64-v3 variant: ResNet-50 2.9-4.4 % faster, ResNet-18 0.7 %). Larger
+  // outputs where F(4x4) is not first (14 x 14 x 512) keep the direct template: not measured.
+  // At AVX-512 the direct template ran the 7 x 7 layers faster than F(2x2) (the networks
+  // 0.98-0.996 of their time with it), so there it is a later choice.
   const bool winograd2 = winograd_applies(problem, 2);
-  const bool winograd2_first = winograd2 && !winograd_first && isa == TemplateIsa::kAvx2 &&
-                               problem.oh() * problem.ow() >= 49 && problem.c >= 32 &&
-                               problem.m >= 32 &&
-                               16 * problem.c * problem.m * 4 <= winograd_weight_bytes;
+  const bool winograd2_first =
+      winograd2 && !winograd_first && isa == TemplateIsa::kAvx2 &&
+      problem.oh() * problem.ow() >= 49 && problem.oh() * problem.ow() < 196 && problem.c >= 32 &&
+      problem.m >= 32 && 16 * problem.c * problem.m * 4 <= winograd_weight_bytes;
   if (winograd2_first) choices.push_back(std::make_shared<WinogradChoice>(isa, 2, problem));
   // The direct template's heuristic config before oneDNN: at ResNet-50's 3x3, 7x7 and strided
   // 1x1 layers oneDNN's channels-last convolutions, cut into single-threaded pieces on the pool,

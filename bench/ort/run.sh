@@ -158,8 +158,9 @@ done
 # --- timed rounds ------------------------------------------------------------------------------
 # The libraries and outputs just written (a few hundred MB) are written back to disk by the
 # kernel about 30 s after the write (vm.dirty_expire_centisecs), which is when round 1 starts:
-# in 3 of 5 runs on a 2-core AMD EPYC the first model of round 1 ran 1.6-1.9x slower than in the
-# other rounds, for whichever engine came first. Flush them before timing.
+# in 3 of 5 runs on a 2-core AMD EPYC the first model (or two) of round 1 ran 1.6-1.9x slower
+# than in the other rounds, for whichever engine ran then; that writeback is the likely cause.
+# Flush it before timing.
 sync
 # Kiln and ORT alternate model by model; even rounds start with ORT, so a drift in the machine's
 # load falls on both.

@@ -142,8 +142,8 @@ TEST(WinogradTemplate, AppliesToThreeByThreeStrideOneOnly) {
   EXPECT_FALSE(winograd_applies(conv3x3(64, 64, 56, 56, 64, 1, true)));
 
   // F(2x2, 3x3): the same problems, no other tile size; the heuristic choice at AVX2 where F(4x4)
-  // is not and its transformed weights (16/9 of W) take at most 16 MiB, as at ResNet's 7 x 7 x
-  // 512.
+  // is not, under 14 x 14 outputs, with transformed weights (16/9 of W) of at most 16 MiB, as at
+  // ResNet's 7 x 7 x 512; a later choice on NCHW activations.
   EXPECT_TRUE(winograd_applies(resnet, 2));
   EXPECT_FALSE(winograd_applies(strided, 2));
   EXPECT_FALSE(winograd_applies(resnet, 3));

@@ -188,10 +188,11 @@ TensorValue max_pool_indices(LoweringContext& ctx, const graph::Node& node, cons
   });
 }
 
-/// Whether every window of a 2-D pool (without ceil_mode) holds an input element along each dim
-/// and its taps are consecutive (unit dilations, each pad smaller than the kernel), so that a tap
-/// outside the input may read the input's nearest element: that element is a tap of the same
-/// window.
+/// Whether every window of a 2-D pool holds an input element along each dim and its taps are
+/// consecutive (unit dilations, each pad smaller than the kernel), so that a tap outside the input
+/// may read the input's nearest element: that element is a tap of the same window. A window
+/// reaches past the input's end by less than the kernel: at most the end pad without ceil_mode,
+/// and with it, window_geometry keeps only windows that start before the input's end.
 bool clamped_taps(const Window& w) {
   if (w.spatial.size() != 2) return false;
   for (size_t j = 0; j < 2; ++j) {
@@ -211,10 +212,9 @@ std::vector<TensorValue> lower_max_pool(LoweringContext& ctx, const graph::Node&
   // window's loads unrolled: its innermost loop runs over contiguous channels, so it vectorizes,
   // where a reduction loops over the window inside each channel. A tap outside the input reads
   // the input's nearest element instead, which is a tap of the same window (clamped_taps), so
-  // the maximum is unchanged and the loads need no mask. With Indices, the values stay NCHW as
-  // the indices are.
-  const bool ceil_mode = node.opset() >= 10 && node.attr_int("ceil_mode", 0) != 0;
-  if (node.output(1) == nullptr && pools_channels_last(ctx, x) && !ceil_mode && clamped_taps(w) &&
+  // the maximum is unchanged and the loads need no mask (ceil_mode's windows past the end
+  // included). With Indices, the values stay NCHW as the indices are.
+  if (node.output(1) == nullptr && pools_channels_last(ctx, x) && clamped_taps(w) &&
       w.g.kernel[0] * w.g.kernel[1] <= kUnrolledWindow) {
     const std::vector<Expr> shape = pool_shape(x, w.g.out);
     auto tap = [&](LoopBody& body, const std::vector<Expr>& index, int64_t r0, int64_t r1) {

@@ -44,6 +44,12 @@ Writes, each into its own folder under OUT_DIR:
             project, Add), a 1x1 to 40, a grouped 3x3 in 10 groups of 4 channels; each Conv
             followed by a BatchNormalization and most by ReLU6 as Clip(0, 6). Files:
             model.onnx, x.npy, y.npy.
+  squeeze/  x: float32[2, 3, 17, 19] -> y: float32[2, 24, 3, 3]. SqueezeNet's pattern, run
+            channels-last (4 convolutions): a 3x3 stride-2 Conv + Relu (16 channels, 9 x 10), a
+            MaxPool 3x3 stride 2 with ceil_mode (the last column of windows reaches one column
+            past the input), a Fire module (1x1 squeeze to 6 + Relu, 1x1 and 3x3 expands to 11 and 13 +
+            Relu, Concat), a MaxPool 3x3 stride 2 pads 1 with ceil_mode (its last windows reach
+            past the end pad). Files: model.onnx, x.npy, y.npy.
   mobilenet_dyn/ the same network with x: float32[batch, 3, 15, 13], ending in
             GlobalAveragePool and Flatten: y float32[batch, 40]. Files: model.onnx,
             x_b{1,2}.npy, y_b{1,2}.npy.
@@ -95,6 +101,25 @@ def max_pool(x, kernel, stride):
         for j in range(ow):
             y[:, :, i, j] = x[:, :, i * stride:i * stride + kernel,
                               j * stride:j * stride + kernel].max(axis=(2, 3))
+    return y
+
+
+def max_pool_ceil(x, kernel, stride, pad):
+    """MaxPool with ceil_mode and pads on every side: windows that would start in the end padding
+    are dropped (ONNX's rule, as PyTorch's); padding and the overhang never win."""
+    n, c, h, w = x.shape
+
+    def out_size(size):
+        out = -(-(size + 2 * pad - kernel) // stride) + 1
+        return out - 1 if (out - 1) * stride >= size + pad else out
+    oh, ow = out_size(h), out_size(w)
+    xp = np.full((n, c, (oh - 1) * stride + kernel, (ow - 1) * stride + kernel), -np.inf)
+    xp[:, :, pad:pad + h, pad:pad + w] = x
+    y = np.empty((n, c, oh, ow), dtype=x.dtype)
+    for i in range(oh):
+        for j in range(ow):
+            y[:, :, i, j] = xp[:, :, i * stride:i * stride + kernel,
+                               j * stride:j * stride + kernel].max(axis=(2, 3))
     return y
 
 
@@ -340,6 +365,58 @@ def mobilenet_reference(p, x, pool):
     return head.mean(axis=(2, 3)) if pool else head
 
 
+SQUEEZE_CONVS = (  # name, input channels, output channels, kernel, stride
+    ("stem", 3, 16, 3, 2), ("squeeze", 16, 6, 1, 1), ("expand1", 6, 11, 1, 1),
+    ("expand3", 6, 13, 3, 1))
+
+
+def squeeze_params(rng):
+    params = {}
+    for name, cin, cout, k, _ in SQUEEZE_CONVS:
+        params[name + ".w"] = (np.sqrt(2 / (cin * k * k)) *
+                               rng.standard_normal((cout, cin, k, k))).astype(np.float32)
+        params[name + ".b"] = (0.1 * rng.standard_normal(cout)).astype(np.float32)
+    return params
+
+
+def squeeze_model(params):
+    nodes = []
+    convs = {c[0]: c for c in SQUEEZE_CONVS}
+
+    def conv_relu(name, x):
+        _, _, _, k, stride = convs[name]
+        nodes.append(helper.make_node("Conv", [x, name + ".w", name + ".b"], [name + ".c"],
+                                      kernel_shape=[k, k], strides=[stride, stride],
+                                      pads=[k // 2] * 4, name=name))
+        nodes.append(helper.make_node("Relu", [name + ".c"], [name + ".r"], name=name + "_relu"))
+        return name + ".r"
+
+    nodes.append(helper.make_node("MaxPool", [conv_relu("stem", "x")], ["pool1"],
+                                  kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1, name="pool1"))
+    squeezed = conv_relu("squeeze", "pool1")
+    nodes.append(helper.make_node("Concat", [conv_relu("expand1", squeezed),
+                                             conv_relu("expand3", squeezed)], ["fire"], axis=1,
+                                  name="fire"))
+    nodes.append(helper.make_node("MaxPool", ["fire"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                  pads=[1, 1, 1, 1], ceil_mode=1, name="pool2"))
+    return finish(nodes, "squeeze", [2, 3, 17, 19], [2, 24, 3, 3], params)
+
+
+def squeeze_reference(p, x):
+    p = {k: v.astype(np.float64) for k, v in p.items()}
+    convs = {c[0]: c for c in SQUEEZE_CONVS}
+
+    def conv_relu(name, x):
+        _, _, _, k, stride = convs[name]
+        return relu(conv2d(x, p[name + ".w"], p[name + ".b"], pads=(k // 2,) * 4,
+                           strides=(stride, stride)))
+
+    pool1 = max_pool_ceil(conv_relu("stem", x.astype(np.float64)), 3, 2, 0)  # [N, 16, 4, 5]
+    squeezed = conv_relu("squeeze", pool1)
+    fire = np.concatenate([conv_relu("expand1", squeezed), conv_relu("expand3", squeezed)], axis=1)
+    return max_pool_ceil(fire, 3, 2, 1)  # [N, 24, 3, 3]
+
+
 ATROUS_CONVS = (  # name, dilations (h, w), pads (top, left, bottom, right); 3x3, 16 -> 8
     ("wide", (24, 24), (24, 24, 24, 24)),  # every tap but the centre reads padding: a 1x1
     ("top", (4, 2), (8, 2, 0, 2)),         # the top row of taps reads padding: 2x3
@@ -578,6 +655,13 @@ def main(out):
         x = rng.uniform(-1, 1, (batch, 3, 15, 13)).astype(np.float32)
         write(folder, f"x_b{batch}.npy", x)
         write(folder, f"y_b{batch}.npy", mobilenet_reference(params, x, pool=True))
+
+    params = squeeze_params(np.random.default_rng(SEED + 2))
+    folder = os.path.join(out, "squeeze")
+    save(squeeze_model(params), folder)
+    x = np.random.default_rng(SEED + 3).uniform(-1, 1, (2, 3, 17, 19)).astype(np.float32)
+    write(folder, "x.npy", x)
+    write(folder, "y.npy", squeeze_reference(params, x))
 
     rng = np.random.default_rng(SEED + 1)
     params = {"w1": (0.3 * rng.standard_normal((24, 40))).astype(np.float32),

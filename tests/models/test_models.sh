@@ -4,7 +4,8 @@
 # in place, a small CNN (Conv with
 # bias, pads and stride, BatchNormalization, Relu, MaxPool, Conv, GlobalAveragePool, Flatten,
 # Gemm), a residual block whose 3x3 convolutions run as the Winograd template (NCHW and
-# channels-last; checked at atol 1e-4), MobileNetV2's and ResNet's blocks channels-last (static and dynamic batch), a model with data-dependent If and Loop (nested), and one whose shapes are computed from
+# channels-last; checked at atol 1e-4), MobileNetV2's and ResNet's blocks channels-last (static and dynamic batch),
+# SqueezeNet's Fire module between MaxPools with ceil_mode (channels-last), a model with data-dependent If and Loop (nested), and one whose shapes are computed from
 # data (Reshape, Expand, Tile, ConstantOfShape, TopK, Range; with a bad shape: a clear error),
 # with seeded weights, inputs and expected outputs computed in numpy; and a transformer block
 # at opset 20 with a model-local function (make_transformer.py), a causal attention block at
@@ -124,6 +125,18 @@ KILN_LOG=autotune "$KILN" run "$M/mobilenet/model.onnx" --input "x=$M/mobilenet/
   fail "mobilenet: the 1x1 convolutions' epilogues were not applied in registers"
 "$PYTHON" "$HERE/compare.py" "$M/mobilenet/y.npy" "$out/y.npy" ||
   fail "mobilenet: output differs from numpy"
+# SqueezeNet's MaxPools with ceil_mode, channels-last: each is one pointwise kernel over the
+# output, its window's taps unrolled (a tap past the input reads the nearest element of the same
+# window), not a reduction loop over the window inside every channel.
+echo "== squeeze"
+out="$SCRATCH/out/squeeze"
+mkdir -p "$out"
+"$KILN" run "$M/squeeze/model.onnx" --input "x=$M/squeeze/x.npy" --output-dir "$out" \
+  --cache-dir "$CACHE" --dump "$out/dump" >"$out/stdout" 2>"$out/stderr" ||
+  { cat "$out/stderr"; fail "squeeze: kiln run failed"; }
+[ "$(grep -A1 "# from pool[12](MaxPool)" "$out/dump/1_ir.txt" | grep "^  loops \[" | grep -vc "reduce")" -eq 2 ] ||
+  { grep -A1 "(MaxPool)" "$out/dump/1_ir.txt"; fail "squeeze: the MaxPools did not run channels-last with their taps unrolled"; }
+"$PYTHON" "$HERE/compare.py" "$M/squeeze/y.npy" "$out/y.npy" || fail "squeeze: output differs from numpy"
 for b in 1 2; do
   run_case "mobilenet_dyn_b$b" "$M/mobilenet_dyn/model.onnx" "$M/mobilenet_dyn/x_b$b.npy" \
     "$M/mobilenet_dyn/y_b$b.npy"

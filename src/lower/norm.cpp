@@ -363,6 +363,37 @@ std::optional<TensorValue> fold_into_conv(LoweringContext& ctx, const graph::Nod
   return ctx.from_channels_last(folded);
 }
 
+/// Inference BatchNormalization of float32 with constant parameters that does not fold into a
+/// convolution (after a Concat, as DenseNet's; after an Add): y = x * a + b per channel, with
+/// a = scale / sqrt(var + epsilon) and b = beta - mean * a computed when compiling, in place of
+/// a square root and a division per element.
+std::optional<TensorValue> constant_affine(LoweringContext& ctx, const TensorValue& x,
+                                           const TensorValue& scale, const TensorValue& beta,
+                                           const TensorValue& mean, const TensorValue& var,
+                                           double epsilon) {
+  const std::optional<int64_t> channels = x.shape[1].as_integer();
+  if (x.dtype != DType::kFloat32 || !channels || scale.rank() != 1) return std::nullopt;
+  const int64_t m = *channels;
+  std::vector<float> s = constant_floats(ctx, scale, m), b = constant_floats(ctx, beta, m),
+                     mu = constant_floats(ctx, mean, m), v = constant_floats(ctx, var, m);
+  if (s.empty() || b.empty() || mu.empty() || v.empty()) return std::nullopt;
+  auto a_values = std::make_shared<graph::Tensor>(DType::kFloat32, std::vector<int64_t>{m});
+  auto b_values = std::make_shared<graph::Tensor>(DType::kFloat32, std::vector<int64_t>{m});
+  std::span<float> av = a_values->mutable_values<float>(), bv = b_values->mutable_values<float>();
+  for (int64_t c = 0; c < m; ++c) {
+    const double f = s[c] / std::sqrt(static_cast<double>(v[c]) + epsilon);
+    av[c] = static_cast<float>(f);
+    bv[c] = static_cast<float>(b[c] - mu[c] * f);
+  }
+  const TensorValue a = ctx.from_constant(a_values), shift = ctx.from_constant(b_values);
+  return ctx.pointwise(x.dtype, x.shape, [&](LoopBody& body, const std::vector<Expr>& index) {
+    ValueId scaled = body.binary(OpCode::kMul, ctx.load_at(body, x, index),
+                                 channel_param(ctx, body, a, index, DType::kFloat32));
+    return body.binary(OpCode::kAdd, scaled,
+                       channel_param(ctx, body, shift, index, DType::kFloat32));
+  });
+}
+
 std::vector<TensorValue> lower_batch_norm(LoweringContext& ctx, const graph::Node& node,
                                           const LowerInputs& inputs) {
   const TensorValue& x = required_input(ctx, inputs, 0, "X");
@@ -380,6 +411,10 @@ std::vector<TensorValue> lower_batch_norm(LoweringContext& ctx, const graph::Nod
   if (std::optional<TensorValue> folded =
           fold_into_conv(ctx, node, x, scale, bias, mean, var, epsilon)) {
     return {*folded};
+  }
+  if (std::optional<TensorValue> affine =
+          constant_affine(ctx, x, scale, bias, mean, var, epsilon)) {
+    return {*affine};
   }
   return {normalize_channels(ctx, x, mean, var, scale, bias, epsilon, nullptr)};
 }

@@ -48,8 +48,9 @@ Writes, each into its own folder under OUT_DIR:
             channels-last (4 convolutions): a 3x3 stride-2 Conv + Relu (16 channels, 9 x 10), a
             MaxPool 3x3 stride 2 with ceil_mode (the last column of windows reaches one column
             past the input), a Fire module (1x1 squeeze to 6 + Relu, 1x1 and 3x3 expands to 11 and 13 +
-            Relu, Concat), a MaxPool 3x3 stride 2 pads 1 with ceil_mode (its last windows reach
-            past the end pad). Files: model.onnx, x.npy, y.npy.
+            Relu, Concat), a BatchNormalization of the Concat (DenseNet's order: it cannot fold
+            into a convolution), a MaxPool 3x3 stride 2 pads 1 with ceil_mode (its last windows
+            reach past the end pad). Files: model.onnx, x.npy, y.npy.
   mobilenet_dyn/ the same network with x: float32[batch, 3, 15, 13], ending in
             GlobalAveragePool and Flatten: y float32[batch, 40]. Files: model.onnx,
             x_b{1,2}.npy, y_b{1,2}.npy.
@@ -376,6 +377,10 @@ def squeeze_params(rng):
         params[name + ".w"] = (np.sqrt(2 / (cin * k * k)) *
                                rng.standard_normal((cout, cin, k, k))).astype(np.float32)
         params[name + ".b"] = (0.1 * rng.standard_normal(cout)).astype(np.float32)
+    params["bn.scale"] = (1 + 0.2 * rng.standard_normal(24)).astype(np.float32)
+    params["bn.bias"] = (0.1 * rng.standard_normal(24)).astype(np.float32)
+    params["bn.mean"] = (0.1 * rng.standard_normal(24)).astype(np.float32)
+    params["bn.var"] = rng.uniform(0.5, 1.5, 24).astype(np.float32)
     return params
 
 
@@ -397,7 +402,10 @@ def squeeze_model(params):
     nodes.append(helper.make_node("Concat", [conv_relu("expand1", squeezed),
                                              conv_relu("expand3", squeezed)], ["fire"], axis=1,
                                   name="fire"))
-    nodes.append(helper.make_node("MaxPool", ["fire"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+    nodes.append(helper.make_node("BatchNormalization", ["fire", "bn.scale", "bn.bias", "bn.mean",
+                                                         "bn.var"], ["fire_bn"], epsilon=1e-3,
+                                  name="fire_bn"))
+    nodes.append(helper.make_node("MaxPool", ["fire_bn"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
                                   pads=[1, 1, 1, 1], ceil_mode=1, name="pool2"))
     return finish(nodes, "squeeze", [2, 3, 17, 19], [2, 24, 3, 3], params)
 
@@ -414,6 +422,7 @@ def squeeze_reference(p, x):
     pool1 = max_pool_ceil(conv_relu("stem", x.astype(np.float64)), 3, 2, 0)  # [N, 16, 4, 5]
     squeezed = conv_relu("squeeze", pool1)
     fire = np.concatenate([conv_relu("expand1", squeezed), conv_relu("expand3", squeezed)], axis=1)
+    fire = batch_norm(fire, p["bn.scale"], p["bn.bias"], p["bn.mean"], p["bn.var"], 1e-3)
     return max_pool_ceil(fire, 3, 2, 1)  # [N, 24, 3, 3]
 
 

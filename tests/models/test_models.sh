@@ -127,7 +127,8 @@ KILN_LOG=autotune "$KILN" run "$M/mobilenet/model.onnx" --input "x=$M/mobilenet/
   fail "mobilenet: output differs from numpy"
 # SqueezeNet's MaxPools with ceil_mode, channels-last: each is one pointwise kernel over the
 # output, its window's taps unrolled (a tap past the input reads the nearest element of the same
-# window), not a reduction loop over the window inside every channel.
+# window), not a reduction loop over the window inside every channel. The Fire module's Concat,
+# with the BatchNormalization after it, runs one loop per part along the channels.
 echo "== squeeze"
 out="$SCRATCH/out/squeeze"
 mkdir -p "$out"
@@ -136,6 +137,8 @@ mkdir -p "$out"
   { cat "$out/stderr"; fail "squeeze: kiln run failed"; }
 [ "$(grep -A1 "# from pool[12](MaxPool)" "$out/dump/1_ir.txt" | grep "^  loops \[" | grep -vc "reduce")" -eq 2 ] ||
   { grep -A1 "(MaxPool)" "$out/dump/1_ir.txt"; fail "squeeze: the MaxPools did not run channels-last with their taps unrolled"; }
+grep -q "for (int64_t x[0-9]* = 11; x[0-9]* < 24; ++x[0-9]*)" "$out"/dump/5_kernels*.cpp ||
+  fail "squeeze: the Concat did not run one loop per part"
 "$PYTHON" "$HERE/compare.py" "$M/squeeze/y.npy" "$out/y.npy" || fail "squeeze: output differs from numpy"
 for b in 1 2; do
   run_case "mobilenet_dyn_b$b" "$M/mobilenet_dyn/model.onnx" "$M/mobilenet_dyn/x_b$b.npy" \

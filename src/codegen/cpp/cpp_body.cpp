@@ -149,11 +149,125 @@ std::optional<int64_t> MemberEmitter::stride(const sym::Expr& index, const sym::
   return analyzer_.simplify(next - index).as_integer();
 }
 
-bool MemberEmitter::has_indirect_or_mask() const {
+bool MemberEmitter::has_indirect_or_mask(const LoopPass* pass) const {
   for (const ir::Op& op : body_.ops()) {
-    if (op.code == OpCode::kIndirect || op.mask != ir::kNoValue) return true;
+    if (op.code == OpCode::kIndirect) return true;
+    if (op.mask != ir::kNoValue && !(pass && known_truth(op.mask, *pass))) return true;
   }
   return false;
+}
+
+std::optional<std::pair<int64_t, int64_t>> MemberEmitter::index_difference(
+    const ir::Op& op, const sym::Expr& var) const {
+  if (!ir::is_comparison(op.code)) return std::nullopt;
+  // Each side an index expression or an integer constant.
+  auto side = [&](ir::ValueId id) -> std::optional<sym::Expr> {
+    const ir::Op& o = body_.op(id);
+    if (o.code == OpCode::kIndexExpr) return index_[id];
+    if (o.code == OpCode::kConstant && graph::is_integer(o.dtype)) return sym::Expr(o.int_value);
+    return std::nullopt;
+  };
+  const std::optional<sym::Expr> a = side(op.operands[0]), b = side(op.operands[1]);
+  if (!a || !b) return std::nullopt;
+  const sym::Expr d = analyzer_.simplify(*a - *b);
+  const std::optional<int64_t> c = analyzer_.simplify(sym::substitute(d, {{var, 0}})).as_integer();
+  if (!c) return std::nullopt;
+  for (int64_t coef : {0, 1, -1}) {
+    if (analyzer_.simplify(d - *c - coef * var) == sym::Expr(0)) return std::pair{coef, *c};
+  }
+  return std::nullopt;
+}
+
+void MemberEmitter::range_boundaries(const sym::Expr& var, int64_t size,
+                                     std::set<int64_t>& points) const {
+  std::set<int64_t> all;
+  range_starts(var, all);
+  for (int64_t p : all) {
+    if (p > 0 && p < size) points.insert(p);
+  }
+}
+
+void MemberEmitter::range_starts(const sym::Expr& var, std::set<int64_t>& points) const {
+  for (const ir::Op& op : body_.ops()) {
+    const auto diff = index_difference(op, var);
+    if (!diff || diff->first == 0) continue;
+    // The comparison is a test of d = coef * var + c: d <= t (Lt: t = -1, Le: t = 0), d >= t
+    // (Gt: 1, Ge: 0) or d == 0 (Eq, Ne). A range starts where the test changes value.
+    const auto [coef, c] = *diff;
+    auto at_most = [&](int64_t t) { points.insert(coef == 1 ? t - c + 1 : c - t); };
+    auto at_least = [&](int64_t t) { points.insert(coef == 1 ? t - c : c - t + 1); };
+    switch (op.code) {
+      case OpCode::kLt:
+        at_most(-1);
+        break;
+      case OpCode::kLe:
+        at_most(0);
+        break;
+      case OpCode::kGt:
+        at_least(1);
+        break;
+      case OpCode::kGe:
+        at_least(0);
+        break;
+      default:  // Eq, Ne: d is 0 at one position
+        at_most(0);
+        at_least(0);
+        break;
+    }
+  }
+}
+
+std::optional<bool> MemberEmitter::known_truth(ir::ValueId id, const LoopPass& pass) const {
+  const ir::Op& op = body_.op(id);
+  switch (op.code) {
+    case OpCode::kConstant:
+      if (op.dtype != DType::kBool) return std::nullopt;
+      return op.int_value != 0;
+    case OpCode::kNot: {
+      const auto a = known_truth(op.operands[0], pass);
+      return a ? std::optional<bool>(!*a) : std::nullopt;
+    }
+    case OpCode::kAnd:
+    case OpCode::kOr: {
+      const bool is_and = op.code == OpCode::kAnd;
+      const auto a = known_truth(op.operands[0], pass);
+      const auto b = known_truth(op.operands[1], pass);
+      // false decides an and, true an or, whatever the other side is.
+      if ((a && *a != is_and) || (b && *b != is_and)) return !is_and;
+      if (a && b) return is_and;
+      return std::nullopt;
+    }
+    default:
+      break;
+  }
+  if (!pass.ranged) return std::nullopt;
+  const auto diff = index_difference(op, pass.vector_var);
+  if (!diff) return std::nullopt;
+  // The range of d = coef * var + c over var in [lo, hi).
+  const auto [coef, c] = *diff;
+  const int64_t at_lo = coef * pass.range_lo + c, at_hi = coef * (pass.range_hi - 1) + c;
+  const int64_t lo = std::min(at_lo, at_hi), hi = std::max(at_lo, at_hi);
+  auto decided = [](bool always, bool never) -> std::optional<bool> {
+    if (always) return true;
+    if (never) return false;
+    return std::nullopt;
+  };
+  switch (op.code) {
+    case OpCode::kLt:
+      return decided(hi < 0, lo >= 0);
+    case OpCode::kLe:
+      return decided(hi <= 0, lo > 0);
+    case OpCode::kGt:
+      return decided(lo > 0, hi <= 0);
+    case OpCode::kGe:
+      return decided(lo >= 0, hi < 0);
+    case OpCode::kEq:
+      return decided(lo == 0 && hi == 0, lo > 0 || hi < 0);
+    case OpCode::kNe:
+      return decided(lo > 0 || hi < 0, lo == 0 && hi == 0);
+    default:
+      return std::nullopt;
+  }
 }
 
 bool MemberEmitter::unit_stride_along(const sym::Expr& var) const {
@@ -297,8 +411,15 @@ std::string MemberEmitter::load(const ir::Op& op, ir::ValueId id, IndentedBuffer
         other.dtype = op.dtype;
         other.float_value = op.float_value;
         other.int_value = static_cast<int64_t>(op.float_value);
-        std::string m = value(op.mask, out, pass, scope);
-        expr = fmt::format("({} ? {} : {})", m, expr, cpp_literal(other));
+        // A mask the pass's range decides: the load alone, or the other value alone.
+        const std::optional<bool> known =
+            pass.ranged ? known_truth(op.mask, pass) : std::optional<bool>();
+        if (known == std::optional<bool>(false)) {
+          expr = cpp_literal(other);
+        } else if (!known) {
+          std::string m = value(op.mask, out, pass, scope);
+          expr = fmt::format("({} ? {} : {})", m, expr, cpp_literal(other));
+        }
       }
     }
   }
@@ -367,6 +488,21 @@ std::string MemberEmitter::value(ir::ValueId id, IndentedBuffer& out, LoopPass& 
   if (auto it = scope.names.find(id); it != scope.names.end()) return it->second;
   const ir::Op& op = body_.op(id);
   std::string name;
+  if (pass.ranged && op.code == OpCode::kWhere) {
+    // A select the range decides is its live side.
+    if (const auto cond = known_truth(op.operands[0], pass)) {
+      name = value(op.operands[*cond ? 1 : 2], out, pass, scope);
+      scope.names[id] = name;
+      return name;
+    }
+  }
+  if (pass.ranged && op.dtype == DType::kBool && op.code != OpCode::kLoad) {
+    if (const auto known = known_truth(id, pass)) {
+      name = *known ? "true" : "false";
+      scope.names[id] = name;
+      return name;
+    }
+  }
   if (op.code == OpCode::kLoad) {
     name = load(op, id, out, pass, scope);
   } else {

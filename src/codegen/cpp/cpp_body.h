@@ -53,6 +53,11 @@ struct LoopPass {
   /// memory: the CUDA backend's vectorized pointwise kernels gather a thread's elements and
   /// store them in one 16-byte store. The C++ backend leaves it empty.
   std::map<std::string, std::string> staged;
+  /// A scalar pass over part of the inner loop: vector_var runs over [range_lo, range_hi), so
+  /// comparisons of it with constants (a Concat's or a Pad's index ranges) fold, and a select
+  /// or masked load they decide emits only its live side.
+  bool ranged = false;
+  int64_t range_lo = 0, range_hi = 0;
 };
 
 /// The parameters of `ctx.item`'s kernel, shared by the C++ and CUDA backends: one input per
@@ -82,8 +87,12 @@ class MemberEmitter {
   /// With `strided_loads`, float32 loads of memory that move by a constant stride other than 0
   /// and 1 along `var` are vectorized too, one element a lane (VecF32::load_strided).
   bool can_vectorize(const sym::Expr& var, bool strided_loads = false) const;
-  /// True when the member has an Indirect op or masked load (no `omp simd` then).
-  bool has_indirect_or_mask() const;
+  /// True when the member has an Indirect op or masked load (no `omp simd` then). With a ranged
+  /// `pass`, masks that the range decides do not count.
+  bool has_indirect_or_mask(const LoopPass* pass = nullptr) const;
+  /// Adds to `points` the positions in (0, size) of `var` where a comparison of `var` plus a
+  /// constant with a constant changes value: the boundaries of the ranges a ranged pass folds.
+  void range_boundaries(const sym::Expr& var, int64_t size, std::set<int64_t>& points) const;
   /// True when every load and store of memory (not of a kernel-local buffer) moves by 0 or 1
   /// elements as `var` steps, with at least one moving by 1: iterations along `var` then read
   /// and write neighbouring elements.
@@ -127,6 +136,15 @@ class MemberEmitter {
   void update_accumulator(ir::ValueId id, const std::string& v, IndentedBuffer& out,
                           LoopPass& pass);
   bool op_vectorizable(const ir::Op& op, const sym::Expr& var, bool strided_loads) const;
+  /// Every position of `var` where one of the member's comparisons changes value.
+  void range_starts(const sym::Expr& var, std::set<int64_t>& points) const;
+  /// For a comparison of two index expressions whose difference is c + coef * var (coef 1, -1
+  /// or 0, c an integer): {coef, c}.
+  std::optional<std::pair<int64_t, int64_t>> index_difference(const ir::Op& op,
+                                                              const sym::Expr& var) const;
+  /// The value of boolean op `id` wherever `pass`'s range puts its variable, when that decides
+  /// it (comparisons of index expressions, constants, and, or, not).
+  std::optional<bool> known_truth(ir::ValueId id, const LoopPass& pass) const;
   std::optional<int64_t> stride(const sym::Expr& index, const sym::Expr& var) const;
 
   KernelContext& ctx_;

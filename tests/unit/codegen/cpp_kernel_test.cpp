@@ -408,6 +408,61 @@ TEST(CppKernel, MaskedLoadPads) {
   }
 }
 
+// A Concat of three parts along the innermost dim (5, 8 and 11 wide; as a channels-last Concat
+// lowers: each part a masked load, a chain of selects), with a Relu on the first part: one loop
+// per part, each reading only its part, without masks or selects, so that it vectorizes.
+TEST(CppKernel, ConcatAlongTheInnerDimRunsOneLoopPerPart) {
+  ProgramBuilder p;
+  const DType f = DType::kFloat32;
+  const Expr rows = Expr::symbol("s0");
+  const std::vector<int64_t> widths = {5, 8, 11};
+  const std::vector<std::string> parts = {"a", "b", "c"};
+  for (size_t k = 0; k < parts.size(); ++k) p.input(parts[k], f, {rows, Expr(widths[k])});
+  ir::Buffer& o = p.computed("o", f, {rows, Expr(24)}, {}, "Concat");
+  ir::LoopBody& body = o.body;
+  const ir::ValueId i = body.index_expr(var(o, 1));
+  auto index = [&](int64_t v) { return body.index_expr(Expr(v)); };
+  const ir::ValueId in_a = body.binary(OpCode::kLt, i, index(5));
+  const ir::ValueId in_b = body.binary(OpCode::kAnd, body.binary(OpCode::kGe, i, index(5)),
+                                       body.binary(OpCode::kLt, i, index(13)));
+  // The last part's lower bound as an integer constant, not an index expression.
+  const ir::ValueId in_c = body.binary(OpCode::kGe, i, body.constant(13, DType::kInt64));
+  auto part = [&](size_t k, int64_t offset, ir::ValueId mask) {
+    return body.masked_load(parts[k], f, p.at(parts[k], {var(o, 0), var(o, 1) - offset}), mask,
+                            0.0);
+  };
+  p.store(o, body.where(in_a, body.unary(OpCode::kRelu, part(0, 0, in_a)),
+                        body.where(in_b, part(1, 5, in_b), part(2, 13, in_c))));
+  p.output("o");
+  CompiledProgram c(p.program, "concat");
+  ASSERT_EQ(c.kernel_sources.size(), 1u);
+  const std::string& src = c.kernel_sources[0];
+  for (const char* loop :
+       {" = 0; x1 < 5; ++x1)", " = 5; x1 < 13; ++x1)", " = 13; x1 < 24; ++x1)"}) {
+    EXPECT_TRUE(contains(src, loop)) << loop << "\n" << src;
+  }
+  EXPECT_FALSE(contains(src, " ? ")) << src;
+  for (int64_t n : {1, 3}) {
+    std::map<std::string, testing::Bytes> inputs;
+    std::vector<std::vector<float>> values;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      values.push_back(random_floats(n * widths[k], 20 + static_cast<unsigned>(k)));
+      inputs[parts[k]] = to_bytes(values.back());
+    }
+    auto out = c.run(inputs, {{"s0", n}});
+    std::vector<float> want;
+    for (int64_t r = 0; r < n; ++r) {
+      for (size_t k = 0; k < parts.size(); ++k) {
+        for (int64_t j = 0; j < widths[k]; ++j) {
+          const float v = values[k][r * widths[k] + j];
+          want.push_back(k == 0 ? std::max(v, 0.0f) : v);
+        }
+      }
+    }
+    expect_close(from_bytes<float>(out["o"]), want, 0);
+  }
+}
+
 TEST(CppKernel, IndirectLoadGathers) {
   // out[i, j] = x[idx[i] (negative wraps), j]
   ProgramBuilder p;

@@ -157,23 +157,29 @@ bool MemberEmitter::has_indirect_or_mask(const LoopPass* pass) const {
   return false;
 }
 
+sym::Expr MemberEmitter::pass_index(ir::ValueId id, const LoopPass& pass) const {
+  if (pass.substitution.empty()) return index_[id];
+  return pass.analyzer->simplify(sym::substitute(index_[id], pass.substitution));
+}
+
 std::optional<std::pair<int64_t, int64_t>> MemberEmitter::index_difference(
-    const ir::Op& op, const sym::Expr& var) const {
+    const ir::Op& op, const sym::Expr& var, const LoopPass* pass) const {
   if (!ir::is_comparison(op.code)) return std::nullopt;
   // Each side an index expression or an integer constant.
   auto side = [&](ir::ValueId id) -> std::optional<sym::Expr> {
     const ir::Op& o = body_.op(id);
-    if (o.code == OpCode::kIndexExpr) return index_[id];
+    if (o.code == OpCode::kIndexExpr) return pass ? pass_index(id, *pass) : index_[id];
     if (o.code == OpCode::kConstant && graph::is_integer(o.dtype)) return sym::Expr(o.int_value);
     return std::nullopt;
   };
   const std::optional<sym::Expr> a = side(op.operands[0]), b = side(op.operands[1]);
   if (!a || !b) return std::nullopt;
-  const sym::Expr d = analyzer_.simplify(*a - *b);
-  const std::optional<int64_t> c = analyzer_.simplify(sym::substitute(d, {{var, 0}})).as_integer();
+  const sym::Analyzer& analyzer = pass && pass->analyzer ? *pass->analyzer : analyzer_;
+  const sym::Expr d = analyzer.simplify(*a - *b);
+  const std::optional<int64_t> c = analyzer.simplify(sym::substitute(d, {{var, 0}})).as_integer();
   if (!c) return std::nullopt;
   for (int64_t coef : {0, 1, -1}) {
-    if (analyzer_.simplify(d - *c - coef * var) == sym::Expr(0)) return std::pair{coef, *c};
+    if (analyzer.simplify(d - *c - coef * var) == sym::Expr(0)) return std::pair{coef, *c};
   }
   return std::nullopt;
 }
@@ -217,6 +223,46 @@ void MemberEmitter::range_starts(const sym::Expr& var, std::set<int64_t>& points
   }
 }
 
+namespace {
+
+bool uses(const sym::Expr& e, const sym::Expr& var) {
+  const std::vector<sym::Expr> symbols = sym::free_symbols(e);
+  return std::find(symbols.begin(), symbols.end(), var) != symbols.end();
+}
+
+/// Adds the constant divisors of the floor divisions, moduli and modular indexings of `e` whose
+/// dividend uses `var`.
+void collect_divisors(const sym::Expr& e, const sym::Expr& var, std::set<int64_t>& divisors) {
+  const sym::ExprKind kind = e.kind();
+  if (kind == sym::ExprKind::kInteger || kind == sym::ExprKind::kSymbol) return;
+  const std::vector<sym::Expr>& args = e.args();
+  if ((kind == sym::ExprKind::kFloorDiv || kind == sym::ExprKind::kMod ||
+       kind == sym::ExprKind::kModularIndexing) &&
+      args.size() >= 2 && uses(args[0], var)) {
+    std::optional<int64_t> k = args[1].as_integer();
+    if (k && kind == sym::ExprKind::kModularIndexing && args.size() == 3) {
+      // (x / div) % mod repeats every div * mod.
+      const std::optional<int64_t> m = args[2].as_integer();
+      k = m ? std::optional<int64_t>(*k * *m) : std::nullopt;
+    }
+    divisors.insert(k && *k > 0 ? *k : 0);  // 0: not a constant
+  }
+  for (const sym::Expr& a : args) collect_divisors(a, var, divisors);
+}
+
+}  // namespace
+
+bool MemberEmitter::index_divisors(const sym::Expr& var, std::set<int64_t>& divisors) const {
+  for (size_t k = 0; k < body_.ops().size(); ++k) {
+    const OpCode code = body_.ops()[k].code;
+    if (code == OpCode::kIndirect) return false;
+    if (code == OpCode::kLoad || code == OpCode::kStore || code == OpCode::kIndexExpr) {
+      collect_divisors(index_[k], var, divisors);
+    }
+  }
+  return true;
+}
+
 std::optional<bool> MemberEmitter::known_truth(ir::ValueId id, const LoopPass& pass) const {
   const ir::Op& op = body_.op(id);
   switch (op.code) {
@@ -241,7 +287,7 @@ std::optional<bool> MemberEmitter::known_truth(ir::ValueId id, const LoopPass& p
       break;
   }
   if (!pass.ranged) return std::nullopt;
-  const auto diff = index_difference(op, pass.vector_var);
+  const auto diff = index_difference(op, pass.range_var, &pass);
   if (!diff) return std::nullopt;
   // The range of d = coef * var + c over var in [lo, hi).
   const auto [coef, c] = *diff;
@@ -392,7 +438,7 @@ std::string MemberEmitter::load(const ir::Op& op, ir::ValueId id, IndentedBuffer
   } else {
     const std::string& ptr = ctx_.params.at(op.buffer);
     define_indirects(index_[id], out, pass, scope);
-    std::string idx = sym::to_cpp(index_[id], [this](const sym::Expr& x) {
+    std::string idx = sym::to_cpp(pass_index(id, pass), [this](const sym::Expr& x) {
       return analyzer_.statically_known_nonnegative(x);
     });
     if (pass.vector) {
@@ -439,7 +485,7 @@ std::string MemberEmitter::scalar_op(const ir::Op& op, const std::vector<std::st
     case OpCode::kConstant:
       return cpp_literal(op);
     case OpCode::kIndexExpr: {
-      const sym::Expr& index = index_[&op - body_.ops().data()];
+      const sym::Expr index = pass_index(static_cast<ir::ValueId>(&op - body_.ops().data()), pass);
       define_indirects(index, out, pass, scope);
       return fmt::format("static_cast<{}>({})", type, ctx_.cpp(index));
     }
@@ -556,8 +602,9 @@ void MemberEmitter::store(const ir::Op& op, const std::string& v, IndentedBuffer
     return;
   }
   const std::string& ptr = ctx_.params.at(op.buffer);
-  std::string idx = sym::to_cpp(
-      index_[id], [this](const sym::Expr& x) { return analyzer_.statically_known_nonnegative(x); });
+  std::string idx =
+      sym::to_cpp(pass_index(static_cast<ir::ValueId>(id), pass),
+                  [this](const sym::Expr& x) { return analyzer_.statically_known_nonnegative(x); });
   if (pass.vector) {
     out.linef("{}.storeu({} + {});", v, ptr, idx);
     return;

@@ -53,11 +53,16 @@ struct LoopPass {
   /// memory: the CUDA backend's vectorized pointwise kernels gather a thread's elements and
   /// store them in one 16-byte store. The C++ backend leaves it empty.
   std::map<std::string, std::string> staged;
-  /// A scalar pass over part of the inner loop: vector_var runs over [range_lo, range_hi), so
-  /// comparisons of it with constants (a Concat's or a Pad's index ranges) fold, and a select
-  /// or masked load they decide emits only its live side.
+  /// A scalar pass in which range_var runs over [range_lo, range_hi), so comparisons of it with
+  /// constants (a Concat's or a Pad's index ranges) fold, and a select or masked load they
+  /// decide emits only its live side.
   bool ranged = false;
+  sym::Expr range_var;
   int64_t range_lo = 0, range_hi = 0;
+  /// With a substitution, every index is rewritten by it and simplified by `analyzer` (which
+  /// knows range_var's range) before use: the inner variable as k * q + g, one pass per g.
+  sym::Substitution substitution;
+  const sym::Analyzer* analyzer = nullptr;
 };
 
 /// The parameters of `ctx.item`'s kernel, shared by the C++ and CUDA backends: one input per
@@ -93,6 +98,10 @@ class MemberEmitter {
   /// Adds to `points` the positions in (0, size) of `var` where a comparison of `var` plus a
   /// constant with a constant changes value: the boundaries of the ranges a ranged pass folds.
   void range_boundaries(const sym::Expr& var, int64_t size, std::set<int64_t>& points) const;
+  /// Adds to `divisors` each constant that an index of the member divides `var` by or takes it
+  /// modulo (a channel shuffle's var / 2 and var % 2; 0 for a divisor that is not constant).
+  /// False when it has an Indirect op.
+  bool index_divisors(const sym::Expr& var, std::set<int64_t>& divisors) const;
   /// True when every load and store of memory (not of a kernel-local buffer) moves by 0 or 1
   /// elements as `var` steps, with at least one moving by 1: iterations along `var` then read
   /// and write neighbouring elements.
@@ -141,7 +150,10 @@ class MemberEmitter {
   /// For a comparison of two index expressions whose difference is c + coef * var (coef 1, -1
   /// or 0, c an integer): {coef, c}.
   std::optional<std::pair<int64_t, int64_t>> index_difference(const ir::Op& op,
-                                                              const sym::Expr& var) const;
+                                                              const sym::Expr& var,
+                                                              const LoopPass* pass = nullptr) const;
+  /// The index of op `id` in `pass` (index_, rewritten by the pass's substitution).
+  sym::Expr pass_index(ir::ValueId id, const LoopPass& pass) const;
   /// The value of boolean op `id` wherever `pass`'s range puts its variable, when that decides
   /// it (comparisons of index expressions, constants, and, or, not).
   std::optional<bool> known_truth(ir::ValueId id, const LoopPass& pass) const;

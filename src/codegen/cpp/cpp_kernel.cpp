@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <set>
 
 #include "autotune/runtime_headers.h"
@@ -245,8 +246,10 @@ void CppKernelBuilder::emit_pass(IndentedBuffer& out, bool vector, const sym::Ex
   for (auto& m : members_) m->emit_loop_body(out, pass);
 }
 
-/// The most ranges a scalar inner loop is split into (one loop each).
+/// The most ranges a scalar inner loop is split into (one loop each), and the largest divisor
+/// of the loop variable whose residues it unrolls.
 constexpr size_t kMaxLoopRanges = 64;
+constexpr int64_t kMaxUnrolledResidues = 8;
 
 void CppKernelBuilder::emit_pointwise_inner_loop(IndentedBuffer& out, const sym::Expr& var,
                                                  const sym::Expr& size, bool vectorize, bool simd) {
@@ -269,6 +272,7 @@ void CppKernelBuilder::emit_pointwise_inner_loop(IndentedBuffer& out, const sym:
       LoopPass pass;
       pass.vector_var = var;
       pass.ranged = true;
+      pass.range_var = var;
       pass.range_lo = *it;
       pass.range_hi = *std::next(it);
       bool range_simd = true;
@@ -281,6 +285,45 @@ void CppKernelBuilder::emit_pointwise_inner_loop(IndentedBuffer& out, const sym:
       }
       out.line("}");
     }
+    return;
+  }
+  // A scalar loop whose indices divide the loop variable by a constant k or take it modulo k
+  // (a channel shuffle: element c of the output reads c / 2 of one of two inputs, which c % 2
+  // picks) runs over q = c / k with the k residues unrolled inside: in each copy c = k * q + g
+  // with g constant, so the divisions and moduli fold, the selects on them too, and every copy
+  // reads contiguously along q; the C++ compiler interleaves the copies' stores.
+  std::set<int64_t> divisors;
+  bool divisible = !vectorize && static_size;
+  for (auto& m : members_) divisible = divisible && m->index_divisors(var, divisors);
+  int64_t k = divisors.empty() || divisors.count(0) ? 0 : 1;  // their least common multiple
+  for (int64_t d : divisors) k = k > kMaxUnrolledResidues ? k : std::lcm(k, d);
+  if (divisible && k >= 2 && k <= kMaxUnrolledResidues && *static_size % k == 0) {
+    const sym::Expr q = sym::Expr::symbol(v + "_q", sym::SymbolKind::kIndex);
+    sym::Analyzer analyzer = ctx_.analyzer;
+    analyzer.bind_index(q, sym::Expr(*static_size / k));
+    std::vector<LoopPass> passes(static_cast<size_t>(k));
+    bool unrolled_simd = true;
+    for (int64_t g = 0; g < k; ++g) {
+      LoopPass& pass = passes[static_cast<size_t>(g)];
+      pass.vector_var = var;
+      pass.ranged = true;
+      pass.range_var = q;
+      pass.range_lo = 0;
+      pass.range_hi = *static_size / k;
+      pass.substitution = {{var, sym::Expr(k) * q + sym::Expr(g)}};
+      pass.analyzer = &analyzer;
+      for (auto& m : members_) unrolled_simd = unrolled_simd && !m->has_indirect_or_mask(&pass);
+    }
+    const std::string qv = ctx_.cpp(q);
+    if (unrolled_simd) out.line("#pragma omp simd");
+    out.linef("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{", qv, *static_size / k);
+    {
+      auto _ = out.scope();
+      for (LoopPass& pass : passes) {
+        for (auto& m : members_) m->emit_loop_body(out, pass);
+      }
+    }
+    out.line("}");
     return;
   }
   if (!vectorize) {

@@ -463,6 +463,46 @@ TEST(CppKernel, ConcatAlongTheInnerDimRunsOneLoopPerPart) {
   }
 }
 
+// A channel shuffle of two parts (ShuffleNet's Concat -> Reshape -> Transpose -> Reshape, as it
+// lowers along the inner dim: element c reads element c / 2 of the part that c % 2 picks, through
+// masked loads and a select), with a Relu on the second part: the loop runs over c / 2 with the
+// two residues unrolled, each reading its part contiguously, without masks or selects.
+TEST(CppKernel, ChannelShuffleUnrollsTheResidues) {
+  ProgramBuilder p;
+  const DType f = DType::kFloat32;
+  const Expr rows = Expr::symbol("s0");
+  p.input("a", f, {rows, Expr(6)});
+  p.input("b", f, {rows, Expr(6)});
+  ir::Buffer& o = p.computed("o", f, {rows, Expr(12)}, {}, "Transpose");
+  ir::LoopBody& body = o.body;
+  const Expr c = var(o, 1);
+  const Expr source = sym::floor_div(c, Expr(2)) + Expr(6) * sym::mod(c, Expr(2));
+  const ir::ValueId i = body.index_expr(source);
+  const ir::ValueId in_a = body.binary(OpCode::kLt, i, body.index_expr(Expr(6)));
+  const ir::ValueId in_b = body.binary(OpCode::kGe, i, body.index_expr(Expr(6)));
+  const ir::ValueId from_a = body.masked_load("a", f, p.at("a", {var(o, 0), source}), in_a, 0.0);
+  const ir::ValueId from_b =
+      body.masked_load("b", f, p.at("b", {var(o, 0), source - 6}), in_b, 0.0);
+  p.store(o, body.where(in_a, from_a, body.unary(OpCode::kRelu, from_b)));
+  p.output("o");
+  CompiledProgram compiled(p.program, "shuffle");
+  ASSERT_EQ(compiled.kernel_sources.size(), 1u);
+  const std::string& src = compiled.kernel_sources[0];
+  EXPECT_TRUE(contains(src, "x1_q < 6; ++x1_q)")) << src;
+  EXPECT_FALSE(contains(src, " ? ")) << src;
+  for (int64_t n : {1, 5}) {
+    auto a = random_floats(n * 6, 30), b = random_floats(n * 6, 31);
+    auto out = compiled.run({{"a", to_bytes(a)}, {"b", to_bytes(b)}}, {{"s0", n}});
+    std::vector<float> want;
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t k = 0; k < 12; ++k) {
+        want.push_back(k % 2 == 0 ? a[r * 6 + k / 2] : std::max(b[r * 6 + k / 2], 0.0f));
+      }
+    }
+    expect_close(from_bytes<float>(out["o"]), want, 0);
+  }
+}
+
 TEST(CppKernel, IndirectLoadGathers) {
   // out[i, j] = x[idx[i] (negative wraps), j]
   ProgramBuilder p;

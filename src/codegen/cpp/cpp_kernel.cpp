@@ -93,6 +93,15 @@ class CppKernelBuilder {
   void emit_pointwise_inner_loop(IndentedBuffer& out, const sym::Expr& var, const sym::Expr& size,
                                  bool vectorize, bool simd);
   void emit_pass(IndentedBuffer& out, bool vector, const sym::Expr& var);
+  /// `[#pragma omp simd] for (v = lo; v < hi; ++v)` around each pass's members in turn (the
+  /// pragma when no pass leaves a mask or an indirect load).
+  void emit_passes_loop(IndentedBuffer& out, const std::string& v, int64_t lo, int64_t hi,
+                        std::vector<LoopPass>& passes);
+  /// The inner loop over `var` split at the constants its comparisons cross, or unrolled by the
+  /// residues of the constants its indices divide it by (emit_pointwise_inner_loop); false
+  /// (nothing emitted) when that does not apply.
+  bool emit_split_by_ranges(IndentedBuffer& out, const sym::Expr& var, int64_t size);
+  bool emit_unrolled_residues(IndentedBuffer& out, const sym::Expr& var, int64_t size);
   void emit_reduction(IndentedBuffer& out);
   bool runs_across_outputs() const;
   void emit_across_outputs(IndentedBuffer& out, int64_t lanes);
@@ -251,80 +260,89 @@ void CppKernelBuilder::emit_pass(IndentedBuffer& out, bool vector, const sym::Ex
 constexpr size_t kMaxLoopRanges = 64;
 constexpr int64_t kMaxUnrolledResidues = 8;
 
+void CppKernelBuilder::emit_passes_loop(IndentedBuffer& out, const std::string& v, int64_t lo,
+                                        int64_t hi, std::vector<LoopPass>& passes) {
+  bool simd = true;
+  for (const LoopPass& pass : passes) {
+    for (auto& m : members_) simd = simd && !m->has_indirect_or_mask(&pass);
+  }
+  if (simd) out.line("#pragma omp simd");
+  out.linef("for (int64_t {0} = {1}; {0} < {2}; ++{0}) {{", v, lo, hi);
+  {
+    auto _ = out.scope();
+    for (LoopPass& pass : passes) {
+      for (auto& m : members_) m->emit_loop_body(out, pass);
+    }
+  }
+  out.line("}");
+}
+
+bool CppKernelBuilder::emit_split_by_ranges(IndentedBuffer& out, const sym::Expr& var,
+                                            int64_t size) {
+  std::set<int64_t> points;
+  for (auto& m : members_) m->range_boundaries(var, size, points);
+  if (points.empty() || points.size() >= kMaxLoopRanges) return false;
+  points.insert(0);
+  points.insert(size);
+  for (auto it = points.begin(); std::next(it) != points.end(); ++it) {
+    std::vector<LoopPass> passes(1);
+    passes[0].vector_var = passes[0].range_var = var;
+    passes[0].ranged = true;
+    passes[0].range_lo = *it;
+    passes[0].range_hi = *std::next(it);
+    emit_passes_loop(out, ctx_.cpp(var), *it, *std::next(it), passes);
+  }
+  return true;
+}
+
+bool CppKernelBuilder::emit_unrolled_residues(IndentedBuffer& out, const sym::Expr& var,
+                                              int64_t size) {
+  std::set<int64_t> divisors;
+  for (auto& m : members_) {
+    if (!m->index_divisors(var, divisors)) return false;
+  }
+  int64_t k = divisors.empty() ? 0 : 1;  // the divisors' least common multiple
+  for (int64_t d : divisors) {
+    if (d == 0 || k > kMaxUnrolledResidues) return false;
+    k = std::lcm(k, d);
+  }
+  if (k < 2 || k > kMaxUnrolledResidues || size % k != 0) return false;
+  const sym::Expr q = sym::Expr::symbol(ctx_.cpp(var) + "_q", sym::SymbolKind::kIndex);
+  sym::Analyzer analyzer = ctx_.analyzer;
+  analyzer.bind_index(q, sym::Expr(size / k));
+  std::vector<LoopPass> passes(static_cast<size_t>(k));
+  for (int64_t g = 0; g < k; ++g) {
+    LoopPass& pass = passes[static_cast<size_t>(g)];
+    pass.vector_var = var;
+    pass.ranged = true;
+    pass.range_var = q;
+    pass.range_hi = size / k;
+    pass.substitution = {{var, sym::Expr(k) * q + sym::Expr(g)}};
+    pass.analyzer = &analyzer;
+  }
+  emit_passes_loop(out, ctx_.cpp(q), 0, size / k, passes);
+  return true;
+}
+
 void CppKernelBuilder::emit_pointwise_inner_loop(IndentedBuffer& out, const sym::Expr& var,
                                                  const sym::Expr& size, bool vectorize, bool simd) {
   std::string v = ctx_.cpp(var);
   std::string n = ctx_.cpp(size);
-  // A scalar loop whose body compares the loop variable with constants (a Concat or a Pad
-  // along the innermost dim: each element selects among the parts through masked loads) runs as
-  // one loop per range between the constants, each with only the part live there: no selects,
-  // no masks, contiguous loads the C++ compiler vectorizes. A channels-last Concat of 13 parts
-  // had every element load all 13 under their masks.
-  const std::optional<int64_t> static_size = size.as_integer();
-  std::set<int64_t> points;
-  if (!vectorize && static_size) {
-    for (auto& m : members_) m->range_boundaries(var, *static_size, points);
-  }
-  if (!points.empty() && points.size() < kMaxLoopRanges) {
-    points.insert(0);
-    points.insert(*static_size);
-    for (auto it = points.begin(); std::next(it) != points.end(); ++it) {
-      LoopPass pass;
-      pass.vector_var = var;
-      pass.ranged = true;
-      pass.range_var = var;
-      pass.range_lo = *it;
-      pass.range_hi = *std::next(it);
-      bool range_simd = true;
-      for (auto& m : members_) range_simd = range_simd && !m->has_indirect_or_mask(&pass);
-      if (range_simd) out.line("#pragma omp simd");
-      out.linef("for (int64_t {0} = {1}; {0} < {2}; ++{0}) {{", v, pass.range_lo, pass.range_hi);
-      {
-        auto _ = out.scope();
-        for (auto& m : members_) m->emit_loop_body(out, pass);
-      }
-      out.line("}");
+  // A scalar loop of static size whose body compares the loop variable with constants (a
+  // Concat or a Pad along the innermost dim: each element selects among the parts through
+  // masked loads) runs as one loop per range between the constants, each with only the part
+  // live there: no selects, no masks, contiguous loads the C++ compiler vectorizes (a
+  // channels-last Concat of 13 parts had every element load all 13 under their masks). One
+  // whose indices divide the loop variable by constants or take it modulo them (a channel
+  // shuffle: element c reads c / 2 of the part c % 2 picks) runs over q = c / k, k their least
+  // common multiple, with the k residues unrolled inside: in each copy c = k * q + g with g
+  // constant, so the divisions, moduli and the selects on them fold and each copy reads
+  // contiguously along q; the C++ compiler interleaves the copies' stores.
+  if (const std::optional<int64_t> static_size = size.as_integer(); !vectorize && static_size) {
+    if (emit_split_by_ranges(out, var, *static_size) ||
+        emit_unrolled_residues(out, var, *static_size)) {
+      return;
     }
-    return;
-  }
-  // A scalar loop whose indices divide the loop variable by a constant k or take it modulo k
-  // (a channel shuffle: element c of the output reads c / 2 of one of two inputs, which c % 2
-  // picks) runs over q = c / k with the k residues unrolled inside: in each copy c = k * q + g
-  // with g constant, so the divisions and moduli fold, the selects on them too, and every copy
-  // reads contiguously along q; the C++ compiler interleaves the copies' stores.
-  std::set<int64_t> divisors;
-  bool divisible = !vectorize && static_size;
-  for (auto& m : members_) divisible = divisible && m->index_divisors(var, divisors);
-  int64_t k = divisors.empty() || divisors.count(0) ? 0 : 1;  // their least common multiple
-  for (int64_t d : divisors) k = k > kMaxUnrolledResidues ? k : std::lcm(k, d);
-  if (divisible && k >= 2 && k <= kMaxUnrolledResidues && *static_size % k == 0) {
-    const sym::Expr q = sym::Expr::symbol(v + "_q", sym::SymbolKind::kIndex);
-    sym::Analyzer analyzer = ctx_.analyzer;
-    analyzer.bind_index(q, sym::Expr(*static_size / k));
-    std::vector<LoopPass> passes(static_cast<size_t>(k));
-    bool unrolled_simd = true;
-    for (int64_t g = 0; g < k; ++g) {
-      LoopPass& pass = passes[static_cast<size_t>(g)];
-      pass.vector_var = var;
-      pass.ranged = true;
-      pass.range_var = q;
-      pass.range_lo = 0;
-      pass.range_hi = *static_size / k;
-      pass.substitution = {{var, sym::Expr(k) * q + sym::Expr(g)}};
-      pass.analyzer = &analyzer;
-      for (auto& m : members_) unrolled_simd = unrolled_simd && !m->has_indirect_or_mask(&pass);
-    }
-    const std::string qv = ctx_.cpp(q);
-    if (unrolled_simd) out.line("#pragma omp simd");
-    out.linef("for (int64_t {0} = 0; {0} < {1}; ++{0}) {{", qv, *static_size / k);
-    {
-      auto _ = out.scope();
-      for (LoopPass& pass : passes) {
-        for (auto& m : members_) m->emit_loop_body(out, pass);
-      }
-    }
-    out.line("}");
-    return;
   }
   if (!vectorize) {
     if (simd) out.line("#pragma omp simd");

@@ -186,22 +186,17 @@ std::optional<std::pair<int64_t, int64_t>> MemberEmitter::index_difference(
 
 void MemberEmitter::range_boundaries(const sym::Expr& var, int64_t size,
                                      std::set<int64_t>& points) const {
-  std::set<int64_t> all;
-  range_starts(var, all);
-  for (int64_t p : all) {
+  auto add = [&](int64_t p) {
     if (p > 0 && p < size) points.insert(p);
-  }
-}
-
-void MemberEmitter::range_starts(const sym::Expr& var, std::set<int64_t>& points) const {
+  };
   for (const ir::Op& op : body_.ops()) {
     const auto diff = index_difference(op, var);
     if (!diff || diff->first == 0) continue;
     // The comparison is a test of d = coef * var + c: d <= t (Lt: t = -1, Le: t = 0), d >= t
     // (Gt: 1, Ge: 0) or d == 0 (Eq, Ne). A range starts where the test changes value.
     const auto [coef, c] = *diff;
-    auto at_most = [&](int64_t t) { points.insert(coef == 1 ? t - c + 1 : c - t); };
-    auto at_least = [&](int64_t t) { points.insert(coef == 1 ? t - c : c - t + 1); };
+    auto at_most = [&](int64_t t) { add(coef == 1 ? t - c + 1 : c - t); };
+    auto at_least = [&](int64_t t) { add(coef == 1 ? t - c : c - t + 1); };
     switch (op.code) {
       case OpCode::kLt:
         at_most(-1);

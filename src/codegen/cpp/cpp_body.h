@@ -145,8 +145,6 @@ class MemberEmitter {
   void update_accumulator(ir::ValueId id, const std::string& v, IndentedBuffer& out,
                           LoopPass& pass);
   bool op_vectorizable(const ir::Op& op, const sym::Expr& var, bool strided_loads) const;
-  /// Every position of `var` where one of the member's comparisons changes value.
-  void range_starts(const sym::Expr& var, std::set<int64_t>& points) const;
   /// For a comparison of two index expressions whose difference is c + coef * var (coef 1, -1
   /// or 0, c an integer): {coef, c}.
   std::optional<std::pair<int64_t, int64_t>> index_difference(const ir::Op& op,

@@ -51,6 +51,8 @@ Writes, each into its own folder under OUT_DIR:
             Relu, Concat), a BatchNormalization of the Concat (DenseNet's order: it cannot fold
             into a convolution), a MaxPool 3x3 stride 2 pads 1 with ceil_mode (its last windows
             reach past the end pad). Files: model.onnx, x.npy, y.npy.
+  squeeze_dyn/ the same network with x: float32[batch, 3, 17, 19]. Files: model.onnx,
+            x_b{1,3}.npy, y_b{1,3}.npy.
   mobilenet_dyn/ the same network with x: float32[batch, 3, 15, 13], ending in
             GlobalAveragePool and Flatten: y float32[batch, 40]. Files: model.onnx,
             x_b{1,2}.npy, y_b{1,2}.npy.
@@ -384,7 +386,7 @@ def squeeze_params(rng):
     return params
 
 
-def squeeze_model(params):
+def squeeze_model(params, batch):
     nodes = []
     convs = {c[0]: c for c in SQUEEZE_CONVS}
 
@@ -407,7 +409,7 @@ def squeeze_model(params):
                                   name="fire_bn"))
     nodes.append(helper.make_node("MaxPool", ["fire_bn"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
                                   pads=[1, 1, 1, 1], ceil_mode=1, name="pool2"))
-    return finish(nodes, "squeeze", [2, 3, 17, 19], [2, 24, 3, 3], params)
+    return finish(nodes, "squeeze", [batch, 3, 17, 19], [batch, 24, 3, 3], params)
 
 
 def squeeze_reference(p, x):
@@ -667,10 +669,17 @@ def main(out):
 
     params = squeeze_params(np.random.default_rng(SEED + 2))
     folder = os.path.join(out, "squeeze")
-    save(squeeze_model(params), folder)
-    x = np.random.default_rng(SEED + 3).uniform(-1, 1, (2, 3, 17, 19)).astype(np.float32)
+    save(squeeze_model(params, 2), folder)
+    x_rng = np.random.default_rng(SEED + 3)
+    x = x_rng.uniform(-1, 1, (2, 3, 17, 19)).astype(np.float32)
     write(folder, "x.npy", x)
     write(folder, "y.npy", squeeze_reference(params, x))
+    folder = os.path.join(out, "squeeze_dyn")
+    save(squeeze_model(params, "batch"), folder)
+    for batch in (1, 3):
+        x = x_rng.uniform(-1, 1, (batch, 3, 17, 19)).astype(np.float32)
+        write(folder, f"x_b{batch}.npy", x)
+        write(folder, f"y_b{batch}.npy", squeeze_reference(params, x))
 
     rng = np.random.default_rng(SEED + 1)
     params = {"w1": (0.3 * rng.standard_normal((24, 40))).astype(np.float32),

@@ -140,6 +140,10 @@ mkdir -p "$out"
 grep -q "for (int64_t x[0-9]* = 11; x[0-9]* < 24; ++x[0-9]*)" "$out"/dump/5_kernels*.cpp ||
   fail "squeeze: the Concat did not run one loop per part"
 "$PYTHON" "$HERE/compare.py" "$M/squeeze/y.npy" "$out/y.npy" || fail "squeeze: output differs from numpy"
+for b in 1 3; do
+  run_case "squeeze_dyn_b$b" "$M/squeeze_dyn/model.onnx" "$M/squeeze_dyn/x_b$b.npy" \
+    "$M/squeeze_dyn/y_b$b.npy"
+done
 for b in 1 2; do
   run_case "mobilenet_dyn_b$b" "$M/mobilenet_dyn/model.onnx" "$M/mobilenet_dyn/x_b$b.npy" \
     "$M/mobilenet_dyn/y_b$b.npy"

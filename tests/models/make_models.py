@@ -95,28 +95,21 @@ def batch_norm(x, scale, bias, mean, var, eps):
         + bias.reshape(shape)
 
 
-def max_pool(x, kernel, stride):
-    n, c, h, w = x.shape
-    oh = (h - kernel) // stride + 1
-    ow = (w - kernel) // stride + 1
-    y = np.empty((n, c, oh, ow), dtype=x.dtype)
-    for i in range(oh):
-        for j in range(ow):
-            y[:, :, i, j] = x[:, :, i * stride:i * stride + kernel,
-                              j * stride:j * stride + kernel].max(axis=(2, 3))
-    return y
-
-
-def max_pool_ceil(x, kernel, stride, pad):
-    """MaxPool with ceil_mode and pads on every side: windows that would start in the end padding
-    are dropped (ONNX's rule, as PyTorch's); padding and the overhang never win."""
+def max_pool(x, kernel, stride, pad=0, ceil_mode=False):
+    """MaxPool with `pad` on every side. With ceil_mode the output size rounds up, and a window
+    that would start in the end padding is dropped (ONNX's rule, as PyTorch's); padding and the
+    overhang never win."""
     n, c, h, w = x.shape
 
     def out_size(size):
-        out = -(-(size + 2 * pad - kernel) // stride) + 1
+        span = size + 2 * pad - kernel
+        if not ceil_mode:
+            return span // stride + 1
+        out = -(-span // stride) + 1
         return out - 1 if (out - 1) * stride >= size + pad else out
     oh, ow = out_size(h), out_size(w)
-    xp = np.full((n, c, (oh - 1) * stride + kernel, (ow - 1) * stride + kernel), -np.inf)
+    xp = np.full((n, c, max(h + 2 * pad, (oh - 1) * stride + kernel),
+                  max(w + 2 * pad, (ow - 1) * stride + kernel)), -np.inf)
     xp[:, :, pad:pad + h, pad:pad + w] = x
     y = np.empty((n, c, oh, ow), dtype=x.dtype)
     for i in range(oh):
@@ -421,11 +414,11 @@ def squeeze_reference(p, x):
         return relu(conv2d(x, p[name + ".w"], p[name + ".b"], pads=(k // 2,) * 4,
                            strides=(stride, stride)))
 
-    pool1 = max_pool_ceil(conv_relu("stem", x.astype(np.float64)), 3, 2, 0)  # [N, 16, 4, 5]
+    pool1 = max_pool(conv_relu("stem", x.astype(np.float64)), 3, 2, ceil_mode=True)  # [N, 16, 4, 5]
     squeezed = conv_relu("squeeze", pool1)
     fire = np.concatenate([conv_relu("expand1", squeezed), conv_relu("expand3", squeezed)], axis=1)
     fire = batch_norm(fire, p["bn.scale"], p["bn.bias"], p["bn.mean"], p["bn.var"], 1e-3)
-    return max_pool_ceil(fire, 3, 2, 1)  # [N, 24, 3, 3]
+    return max_pool(fire, 3, 2, pad=1, ceil_mode=True)  # [N, 24, 3, 3]
 
 
 ATROUS_CONVS = (  # name, dilations (h, w), pads (top, left, bottom, right); 3x3, 16 -> 8

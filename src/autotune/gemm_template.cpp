@@ -144,18 +144,26 @@ void render_store_tile(IndentedBuffer& out, const TemplateEpilogue& epilogue) {
   out.line("");
 }
 
-// Whether the micro-kernel prefetches the next B panel into L2: where B is larger than about
-// half of L2 and the panels are the outer loop, each panel comes from memory (or L3) in the first
-// micro-kernel that reads it, at the speed of memory, and from L2 in the others, with memory idle.
-// Each micro-kernel of a panel (phase i / MR of the kMC / MR an M block holds) prefetches its
-// share of the next panel, one line request per step of K, so the next panel arrives while this
-// one computes. ResNet-50's 7 x 7 1x1 layers (M = 49, 4 MB of weights): 512 -> 2048 with the
-// residual 0.59 -> 0.43 ms, 2048 -> 512 0.62 -> 0.52; MobileNetV2's 960 -> 320 0.26 -> 0.21; the
-// decoder's vocabulary head (8 MB) -8 % (2 threads of an Emerald Rapids Xeon, in the network,
-// fastest of 9 runs). The last panel prefetches past B's K block: prefetches do not fault.
+// Whether the micro-kernel prefetches the next B panel into L2. In a network the weights of a
+// layer were last read a whole run ago, so with the panels the outer loop, each panel comes from
+// L3 or memory in the first micro-kernel that reads it, at their speed, and from L2 in the
+// others, with memory idle. Each micro-kernel of a panel (phase i / MR of the kMC / MR an M block
+// holds) prefetches its share of the next panel, one 64-byte line at a time, so the next panel
+// arrives while this one computes. Below 64 KiB of B the panels are too short for it to matter.
+//   - B above 1 MiB (prefetching then a line per step of K): ResNet-50's 7 x 7 1x1 layers (M =
+//     49, 4 MB of weights): 512 -> 2048 with the residual 0.59 -> 0.43 ms, 2048 -> 512 0.62 ->
+//     0.52; MobileNetV2's 960 -> 320 0.26 -> 0.21; the decoder's vocabulary head (8 MB) -8 % (2
+//     threads of an Emerald Rapids Xeon, in the network, fastest of 9 runs).
+//   - Down to 64 KiB, each line requested once (a request per step of K asked for the same line
+//     up to kPhases times, which cost more than it saved at AVX2: ResNet-50 -7 % on that Xeon),
+//     whole networks against the 1 MiB threshold (`kiln bench --against`, 200 rounds; a
+//     library against its own copy reads 0.996-1.000): on 2 cores of an Intel Xeon (2 MB L2 per
+//     core) MobileNetV2 +5.9 % (AVX-512) / +1.7 % (AVX2), the 4-layer encoder +8.9 % / +5.1 %,
+//     ResNet-50 +1.4 % / +0.8 %; on an AMD EPYC (Zen 4, 1 MB L2; 10 alternating rounds of
+//     `kiln bench`) MobileNetV2 at AVX2 +3.5 %, ResNet-50 unchanged.
+// The last panel prefetches past B's K block: prefetches do not fault.
 bool prefetches_next_panel(const GemmConfig& config, const GemmProblem& problem) {
-  return config.loop_order == GemmLoopOrder::kNrOuter &&
-         problem.k * problem.n * 4 > (int64_t{1} << 20);
+  return config.loop_order == GemmLoopOrder::kNrOuter && problem.k * problem.n * 4 > (64 << 10);
 }
 
 void render_micro_kernel(IndentedBuffer& out, const GemmConfig& config, const GemmProblem& problem,
@@ -207,34 +215,55 @@ void render_micro_kernel(IndentedBuffer& out, const GemmConfig& config, const Ge
       }
       out.line(line);
     }
-    if (prefetch) {
-      out.line("constexpr int64_t kPhases = (kMC + kMR - 1) / kMR;");
-      out.line("const float* pf = b + kc * kNR;");
-      out.line("// Where in the next panel this micro-kernel's prefetches start (times kPhases).");
-      out.line("const int64_t pf0 = (i0 % kMC) / kMR * kc;");
-    }
-    out.line("#pragma GCC unroll 4");
-    out.line("for (int64_t p = 0; p < kc; ++p) {");
-    {
-      auto _ = out.scope();
-      if (prefetch) {
-        out.line(
-            "_mm_prefetch(reinterpret_cast<const char*>(pf + (pf0 + p) * kNR / kPhases), "
-            "_MM_HINT_T1);");
-      }
+    // One step of K: a row of the B panel against a column of a, into the accumulators.
+    auto render_step = [&] {
       for (int v = 0; v < vectors; ++v) {
         out.linef("const {} b{} = {}_loadu_ps(b + {});", isa.vec, v, isa.prefix, v * isa.width);
       }
       for (int r = 0; r < config.mr; ++r) {
-        std::string line = fmt::format("{}const {} a{} = {};", "", isa.vec, r,
-                                       broadcast(config.isa, fmt::format("a + {} * kARow", r)));
-        out.line(line);
+        out.linef("const {} a{} = {};", isa.vec, r,
+                  broadcast(config.isa, fmt::format("a + {} * kARow", r)));
         for (int v = 0; v < vectors; ++v) {
           out.linef("{} = {}_fmadd_ps(a{}, b{}, {});", acc(r, v), isa.prefix, r, v, acc(r, v));
         }
       }
       out.line("a += kAStep;");
       out.line("b += kNR;");
+    };
+    if (prefetch) {
+      // The next panel's kc x kNR floats are shared among the kPhases micro-kernels of an M
+      // block; this one requests its share a 64-byte line at a time, one line every kPfSteps
+      // steps of K, so that each line is requested once.
+      out.line("constexpr int64_t kPhases = (kMC + kMR - 1) / kMR;");
+      out.line("constexpr int64_t kPfSteps = std::max<int64_t>(1, 16 * kPhases / kNR);");
+      out.line("const float* pf = b + kc * kNR;");
+      out.line("// Where in the next panel this micro-kernel's prefetches start (times kPhases).");
+      out.line("const int64_t pf0 = (i0 % kMC) / kMR * kc;");
+      out.line("int64_t p = 0;");
+      out.line("for (; p + kPfSteps <= kc; p += kPfSteps) {");
+      {
+        auto _ = out.scope();
+        out.line(
+            "_mm_prefetch(reinterpret_cast<const char*>(pf + (pf0 + p) * kNR / kPhases), "
+            "_MM_HINT_T1);");
+        out.line("#pragma GCC unroll 4");
+        out.line("for (int64_t q = 0; q < kPfSteps; ++q) {");
+        {
+          auto _ = out.scope();
+          render_step();
+        }
+        out.line("}");
+      }
+      out.line("}");
+      out.line("#pragma GCC unroll 4");
+      out.line("for (; p < kc; ++p) {");
+    } else {
+      out.line("#pragma GCC unroll 4");
+      out.line("for (int64_t p = 0; p < kc; ++p) {");
+    }
+    {
+      auto _ = out.scope();
+      render_step();
     }
     out.line("}");
     out.line("float* c = C + i0 * kN + j0;");

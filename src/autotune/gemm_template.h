@@ -7,8 +7,8 @@
 /// in the Goto / BLIS style: B is a constant weight packed once at compile time (prepack_b) into
 /// the panels the micro-kernel reads; A is packed per cache block into MR-row panels on the
 /// stack (or read in place); an MR x NR register-blocked micro-kernel broadcasts A and loads NR /
-/// VW vectors of B per k (AVX2 + FMA, or AVX-512), and, where B exceeds about half of L2,
-/// prefetches its share of the next B panel into L2; OpenMP threads share the (M block, N block)
+/// VW vectors of B per k (AVX2 + FMA, or AVX-512), and, where B exceeds 64 KiB, prefetches
+/// its share of the next B panel into L2; OpenMP threads share the (M block, N block)
 /// tiles. The optional epilogue is a C++ expression applied to each output element before it is
 /// stored. Tested in tests/unit/autotune/gemm_template_test.cpp; benchmarked by
 /// bench/gemm_bench.cpp.

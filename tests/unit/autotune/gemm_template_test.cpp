@@ -176,8 +176,10 @@ TEST(GemmTemplate, BadConfigsAreRejected) {
 // Every small-block config, compiled once per (N, K), run at several M (M is a run-time argument).
 TEST(GemmTemplate, MatchesTheReferenceAtAwkwardSizes) {
   codecache::CodeCache cache(fresh_dir() / "cache");
-  const std::vector<std::pair<int64_t, int64_t>> nks = {{1, 1},  {7, 17},  {17, 1},
-                                                        {1, 67}, {67, 67}, {50, 33}};
+  // 67 x 301 (80 KB of B) is above the size where the panels-outer kernels prefetch the next
+  // panel, with K a multiple of no block's prefetch stride.
+  const std::vector<std::pair<int64_t, int64_t>> nks = {{1, 1},  {7, 17},   {17, 1},
+                                                        {1, 67}, {67, 301}, {50, 33}};
   const std::vector<int64_t> ms = {1, 7, 17, 67};
   std::vector<codecache::LibrarySpec> specs;
   std::vector<std::pair<GemmConfig, GemmProblem>> cases;
@@ -185,8 +187,13 @@ TEST(GemmTemplate, MatchesTheReferenceAtAwkwardSizes) {
     if (!can_run(config)) continue;
     for (const auto& [n, k] : nks) {
       const GemmProblem problem{.n = n, .k = k};
-      specs.push_back(
-          {{{"gemm.cpp", render_gemm(config, problem, "gemm")}}, test_compiler_config()});
+      const std::string source = render_gemm(config, problem, "gemm");
+      if (n * k * 4 > (64 << 10)) {
+        EXPECT_EQ(source.find("_MM_HINT_T1") != std::string::npos,
+                  config.loop_order == GemmLoopOrder::kNrOuter)
+            << config.name();
+      }
+      specs.push_back({{{"gemm.cpp", source}}, test_compiler_config()});
       cases.emplace_back(config, problem);
     }
   }

@@ -85,7 +85,7 @@ class CppKernelBuilder {
                            const std::vector<sym::Expr>& sizes,
                            const std::function<void(IndentedBuffer&)>& prologue,
                            const std::function<void(IndentedBuffer&)>& body);
-  void emit_blocked_loops(IndentedBuffer& out, std::vector<sym::Expr> vars,
+  void emit_blocked_loops(IndentedBuffer& out, size_t at, std::vector<sym::Expr> vars,
                           std::vector<sym::Expr> sizes, int64_t block,
                           const std::function<void(IndentedBuffer&)>& body);
   void emit_pointwise(IndentedBuffer& out);
@@ -104,6 +104,7 @@ class CppKernelBuilder {
   bool emit_unrolled_residues(IndentedBuffer& out, const sym::Expr& var, int64_t size);
   void emit_reduction(IndentedBuffer& out);
   bool runs_across_outputs() const;
+  size_t across_dim() const;
   void emit_across_outputs(IndentedBuffer& out, int64_t lanes);
   void emit_outer_body(IndentedBuffer& out);
   void emit_member_in_reduction(IndentedBuffer& out, MemberEmitter& m);
@@ -229,15 +230,16 @@ void CppKernelBuilder::emit_parallel_loops(IndentedBuffer& out, const std::vecto
   out.line("});");
 }
 
-/// emit_parallel_loops over `vars` with the last one cut into blocks of `block`: the chunks step
-/// through the blocks (kiln_block), and `body` writes one block, whose part of the last variable
-/// is [kiln_block_lo, kiln_block_end).
-void CppKernelBuilder::emit_blocked_loops(IndentedBuffer& out, std::vector<sym::Expr> vars,
-                                          std::vector<sym::Expr> sizes, int64_t block,
+/// emit_parallel_loops over `vars` with vars[at] cut into blocks of `block`: the chunks step
+/// through the blocks (kiln_block), and `body` writes one block, whose part of vars[at] is
+/// [kiln_block_lo, kiln_block_end).
+void CppKernelBuilder::emit_blocked_loops(IndentedBuffer& out, size_t at,
+                                          std::vector<sym::Expr> vars, std::vector<sym::Expr> sizes,
+                                          int64_t block,
                                           const std::function<void(IndentedBuffer&)>& body) {
-  const sym::Expr size = sizes.back();
-  vars.back() = sym::Expr::symbol("kiln_block", sym::SymbolKind::kIndex);
-  sizes.back() = ctx_.analyzer.simplify(sym::ceil_div(size, sym::Expr(block)));
+  const sym::Expr size = sizes[at];
+  vars[at] = sym::Expr::symbol("kiln_block", sym::SymbolKind::kIndex);
+  sizes[at] = ctx_.analyzer.simplify(sym::ceil_div(size, sym::Expr(block)));
   emit_parallel_loops(
       out, vars, sizes, [](IndentedBuffer&) {},
       [&](IndentedBuffer& o) {
@@ -415,7 +417,7 @@ void CppKernelBuilder::emit_pointwise(IndentedBuffer& out) {
     // the C++ compiler unrolls and vectorizes along the longer loop.
     constexpr int64_t kAlong = 256;
     const std::string along = ctx_.cpp(vars.back());
-    emit_blocked_loops(out, vars, sizes, kAlong, [&](IndentedBuffer& o) {
+    emit_blocked_loops(out, vars.size() - 1, vars, sizes, kAlong, [&](IndentedBuffer& o) {
       o.linef("for (int64_t {0} = kiln_block_lo; {0} < kiln_block_end; ++{0}) {{", along);
       {
         auto _ = o.scope();
@@ -547,7 +549,7 @@ void CppKernelBuilder::emit_reduction(IndentedBuffer& out) {
   }
   if (runs_across_outputs()) {
     constexpr int64_t kAcross = 64;
-    emit_blocked_loops(out, group_.vars, group_.sizes, kAcross,
+    emit_blocked_loops(out, across_dim(), group_.vars, group_.sizes, kAcross,
                        [&](IndentedBuffer& o) { emit_across_outputs(o, kAcross); });
     return;
   }
@@ -560,7 +562,7 @@ void CppKernelBuilder::emit_reduction(IndentedBuffer& out) {
       [&](IndentedBuffer& o) { emit_outer_body(o); });
 }
 
-/// Whether a reduction kernel runs blocks of outputs along the last outer dim together
+/// Whether a reduction kernel runs blocks of outputs along an outer dim (across_dim) together
 /// (emit_across_outputs) instead of one output at a time with the reduction loop innermost: when
 /// the reduction's innermost loop strides through memory (a global average pool over
 /// channels-last activations reads with a stride of C) and the neighbouring outputs read and
@@ -568,12 +570,13 @@ void CppKernelBuilder::emit_reduction(IndentedBuffer& out) {
 /// only for sums, products, maxima and minima.
 bool CppKernelBuilder::runs_across_outputs() const {
   if (!options_.vectorize || group_.vars.empty() || group_.reduce_vars.empty()) return false;
-  if (!fills_a_vector(group_.sizes.back())) return false;
+  const size_t at = across_dim();
+  if (!fills_a_vector(group_.sizes[at])) return false;
   for (const auto& [name, storage] : ctx_.locals) {
     if (storage == LocalStorage::kScratch) return false;
   }
   for (const auto& m : members_) {
-    if (m->has_indirect_or_mask() || !m->unit_stride_along(group_.vars.back())) return false;
+    if (m->has_indirect_or_mask() || !m->unit_stride_along(group_.vars[at])) return false;
     if (m->member().kind == MemberKind::kReduction &&
         (m->can_vectorize(group_.reduce_vars.back()) || !m->plain_reductions()))
       return false;
@@ -581,15 +584,24 @@ bool CppKernelBuilder::runs_across_outputs() const {
   return true;
 }
 
-/// One block of `lanes` outputs along the last outer dim ([kiln_block_lo, kiln_block_end) of
-/// emit_blocked_loops): each reduction
+/// The outer dim whose outputs runs_across_outputs takes together: the last one of a size other
+/// than 1. The dims after it have a single output each, as the kept dims of a ReduceMean over H
+/// and W ([N, C, 1, 1] from channels-last activations, a squeeze-excitation's mean).
+size_t CppKernelBuilder::across_dim() const {
+  size_t at = group_.sizes.size() - 1;
+  while (at > 0 && group_.sizes[at].as_integer() == std::optional<int64_t>(1)) --at;
+  return at;
+}
+
+/// One block of `lanes` outputs along the outer dim across_dim() ([kiln_block_lo,
+/// kiln_block_end) of emit_blocked_loops): each reduction
 /// accumulates into an array over the block, the reduction loops outside and the loop across the
 /// block's outputs inside, which reads neighbouring elements and which the C++ compiler
 /// vectorizes; each output's lane adds its elements in the order of the one-output loop. The
 /// kernel-local values are arrays over the block too, and the members after a reduction run in
 /// loops across the block.
 void CppKernelBuilder::emit_across_outputs(IndentedBuffer& out, int64_t lanes) {
-  const std::string v = ctx_.cpp(group_.vars.back());
+  const std::string v = ctx_.cpp(group_.vars[across_dim()]);
   const std::string lane = fmt::format("{} - kiln_block_lo", v);
   for (const auto& [name, storage] : ctx_.locals) {
     std::string& local = ctx_.local_names.at(name);

@@ -500,8 +500,10 @@ std::string MemberEmitter::scalar_op(const ir::Op& op, const std::vector<std::st
           name, args[0], size);
       return name;
     }
-    default:
-      return format_op(cpp_op_templates(op.code).scalar, args);
+    default: {
+      const char* simd = pass.simd_math ? cpp_simd_math_form(op) : nullptr;
+      return format_op(simd != nullptr ? simd : cpp_op_templates(op.code).scalar, args);
+    }
   }
 }
 

@@ -48,6 +48,10 @@ struct KernelContext {
 struct LoopPass {
   bool vector = false;
   sym::Expr vector_var;
+  /// A scalar pass in a loop the C++ compiler vectorizes (across a reduction's outputs): float32
+  /// exp, log, tanh, erf and sigmoid take their cpp_simd_math_form, so that the loop stays a
+  /// vector loop.
+  bool simd_math = false;
   std::map<std::string, std::string> forwarded;
   /// Stores to these buffers (kernel parameters) assign the named variable instead of writing
   /// memory: the CUDA backend's vectorized pointwise kernels gather a thread's elements and

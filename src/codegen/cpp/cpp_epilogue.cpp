@@ -29,28 +29,6 @@ bool has_scalar_form(const ir::Op& op) {
   }
 }
 
-/// For a float32 exp, log, tanh, erf or sigmoid, the form through kiln_simd_math.h's functions,
-/// which a template's epilogue loop runs a vector at a time (libm's, in the op table's scalar
-/// form, keep the loop scalar): Sleef's vector exp and log, inline polynomials for erf and tanh
-/// (GELU's, 3-4x faster than Sleef's); nullptr for every other op.
-const char* simd_math_form(const ir::Op& op) {
-  if (op.dtype != graph::DType::kFloat32) return nullptr;
-  switch (op.code) {
-    case OpCode::kExp:
-      return "kiln_simd_exp({0})";
-    case OpCode::kLog:
-      return "kiln_simd_log({0})";
-    case OpCode::kTanh:
-      return "kiln_fast_tanh({0})";
-    case OpCode::kErf:
-      return "kiln_fast_erf({0})";
-    case OpCode::kSigmoid:
-      return "(1.0f / (1.0f + kiln_simd_exp(-{0})))";
-    default:
-      return nullptr;
-  }
-}
-
 /// The vector form (TemplateEpilogue::vector_expr's kv_ helpers) of a float32 arithmetic op,
 /// or nullptr: the ops of bias, activation-clamp and residual epilogues.
 const char* vector_form(const ir::Op& op) {
@@ -246,7 +224,7 @@ EpilogueCode epilogue_code(const ir::Buffer& fused) {
           value = fmt::format("({} ? {} : {})", operands.at(0), operands.at(1), operands.at(2));
           break;
         default: {
-          const char* tmpl = simd_math_form(op);
+          const char* tmpl = cpp_simd_math_form(op);
           if (tmpl == nullptr) tmpl = cpp_op_templates(op.code).scalar;
           if (tmpl == nullptr) return fail("an op without a scalar form");
           value = format_op(tmpl, operands);

@@ -617,6 +617,15 @@ void CppKernelBuilder::emit_across_outputs(IndentedBuffer& out, int64_t lanes) {
     }
     out.line("}");
   };
+  // A member's body in the loop across outputs, its exp, log, tanh, erf and sigmoid in forms
+  // the C++ compiler calls a vector at a time, so that the loop stays a vector loop.
+  auto across_body = [&](MemberEmitter& m) {
+    across([&] {
+      LoopPass pass;
+      pass.simd_math = true;
+      m.emit_loop_body(out, pass);
+    });
+  };
   for (auto& m : members_) {
     out.linef("{{  // {}", m->member().buffer->name);
     {
@@ -629,10 +638,7 @@ void CppKernelBuilder::emit_across_outputs(IndentedBuffer& out, int64_t lanes) {
                     ctx_.cpp(group_.reduce_sizes[k]));
           out.indent();
         }
-        across([&] {
-          LoopPass pass;
-          m->emit_loop_body(out, pass);
-        });
+        across_body(*m);
         for (size_t k = 0; k < n; ++k) {
           out.dedent();
           out.line("}");
@@ -642,10 +648,7 @@ void CppKernelBuilder::emit_across_outputs(IndentedBuffer& out, int64_t lanes) {
         KILN_CHECK(m->member().kind == MemberKind::kPointwiseOuter,
                    "{}: a member over the reduction dims in a loop across outputs",
                    m->member().buffer->name);
-        across([&] {
-          LoopPass pass;
-          m->emit_loop_body(out, pass);
-        });
+        across_body(*m);
       }
     }
     out.line("}");

@@ -295,4 +295,22 @@ std::string cpp_reduction_init(ir::ReductionType type, graph::DType dtype) {
   return "{}";
 }
 
+const char* cpp_simd_math_form(const ir::Op& op) {
+  if (op.dtype != graph::DType::kFloat32) return nullptr;
+  switch (op.code) {
+    case OpCode::kExp:
+      return "kiln_simd_exp({0})";
+    case OpCode::kLog:
+      return "kiln_simd_log({0})";
+    case OpCode::kTanh:
+      return "kiln_fast_tanh({0})";
+    case OpCode::kErf:
+      return "kiln_fast_erf({0})";
+    case OpCode::kSigmoid:
+      return "(1.0f / (1.0f + kiln_simd_exp(-{0})))";
+    default:
+      return nullptr;
+  }
+}
+
 }  // namespace kiln::codegen

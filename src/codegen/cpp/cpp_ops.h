@@ -23,6 +23,13 @@ struct CppOpTemplates {
 /// The table entry of `code` (a switch over every OpCode, so new ops fail to compile).
 const CppOpTemplates& cpp_op_templates(ir::OpCode code);
 
+/// For a float32 exp, log, tanh, erf or sigmoid, the scalar form through kiln_simd_math.h's
+/// functions, which a loop the C++ compiler vectorizes runs a vector at a time (libm's, in the
+/// table's scalar form, keep the loop scalar): Sleef's vector exp and log, inline polynomials for
+/// erf and tanh (GELU's, 3-4x faster than Sleef's); nullptr for every other op. Template
+/// epilogues and the loops across a reduction's outputs use it.
+const char* cpp_simd_math_form(const ir::Op& op);
+
 /// The C++ type of a compute dtype (float16/bfloat16 compute as float).
 std::string_view cpp_compute_type(graph::DType dtype);
 

@@ -53,6 +53,12 @@ Writes, each into its own folder under OUT_DIR:
             reach past the end pad). Files: model.onnx, x.npy, y.npy.
   squeeze_dyn/ the same network with x: float32[batch, 3, 17, 19]. Files: model.onnx,
             x_b{1,3}.npy, y_b{1,3}.npy.
+  se/       x: float32[2, 3, 15, 13] -> y: float32[2, 70]. EfficientNet's MBConv pattern with SiLU
+            as Sigmoid and Mul: a 3x3 stride-2 stem (16 channels), a depthwise 3x3, a
+            squeeze-excitation (ReduceMean over H and W with keepdims, 1x1 to 4 + SiLU, 1x1 to 16,
+            Sigmoid, Mul into the depthwise output), a 1x1 projection to 24, a 1x1 head to 70 +
+            SiLU (70: one block of 64 channels and a part), ReduceMean with keepdims, Flatten.
+            Files: model.onnx, x.npy, y.npy.
   mobilenet_dyn/ the same network with x: float32[batch, 3, 15, 13], ending in
             GlobalAveragePool and Flatten: y float32[batch, 40]. Files: model.onnx,
             x_b{1,2}.npy, y_b{1,2}.npy.
@@ -421,6 +427,72 @@ def squeeze_reference(p, x):
     return max_pool(fire, 3, 2, pad=1, ceil_mode=True)  # [N, 24, 3, 3]
 
 
+SE_CONVS = (  # name, input channels, output channels, kernel, stride, group
+    ("stem", 3, 16, 3, 2, 1), ("dw", 16, 16, 3, 1, 16), ("se_reduce", 16, 4, 1, 1, 1),
+    ("se_expand", 4, 16, 1, 1, 1), ("project", 16, 24, 1, 1, 1), ("head", 24, 70, 1, 1, 1))
+
+
+def se_params(rng):
+    params = {}
+    for name, cin, cout, k, _, group in SE_CONVS:
+        fan_in = cin // group * k * k
+        params[name + ".w"] = (np.sqrt(2 / fan_in) *
+                               rng.standard_normal((cout, cin // group, k, k))).astype(np.float32)
+        params[name + ".b"] = (0.1 * rng.standard_normal(cout)).astype(np.float32)
+    return params
+
+
+def se_model(params):
+    nodes = []
+    convs = {c[0]: c for c in SE_CONVS}
+
+    def conv(name, x):
+        _, _, _, k, stride, group = convs[name]
+        nodes.append(helper.make_node("Conv", [x, name + ".w", name + ".b"], [name + ".c"],
+                                      kernel_shape=[k, k], strides=[stride, stride],
+                                      pads=[k // 2] * 4, group=group, name=name))
+        return name + ".c"
+
+    def silu(x):
+        nodes.append(helper.make_node("Sigmoid", [x], [x + ".sig"], name=x + "_sigmoid"))
+        nodes.append(helper.make_node("Mul", [x, x + ".sig"], [x + ".silu"], name=x + "_silu"))
+        return x + ".silu"
+
+    def mean(x, out):
+        nodes.append(helper.make_node("ReduceMean", [x], [out], axes=[2, 3], keepdims=1,
+                                      name=out))
+        return out
+
+    d = silu(conv("dw", silu(conv("stem", "x"))))
+    scale = conv("se_expand", silu(conv("se_reduce", mean(d, "se_mean"))))
+    nodes.append(helper.make_node("Sigmoid", [scale], ["se_gate"], name="se_gate"))
+    nodes.append(helper.make_node("Mul", [d, "se_gate"], ["se_out"], name="se_scale"))
+    pooled = mean(silu(conv("head", conv("project", "se_out"))), "head_mean")
+    nodes.append(helper.make_node("Flatten", [pooled], ["y"], name="flatten"))
+    return finish(nodes, "se", [2, 3, 15, 13], [2, 70], params)
+
+
+def se_reference(p, x):
+    p = {k: v.astype(np.float64) for k, v in p.items()}
+    convs = {c[0]: c for c in SE_CONVS}
+
+    def conv(name, x):
+        _, cin, cout, k, stride, group = convs[name]
+        w, cg, mg = p[name + ".w"], cin // group, cout // group
+        return np.concatenate([conv2d(x[:, g * cg:(g + 1) * cg], w[g * mg:(g + 1) * mg],
+                                      p[name + ".b"][g * mg:(g + 1) * mg], pads=(k // 2,) * 4,
+                                      strides=(stride, stride)) for g in range(group)], axis=1)
+
+    def silu(x):
+        return x / (1 + np.exp(-x))
+
+    d = silu(conv("dw", silu(conv("stem", x.astype(np.float64)))))
+    gate = 1 / (1 + np.exp(-conv("se_expand", silu(conv("se_reduce",
+                                                          d.mean(axis=(2, 3), keepdims=True))))))
+    head = silu(conv("head", conv("project", d * gate)))
+    return head.mean(axis=(2, 3))
+
+
 ATROUS_CONVS = (  # name, dilations (h, w), pads (top, left, bottom, right); 3x3, 16 -> 8
     ("wide", (24, 24), (24, 24, 24, 24)),  # every tap but the centre reads padding: a 1x1
     ("top", (4, 2), (8, 2, 0, 2)),         # the top row of taps reads padding: 2x3
@@ -673,6 +745,13 @@ def main(out):
         x = x_rng.uniform(-1, 1, (batch, 3, 17, 19)).astype(np.float32)
         write(folder, f"x_b{batch}.npy", x)
         write(folder, f"y_b{batch}.npy", squeeze_reference(params, x))
+
+    params = se_params(np.random.default_rng(SEED + 4))
+    folder = os.path.join(out, "se")
+    save(se_model(params), folder)
+    x = np.random.default_rng(SEED + 5).uniform(-1, 1, (2, 3, 15, 13)).astype(np.float32)
+    write(folder, "x.npy", x)
+    write(folder, "y.npy", se_reference(params, x))
 
     rng = np.random.default_rng(SEED + 1)
     params = {"w1": (0.3 * rng.standard_normal((24, 40))).astype(np.float32),

@@ -140,6 +140,23 @@ mkdir -p "$out"
 grep -q "for (int64_t x[0-9]* = 11; x[0-9]* < 24; ++x[0-9]*)" "$out"/dump/5_kernels*.cpp ||
   fail "squeeze: the Concat did not run one loop per part"
 "$PYTHON" "$HERE/compare.py" "$M/squeeze/y.npy" "$out/y.npy" || fail "squeeze: output differs from numpy"
+# EfficientNet's squeeze-excitation and head: each ReduceMean over H and W (keepdims: outputs
+# [N, C, 1, 1]) runs blocks of channels across C (kiln_block), not a loop per channel striding
+# by C; the head's SiLU, inside its mean's loop, calls the vector-callable exp.
+echo "== se"
+out="$SCRATCH/out/se"
+mkdir -p "$out"
+"$KILN" run "$M/se/model.onnx" --input "x=$M/se/x.npy" --output-dir "$out" \
+  --cache-dir "$CACHE" --dump "$out/dump" >"$out/stdout" 2>"$out/stderr" ||
+  { cat "$out/stderr"; fail "se: kiln run failed"; }
+read -r means across < <(awk '/^extern "C" void cpp_fused_/ { k++; mean[k] = /reduce_mean/ }
+  /kiln_block_lo = kiln_block/ { if (mean[k]) blocked[k] = 1 }
+  END { n = 0; b = 0; for (i in mean) if (mean[i]) { n++; b += blocked[i] } print n, b }' \
+  "$out"/dump/5_kernels*.cpp)
+[ "$means" -eq 2 ] && [ "$across" -eq 2 ] ||
+  fail "se: $across of $means ReduceMean kernels (2 expected) run across channels"
+grep -q "kiln_simd_exp(" "$out"/dump/5_kernels*.cpp || fail "se: the head's SiLU calls libm's exp"
+"$PYTHON" "$HERE/compare.py" "$M/se/y.npy" "$out/y.npy" || fail "se: output differs from numpy"
 for b in 1 3; do
   run_case "squeeze_dyn_b$b" "$M/squeeze_dyn/model.onnx" "$M/squeeze_dyn/x_b$b.npy" \
     "$M/squeeze_dyn/y_b$b.npy"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Kiln's and ONNX Runtime's time per layer of one model, side by side.
 
-Usage: layers.py ORT_PROFILE.json KILN_PROFILE.json [KILN_PROFILE.json ...]
+Usage: layers.py [--fastest] ORT_PROFILE.json KILN_PROFILE.json [KILN_PROFILE.json ...]
 
 ORT_PROFILE is a trace of ort_bench.js --profile (every run; the first five are dropped as
 warm-up), each KILN_PROFILE one run of `kiln bench MODEL.so --profile FILE`. Prints, in Kiln's
@@ -10,7 +10,9 @@ node it matches (the median over ORT's runs) and their ratio, then ORT's nodes t
 none, and both totals. A Kiln call matches the ORT node named after one of the ONNX nodes the
 call covers, its own op's first (ORT names a fused node after its last node, with "_nchwc" for
 its blocked layout, or after its first, "matmul15/MatMulAddFusion"). Both profilers add time to each node, so the totals exceed the bench's p50s; the ratios
-of large layers are what to read. Noisy machines: compare profiles taken one after the other.
+of large layers are what to read. Noisy machines: compare profiles taken one after the other,
+and read --fastest, which takes each layer's fastest run on both sides instead of the median (on
+a host whose speed moves by phases, a median of 7 runs can put a layer at 1.5x its usual time).
 """
 import collections
 import json
@@ -19,7 +21,7 @@ import statistics
 import sys
 
 
-def kiln_layers(paths):
+def kiln_layers(paths, stat):
     runs = []
     for path in paths:
         with open(path) as f:
@@ -28,10 +30,10 @@ def kiln_layers(paths):
         runs.append([(e['name'], e['dur'] / 1000) for e in events if e.get('ph') == 'X'])
     if any(len(r) != len(runs[0]) for r in runs):
         sys.exit('layers.py: the Kiln profiles are of different libraries')
-    return [(runs[0][k][0], statistics.median(r[k][1] for r in runs)) for k in range(len(runs[0]))]
+    return [(runs[0][k][0], stat([r[k][1] for r in runs])) for k in range(len(runs[0]))]
 
 
-def ort_layers(path, warmup=5):
+def ort_layers(path, stat, warmup=5):
     with open(path) as f:
         events = json.load(f)
     times = collections.OrderedDict()
@@ -39,14 +41,18 @@ def ort_layers(path, warmup=5):
         if e.get('cat') == 'Node' and e['name'].endswith('_kernel_time'):
             times.setdefault(e['name'][:-len('_kernel_time')], []).append(e['dur'] / 1000)
     return collections.OrderedDict(
-        (name, statistics.median(t[warmup:] if len(t) > warmup else t)) for name, t in times.items())
+        (name, stat(t[warmup:] if len(t) > warmup else t)) for name, t in times.items())
 
 
 def main():
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    stat = statistics.median
+    if args and args[0] == '--fastest':
+        stat, args = min, args[1:]
+    if len(args) < 2:
         sys.exit(__doc__)
-    ort = ort_layers(sys.argv[1])
-    kiln = kiln_layers(sys.argv[2:])
+    ort = ort_layers(args[0], stat)
+    kiln = kiln_layers(args[1:], stat)
     # ORT names some fusions after their first node: "matmul15/MatMulAddFusion".
     by_first_node = collections.defaultdict(tuple)
     for name in ort:

@@ -8,7 +8,8 @@
 # bench-ort, or run.sh with BENCH_ORT_MODELS=MODEL). ONNX Runtime profiles 5 warm-up and 20 timed runs in one
 # process; Kiln profiles one run per `kiln bench --profile`, KILN_RUNS (7) times, and each layer
 # takes the median. KILN_CPU_FEATURES picks Kiln's variant as in run.sh's BENCH_ORT_VARIANT=v3;
-# with it set, ONNX Runtime is held to AVX2 as run.sh holds it (hold_avx2.sh).
+# with it set, ONNX Runtime is held to AVX2 as run.sh holds it (hold_avx2.sh). LAYERS_FASTEST=1
+# reads each layer's fastest run instead of the median (layers.py --fastest; for noisy hosts).
 # Writes the traces under BUILD_DIR/bench-ort/profiles/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -50,4 +51,7 @@ for i in $(seq "$RUNS"); do
     --profile "$OUT/$MODEL.kiln.$i.json" >/dev/null
   kiln_profiles+=("$OUT/$MODEL.kiln.$i.json")
 done
-/usr/bin/python3 bench/ort/layers.py "$(ls -t "$OUT/$MODEL".ort_*.json | head -1)" "${kiln_profiles[@]}"
+fastest=()
+[ "${LAYERS_FASTEST:-0}" = 1 ] && fastest=(--fastest)
+/usr/bin/python3 bench/ort/layers.py "${fastest[@]}" "$(ls -t "$OUT/$MODEL".ort_*.json | head -1)" \
+  "${kiln_profiles[@]}"

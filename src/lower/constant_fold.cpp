@@ -207,6 +207,24 @@ bool within_budget(double work, const std::string& what) {
 
 }  // namespace
 
+bool is_small_transposing_view(const ir::Program& program, const ir::LoopBody& body) {
+  if (body.vars().empty() || body.compute_op_count() > 0) return false;
+  const sym::Expr& last = body.vars().back();
+  if (body.sizes().back().as_integer() == std::optional<int64_t>(1)) return false;
+  bool transposes = false;
+  for (const ir::Op& op : body.ops()) {
+    if (op.code != ir::OpCode::kLoad) continue;
+    const ir::Buffer* base = program.find(op.buffer);
+    if (base == nullptr || base->kind != ir::BufferKind::kConstant || !base->constant ||
+        base->constant->nbytes() > kMaxTransposedViewBytes)
+      return false;
+    const std::optional<int64_t> step =
+        (sym::substitute(op.index, sym::Substitution{{last, last + 1}}) - op.index).as_integer();
+    transposes = transposes || !step || (*step != 0 && *step != 1);
+  }
+  return transposes;
+}
+
 std::optional<TensorValue> fold_constant(LoweringContext& ctx, const TensorValue& value) {
   if (!value.body || value.body->is_reduction() || !all_integers(value.shape)) return std::nullopt;
   if (!has_static_indices(*value.body)) return std::nullopt;
@@ -216,12 +234,12 @@ std::optional<TensorValue> fold_constant(LoweringContext& ctx, const TensorValue
   // it is consumed than to load from memory.
   if (reads.empty() || !folder.reads_foldable(reads)) return std::nullopt;
   // Views of constants cost nothing at run time (consumers inline the index remap or take a
-  // strided view) and folding them would copy the weight.
+  // strided view) and folding them would copy the weight; but not a small one that transposes.
   bool computes = value.body->compute_op_count() > 0;
   for (const std::string& name : reads) {
     computes = computes || ctx.program().find(name)->kind != ir::BufferKind::kConstant;
   }
-  if (!computes) return std::nullopt;
+  if (!computes && !is_small_transposing_view(ctx.program(), *value.body)) return std::nullopt;
   ir::Buffer target = value_buffer(ctx.program(), value);
   std::string what = ctx.node().describe();
   if (!within_budget(folder.work(target), what)) return std::nullopt;

@@ -15,6 +15,7 @@
 ///
 /// Tests: tests/unit/lower/constant_fold_test.cpp.
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 
@@ -26,6 +27,16 @@ namespace kiln::lower {
 /// The most element-ops (elements times body ops, summed over the buffers evaluated) a fold may
 /// cost; the interpreter walks ops per element, so this bounds compile time to about a second.
 inline constexpr int64_t kMaxFoldWork = 50'000'000;
+
+/// The most bytes of constant a transposing view of it is folded for (a copy when compiling).
+inline constexpr size_t kMaxTransposedViewBytes = 256 << 10;
+
+/// Whether `body` is a view of constants of at most kMaxTransposedViewBytes each that reads one
+/// with a stride other than 0 or 1 along its last dim: its readers would load it so along their
+/// vector loop and stay scalar, so fold_constant folds it into a constant of its own layout,
+/// though it computes nothing. Swin's relative position bias, a [49 * 49, heads] table read as
+/// [heads, 49, 49] in the Add before each window attention's Softmax: those Softmaxes ran scalar.
+bool is_small_transposing_view(const ir::Program& program, const ir::LoopBody& body);
 
 /// The value evaluated at compile time as a constant (ctx.from_constant: small tensors also get
 /// known contents), or nullopt when `value` is not foldable, not worth folding (already a load

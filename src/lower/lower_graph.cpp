@@ -505,7 +505,11 @@ bool GraphLowering::lower_concatenated_projections(const graph::Node& matmul) {
 TensorValue GraphLowering::settle(TensorValue value, const graph::Value& out) {
   if (value.sequence || value.none) return value;  // a sequence's tensors settled when made
   check_type(value, out);
-  if (value.known || value.known_float) return value;
+  // Values with known contents stay lazy, but for a transposed float constant (see
+  // is_small_transposing_view), which is folded.
+  const bool transposed =
+      value.known_float && value.body && is_small_transposing_view(program_, *value.body);
+  if ((value.known || value.known_float) && !transposed) return value;
   if (std::optional<TensorValue> folded = fold_constant(ctx_, value)) return *folded;
   int uses = use_count(out, graph_);
   int ops = value.body->compute_op_count();

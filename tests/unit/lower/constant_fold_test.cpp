@@ -247,10 +247,30 @@ TEST(ConstantFold, WorkOverTheBudgetStaysAtRunTime) {
 }
 
 TEST(ConstantFold, ViewOfAnInitializerStaysAView) {
-  // A transpose alone is free at run time (the kernel reads the weight through strides); folding
-  // it would only copy the weight. (A MatMul by a transposed constant packs the weight for the
-  // GEMM template instead.)
-  std::vector<float> w(12, 1.0f);
+  // Rows 1-3 of a constant keep its element order along the last dim: the kernel reads the
+  // constant as it is, at no cost, and folding the slice would only copy it.
+  std::vector<float> w(6 * 20, 1.0f);
+  GraphBuilder b;
+  Value* x = b.input("x", DType::kFloat32, {3, 20});
+  Value* weight = b.initializer(tensor(DType::kFloat32, {6, 20}, w));
+  Value* starts = b.initializer(tensor<int64_t>(DType::kInt64, {1}, {1}));
+  Value* ends = b.initializer(tensor<int64_t>(DType::kInt64, {1}, {4}));
+  b.output(b.op("Add", {x, b.op("Slice", {weight, starts, ends})}));
+  ir::Program program = lower_graph(b.graph);
+  std::vector<const ir::Buffer*> run = run_time_buffers(program);
+  ASSERT_EQ(run.size(), 1u) << program.str();
+  ASSERT_EQ(run[0]->kind, ir::BufferKind::kComputed);
+  const ir::Buffer* source = constant_read_by(program, *run[0]);
+  ASSERT_NE(source, nullptr);
+  EXPECT_EQ(source->constant->dims(), (std::vector<int64_t>{6, 20}));
+}
+
+TEST(ConstantFold, SmallTransposedInitializerIsFolded) {
+  // A transpose of a small constant is folded into a constant of its own layout: read through
+  // the transpose, its readers would load it with a stride along their vector loop and stay
+  // scalar (Swin's relative position bias before each Softmax).
+  std::vector<float> w(12);
+  for (size_t k = 0; k < w.size(); ++k) w[k] = static_cast<float>(k);
   GraphBuilder b;
   Value* x = b.input("x", DType::kFloat32, {4, 3});
   Value* weight = b.initializer(tensor(DType::kFloat32, {3, 4}, w));
@@ -258,11 +278,29 @@ TEST(ConstantFold, ViewOfAnInitializerStaysAView) {
   ir::Program program = lower_graph(b.graph);
   std::vector<const ir::Buffer*> run = run_time_buffers(program);
   ASSERT_EQ(run.size(), 1u) << program.str();
-  ASSERT_EQ(run[0]->kind, ir::BufferKind::kComputed);
-  // The kernel reads the weight as it is, [3, 4]: no transposed copy was folded.
   const ir::Buffer* source = constant_read_by(program, *run[0]);
   ASSERT_NE(source, nullptr);
-  EXPECT_EQ(source->constant->dims(), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(source->constant->dims(), (std::vector<int64_t>{4, 3}));
+  std::vector<float> xs(12, 0.5f);
+  Tensor y = ir::interpret(program, {{"x", tensor(DType::kFloat32, {4, 3}, xs)}})
+                 .at(b.graph.outputs()[0]->name());
+  for (size_t r = 0; r < 4; ++r) {
+    for (size_t c = 0; c < 3; ++c) EXPECT_EQ(y.values<float>()[r * 3 + c], w[c * 4 + r] + 0.5f);
+  }
+}
+
+TEST(ConstantFold, LargeTransposedInitializerStaysAView) {
+  // Above 256 KiB a transposed constant is read through the transpose: folding would copy it.
+  GraphBuilder b;
+  Value* x = b.input("x", DType::kFloat32, {256, 300});
+  Value* weight = b.initializer(tensor(DType::kFloat32, {300, 256}, std::vector<float>(76800)));
+  b.output(b.op("Add", {x, b.op("Transpose", {weight})}));
+  ir::Program program = lower_graph(b.graph);
+  std::vector<const ir::Buffer*> run = run_time_buffers(program);
+  ASSERT_EQ(run.size(), 1u) << program.str();
+  const ir::Buffer* source = constant_read_by(program, *run[0]);
+  ASSERT_NE(source, nullptr);
+  EXPECT_EQ(source->constant->dims(), (std::vector<int64_t>{300, 256}));
 }
 
 TEST(ConstantFold, ConstantOnlyBufferOfTheProgramBecomesAConstant) {

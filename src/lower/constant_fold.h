@@ -40,9 +40,10 @@ bool is_small_transposing_view(const ir::Program& program, const ir::LoopBody& b
 
 /// The value evaluated at compile time as a constant (ctx.from_constant: small tensors also get
 /// known contents), or nullopt when `value` is not foldable, not worth folding (already a load
-/// of a constant buffer, only a view of constants: free at run time and folding would copy the
-/// weight, or a generator reading no buffer at all), over budget, or its evaluation fails (e.g. an
-/// out-of-range constant index: that error is left to the run-time check).
+/// of a constant buffer, only a view of constants other than a small transposing one: free at
+/// run time and folding would copy the weight, or a generator reading no buffer at all), over
+/// budget, or its evaluation fails (e.g. an out-of-range constant index: that error is left to
+/// the run-time check).
 std::optional<TensorValue> fold_constant(LoweringContext& ctx, const TensorValue& value);
 
 /// The clean-up after lowering: prune_unreachable_buffers, fold_constant_buffers, and

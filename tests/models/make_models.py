@@ -76,8 +76,14 @@ BATCHES = (1, 3, 8, 0)  # 0: an empty batch, which the MLP can take
 
 # --- numpy references ----------------------------------------------------------------------------
 
-def conv2d(x, w, b, pads, strides):
-    """x: [N, C, H, W], w: [M, C, KH, KW], b: [M]; pads (top, left, bottom, right)."""
+def conv2d(x, w, b, pads, strides, group=1):
+    """x: [N, C, H, W], w: [M, C / group, KH, KW], b: [M]; pads (top, left, bottom, right). Each
+    group's output channels come from its own input channels (depthwise: one each)."""
+    if group > 1:
+        cg, mg = x.shape[1] // group, w.shape[0] // group
+        return np.concatenate([conv2d(x[:, g * cg:(g + 1) * cg], w[g * mg:(g + 1) * mg],
+                                      b[g * mg:(g + 1) * mg], pads, strides)
+                               for g in range(group)], axis=1)
     n, c, h, wd = x.shape
     m, c2, kh, kw = w.shape
     assert c == c2
@@ -93,6 +99,13 @@ def conv2d(x, w, b, pads, strides):
             patch = xp[:, :, i * sh:i * sh + kh, j * sw:j * sw + kw]  # [N, C, KH, KW]
             y[:, :, i, j] = np.tensordot(patch, w, axes=([1, 2, 3], [1, 2, 3]))
     return y + b.reshape(1, m, 1, 1)
+
+
+def he_weight(rng, cin, cout, k, group=1):
+    """A float32 convolution weight [cout, cin / group, k, k], normal with variance 2 / fan-in."""
+    fan_in = cin // group * k * k
+    return (np.sqrt(2 / fan_in) *
+            rng.standard_normal((cout, cin // group, k, k))).astype(np.float32)
 
 
 def batch_norm(x, scale, bias, mean, var, eps):
@@ -300,9 +313,7 @@ MOBILENET_CONVS = (  # name, input channels, output channels, kernel, stride, gr
 def mobilenet_params(rng):
     params = {}
     for name, cin, cout, k, _, group in MOBILENET_CONVS:
-        fan_in = cin // group * k * k
-        params[name + ".w"] = (np.sqrt(2 / fan_in) *
-                               rng.standard_normal((cout, cin // group, k, k))).astype(np.float32)
+        params[name + ".w"] = he_weight(rng, cin, cout, k, group)
         params[name + ".scale"] = (1 + 0.2 * rng.standard_normal(cout)).astype(np.float32)
         params[name + ".bias"] = (0.1 * rng.standard_normal(cout)).astype(np.float32)
         params[name + ".mean"] = (0.1 * rng.standard_normal(cout)).astype(np.float32)
@@ -349,13 +360,9 @@ def mobilenet_reference(p, x, pool):
     convs = {c[0]: c for c in MOBILENET_CONVS}
 
     def conv_bn(name, x, clip=True):
-        _, cin, cout, k, stride, group = convs[name]
-        w = p[name + ".w"]
-        # Each group's output channels from its own input channels (depthwise: one each).
-        cg, mg = cin // group, cout // group
-        c = np.concatenate([conv2d(x[:, g * cg:(g + 1) * cg], w[g * mg:(g + 1) * mg],
-                                   np.zeros(mg), pads=(k // 2,) * 4, strides=(stride, stride))
-                            for g in range(group)], axis=1)
+        _, _, cout, k, stride, group = convs[name]
+        c = conv2d(x, p[name + ".w"], np.zeros(cout), pads=(k // 2,) * 4, strides=(stride, stride),
+                   group=group)
         n = batch_norm(c, p[name + ".scale"], p[name + ".bias"], p[name + ".mean"],
                        p[name + ".var"], 1e-5)
         return np.clip(n, 0, 6) if clip else n
@@ -375,8 +382,7 @@ SQUEEZE_CONVS = (  # name, input channels, output channels, kernel, stride
 def squeeze_params(rng):
     params = {}
     for name, cin, cout, k, _ in SQUEEZE_CONVS:
-        params[name + ".w"] = (np.sqrt(2 / (cin * k * k)) *
-                               rng.standard_normal((cout, cin, k, k))).astype(np.float32)
+        params[name + ".w"] = he_weight(rng, cin, cout, k)
         params[name + ".b"] = (0.1 * rng.standard_normal(cout)).astype(np.float32)
     params["bn.scale"] = (1 + 0.2 * rng.standard_normal(24)).astype(np.float32)
     params["bn.bias"] = (0.1 * rng.standard_normal(24)).astype(np.float32)
@@ -435,9 +441,7 @@ SE_CONVS = (  # name, input channels, output channels, kernel, stride, group
 def se_params(rng):
     params = {}
     for name, cin, cout, k, _, group in SE_CONVS:
-        fan_in = cin // group * k * k
-        params[name + ".w"] = (np.sqrt(2 / fan_in) *
-                               rng.standard_normal((cout, cin // group, k, k))).astype(np.float32)
+        params[name + ".w"] = he_weight(rng, cin, cout, k, group)
         params[name + ".b"] = (0.1 * rng.standard_normal(cout)).astype(np.float32)
     return params
 
@@ -477,11 +481,9 @@ def se_reference(p, x):
     convs = {c[0]: c for c in SE_CONVS}
 
     def conv(name, x):
-        _, cin, cout, k, stride, group = convs[name]
-        w, cg, mg = p[name + ".w"], cin // group, cout // group
-        return np.concatenate([conv2d(x[:, g * cg:(g + 1) * cg], w[g * mg:(g + 1) * mg],
-                                      p[name + ".b"][g * mg:(g + 1) * mg], pads=(k // 2,) * 4,
-                                      strides=(stride, stride)) for g in range(group)], axis=1)
+        _, _, _, k, stride, group = convs[name]
+        return conv2d(x, p[name + ".w"], p[name + ".b"], pads=(k // 2,) * 4,
+                      strides=(stride, stride), group=group)
 
     def silu(x):
         return x / (1 + np.exp(-x))

@@ -29,17 +29,25 @@ fail() {
 
 "$PYTHON" "$HERE/make_models.py" "$SCRATCH/models" || fail "make_models.py failed"
 
+# run_kiln NAME MODEL INPUT [ARG...]: `kiln run` of MODEL on x=INPUT with the extra arguments,
+# its outputs, stdout and stderr in $SCRATCH/out/NAME, which it sets `out` to; fails when the
+# run does. An environment assignment before it (KILN_LOG=...) reaches kiln.
+run_kiln() {
+  local name="$1" model="$2" input="$3"
+  shift 3
+  out="$SCRATCH/out/$name"
+  mkdir -p "$out"
+  echo "== $name"
+  "$KILN" run "$model" --input "x=$input" --output-dir "$out" --cache-dir "$CACHE" "$@" \
+    >"$out/stdout" 2>"$out/stderr" || { cat "$out/stderr"; fail "$name: kiln run failed"; }
+}
+
 # run_case NAME MODEL INPUT EXPECTED: runs kiln on one input and compares output y.
 run_case() {
   local name="$1" model="$2" input="$3" expected="$4"
-  local out="$SCRATCH/out/$name"
-  mkdir -p "$out"
-  echo "== $name"
-  "$KILN" run "$model" --input "x=$input" --output-dir "$out" --cache-dir "$CACHE" \
-    >"$out/stdout" 2>"$out/stderr"
-  local status=$?
+  local out
+  run_kiln "$name" "$model" "$input"
   cat "$out/stdout" "$out/stderr"
-  [ "$status" -eq 0 ] || fail "$name: kiln run exited $status"
   [ -f "$out/y.npy" ] || fail "$name: no output y.npy"
   "$PYTHON" "$HERE/compare.py" "$expected" "$out/y.npy" || fail "$name: output differs from numpy"
 }
@@ -49,24 +57,15 @@ run_case mlp "$M/mlp/model.onnx" "$M/mlp/x.npy" "$M/mlp/y.npy"
 run_case cnn "$M/cnn/model.onnx" "$M/cnn/x.npy" "$M/cnn/y.npy"
 # The second GEMM's epilogue adds the residual r, read where it stores: the call writes y into
 # r's storage.
-echo "== residual_mlp"
-out="$SCRATCH/out/residual_mlp"
-mkdir -p "$out"
-KILN_LOG=memory "$KILN" run "$M/residual_mlp/model.onnx" --input "x=$M/residual_mlp/x.npy" \
-  --output-dir "$out" --cache-dir "$CACHE" --autotune off >"$out/stdout" 2>"$out/stderr" ||
-  { cat "$out/stderr"; fail "residual_mlp: kiln run failed"; }
+KILN_LOG=memory run_kiln residual_mlp "$M/residual_mlp/model.onnx" "$M/residual_mlp/x.npy" \
+  --autotune off
 grep -q "(gemm call) reuses .* in place: its epilogue reads it" "$out/stderr" ||
   { cat "$out/stderr"; fail "residual_mlp: the residual GEMM did not write in place"; }
 "$PYTHON" "$HERE/compare.py" "$M/residual_mlp/y.npy" "$out/y.npy" ||
   fail "residual_mlp: output differs from numpy"
 # Both convolutions of the residual block run as the Winograd template (the heuristic at 28 x 28 x
 # 32), the second with the residual Add and Relu fused; atol 1e-4 (compare.py says why).
-echo "== winograd"
-out="$SCRATCH/out/winograd"
-mkdir -p "$out"
-KILN_LOG=autotune "$KILN" run "$M/winograd/model.onnx" --input "x=$M/winograd/x.npy" \
-  --output-dir "$out" --cache-dir "$CACHE" --autotune off >"$out/stdout" 2>"$out/stderr" ||
-  { cat "$out/stderr"; fail "winograd: kiln run failed"; }
+KILN_LOG=autotune run_kiln winograd "$M/winograd/model.onnx" "$M/winograd/x.npy" --autotune off
 [ "$(grep -c "runs as 'winograd" "$out/stderr")" -eq 2 ] ||
   { cat "$out/stderr"; fail "winograd: the two convolutions did not run as Winograd"; }
 "$PYTHON" "$HERE/compare.py" "$M/winograd/y.npy" "$out/y.npy" 1e-4 ||
@@ -89,12 +88,7 @@ KILN_LOG=autotune "$KILN" compile "$M/winograd/model.onnx" -o "$out/model.so" \
 # Dilated convolutions whose outer taps read only padding run on the taps that read x: 3x3 cut
 # to 1x1 (then the pointwise template), 2x3 and 1x3, the BatchNormalization folded into the cut
 # weight.
-echo "== atrous"
-out="$SCRATCH/out/atrous"
-mkdir -p "$out"
-KILN_LOG=fusion,autotune "$KILN" run "$M/atrous/model.onnx" --input "x=$M/atrous/x.npy" \
-  --output-dir "$out" --cache-dir "$CACHE" --autotune off >"$out/stdout" 2>"$out/stderr" ||
-  { cat "$out/stderr"; fail "atrous: kiln run failed"; }
+KILN_LOG=fusion,autotune run_kiln atrous "$M/atrous/model.onnx" "$M/atrous/x.npy" --autotune off
 grep -q "3x3 convolution kernel cut to the 1x1 taps" "$out/stderr" &&
   grep -q "3x3 convolution kernel cut to the 2x3 taps" "$out/stderr" &&
   grep -q "3x3 convolution kernel cut to the 1x3 taps" "$out/stderr" &&
@@ -106,13 +100,8 @@ grep -q "3x3 convolution kernel cut to the 1x1 taps" "$out/stderr" &&
 # 1x1, depthwise and stem convolutions as the channels-last templates, the grouped one of 4
 # channels a group as the direct template (groups merged in pairs), the one of 7 on oneDNN
 # channels-last; with a dynamic batch they run on oneDNN's nhwc convolutions.
-echo "== mobilenet"
-out="$SCRATCH/out/mobilenet"
-mkdir -p "$out"
-KILN_LOG=autotune "$KILN" run "$M/mobilenet/model.onnx" --input "x=$M/mobilenet/x.npy" \
-  --output-dir "$out" --cache-dir "$CACHE" --autotune off --dump "$out/dump" >"$out/stdout" \
-  2>"$out/stderr" ||
-  { cat "$out/stderr"; fail "mobilenet: kiln run failed"; }
+KILN_LOG=autotune run_kiln mobilenet "$M/mobilenet/model.onnx" "$M/mobilenet/x.npy" \
+  --autotune off --dump "$SCRATCH/out/mobilenet/dump"
 [ "$(grep -c "nhwc) runs as 'pointwise-nhwc" "$out/stderr")" -eq 4 ] &&
   [ "$(grep -c "nhwc) runs as 'depthwise-nhwc" "$out/stderr")" -eq 2 ] &&
   [ "$(grep -c "nhwc) runs as 'direct-nhwc" "$out/stderr")" -eq 2 ] &&
@@ -129,12 +118,7 @@ KILN_LOG=autotune "$KILN" run "$M/mobilenet/model.onnx" --input "x=$M/mobilenet/
 # output, its window's taps unrolled (a tap past the input reads the nearest element of the same
 # window), not a reduction loop over the window inside every channel. The Fire module's Concat,
 # with the BatchNormalization after it, runs one loop per part along the channels.
-echo "== squeeze"
-out="$SCRATCH/out/squeeze"
-mkdir -p "$out"
-"$KILN" run "$M/squeeze/model.onnx" --input "x=$M/squeeze/x.npy" --output-dir "$out" \
-  --cache-dir "$CACHE" --dump "$out/dump" >"$out/stdout" 2>"$out/stderr" ||
-  { cat "$out/stderr"; fail "squeeze: kiln run failed"; }
+run_kiln squeeze "$M/squeeze/model.onnx" "$M/squeeze/x.npy" --dump "$SCRATCH/out/squeeze/dump"
 [ "$(grep -A1 "# from pool[12](MaxPool)" "$out/dump/1_ir.txt" | grep "^  loops \[" | grep -vc "reduce")" -eq 2 ] ||
   { grep -A1 "(MaxPool)" "$out/dump/1_ir.txt"; fail "squeeze: the MaxPools did not run channels-last with their taps unrolled"; }
 grep -q "for (int64_t x[0-9]* = 11; x[0-9]* < 24; ++x[0-9]*)" "$out"/dump/5_kernels*.cpp ||
@@ -143,12 +127,7 @@ grep -q "for (int64_t x[0-9]* = 11; x[0-9]* < 24; ++x[0-9]*)" "$out"/dump/5_kern
 # EfficientNet's squeeze-excitation and head: each ReduceMean over H and W (keepdims: outputs
 # [N, C, 1, 1]) runs blocks of channels across C (kiln_block), not a loop per channel striding
 # by C; the head's SiLU, inside its mean's loop, calls the vector-callable exp.
-echo "== se"
-out="$SCRATCH/out/se"
-mkdir -p "$out"
-"$KILN" run "$M/se/model.onnx" --input "x=$M/se/x.npy" --output-dir "$out" \
-  --cache-dir "$CACHE" --dump "$out/dump" >"$out/stdout" 2>"$out/stderr" ||
-  { cat "$out/stderr"; fail "se: kiln run failed"; }
+run_kiln se "$M/se/model.onnx" "$M/se/x.npy" --dump "$SCRATCH/out/se/dump"
 read -r means across < <(awk '/^extern "C" void cpp_fused_/ { k++; mean[k] = /reduce_mean/ }
   /kiln_block_lo = kiln_block/ { if (mean[k]) blocked[k] = 1 }
   END { n = 0; b = 0; for (i in mean) if (mean[i]) { n++; b += blocked[i] } print n, b }' \
@@ -195,12 +174,8 @@ done
 # (a 3x3 and a 1x1 stride-2 shortcut's sum on the direct template, a 1x1 on the pointwise one)
 # write their output into the residual's storage.
 "$PYTHON" "$HERE/make_resnet.py" "$M/resnet" || fail "make_resnet.py failed"
-echo "== resnet_b2"
-out="$SCRATCH/out/resnet_b2"
-mkdir -p "$out"
-KILN_LOG=autotune,memory "$KILN" run "$M/resnet/model_b2.onnx" --input "x=$M/resnet/x_b2.npy" \
-  --output-dir "$out" --cache-dir "$CACHE" --autotune off --dump "$out/dump" >"$out/stdout" \
-  2>"$out/stderr" || { cat "$out/stderr"; fail "resnet_b2: kiln run failed"; }
+KILN_LOG=autotune,memory run_kiln resnet_b2 "$M/resnet/model_b2.onnx" "$M/resnet/x_b2.npy" \
+  --autotune off --dump "$SCRATCH/out/resnet_b2/dump"
 [ "$(grep -c "nhwc) runs as 'pointwise-nhwc" "$out/stderr")" -eq 2 ] &&
   [ "$(grep -c "nhwc) runs as 'direct-nhwc" "$out/stderr")" -eq 7 ] ||
   { cat "$out/stderr"; fail "resnet_b2: the nine convolutions did not run channels-last"; }

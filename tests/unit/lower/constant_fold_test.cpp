@@ -90,6 +90,16 @@ const ir::Buffer* constant_read_by(const ir::Program& program, const ir::Buffer&
   return found;
 }
 
+/// The constant read by the program's one run-time buffer, which must be a computed kernel;
+/// nullptr (the test failed) when there is not exactly one.
+const ir::Buffer* constant_of_the_kernel(const ir::Program& program) {
+  std::vector<const ir::Buffer*> run = run_time_buffers(program);
+  EXPECT_EQ(run.size(), 1u) << program.str();
+  if (run.size() != 1) return nullptr;
+  EXPECT_EQ(run[0]->kind, ir::BufferKind::kComputed) << program.str();
+  return constant_read_by(program, *run[0]);
+}
+
 TEST(ConstantFold, TransposedScaledWeightOfMatMulBecomesOneConstant) {
   // y = x @ (W^T * 2): W [3, 4], so B is [4, 3].
   std::vector<float> w(12);
@@ -179,9 +189,7 @@ TEST(ConstantFold, Int32ArithmeticWraps) {
   b.output(b.op("Add", {x, b.op("Mul", {weight, weight})}));
   ir::Program program = lower_graph(b.graph);
 
-  std::vector<const ir::Buffer*> run = run_time_buffers(program);
-  ASSERT_EQ(run.size(), 1u) << program.str();
-  const ir::Buffer* folded = constant_read_by(program, *run[0]);
+  const ir::Buffer* folded = constant_of_the_kernel(program);
   ASSERT_NE(folded, nullptr);
   ASSERT_EQ(folded->dtype, DType::kInt32);
   std::vector<int32_t> want(kN);
@@ -205,9 +213,7 @@ TEST(ConstantFold, Float16ResultsAreRoundedToFloat16) {
   b.output(b.op("Add", {x, b.op("Mul", {weight, three})}));
   ir::Program program = lower_graph(b.graph);
 
-  std::vector<const ir::Buffer*> run = run_time_buffers(program);
-  ASSERT_EQ(run.size(), 1u) << program.str();
-  const ir::Buffer* folded = constant_read_by(program, *run[0]);
+  const ir::Buffer* folded = constant_of_the_kernel(program);
   ASSERT_NE(folded, nullptr);
   ASSERT_EQ(folded->dtype, DType::kFloat16);
   std::vector<uint16_t> want(kN);
@@ -222,10 +228,7 @@ TEST(ConstantFold, MatMulOfInitializersFoldsWithinBudget) {
   Value* c = b.initializer(tensor<float>(DType::kFloat32, {3, 2}, {1, 0, 0, 1, 1, 1}));
   b.output(b.op("Add", {x, b.op("MatMul", {a, c})}));
   ir::Program program = lower_graph(b.graph);
-  std::vector<const ir::Buffer*> run = run_time_buffers(program);
-  ASSERT_EQ(run.size(), 1u) << program.str();
-  EXPECT_EQ(run[0]->kind, ir::BufferKind::kComputed);
-  const ir::Buffer* folded = constant_read_by(program, *run[0]);
+  const ir::Buffer* folded = constant_of_the_kernel(program);
   ASSERT_NE(folded, nullptr);
   EXPECT_EQ(values_of<float>(*folded->constant), (std::vector<float>{4, 5, 10, 11}));
 }
@@ -257,10 +260,7 @@ TEST(ConstantFold, ViewOfAnInitializerStaysAView) {
   Value* ends = b.initializer(tensor<int64_t>(DType::kInt64, {1}, {4}));
   b.output(b.op("Add", {x, b.op("Slice", {weight, starts, ends})}));
   ir::Program program = lower_graph(b.graph);
-  std::vector<const ir::Buffer*> run = run_time_buffers(program);
-  ASSERT_EQ(run.size(), 1u) << program.str();
-  ASSERT_EQ(run[0]->kind, ir::BufferKind::kComputed);
-  const ir::Buffer* source = constant_read_by(program, *run[0]);
+  const ir::Buffer* source = constant_of_the_kernel(program);
   ASSERT_NE(source, nullptr);
   EXPECT_EQ(source->constant->dims(), (std::vector<int64_t>{6, 20}));
 }
@@ -276,9 +276,7 @@ TEST(ConstantFold, SmallTransposedInitializerIsFolded) {
   Value* weight = b.initializer(tensor(DType::kFloat32, {3, 4}, w));
   b.output(b.op("Add", {x, b.op("Transpose", {weight})}));
   ir::Program program = lower_graph(b.graph);
-  std::vector<const ir::Buffer*> run = run_time_buffers(program);
-  ASSERT_EQ(run.size(), 1u) << program.str();
-  const ir::Buffer* source = constant_read_by(program, *run[0]);
+  const ir::Buffer* source = constant_of_the_kernel(program);
   ASSERT_NE(source, nullptr);
   EXPECT_EQ(source->constant->dims(), (std::vector<int64_t>{4, 3}));
   std::vector<float> xs(12, 0.5f);
@@ -296,9 +294,7 @@ TEST(ConstantFold, LargeTransposedInitializerStaysAView) {
   Value* weight = b.initializer(tensor(DType::kFloat32, {300, 256}, std::vector<float>(76800)));
   b.output(b.op("Add", {x, b.op("Transpose", {weight})}));
   ir::Program program = lower_graph(b.graph);
-  std::vector<const ir::Buffer*> run = run_time_buffers(program);
-  ASSERT_EQ(run.size(), 1u) << program.str();
-  const ir::Buffer* source = constant_read_by(program, *run[0]);
+  const ir::Buffer* source = constant_of_the_kernel(program);
   ASSERT_NE(source, nullptr);
   EXPECT_EQ(source->constant->dims(), (std::vector<int64_t>{300, 256}));
 }

@@ -397,6 +397,7 @@ class NhwcPointwiseChoice final : public ConvChoice {
   // Over more than one K block the GEMM keeps partial sums in Y.
   bool stores_once() const override { return problem_.c <= config_.kc; }
   const ConvProblem& problem() const override { return problem_; }
+  const GemmConfig& config() const { return config_; }
 
   static constexpr std::string_view kPrefix = "pointwise-nhwc ";
 
@@ -426,6 +427,26 @@ class NhwcDepthwiseChoice final : public ConvChoice {
   int64_t weight_offset(int64_t m, int64_t t) const override { return t * problem_.m + m; }
   int64_t bias_offset(int64_t m) const override {
     return problem_.kh * problem_.kw * problem_.m + m;
+  }
+  std::string prologue_refusal(const ConvChoice& producer) const override {
+    if (dynamic_cast<const NhwcPointwiseChoice*>(&producer) == nullptr) {
+      return "its input is not computed by the pointwise template";
+    }
+    if (!nhwc_expand_depthwise_applies(producer.problem(), problem_)) {
+      return fmt::format("{} does not feed {} row by row", producer.problem().text(),
+                         problem_.text());
+    }
+    return "";
+  }
+  std::string render_with_prologue(const ConvChoice& producer,
+                                   const TemplateEpilogue& producer_epilogue,
+                                   const std::string& function_name,
+                                   const TemplateEpilogue& epilogue) const override {
+    KILN_CHECK(prologue_refusal(producer).empty(), "depthwise choice: {} as its prologue: {}",
+               producer.name(), prologue_refusal(producer));
+    const auto& pointwise = dynamic_cast<const NhwcPointwiseChoice&>(producer);
+    return render_nhwc_expand_depthwise(pointwise.config(), pointwise.problem(), producer_epilogue,
+                                        isa_, problem_, function_name, epilogue);
   }
   const ConvProblem& problem() const override { return problem_; }
 
@@ -588,6 +609,17 @@ int64_t ConvChoice::bias_offset(int64_t m) const {
   const ConvConfig* config = template_config();
   const int64_t ocb = config ? config->ocb : 1;
   return ceil_div(problem().m, ocb) * ocb * problem().depth() + m;
+}
+
+std::string ConvChoice::prologue_refusal(const ConvChoice& /*producer*/) const {
+  return fmt::format("the {} choice takes no prologue", name());
+}
+
+std::string ConvChoice::render_with_prologue(const ConvChoice& producer,
+                                             const TemplateEpilogue& /*producer_epilogue*/,
+                                             const std::string& /*function_name*/,
+                                             const TemplateEpilogue& /*epilogue*/) const {
+  internal_error("convolution choice {}: {} as its prologue", name(), producer.name());
 }
 
 std::string ConvChoice::hash_key() const {

@@ -76,6 +76,23 @@ class ConvChoice {
   /// keeps partial sums in Y.
   virtual bool stores_once() const { return false; }
 
+  /// Why this choice cannot take `producer`, the choice of the convolution that computes its X,
+  /// as its prologue (the two as one function, X never stored), or "" when it can: the
+  /// channels-last depthwise template takes a pointwise-template expansion
+  /// (nhwc_expand_depthwise_applies).
+  virtual std::string prologue_refusal(const ConvChoice& producer) const;
+
+  /// The source of one translation unit defining `function_name` as
+  ///   extern "C" void <function_name>(const float* X, const float* Wproducer,
+  ///                                   const float* Wprepared, float* Y
+  ///                                   [, const float* <epilogue argument>]...);
+  /// with X the producer's input and `producer_epilogue` (reading no buffers) applied to the
+  /// producer's values. Only where prologue_refusal(producer) is "".
+  virtual std::string render_with_prologue(const ConvChoice& producer,
+                                           const TemplateEpilogue& producer_epilogue,
+                                           const std::string& function_name,
+                                           const TemplateEpilogue& epilogue) const;
+
   /// The problem the choice was built for.
   virtual const ConvProblem& problem() const = 0;
 };

@@ -54,8 +54,9 @@ struct DepthwiseGroup {
 
 // Writes the kernel's generic parts: the includes, the problem's constants and the interior
 // columns (those whose taps all lie inside the image: [kOW0, kOW1)).
+// `includes`: false where the unit's earlier text (the expansion's GEMM) included them.
 void render_depthwise_header(IndentedBuffer& out, TemplateIsa isa, const ConvProblem& p,
-                             const TemplateEpilogue& epilogue) {
+                             const TemplateEpilogue& epilogue, bool includes = true) {
   const DepthwiseBlocking blocking = depthwise_blocking(isa, p);
   out.linef("// Kiln depthwise convolution template, channels-last, {}: {} pixels x {} vectors",
             isa_name(isa), blocking.pixels, blocking.vectors);
@@ -63,13 +64,15 @@ void render_depthwise_header(IndentedBuffer& out, TemplateIsa isa, const ConvPro
             p.oh(), p.ow(), p.m, p.text());
   out.linef("// epilogue: {}", epilogue.empty() ? "none" : epilogue.expr);
   out.linef("#pragma GCC target(\"{}\")", isa_text(isa).target);
-  out.line("#include <immintrin.h>");
-  out.line("");
-  out.line("#include <algorithm>");
-  out.line("#include <cmath>");
-  out.line("#include <cstdint>");
-  out.line("#include \"kiln_rt_pool.h\"");
-  out.line("");
+  if (includes) {
+    out.line("#include <immintrin.h>");
+    out.line("");
+    out.line("#include <algorithm>");
+    out.line("#include <cmath>");
+    out.line("#include <cstdint>");
+    out.line("#include \"kiln_rt_pool.h\"");
+    out.line("");
+  }
   out.line("namespace {");
   out.line("");
   render_conv_constants(out, p);
@@ -86,7 +89,10 @@ void render_depthwise_header(IndentedBuffer& out, TemplateIsa isa, const ConvPro
 
 // The code of the row function: output row (b, oh), channel groups [g0, g1) (full groups of
 // the blocking's vectors, then, where M is not a multiple of them, the rest: fewer vectors, the
-// last masked), over all of the row's columns. Two loop orders:
+// last masked), over all of the row's columns. The input rows are X's, or (`given_rows`) the
+// caller passes a pointer to each of the KH input rows the output row reads, null for a row
+// outside the image: the fused expansion's rows, which live in a ring of KH rows. Two loop
+// orders:
 //   groups outside: a group's taps are loaded into registers once and the group sweeps the row;
 //   columns outside: each block of pixels runs through all the groups, so that a pixel's
 //     channels (one contiguous run) are read together and each input row streams through once;
@@ -94,13 +100,15 @@ void render_depthwise_header(IndentedBuffer& out, TemplateIsa isa, const ConvPro
 class DepthwiseRowWriter {
  public:
   DepthwiseRowWriter(IndentedBuffer& out, TemplateIsa isa, const ConvProblem& p,
-                     const TemplateEpilogue& epilogue, DepthwiseBlocking blocking)
+                     const TemplateEpilogue& epilogue, DepthwiseBlocking blocking,
+                     bool given_rows = false)
       : out_(out),
         isa_(isa),
         text_(isa_text(isa)),
         p_(p),
         epilogue_(epilogue),
-        blocking_(blocking) {
+        blocking_(blocking),
+        given_rows_(given_rows) {
     const int64_t block = blocking.vectors * text_.width;
     full_groups_ = p.m / block;
     const int64_t rest = p.m - full_groups_ * block;
@@ -113,17 +121,24 @@ class DepthwiseRowWriter {
 
   void render() {
     out_.linef(
-        "inline void row(const float* X, const float* Wp, float* Y, int64_t b, int64_t oh, "
-        "int64_t g0, int64_t g1{}) {{",
-        epilogue_params(epilogue_));
+        "inline void row({}, const float* Wp, float* Y, int64_t b, int64_t oh, int64_t g0, "
+        "int64_t g1{}) {{",
+        given_rows_ ? "const float* const* rows" : "const float* X", epilogue_params(epilogue_));
     {
       auto _ = out_.scope();
-      out_.line(
-          "// Each kernel row's input row (its offset in the image) and whether it is inside.");
-      out_.line("const int64_t ih0 = oh * kSH - kPT;");
-      for (int64_t kh = 0; kh < p_.kh; ++kh) {
-        out_.linef("const bool in{0} = ih0 + {0} * kDH >= 0 && ih0 + {0} * kDH < kH;", kh);
-        out_.linef("const int64_t row{0} = (ih0 + {0} * kDH) * kW * kC;", kh);
+      if (given_rows_) {
+        out_.line("// Each kernel row's input row, where it is inside the image.");
+        for (int64_t kh = 0; kh < p_.kh; ++kh) {
+          out_.linef("const bool in{0} = rows[{0}] != nullptr;", kh);
+        }
+      } else {
+        out_.line(
+            "// Each kernel row's input row (its offset in the image) and whether it is inside.");
+        out_.line("const int64_t ih0 = oh * kSH - kPT;");
+        for (int64_t kh = 0; kh < p_.kh; ++kh) {
+          out_.linef("const bool in{0} = ih0 + {0} * kDH >= 0 && ih0 + {0} * kDH < kH;", kh);
+          out_.linef("const int64_t row{0} = (ih0 + {0} * kDH) * kW * kC;", kh);
+        }
       }
       if (blocking_.columns_outside) {
         render_columns([&](int count, bool checked) {
@@ -176,9 +191,20 @@ class DepthwiseRowWriter {
     out_.line("}");
   }
 
+  // Input row kh of the group, at channel c0 and column 0 (in the image's row only where in<kh>).
+  std::string input_row(int64_t kh) const {
+    return given_rows_ ? fmt::format("xr{}", kh) : fmt::format("xb + row{}", kh);
+  }
+
   // The group's pointers (at channel c0), its lane mask, and its taps.
   void render_taps(const DepthwiseGroup& group) {
-    out_.line("const float* xb = X + b * kH * kW * kC + c0;");
+    if (given_rows_) {
+      for (int64_t kh = 0; kh < p_.kh; ++kh) {
+        out_.linef("const float* xr{0} = in{0} ? rows[{0}] + c0 : nullptr;", kh);
+      }
+    } else {
+      out_.line("const float* xb = X + b * kH * kW * kC + c0;");
+    }
     out_.line("const float* wp = Wp + c0;");
     out_.line("const float* bias = Wp + kKH * kKW * kM + c0;");
     out_.line("float* yb = Y + (b * kOH + oh) * kOW * kM + c0;");
@@ -246,14 +272,14 @@ class DepthwiseRowWriter {
             for (int v = 0; v < group.vectors; ++v) {
               out_.linef("    a0_{0} = {1}_fmadd_ps({2}, w{3}_{0}, a0_{0});", v, text_.prefix,
                          load(group, v,
-                              fmt::format("xb + row{} + (iw0 + {} * kDW) * kC + {}", kh, kw,
+                              fmt::format("{} + (iw0 + {} * kDW) * kC + {}", input_row(kh), kw,
                                           v * text_.width)),
                          kh * p_.kw + kw);
             }
             out_.line("}");
           }
         } else {
-          out_.linef("const float* x = xb + row{} + iw0 * kC;", kh);
+          out_.linef("const float* x = {} + iw0 * kC;", input_row(kh));
           // Input column j (from iw0) feeds pixel q's tap kw where q * SW + kw * DW == j.
           const int64_t columns = (count - 1) * p_.stride_w + (p_.kw - 1) * p_.dilation_w + 1;
           for (int64_t j = 0; j < columns; ++j) {
@@ -321,6 +347,7 @@ class DepthwiseRowWriter {
   const ConvProblem& p_;
   const TemplateEpilogue& epilogue_;
   DepthwiseBlocking blocking_;
+  bool given_rows_;
   int64_t full_groups_ = 0;
   std::vector<DepthwiseGroup> groups_;
 };
@@ -504,6 +531,91 @@ std::string render_nhwc_depthwise(TemplateIsa isa, const ConvProblem& problem,
   render_depthwise_entry(out, isa, problem, function_name, epilogue);
   out.line("}");
   return out.str();
+}
+
+bool nhwc_expand_depthwise_applies(const ConvProblem& pw, const ConvProblem& dw) {
+  return nhwc_pointwise_applies(pw) && nhwc_depthwise_applies(dw) && pw.n == dw.n && pw.h == dw.h &&
+         pw.w == dw.w && pw.m == dw.c && dw.dilation_h == 1 && dw.stride_h <= dw.kh;
+}
+
+std::string render_nhwc_expand_depthwise(const GemmConfig& pw_config, const ConvProblem& pw,
+                                         const TemplateEpilogue& pw_epilogue, TemplateIsa isa,
+                                         const ConvProblem& dw, const std::string& function_name,
+                                         const TemplateEpilogue& epilogue) {
+  check_conv_problem(dw);
+  KILN_CHECK(nhwc_expand_depthwise_applies(pw, dw),
+             "expansion + depthwise template: {} does not feed {}", pw.text(), dw.text());
+  // The expansion's GEMM is called a row at a time: its epilogue sees the row's pixels as m
+  // from 0, so it may not read buffers by m.
+  KILN_CHECK(pw_epilogue.args.empty(),
+             "expansion + depthwise template: the expansion's epilogue reads buffers");
+  const std::string expand = function_name + "_expand";
+  std::string text = render_nhwc_pointwise(pw_config, pw, expand, pw_epilogue);
+  IndentedBuffer out;
+  out.line("");
+  out.line("namespace kiln_depthwise {");
+  render_depthwise_header(out, isa, dw, epilogue, /*includes=*/false);
+  const DepthwiseBlocking blocking = depthwise_blocking(isa, dw);
+  DepthwiseRowWriter(out, isa, dw, epilogue, blocking, /*given_rows=*/true).render();
+  out.line("// Each thread takes a run of output rows. The expansion's rows it reads are computed");
+  out.line(
+      "// once each, as the run reaches them, into a ring of KH rows (row ih in slot ih % KH:");
+  out.line("// an output row reads KH consecutive rows, and a stride of at most KH never skips");
+  out.line("// one), so they are read back from L1 or L2; only a run's first rows are computed by");
+  out.line("// two threads.");
+  out.linef("inline void run(const float* X, const float* Wx, const float* Wp, float* Y{}) {{",
+            epilogue_params(epilogue));
+  {
+    auto _ = out.scope();
+    out.linef("constexpr int64_t kXC = {}, kBias = {};", pw.c,
+              packed_b_size(pw_config, pointwise_gemm(pw)));
+    out.linef("constexpr int64_t kRows = kN * kOH, kRowFloats = kW * kC, kGroups = {};",
+              ceil_div(dw.m, blocking.vectors * vector_width(isa)));
+    out.line("// Threads only pay off with some work per thread.");
+    out.linef("constexpr bool kParallel = kRows > 1 && {} >= (int64_t{{1}} << 16);",
+              static_cast<int64_t>((pw.flops() + dw.flops()) / 2));
+    out.line("kiln_rt::parallel_threads(kParallel, [&](int64_t t, int64_t threads) {");
+    {
+      auto _ = out.scope();
+      out.line("static thread_local std::vector<float> ring;");
+      out.line("ring.resize(kKH * kRowFloats);");
+      out.line("const float* rows[kKH];");
+      out.line("const int64_t r0 = t * kRows / threads, r1 = (t + 1) * kRows / threads;");
+      out.line("int64_t next = 0;  // the image's first input row not computed yet");
+      out.line("for (int64_t r = r0; r < r1; ++r) {");
+      {
+        auto _ = out.scope();
+        out.line("const int64_t b = r / kOH, oh = r % kOH;");
+        out.line("if (oh == 0) next = 0;");
+        out.line("const int64_t ih0 = oh * kSH - kPT, end = std::min(ih0 + kKH, kH);");
+        out.line("for (int64_t ih = std::max(ih0, next); ih < end; ++ih) {");
+        out.linef(
+            "    {}_gemm(kW, X + (b * kH + ih) * kW * kXC, Wx, ring.data() + ih % kKH * "
+            "kRowFloats, Wx + kBias);",
+            expand);
+        out.line("}");
+        out.line("next = std::max(next, end);");
+        out.line("for (int64_t kh = 0; kh < kKH; ++kh) {");
+        out.line("    const int64_t ih = ih0 + kh;");
+        out.line(
+            "    rows[kh] = ih >= 0 && ih < kH ? ring.data() + ih % kKH * kRowFloats : nullptr;");
+        out.line("}");
+        out.linef("row(rows, Wp, Y, b, oh, 0, kGroups{});", epilogue_call_args(epilogue));
+      }
+      out.line("}");
+    }
+    out.line("});");
+  }
+  out.line("}");
+  out.line("");
+  out.line("}  // namespace");
+  out.line("}  // namespace kiln_depthwise");
+  out.line("");
+  out.linef("extern \"C\" void {}(const float* X, const float* Wx, const float* Wp, float* Y{}) {{",
+            function_name, epilogue_params(epilogue));
+  out.linef("    kiln_depthwise::run(X, Wx, Wp, Y{});", epilogue_call_args(epilogue));
+  out.line("}");
+  return text + out.str();
 }
 
 }  // namespace kiln::autotune

@@ -64,4 +64,26 @@ std::string render_nhwc_depthwise(TemplateIsa isa, const ConvProblem& problem,
                                   const std::string& function_name,
                                   const TemplateEpilogue& epilogue = {});
 
+/// Whether the channels-last expansion `pw` (a 1x1 convolution as the pointwise template takes
+/// it) can be fused into the depthwise convolution `dw` that reads its output: the same images,
+/// KH consecutive rows per output row (no dilation down the columns, a stride of at most KH).
+bool nhwc_expand_depthwise_applies(const ConvProblem& pw, const ConvProblem& dw);
+
+/// An expansion and the depthwise convolution after it (MobileNetV2's inverted residual) as one
+/// function: each thread takes a run of output rows and computes the expanded rows they read as
+/// it reaches them (the pointwise template's GEMM on one row of pixels at a time, with its
+/// epilogue `pw_epilogue`, which may read no buffers), into a ring of KH rows that stays in
+/// cache, and convolves them as the depthwise template does, with `epilogue`. The expanded
+/// activation never goes to memory. Renders
+///
+///   extern "C" void <name>(const float* X, const float* Wx, const float* Wp, float* Y
+///                          [, const float* <epilogue argument>]...);
+///
+/// X the expansion's input [N, H, W, C], Wx its weight as prepack_nhwc_pointwise(pw_config)
+/// left it, Wp the depthwise weight as prepack_nhwc_depthwise left it, Y [N, OH, OW, M].
+std::string render_nhwc_expand_depthwise(const GemmConfig& pw_config, const ConvProblem& pw,
+                                         const TemplateEpilogue& pw_epilogue, TemplateIsa isa,
+                                         const ConvProblem& dw, const std::string& function_name,
+                                         const TemplateEpilogue& epilogue = {});
+
 }  // namespace kiln::autotune

@@ -176,7 +176,10 @@ Generated generate(const graph::Model& model, const CompileOptions& options,
   if (options.device == ir::Device::kCpu) lower::select_conv_choices(*g.program, lowering);
   const ir::Program& program = *g.program;
   dump.write("1_ir.txt", program.str());
-  if (options.fuse_epilogues) sched::fuse_template_epilogues(*g.program, g.codegen->scheduling());
+  if (options.fuse_epilogues) {
+    sched::fuse_template_epilogues(*g.program, g.codegen->scheduling());
+    sched::fuse_conv_prologues(*g.program, g.codegen->scheduling());
+  }
   if (options.device != ir::Device::kCpu) place_buffers(*g.program, *g.codegen);
   // Long reductions into few rows: two kernels, so that the first fills the GPU.
   if (options.device == ir::Device::kCuda) codegen::split_long_reductions(*g.program);

@@ -34,8 +34,9 @@ struct CompileOptions {
   /// Algorithm selection for GEMM (--autotune off|default|max); empty: KILN_AUTOTUNE, else
   /// default (the heuristic plus what the autotune cache holds).
   std::optional<autotune::AutotuneMode> autotune;
-  /// Fuse pointwise chains into the GEMM or convolution call before them (on unless a benchmark
-  /// compares with the unfused code).
+  /// Fuse pointwise chains into the GEMM or convolution call before them, and a channels-last
+  /// expansion into the depthwise convolution after it (on unless a benchmark compares with the
+  /// unfused code).
   bool fuse_epilogues = true;
   /// The device the model's kernels run on; its backend (codegen::make_device_codegen) schedules
   /// and generates them.

@@ -42,6 +42,7 @@ struct Layout {
   sym::Expr index(const std::vector<sym::Expr>& indices) const;
   bool is_contiguous() const;
   std::string str() const;  // "[8, s0] stride [s0, 1] offset 0"
+  bool operator==(const Layout&) const = default;
 };
 
 /// A strided window onto a buffer: what extern calls read.
@@ -66,6 +67,11 @@ struct ExternCall {
   /// A template call's earlier epilogues, applied in order before the call's own buffer's body
   /// (sched/template_epilogue.h); each holds the buffer as it was when the next one fused.
   std::vector<std::shared_ptr<const Buffer>> epilogue_chain;
+  /// Set when the convolution that computed this convolution call's X was fused into it
+  /// (sched/template_epilogue.h fuse_conv_prologues): that call's buffer, with its own epilogue,
+  /// as it was; it is no longer in the program. Input 0 is then its X, and its other inputs are
+  /// among this call's.
+  std::shared_ptr<const Buffer> prologue;
 
   /// The parameters when the call is of kind T, else nullptr.
   template <typename T>

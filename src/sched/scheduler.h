@@ -63,6 +63,14 @@ class Backend {
                                                 const ir::Buffer& /*consumer*/) const {
     return "the backend fuses no template epilogues";
   }
+  /// Why the convolution choice call `producer` cannot be fused into `consumer`, the
+  /// convolution choice call that is its only reader and reads it as X, as its prologue
+  /// (sched/template_epilogue.h fuse_conv_prologues), or "" when it can.
+  virtual std::string conv_prologue_refusal(const ir::Program& /*program*/,
+                                            const ir::Buffer& /*producer*/,
+                                            const ir::Buffer& /*consumer*/) const {
+    return "the backend fuses no convolution prologues";
+  }
   /// Lets the backend fuse `consumer`, the only reader of `product` (a library call with no
   /// template, such as a oneDNN convolution), into the call its own way (oneDNN post-ops): it
   /// rewrites `consumer` into the call and returns true, or leaves both alone and returns false.

@@ -82,4 +82,64 @@ int fuse_template_epilogues(ir::Program& program, const Backend& backend) {
   return fused;
 }
 
+int fuse_conv_prologues(ir::Program& program, const Backend& backend) {
+  std::set<std::string> outputs;
+  for (const ir::OutputSpec& o : program.outputs) outputs.insert(o.buffer);
+  auto choice_call = [](const ir::Buffer& b) {
+    const ir::ConvCall* conv =
+        b.kind == ir::BufferKind::kExtern ? b.call.as<ir::ConvCall>() : nullptr;
+    return conv != nullptr && conv->choice != nullptr && b.call.prologue == nullptr;
+  };
+  int fused = 0;
+  for (size_t i = 0; i < program.buffers.size(); ++i) {
+    const ir::Buffer& producer = *program.buffers[i];
+    if (!choice_call(producer) || outputs.count(producer.name)) continue;
+    std::vector<ir::Buffer*> readers;
+    for (const auto& b : program.buffers) {
+      const std::vector<std::string> reads = b->reads();
+      if (std::find(reads.begin(), reads.end(), producer.name) != reads.end())
+        readers.push_back(b.get());
+    }
+    if (readers.size() != 1 || !choice_call(*readers[0])) continue;
+    ir::Buffer& consumer = *readers[0];
+    // X, and only X: the whole buffer as it is laid out.
+    const std::vector<std::optional<ir::View>>& in = consumer.call.inputs;
+    const std::vector<std::string> loads = consumer.body.loaded_buffers();
+    const bool x_only =
+        !in.empty() && in[0] && in[0]->buffer == producer.name &&
+        in[0]->layout == producer.layout &&
+        std::none_of(in.begin() + 1, in.end(),
+                     [&](const auto& v) { return v && v->buffer == producer.name; }) &&
+        std::find(loads.begin(), loads.end(), producer.name) == loads.end();
+    if (!x_only) continue;
+    if (std::string why = backend.conv_prologue_refusal(program, producer, consumer);
+        !why.empty()) {
+      log::write(log::Category::kFusion, "convolution {}: not fused into {}: {}", producer.name,
+                 consumer.name, why);
+      continue;
+    }
+    // The producer's X in place of its output, then the producer's other inputs after the
+    // consumer's own.
+    std::vector<std::optional<ir::View>> inputs = in;
+    inputs[0] = producer.call.inputs.at(0);
+    for (size_t k = 1; k < producer.call.inputs.size(); ++k) {
+      const std::optional<ir::View>& v = producer.call.inputs[k];
+      if (v && std::none_of(inputs.begin(), inputs.end(), [&](const auto& u) {
+            return u && u->buffer == v->buffer && u->layout == v->layout;
+          })) {
+        inputs.push_back(v);
+      }
+    }
+    consumer.call.inputs = std::move(inputs);
+    consumer.call.prologue = std::make_shared<const ir::Buffer>(producer);
+    for (const ir::Origin& o : producer.origins) consumer.add_origin(o);
+    log::write(log::Category::kFusion, "convolution {}: fused into {} as its prologue",
+               producer.name, consumer.name);
+    program.buffers.erase(program.buffers.begin() + static_cast<std::ptrdiff_t>(i));
+    --i;
+    ++fused;
+  }
+  return fused;
+}
+
 }  // namespace kiln::sched

@@ -19,6 +19,16 @@ namespace kiln::sched {
 /// readers its templates take as epilogues (Backend::template_epilogue_refusal).
 int fuse_template_epilogues(ir::Program& program, const Backend& backend);
 
+/// Convolution prologue fusion: a convolution choice call whose only reader is another
+/// convolution choice call, reading it as X with its layout, becomes that call's prologue
+/// (ExternCall::prologue) where the backend takes the pair (Backend::conv_prologue_refusal): a
+/// channels-last expansion (with its epilogue) and the depthwise convolution after it are then
+/// one function that never stores the expanded activation. Runs after fuse_template_epilogues,
+/// so both calls carry their epilogues. Rewrites `program` in place; returns how many fused.
+///
+/// Tests: tests/models (MobileNet's blocks), tests/unit/autotune/nhwc_conv_template_test.cpp.
+int fuse_conv_prologues(ir::Program& program, const Backend& backend);
+
 /// The element index of `layout` at `body`'s loop variables, simplified under their ranges as
 /// lowering simplified the body's own indices (a size-1 dim's variable drops out): a load at
 /// it reads the element the body's iteration computes.

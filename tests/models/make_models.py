@@ -62,6 +62,12 @@ Writes, each into its own folder under OUT_DIR:
   mobilenet_dyn/ the same network with x: float32[batch, 3, 15, 13], ending in
             GlobalAveragePool and Flatten: y float32[batch, 40]. Files: model.onnx,
             x_b{1,2}.npy, y_b{1,2}.npy.
+  inverted/ x: float32[2, 16, 45, 39] -> y: float32[2, 24, 23, 20]. Two of MobileNetV2's inverted
+            residual blocks whose expanded activations (1.3 MiB) are large enough for the
+            expansion to be fused into the depthwise convolution: 1x1 expand to 96, depthwise
+            3x3 stride 1, 1x1 project to 16, Add(x); then 1x1 expand to 96, depthwise 3x3 stride
+            2 (odd sizes), 1x1 project to 24; each Conv followed by a BatchNormalization, the
+            expansions and depthwise ones by ReLU6 as Clip(0, 6). Files: model.onnx, x.npy, y.npy.
 """
 import os
 import sys
@@ -310,9 +316,14 @@ MOBILENET_CONVS = (  # name, input channels, output channels, kernel, stride, gr
     ("head", 21, 40, 1, 1, 1), ("grouped4", 40, 40, 3, 1, 10))
 
 
-def mobilenet_params(rng):
+INVERTED_CONVS = (  # MobileNetV2's inverted residual blocks with expansions of 1.3 MiB
+    ("expand1", 16, 96, 1, 1, 1), ("dw1", 96, 96, 3, 1, 96), ("project1", 96, 16, 1, 1, 1),
+    ("expand2", 16, 96, 1, 1, 1), ("dw2", 96, 96, 3, 2, 96), ("project2", 96, 24, 1, 1, 1))
+
+
+def conv_bn_params(rng, convs):
     params = {}
-    for name, cin, cout, k, _, group in MOBILENET_CONVS:
+    for name, cin, cout, k, _, group in convs:
         params[name + ".w"] = he_weight(rng, cin, cout, k, group)
         params[name + ".scale"] = (1 + 0.2 * rng.standard_normal(cout)).astype(np.float32)
         params[name + ".bias"] = (0.1 * rng.standard_normal(cout)).astype(np.float32)
@@ -323,9 +334,10 @@ def mobilenet_params(rng):
     return params
 
 
-def mobilenet_model(params, batch, pool):
-    nodes = []
-    convs = {c[0]: c for c in MOBILENET_CONVS}
+def conv_bn_nodes(nodes, convs):
+    """conv_bn(name, x, clip=True): appends Conv `name` of `convs` (pads k // 2), its
+    BatchNormalization and (with clip) ReLU6 as Clip(0, 6) to `nodes`; returns the output name."""
+    convs = {c[0]: c for c in convs}
 
     def conv_bn(name, x, clip=True):
         _, _, _, k, stride, group = convs[name]
@@ -341,7 +353,27 @@ def mobilenet_model(params, batch, pool):
         nodes.append(helper.make_node("Clip", [name + ".n", "zero", "six"], [name + ".r"],
                                       name=name + "_clip"))
         return name + ".r"
+    return conv_bn
 
+
+def conv_bn_reference(p, convs):
+    """The numpy (float64) counterpart of conv_bn_nodes over the parameters `p`."""
+    p = {k: v.astype(np.float64) for k, v in p.items()}
+    convs = {c[0]: c for c in convs}
+
+    def conv_bn(name, x, clip=True):
+        _, _, cout, k, stride, group = convs[name]
+        c = conv2d(x, p[name + ".w"], np.zeros(cout), pads=(k // 2,) * 4, strides=(stride, stride),
+                   group=group)
+        n = batch_norm(c, p[name + ".scale"], p[name + ".bias"], p[name + ".mean"],
+                       p[name + ".var"], 1e-5)
+        return np.clip(n, 0, 6) if clip else n
+    return conv_bn
+
+
+def mobilenet_model(params, batch, pool):
+    nodes = []
+    conv_bn = conv_bn_nodes(nodes, MOBILENET_CONVS)
     y = conv_bn("pw1", conv_bn("dw1", conv_bn("stem", "x")), clip=False)
     y = conv_bn("grouped", y, clip=False)
     block = conv_bn("project", conv_bn("dw2", conv_bn("expand", y)), clip=False)
@@ -356,22 +388,29 @@ def mobilenet_model(params, batch, pool):
 
 
 def mobilenet_reference(p, x, pool):
-    p = {k: v.astype(np.float64) for k, v in p.items()}
-    convs = {c[0]: c for c in MOBILENET_CONVS}
-
-    def conv_bn(name, x, clip=True):
-        _, _, cout, k, stride, group = convs[name]
-        c = conv2d(x, p[name + ".w"], np.zeros(cout), pads=(k // 2,) * 4, strides=(stride, stride),
-                   group=group)
-        n = batch_norm(c, p[name + ".scale"], p[name + ".bias"], p[name + ".mean"],
-                       p[name + ".var"], 1e-5)
-        return np.clip(n, 0, 6) if clip else n
-
+    conv_bn = conv_bn_reference(p, MOBILENET_CONVS)
     y = conv_bn("pw1", conv_bn("dw1", conv_bn("stem", x.astype(np.float64))), clip=False)
     y = conv_bn("grouped", y, clip=False)
     head = conv_bn("head", conv_bn("project", conv_bn("dw2", conv_bn("expand", y)), clip=False) + y)
     head = conv_bn("grouped4", head)
     return head.mean(axis=(2, 3)) if pool else head
+
+
+def inverted_model(params):
+    nodes = []
+    conv_bn = conv_bn_nodes(nodes, INVERTED_CONVS)
+    block = conv_bn("project1", conv_bn("dw1", conv_bn("expand1", "x")), clip=False)
+    nodes.append(helper.make_node("Add", [block, "x"], ["res"], name="residual"))
+    y = conv_bn("project2", conv_bn("dw2", conv_bn("expand2", "res")), clip=False)
+    nodes.append(helper.make_node("Identity", [y], ["y"], name="out"))
+    return finish(nodes, "inverted", [2, 16, 45, 39], [2, 24, 23, 20], params)
+
+
+def inverted_reference(p, x):
+    conv_bn = conv_bn_reference(p, INVERTED_CONVS)
+    x = x.astype(np.float64)
+    res = conv_bn("project1", conv_bn("dw1", conv_bn("expand1", x)), clip=False) + x
+    return conv_bn("project2", conv_bn("dw2", conv_bn("expand2", res)), clip=False)
 
 
 SQUEEZE_CONVS = (  # name, input channels, output channels, kernel, stride
@@ -721,7 +760,7 @@ def main(out):
     write(folder, "x.npy", x)
     write(folder, "y.npy", atrous_reference(params, x))
 
-    params = mobilenet_params(rng)
+    params = conv_bn_params(rng, MOBILENET_CONVS)
     folder = os.path.join(out, "mobilenet")
     save(mobilenet_model(params, 2, pool=False), folder)
     x = rng.uniform(-1, 1, (2, 3, 15, 13)).astype(np.float32)
@@ -747,6 +786,13 @@ def main(out):
         x = x_rng.uniform(-1, 1, (batch, 3, 17, 19)).astype(np.float32)
         write(folder, f"x_b{batch}.npy", x)
         write(folder, f"y_b{batch}.npy", squeeze_reference(params, x))
+
+    params = conv_bn_params(np.random.default_rng(SEED + 6), INVERTED_CONVS)
+    folder = os.path.join(out, "inverted")
+    save(inverted_model(params), folder)
+    x = np.random.default_rng(SEED + 7).uniform(-1, 1, (2, 16, 45, 39)).astype(np.float32)
+    write(folder, "x.npy", x)
+    write(folder, "y.npy", inverted_reference(params, x))
 
     params = se_params(np.random.default_rng(SEED + 4))
     folder = os.path.join(out, "se")

@@ -5,7 +5,8 @@
 # bias, pads and stride, BatchNormalization, Relu, MaxPool, Conv, GlobalAveragePool, Flatten,
 # Gemm), a residual block whose 3x3 convolutions run as the Winograd template (NCHW and
 # channels-last; checked at atol 1e-4), MobileNetV2's and ResNet's blocks channels-last (static and dynamic batch),
-# SqueezeNet's Fire module between MaxPools with ceil_mode (channels-last), a model with data-dependent If and Loop (nested), and one whose shapes are computed from
+# SqueezeNet's Fire module between MaxPools with ceil_mode (channels-last), MobileNetV2's
+# inverted residual blocks with the expansions fused into the depthwise convolutions, a model with data-dependent If and Loop (nested), and one whose shapes are computed from
 # data (Reshape, Expand, Tile, ConstantOfShape, TopK, Range; with a bad shape: a clear error),
 # with seeded weights, inputs and expected outputs computed in numpy; and a transformer block
 # at opset 20 with a model-local function (make_transformer.py), a causal attention block at
@@ -136,6 +137,16 @@ read -r means across < <(awk '/^extern "C" void cpp_fused_/ { k++; mean[k] = /re
   fail "se: $across of $means ReduceMean kernels (2 expected) run across channels"
 grep -q "kiln_simd_exp(" "$out"/dump/5_kernels*.cpp || fail "se: the head's SiLU calls libm's exp"
 "$PYTHON" "$HERE/compare.py" "$M/se/y.npy" "$out/y.npy" || fail "se: output differs from numpy"
+# MobileNetV2's inverted residual blocks with expanded activations of 1.3 MiB: each expansion
+# (1x1, its BatchNormalization folded, Clip) is fused into the depthwise convolution after it (at
+# stride 1 and at stride 2), one call that never stores the expanded activation.
+KILN_LOG=fusion run_kiln inverted "$M/inverted/model.onnx" "$M/inverted/x.npy" \
+  --dump "$SCRATCH/out/inverted/dump"
+[ "$(grep -c "fused into .* as its prologue" "$out/stderr")" -eq 2 ] &&
+  [ "$(grep -c ", into conv(2x96x45x39, 96x1x3x3, s[12], p1, g96, nhwc)" "$out/dump/5_wrapper.cpp")" -eq 2 ] ||
+  { cat "$out/stderr"; fail "inverted: the expansions were not fused into the depthwise convolutions"; }
+"$PYTHON" "$HERE/compare.py" "$M/inverted/y.npy" "$out/y.npy" ||
+  fail "inverted: output differs from numpy"
 for b in 1 3; do
   run_case "squeeze_dyn_b$b" "$M/squeeze_dyn/model.onnx" "$M/squeeze_dyn/x_b$b.npy" \
     "$M/squeeze_dyn/y_b$b.npy"

@@ -49,6 +49,12 @@ std::string CppBackend::template_epilogue_refusal(const ir::Program& program,
   return epilogue_refusal(program, product, consumer);
 }
 
+std::string CppBackend::conv_prologue_refusal(const ir::Program& program,
+                                              const ir::Buffer& producer,
+                                              const ir::Buffer& consumer) const {
+  return prologue_refusal(program, producer, consumer);
+}
+
 bool CppBackend::fuse_library_epilogue(const ir::Program& program, const ir::Buffer& product,
                                        ir::Buffer& consumer) const {
   return fuse_onednn_post_ops(program, product, consumer);

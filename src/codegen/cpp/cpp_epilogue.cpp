@@ -283,6 +283,40 @@ std::optional<int> conv_post_ops(const ir::Program& program, const ir::Buffer& p
 
 }  // namespace
 
+// The expanded activations fused below this size stay apart: at MobileNetV2's 28 x 28 x 192
+// (588 KiB) the expansion's output is still in L2 when the depthwise convolution reads it, and
+// each thread's run recomputes its first two rows (a seventh of a run at 28 rows on 2 threads).
+constexpr int64_t kMinPrologueBytes = int64_t{1} << 20;
+
+std::string prologue_refusal(const ir::Program& /*program*/, const ir::Buffer& producer,
+                             const ir::Buffer& consumer) {
+  const autotune::ConvChoice& made = *producer.call.as<ir::ConvCall>()->choice;
+  if (std::string why = consumer.call.as<ir::ConvCall>()->choice->prologue_refusal(made);
+      !why.empty()) {
+    return why;
+  }
+  const autotune::ConvProblem& p = made.problem();
+  const int64_t bytes = p.n * p.oh() * p.ow() * p.m * int64_t{sizeof(float)};
+  if (bytes < kMinPrologueBytes) {
+    return fmt::format("its output ({} bytes) is under {} bytes", bytes, kMinPrologueBytes);
+  }
+  if (producer.call.product.empty()) return "";
+  std::vector<const ir::Buffer*> stages;
+  for (const auto& b : producer.call.epilogue_chain) stages.push_back(b.get());
+  stages.push_back(&producer);
+  for (const ir::Buffer* stage : stages) {
+    for (const ir::Op& op : stage->body.ops()) {
+      if (op.code == ir::OpCode::kLoad && op.buffer != stage->call.product) {
+        return fmt::format("its epilogue reads {}", op.buffer);
+      }
+      if (op.code == ir::OpCode::kIndexExpr || op.code == ir::OpCode::kIndirect) {
+        return "its epilogue reads an index";
+      }
+    }
+  }
+  return "";
+}
+
 bool fuse_onednn_post_ops(const ir::Program& program, const ir::Buffer& product,
                           ir::Buffer& consumer) {
   const ir::ConvCall* conv = product.call.as<ir::ConvCall>();

@@ -29,6 +29,15 @@ struct EpilogueCode {
 std::string epilogue_refusal(const ir::Program& program, const ir::Buffer& product,
                              const ir::Buffer& consumer);
 
+/// Why the convolution choice call `producer` cannot be fused into `consumer` as its prologue
+/// (CppBackend::conv_prologue_refusal, sched/template_epilogue.h fuse_conv_prologues), or "":
+/// the consumer's choice takes the producer's (ConvChoice::prologue_refusal), the producer's
+/// epilogue reads no buffer and no index (the fused function computes it a row at a time), and
+/// the producer's output is at least kMinPrologueBytes (a smaller one stays in the caches
+/// between the two calls, and the fused function computes a run's first rows twice).
+std::string prologue_refusal(const ir::Program& program, const ir::Buffer& producer,
+                             const ir::Buffer& consumer);
+
 /// Rewrites `consumer`, the only reader of `product`, into `product`'s oneDNN convolution call
 /// when it is a chain of Relus over it (oneDNN post-ops; a Relu-free reader stays a kernel:
 /// oneDNN's binary add post-op, a residual Add, runs 1.5-4.5x slower than the convolution plus a

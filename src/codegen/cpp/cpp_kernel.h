@@ -65,6 +65,9 @@ class CppBackend final : public sched::Backend {
                                         const ir::Buffer& consumer) const override;
   bool fuse_library_epilogue(const ir::Program& program, const ir::Buffer& product,
                              ir::Buffer& consumer) const override;
+  /// cpp_epilogue.h's prologue_refusal.
+  std::string conv_prologue_refusal(const ir::Program& program, const ir::Buffer& producer,
+                                    const ir::Buffer& consumer) const override;
 };
 
 }  // namespace kiln::codegen

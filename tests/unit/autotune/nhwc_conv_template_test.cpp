@@ -157,6 +157,147 @@ TEST(NhwcConvTemplate, DepthwiseIsCorrectAtAwkwardSizes) {
   }
 }
 
+// An expansion (1x1, bias, Clip(0, 6) as its epilogue) fused into the depthwise convolution
+// after it (render_nhwc_expand_depthwise), plain and with the residual Add + Clip epilogue, on
+// both ISAs, against the double-precision expansion, clipped and rounded to float32 (as the
+// unfused expansion stores it), then the depthwise convolution in double. On 3 threads: runs of
+// output rows that start inside an image and cross into the next (batch 2), so that a run's
+// first expanded rows are computed where the run starts. Sizes: channels off the vectors
+// (a masked tail), stride 1 and 2 on odd sizes, 5x5, asymmetric padding, rows over 100 KiB
+// (the depthwise's columns-outside loop order), a width of 1. The expanded values' own error
+// (8 eps sqrt(C) (magnitude + 1) each) is carried through the depthwise weights into the
+// tolerance.
+TEST(NhwcConvTemplate, ExpansionFusedIntoDepthwiseIsCorrect) {
+  struct Pair {
+    ConvProblem pw, dw;
+  };
+  auto pair = [](int64_t n, int64_t c, int64_t h, int64_t w, int64_t m, int64_t k, int64_t stride,
+                 int64_t pad) {
+    return Pair{problem(n, c, h, w, m, 1, 1, 0, 1), problem(n, m, h, w, m, k, stride, pad, m)};
+  };
+  std::vector<Pair> pairs = {
+      pair(2, 5, 9, 13, 37, 3, 1, 1),    // batch 2, a vector and a tail, stride 1
+      pair(2, 16, 11, 7, 48, 3, 2, 1),   // stride 2 on odd sizes
+      pair(1, 8, 12, 10, 40, 5, 2, 2),   // 5x5 stride 2
+      pair(1, 24, 4, 111, 89, 3, 2, 1),  // 118 KiB of rows: columns outside
+      pair(2, 3, 7, 1, 20, 3, 1, 1),     // width 1
+  };
+  Pair asymmetric = pair(1, 6, 10, 9, 24, 3, 2, 0);
+  asymmetric.dw.pad_bottom = 1;
+  asymmetric.dw.pad_left = 1;
+  pairs.push_back(asymmetric);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(3);
+  std::vector<TemplateIsa> isas = {TemplateIsa::kAvx2};
+  if (host_template_isa() == TemplateIsa::kAvx512) isas.push_back(TemplateIsa::kAvx512);
+  const TemplateEpilogue clip{.expr = "std::min(std::max(v, 0.0f), 6.0f)",
+                              .args = {},
+                              .vector_expr = "kv_min(kv_relu(v), kv_set1(6.0f))"};
+  codecache::CodeCache cache(fresh_dir() / "code");
+  for (const Pair& pr : pairs) {
+    const ConvProblem &pw = pr.pw, &dw = pr.dw;
+    ASSERT_TRUE(nhwc_expand_depthwise_applies(pw, dw)) << pw.text() << " into " << dw.text();
+    const std::vector<float> x = random_matrix(pw.n, pw.c * pw.h * pw.w, 3);
+    const std::vector<float> wx = random_matrix(pw.m, pw.depth(), 4);
+    const std::vector<float> bx = random_matrix(1, pw.m, 5);
+    const std::vector<float> w = random_matrix(dw.m, dw.depth(), 6);
+    const std::vector<float> b = random_matrix(1, dw.m, 7);
+    const size_t out_size = static_cast<size_t>(dw.n * dw.m * dw.oh() * dw.ow());
+    std::vector<float> residual = random_matrix(1, static_cast<int64_t>(out_size), 8);
+    for (float& r : residual) r *= 8;
+    // The reference: the expansion clipped and rounded to float, with each value's error bound.
+    const ReferenceConv expanded =
+        reference_conv(pw, transpose_channels(pw.n, pw.c, pw.h, pw.w, x, true), wx, bx);
+    const double eps = std::numeric_limits<float>::epsilon();
+    std::vector<float> e(expanded.y.size()), e_error(expanded.y.size());
+    for (size_t i = 0; i < e.size(); ++i) {
+      e[i] = static_cast<float>(std::min(std::max(expanded.y[i], 0.0), 6.0));
+      e_error[i] =
+          static_cast<float>(8 * eps * std::sqrt(double(pw.c)) * (expanded.magnitude[i] + 1));
+    }
+    const ReferenceConv reference = reference_conv(dw, e, w, b);
+    const ReferenceConv carried =
+        reference_conv(dw, e_error, w, std::vector<float>(static_cast<size_t>(dw.m), 0.0f));
+    for (TemplateIsa isa : isas) {
+      const ConvChoicePtr expand = conv_choices(pw, 3, isa).front();
+      const ConvChoicePtr depthwise = make_conv_choice(
+          isa == TemplateIsa::kAvx2 ? "depthwise-nhwc avx2" : "depthwise-nhwc avx512", dw);
+      ASSERT_EQ(depthwise->prologue_refusal(*expand), "") << expand->name();
+      const std::string what = expand->name() + " into " + depthwise->name() + " at " + dw.text();
+      codecache::CompilerConfig config;
+      config.include_dirs.push_back(runtime_include_dir());
+      const std::filesystem::path path = cache.compile_shared_library(
+          {{"plain.cpp", depthwise->render_with_prologue(*expand, clip, "plain", {})},
+           {"fused.cpp",
+            depthwise->render_with_prologue(*expand, clip, "fused",
+                                            {.expr = "std::min(std::max(v + e0[m * " +
+                                                     std::to_string(dw.m) + " + n], 0.0f), 6.0f)",
+                                             .args = {"e0"},
+                                             .vector_expr = {}})}},
+          config);
+      codecache::LoadedLibrary library(path);
+      const std::vector<float> prepared_x = expand->prepare(wx.data(), bx.data());
+      const std::vector<float> prepared = depthwise->prepare(w.data(), b.data());
+      for (const bool with_residual : {false, true}) {
+        std::vector<float> y(out_size, std::numeric_limits<float>::quiet_NaN());
+        if (with_residual) {
+          using Fn = void(const float*, const float*, const float*, float*, const float*);
+          library.symbol<Fn>("fused")(x.data(), prepared_x.data(), prepared.data(), y.data(),
+                                      residual.data());
+        } else {
+          using Fn = void(const float*, const float*, const float*, float*);
+          library.symbol<Fn>("plain")(x.data(), prepared_x.data(), prepared.data(), y.data());
+        }
+        int failures = 0;
+        for (int64_t bi = 0; bi < dw.n; ++bi) {
+          for (int64_t i = 0; i < dw.oh(); ++i) {
+            for (int64_t j = 0; j < dw.ow(); ++j) {
+              for (int64_t m = 0; m < dw.m; ++m) {
+                const size_t at =
+                    static_cast<size_t>(((bi * dw.oh() + i) * dw.ow() + j) * dw.m + m);
+                const size_t ref =
+                    static_cast<size_t>(((bi * dw.m + m) * dw.oh() + i) * dw.ow() + j);
+                double expected = reference.y[ref];
+                if (with_residual) expected = std::min(std::max(expected + residual[at], 0.0), 6.0);
+                const double tolerance =
+                    8 * eps * std::sqrt(double(dw.depth())) * (reference.magnitude[ref] + 1) +
+                    carried.magnitude[ref];
+                if (!(std::abs(y[at] - expected) <= tolerance) && ++failures <= 3) {
+                  ADD_FAILURE() << what << (with_residual ? " + residual Clip" : "") << ": Y[" << bi
+                                << ", " << i << ", " << j << ", " << m << "] = " << y[at]
+                                << ", expected " << expected;
+                }
+              }
+            }
+          }
+        }
+        EXPECT_EQ(failures, 0) << what;
+      }
+    }
+  }
+  omp_set_num_threads(threads);
+}
+
+// Only the pointwise template's expansion fuses, and only into a depthwise convolution that reads
+// whole consecutive rows of it.
+TEST(NhwcConvTemplate, DepthwiseTakesOnlyAnExpansionAsItsPrologue) {
+  const ConvProblem pw = problem(1, 8, 12, 10, 40, 1, 1, 0, 1);
+  const ConvProblem dw = problem(1, 40, 12, 10, 40, 3, 1, 1, 40);
+  const ConvChoicePtr depthwise = make_conv_choice("depthwise-nhwc avx2", dw);
+  EXPECT_EQ(depthwise->prologue_refusal(*conv_choices(pw, 2, TemplateIsa::kAvx2).front()), "");
+  EXPECT_NE(depthwise->prologue_refusal(*make_conv_onednn_choice(pw)), "");
+  ConvProblem dilated = dw;
+  dilated.dilation_h = dilated.dilation_w = 2;
+  dilated.pad_top = dilated.pad_bottom = dilated.pad_left = dilated.pad_right = 2;
+  EXPECT_FALSE(nhwc_expand_depthwise_applies(pw, dilated));
+  ConvProblem narrower = dw;
+  narrower.c = narrower.m = narrower.group = 24;
+  EXPECT_FALSE(nhwc_expand_depthwise_applies(pw, narrower));
+  EXPECT_NE(make_conv_choice("depthwise-nhwc avx2", narrower)
+                ->prologue_refusal(*conv_choices(pw, 2, TemplateIsa::kAvx2).front()),
+            "");
+}
+
 TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
   const ConvProblem pointwise = problem(1, 32, 56, 56, 96, 1, 1, 0, 1);
   EXPECT_EQ(pointwise.text(), "conv(1x32x56x56, 96x32x1x1, s1, nhwc)");

@@ -17,6 +17,20 @@ sym::Expr elementwise_index(const ir::Program& program, const ir::Layout& layout
   return analyzer.simplify(layout.index(body.vars()));
 }
 
+namespace {
+
+// The buffers that read `name` (by a load of their body or as an input of their call).
+std::vector<ir::Buffer*> readers_of(const ir::Program& program, const std::string& name) {
+  std::vector<ir::Buffer*> readers;
+  for (const auto& b : program.buffers) {
+    const std::vector<std::string> reads = b->reads();
+    if (std::find(reads.begin(), reads.end(), name) != reads.end()) readers.push_back(b.get());
+  }
+  return readers;
+}
+
+}  // namespace
+
 int fuse_template_epilogues(ir::Program& program, const Backend& backend) {
   std::set<std::string> outputs;
   for (const ir::OutputSpec& o : program.outputs) outputs.insert(o.buffer);
@@ -33,12 +47,7 @@ int fuse_template_epilogues(ir::Program& program, const Backend& backend) {
     const ir::ConvCall* conv_call = product.call.as<ir::ConvCall>();
     const bool conv_choice = conv_call != nullptr && conv_call->choice != nullptr;
     const bool templated = product.call.as<ir::GemmCall>() != nullptr || conv_choice;
-    std::vector<ir::Buffer*> readers;
-    for (const auto& b : program.buffers) {
-      const std::vector<std::string> reads = b->reads();
-      if (std::find(reads.begin(), reads.end(), product.name) != reads.end())
-        readers.push_back(b.get());
-    }
+    const std::vector<ir::Buffer*> readers = readers_of(program, product.name);
     if (readers.size() != 1) continue;
     ir::Buffer& consumer = *readers[0];
     if (!templated) {  // a library call: the backend may take the reader its own way
@@ -94,12 +103,7 @@ int fuse_conv_prologues(ir::Program& program, const Backend& backend) {
   for (size_t i = 0; i < program.buffers.size(); ++i) {
     const ir::Buffer& producer = *program.buffers[i];
     if (!choice_call(producer) || outputs.count(producer.name)) continue;
-    std::vector<ir::Buffer*> readers;
-    for (const auto& b : program.buffers) {
-      const std::vector<std::string> reads = b->reads();
-      if (std::find(reads.begin(), reads.end(), producer.name) != reads.end())
-        readers.push_back(b.get());
-    }
+    const std::vector<ir::Buffer*> readers = readers_of(program, producer.name);
     if (readers.size() != 1 || !choice_call(*readers[0])) continue;
     ir::Buffer& consumer = *readers[0];
     // X, and only X: the whole buffer as it is laid out.

@@ -284,8 +284,12 @@ std::optional<int> conv_post_ops(const ir::Program& program, const ir::Buffer& p
 }  // namespace
 
 // The expanded activations fused below this size stay apart: at MobileNetV2's 28 x 28 x 192
-// (588 KiB) the expansion's output is still in L2 when the depthwise convolution reads it, and
-// each thread's run recomputes its first two rows (a seventh of a run at 28 rows on 2 threads).
+// (588 KiB) the expansion's output is still in L2 when the depthwise convolution reads it, each
+// thread's run recomputes its first two rows (a seventh of a run at 28 rows on 2 threads), and
+// the expansion's GEMM, called a row at a time, reads all of its weight for a few pixels. On 2
+// threads of the GPU device host's Xeon, MobileNetV2 with the pairs from 300 KB fused (its 28 x 28
+// and 14 x 14 ones too) ran 2 % slower at AVX-512 and 5 % with x86-64-v3 forced than with
+// this threshold, with all of them fused 4 % and 9 % slower.
 constexpr int64_t kMinPrologueBytes = int64_t{1} << 20;
 
 std::string prologue_refusal(const ir::Program& /*program*/, const ir::Buffer& producer,

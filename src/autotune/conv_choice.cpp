@@ -396,6 +396,11 @@ class NhwcPointwiseChoice final : public ConvChoice {
   }
   // Over more than one K block the GEMM keeps partial sums in Y.
   bool stores_once() const override { return problem_.c <= config_.kc; }
+  bool takes_input_scale() const override { return problem_.n == 1; }
+  std::string render_with_input_scale(const std::string& function_name,
+                                      const TemplateEpilogue& epilogue) const override {
+    return render_nhwc_pointwise_scaled(config_, problem_, function_name, epilogue);
+  }
   const ConvProblem& problem() const override { return problem_; }
   const GemmConfig& config() const { return config_; }
 
@@ -620,6 +625,11 @@ std::string ConvChoice::render_with_prologue(const ConvChoice& producer,
                                              const std::string& /*function_name*/,
                                              const TemplateEpilogue& /*epilogue*/) const {
   internal_error("convolution choice {}: {} as its prologue", name(), producer.name());
+}
+
+std::string ConvChoice::render_with_input_scale(const std::string& /*function_name*/,
+                                                const TemplateEpilogue& /*epilogue*/) const {
+  internal_error("convolution choice {} takes no input scale", name());
 }
 
 std::string ConvChoice::hash_key() const {

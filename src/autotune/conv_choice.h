@@ -93,6 +93,18 @@ class ConvChoice {
                                            const std::string& function_name,
                                            const TemplateEpilogue& epilogue) const;
 
+  /// Whether the choice can multiply X by a per-channel scale computed at run time (a
+  /// squeeze-excitation gate) as part of its call: the pointwise template for one image.
+  virtual bool takes_input_scale() const { return false; }
+
+  /// The source of one translation unit defining `function_name` as
+  ///   extern "C" void <function_name>(const float* X, const float* Wprepared, const float* S,
+  ///                                   float* Y [, const float* <epilogue argument>]...);
+  /// the convolution of X [1, H, W, C] with its channel c multiplied by S[c]. Only where
+  /// takes_input_scale().
+  virtual std::string render_with_input_scale(const std::string& function_name,
+                                              const TemplateEpilogue& epilogue) const;
+
   /// The problem the choice was built for.
   virtual const ConvProblem& problem() const = 0;
 };

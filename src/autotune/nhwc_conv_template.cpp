@@ -505,6 +505,44 @@ std::string render_nhwc_pointwise(const GemmConfig& config, const ConvProblem& p
   return text;
 }
 
+std::string render_nhwc_pointwise_scaled(const GemmConfig& config, const ConvProblem& p,
+                                         const std::string& function_name,
+                                         const TemplateEpilogue& epilogue) {
+  KILN_CHECK(nhwc_pointwise_applies(p) && p.n == 1,
+             "pointwise template: {} is not a channels-last 1x1 of one image", p.text());
+  const std::string unscaled = function_name + "_unscaled";
+  std::string text = render_nhwc_pointwise(config, p, unscaled, epilogue);
+  IndentedBuffer out;
+  out.line("");
+  out.linef("extern \"C\" void {}(const float* X, const float* Wp, const float* S, float* Y{}) {{",
+            function_name, epilogue_params(epilogue));
+  {
+    auto _ = out.scope();
+    out.line("// The packed weight with the rows of input channel k scaled by S[k] (for each KC");
+    out.line("// block of K, its NR-column panels of kc rows each), then the bias.");
+    out.linef("constexpr int64_t kPacked = {};", packed_b_size(config, pointwise_gemm(p)));
+    out.line("static thread_local std::vector<float> scaled;");
+    out.line("scaled.resize(kPacked + kN);");
+    out.line("float* b = scaled.data();");
+    out.line("for (int64_t p0 = 0; p0 < kK; p0 += kKC) {");
+    out.line("    const int64_t kc = std::min(kKC, kK - p0);");
+    out.line("    for (int64_t j = 0; j < kNPad; j += kNR) {");
+    out.line("        const float* src = Wp + p0 * kNPad + j * kc;");
+    out.line("        float* dst = b + p0 * kNPad + j * kc;");
+    out.line("        for (int64_t k = 0; k < kc; ++k) {");
+    out.line("            const float s = S[p0 + k];");
+    out.line(
+        "            for (int64_t x = 0; x < kNR; ++x) dst[k * kNR + x] = src[k * kNR + x] * s;");
+    out.line("        }");
+    out.line("    }");
+    out.line("}");
+    out.line("std::copy(Wp + kPacked, Wp + kPacked + kN, b + kPacked);");
+    out.linef("{}(X, b, Y{});", unscaled, epilogue_call_args(epilogue));
+  }
+  out.line("}");
+  return text + out.str();
+}
+
 std::vector<float> prepack_nhwc_depthwise(const ConvProblem& p, const float* w, const float* bias) {
   KILN_CHECK(nhwc_depthwise_applies(p), "depthwise template: {} is not channels-last depthwise",
              p.text());

@@ -56,6 +56,20 @@ std::string render_nhwc_pointwise(const GemmConfig& config, const ConvProblem& p
                                   const std::string& function_name,
                                   const TemplateEpilogue& epilogue = {});
 
+/// The pointwise template for one image whose X is multiplied by a per-channel scale S (a
+/// squeeze-excitation gate computed at run time) before the convolution: the function scales the
+/// rows of the packed W^T by S into a per-thread copy (C x M multiplies, against the H x W x C of
+/// scaling X; codegen's prologue_refusal fuses it from 4 pixels per output channel) and runs the
+/// GEMM on X as it is:
+///
+///   extern "C" void <name>(const float* X, const float* Wp, const float* S, float* Y
+///                          [, const float* <epilogue argument>]...);
+///
+/// S holds C floats; Wp is prepack_nhwc_pointwise's result.
+std::string render_nhwc_pointwise_scaled(const GemmConfig& config, const ConvProblem& problem,
+                                         const std::string& function_name,
+                                         const TemplateEpilogue& epilogue = {});
+
 /// The depthwise template's weight: W [M, 1, KH, KW] transposed to [KH * KW][M], then the bias.
 std::vector<float> prepack_nhwc_depthwise(const ConvProblem& problem, const float* w,
                                           const float* bias);

@@ -67,10 +67,10 @@ struct ExternCall {
   /// A template call's earlier epilogues, applied in order before the call's own buffer's body
   /// (sched/template_epilogue.h); each holds the buffer as it was when the next one fused.
   std::vector<std::shared_ptr<const Buffer>> epilogue_chain;
-  /// Set when the convolution that computed this convolution call's X was fused into it
-  /// (sched/template_epilogue.h fuse_conv_prologues): that call's buffer, with its own epilogue,
-  /// as it was; it is no longer in the program. Input 0 is then its X, and its other inputs are
-  /// among this call's.
+  /// Set when what computed this convolution call's X was fused into it
+  /// (sched/template_epilogue.h fuse_conv_prologues): that buffer as it was (a convolution call
+  /// with its own epilogue, or a pointwise body); it is no longer in the program. Input 0 is then
+  /// its first operand (a call's X), and its other operands are among this call's inputs.
   std::shared_ptr<const Buffer> prologue;
 
   /// The parameters when the call is of kind T, else nullptr.

@@ -139,13 +139,17 @@ void Scheduler::decide_extern_inplace(ScheduleItem& item) const {
     const ir::Buffer* in = program_.find(in_name);
     if (in == nullptr || is_graph_output(in_name) || in->dtype != out.dtype) continue;
     // Not an operand of the call itself (X, A, or a B computed at run time), which it reads at
-    // other elements, nor an input of an earlier epilogue of the chain.
+    // other elements, nor an input of an earlier epilogue of the chain or of its prologue.
     bool operand = false;
     for (size_t k = 0; k < out.call.inputs.size() && k < 2; ++k) {
       operand = operand || (out.call.inputs[k] && out.call.inputs[k]->buffer == in_name);
     }
     for (const auto& earlier : out.call.epilogue_chain) {
       const std::vector<std::string> reads = earlier->reads();
+      operand = operand || std::find(reads.begin(), reads.end(), in_name) != reads.end();
+    }
+    if (out.call.prologue) {  // what the call computes its X from
+      const std::vector<std::string> reads = out.call.prologue->reads();
       operand = operand || std::find(reads.begin(), reads.end(), in_name) != reads.end();
     }
     if (operand || !program_.analyzer.statically_known_equal(in->layout.storage_size(),

@@ -99,35 +99,55 @@ int fuse_conv_prologues(ir::Program& program, const Backend& backend) {
         b.kind == ir::BufferKind::kExtern ? b.call.as<ir::ConvCall>() : nullptr;
     return conv != nullptr && conv->choice != nullptr && b.call.prologue == nullptr;
   };
+  auto position = [&](const std::string& name) {
+    return std::find_if(program.buffers.begin(), program.buffers.end(),
+                        [&](const auto& b) { return b->name == name; });
+  };
+  // From each convolution call (few) to the buffer it reads as X: no scan per buffer.
+  std::vector<std::string> calls;
+  for (const auto& b : program.buffers) {
+    if (choice_call(*b)) calls.push_back(b->name);
+  }
   int fused = 0;
-  for (size_t i = 0; i < program.buffers.size(); ++i) {
-    const ir::Buffer& producer = *program.buffers[i];
-    if (!choice_call(producer) || outputs.count(producer.name)) continue;
-    const std::vector<ir::Buffer*> readers = readers_of(program, producer.name);
-    if (readers.size() != 1 || !choice_call(*readers[0])) continue;
-    ir::Buffer& consumer = *readers[0];
-    // X, and only X: the whole buffer as it is laid out.
+  for (const std::string& name : calls) {
+    ir::Buffer& consumer = **position(name);
     const std::vector<std::optional<ir::View>>& in = consumer.call.inputs;
+    if (in.empty() || !in[0]) continue;
+    const auto at = position(in[0]->buffer);
+    if (at == program.buffers.end()) continue;
+    const ir::Buffer& producer = **at;
+    const bool pointwise = producer.kind == ir::BufferKind::kComputed && !producer.is_reduction();
+    if (!(choice_call(producer) || pointwise) || outputs.count(producer.name)) continue;
+    // X, and only X: the whole buffer as it is laid out, read by nothing else.
     const std::vector<std::string> loads = consumer.body.loaded_buffers();
     const bool x_only =
-        !in.empty() && in[0] && in[0]->buffer == producer.name &&
         in[0]->layout == producer.layout &&
         std::none_of(in.begin() + 1, in.end(),
                      [&](const auto& v) { return v && v->buffer == producer.name; }) &&
-        std::find(loads.begin(), loads.end(), producer.name) == loads.end();
+        std::find(loads.begin(), loads.end(), producer.name) == loads.end() &&
+        readers_of(program, producer.name).size() == 1;
     if (!x_only) continue;
     if (std::string why = backend.conv_prologue_refusal(program, producer, consumer);
         !why.empty()) {
-      log::write(log::Category::kFusion, "convolution {}: not fused into {}: {}", producer.name,
+      log::write(log::Category::kFusion, "{}: not fused into convolution {}: {}", producer.name,
                  consumer.name, why);
       continue;
     }
-    // The producer's X in place of its output, then the producer's other inputs after the
-    // consumer's own.
+    // The producer's operands in place of its output (a call's X first), then the rest of the
+    // producer's operands after the consumer's own inputs.
+    std::vector<std::optional<ir::View>> operands;
+    if (pointwise) {
+      for (const std::string& load : producer.body.loaded_buffers()) {
+        const ir::Buffer* b = program.find(load);
+        operands.emplace_back(ir::View{load, b->dtype, b->layout});
+      }
+    } else {
+      operands = producer.call.inputs;
+    }
     std::vector<std::optional<ir::View>> inputs = in;
-    inputs[0] = producer.call.inputs.at(0);
-    for (size_t k = 1; k < producer.call.inputs.size(); ++k) {
-      const std::optional<ir::View>& v = producer.call.inputs[k];
+    inputs[0] = operands.at(0);
+    for (size_t k = 1; k < operands.size(); ++k) {
+      const std::optional<ir::View>& v = operands[k];
       if (v && std::none_of(inputs.begin(), inputs.end(), [&](const auto& u) {
             return u && u->buffer == v->buffer && u->layout == v->layout;
           })) {
@@ -137,10 +157,9 @@ int fuse_conv_prologues(ir::Program& program, const Backend& backend) {
     consumer.call.inputs = std::move(inputs);
     consumer.call.prologue = std::make_shared<const ir::Buffer>(producer);
     for (const ir::Origin& o : producer.origins) consumer.add_origin(o);
-    log::write(log::Category::kFusion, "convolution {}: fused into {} as its prologue",
+    log::write(log::Category::kFusion, "{}: fused into convolution {} as its prologue",
                producer.name, consumer.name);
-    program.buffers.erase(program.buffers.begin() + static_cast<std::ptrdiff_t>(i));
-    --i;
+    program.buffers.erase(at);
     ++fused;
   }
   return fused;

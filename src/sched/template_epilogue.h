@@ -19,12 +19,14 @@ namespace kiln::sched {
 /// readers its templates take as epilogues (Backend::template_epilogue_refusal).
 int fuse_template_epilogues(ir::Program& program, const Backend& backend);
 
-/// Convolution prologue fusion: a convolution choice call whose only reader is another
-/// convolution choice call, reading it as X with its layout, becomes that call's prologue
-/// (ExternCall::prologue) where the backend takes the pair (Backend::conv_prologue_refusal): a
-/// channels-last expansion (with its epilogue) and the depthwise convolution after it are then
-/// one function that never stores the expanded activation. Runs after fuse_template_epilogues,
-/// so both calls carry their epilogues. Rewrites `program` in place; returns how many fused.
+/// Convolution prologue fusion: a convolution choice call or a pointwise buffer whose only
+/// reader is a convolution choice call, reading it as X with its layout, becomes that call's
+/// prologue (ExternCall::prologue) where the backend takes the pair
+/// (Backend::conv_prologue_refusal). On the CPU: a channels-last expansion (with its epilogue)
+/// and the depthwise convolution after it become one function that never stores the expanded
+/// activation; a squeeze-excitation gate's multiply before a 1x1 convolution scales its weight
+/// instead of its input. Runs after fuse_template_epilogues, so the calls carry their epilogues.
+/// Rewrites `program` in place; returns how many fused.
 ///
 /// Tests: tests/models (MobileNet's blocks), tests/unit/autotune/nhwc_conv_template_test.cpp.
 int fuse_conv_prologues(ir::Program& program, const Backend& backend);

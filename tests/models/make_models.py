@@ -59,6 +59,8 @@ Writes, each into its own folder under OUT_DIR:
             Sigmoid, Mul into the depthwise output), a 1x1 projection to 24, a 1x1 head to 70 +
             SiLU (70: one block of 64 channels and a part), ReduceMean with keepdims, Flatten.
             Files: model.onnx, x.npy, y.npy.
+  se_b1/    the same network at batch 1 on a larger image (16 x 14 after the stem, 9 pixels per
+            output channel of the projection): x float32[1, 3, 31, 27] -> y float32[1, 70].
   mobilenet_dyn/ the same network with x: float32[batch, 3, 15, 13], ending in
             GlobalAveragePool and Flatten: y float32[batch, 40]. Files: model.onnx,
             x_b{1,2}.npy, y_b{1,2}.npy.
@@ -485,7 +487,7 @@ def se_params(rng):
     return params
 
 
-def se_model(params):
+def se_model(params, batch=2, size=(15, 13)):
     nodes = []
     convs = {c[0]: c for c in SE_CONVS}
 
@@ -512,7 +514,7 @@ def se_model(params):
     nodes.append(helper.make_node("Mul", [d, "se_gate"], ["se_out"], name="se_scale"))
     pooled = mean(silu(conv("head", conv("project", "se_out"))), "head_mean")
     nodes.append(helper.make_node("Flatten", [pooled], ["y"], name="flatten"))
-    return finish(nodes, "se", [2, 3, 15, 13], [2, 70], params)
+    return finish(nodes, "se", [batch, 3, *size], [batch, 70], params)
 
 
 def se_reference(p, x):
@@ -798,6 +800,11 @@ def main(out):
     folder = os.path.join(out, "se")
     save(se_model(params), folder)
     x = np.random.default_rng(SEED + 5).uniform(-1, 1, (2, 3, 15, 13)).astype(np.float32)
+    write(folder, "x.npy", x)
+    write(folder, "y.npy", se_reference(params, x))
+    folder = os.path.join(out, "se_b1")
+    save(se_model(params, 1, (31, 27)), folder)
+    x = np.random.default_rng(SEED + 8).uniform(-1, 1, (1, 3, 31, 27)).astype(np.float32)
     write(folder, "x.npy", x)
     write(folder, "y.npy", se_reference(params, x))
 

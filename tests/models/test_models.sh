@@ -137,6 +137,16 @@ read -r means across < <(awk '/^extern "C" void cpp_fused_/ { k++; mean[k] = /re
   fail "se: $across of $means ReduceMean kernels (2 expected) run across channels"
 grep -q "kiln_simd_exp(" "$out"/dump/5_kernels*.cpp || fail "se: the head's SiLU calls libm's exp"
 "$PYTHON" "$HERE/compare.py" "$M/se/y.npy" "$out/y.npy" || fail "se: output differs from numpy"
+# At batch 1 the squeeze-excitation gate's multiply is folded into the projection after it: the
+# projection scales its weight by the gate in its call, and no kernel multiplies the depthwise
+# output.
+KILN_LOG=fusion run_kiln se_b1 "$M/se_b1/model.onnx" "$M/se_b1/x.npy" --dump "$SCRATCH/out/se_b1/dump"
+kernels() { grep -o "[0-9]* kernels" "$1" | cut -d' ' -f1; }
+[ "$(kernels "$out/stdout")" -eq "$(($(kernels "$SCRATCH/out/se/stdout") - 1))" ] &&
+  grep -q "fused into convolution .* as its prologue" "$out/stderr" &&
+  grep -q "scaled per channel by" "$out/dump/5_wrapper.cpp" ||
+  { cat "$out/stderr"; fail "se_b1: the gate's multiply was not folded into the projection"; }
+"$PYTHON" "$HERE/compare.py" "$M/se_b1/y.npy" "$out/y.npy" || fail "se_b1: output differs from numpy"
 # MobileNetV2's inverted residual blocks with expanded activations of 1.3 MiB: each expansion
 # (1x1, its BatchNormalization folded, Clip) is fused into the depthwise convolution after it (at
 # stride 1 and at stride 2), one call that never stores the expanded activation.

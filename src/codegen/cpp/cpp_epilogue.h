@@ -29,14 +29,26 @@ struct EpilogueCode {
 std::string epilogue_refusal(const ir::Program& program, const ir::Buffer& product,
                              const ir::Buffer& consumer);
 
-/// Why the convolution choice call `producer` cannot be fused into `consumer` as its prologue
-/// (CppBackend::conv_prologue_refusal, sched/template_epilogue.h fuse_conv_prologues), or "":
-/// the consumer's choice takes the producer's (ConvChoice::prologue_refusal), the producer's
-/// epilogue reads no buffer and no index (the fused function computes it a row at a time), and
-/// the producer's output is at least kMinPrologueBytes (a smaller one stays in the caches
-/// between the two calls, and the fused function computes a run's first rows twice).
+/// Why `producer` cannot be fused into `consumer`, the convolution choice call that reads it as
+/// X, as its prologue (CppBackend::conv_prologue_refusal, sched/template_epilogue.h
+/// fuse_conv_prologues), or "". A convolution choice call: the consumer's choice takes the
+/// producer's (ConvChoice::prologue_refusal), the producer's epilogue reads no buffer and no
+/// index (the fused function computes it a row at a time), and the producer's output is at least
+/// kMinPrologueBytes (a smaller one stays in the caches between the two calls, and the fused
+/// function computes a run's first rows twice). A pointwise buffer: see input_scale_operands.
 std::string prologue_refusal(const ir::Program& program, const ir::Buffer& producer,
                              const ir::Buffer& consumer);
+
+/// The operands of `buffer` when it is X times a per-channel scale of a channels-last image: a
+/// float32 pointwise body over [N, H, W, C] that multiplies a load of x at its own element by a
+/// load of s at n * C + c (a squeeze-excitation gate) and stores the product; nullopt otherwise.
+/// prologue_refusal lets such a buffer into a pointwise convolution that reads it as X
+/// (ConvChoice::takes_input_scale), for one image with at least 4 pixels per output channel.
+struct InputScale {
+  ir::View x, s;
+};
+std::optional<InputScale> input_scale_operands(const ir::Program& program,
+                                               const ir::Buffer& buffer);
 
 /// Rewrites `consumer`, the only reader of `product`, into `product`'s oneDNN convolution call
 /// when it is a chain of Relus over it (oneDNN post-ops; a Relu-free reader stays a kernel:

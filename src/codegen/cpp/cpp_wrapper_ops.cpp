@@ -123,7 +123,12 @@ struct CppWrapperOps::Call {
   /// with the pointwise body fused into it as its epilogue: its source is a translation unit of
   /// its own, as a GEMM choice's.
   void write_conv_choice(const autotune::ConvChoice& choice) {
-    if (buffer.call.prologue) return write_conv_prologue(choice, *buffer.call.prologue);
+    if (buffer.call.prologue) {
+      if (buffer.call.prologue->kind == ir::BufferKind::kComputed) {
+        return write_conv_input_scale(choice, *buffer.call.prologue);
+      }
+      return write_conv_prologue(choice, *buffer.call.prologue);
+    }
     const autotune::ConvProblem& problem = choice.problem();
     const EpilogueCode epilogue = choice_epilogue(buffer);
     const std::string name = choice_function("conv", "a convolution", choice, problem.text(),
@@ -162,6 +167,31 @@ struct CppWrapperOps::Call {
               buffer.call.product.empty() ? "no epilogue" : "epilogue fused");
     out.linef("{}({}, {}, {}, {}{});", name, data_pointer(*producer.call.inputs.at(0)),
               data_pointer(*producer.call.inputs.at(1)), data_pointer(input(1)), buffer.name, args);
+  }
+
+  /// A convolution choice's call whose X is a pointwise buffer's product of an image and a
+  /// per-channel scale, fused into it (input_scale_operands): the function scales its weight by
+  /// the scale and convolves the image as it is.
+  void write_conv_input_scale(const autotune::ConvChoice& choice, const ir::Buffer& scaled) {
+    const std::optional<InputScale> operands = input_scale_operands(program, scaled);
+    KILN_CHECK(operands.has_value(), "convolution {}: its prologue {} is not X times a scale",
+               buffer.name, scaled.name);
+    const EpilogueCode epilogue = choice_epilogue(buffer);
+    const std::string name =
+        unit_function("conv", fmt::format("a convolution of a scaled input ({})", choice.name()),
+                      fmt::format("conv|{}|{}|{}|scaled", choice.name(), choice.problem().text(),
+                                  epilogue.epilogue.expr),
+                      epilogue, "const float*, const float*, const float*, float*",
+                      {choice.linkage()}, [&](const std::string& function_name) {
+                        return choice.render_with_input_scale(function_name, epilogue.epilogue);
+                      });
+    std::string args;
+    for (const std::string& b : epilogue.buffers) args += ", " + b;
+    out.linef("// {} of {} scaled per channel by {}, {}, {}", choice.problem().text(),
+              operands->x.buffer, operands->s.buffer, choice.name(),
+              buffer.call.product.empty() ? "no epilogue" : "epilogue fused");
+    out.linef("{}({}, {}, {}, {}{});", name, data_pointer(operands->x), data_pointer(input(1)),
+              data_pointer(operands->s), buffer.name, args);
   }
 
   /// The fused attention kernel (kiln_rt_attention.h): its operands as views of the output's

@@ -278,6 +278,62 @@ TEST(NhwcConvTemplate, ExpansionFusedIntoDepthwiseIsCorrect) {
   omp_set_num_threads(threads);
 }
 
+// The pointwise template with a per-channel scale of its input (a squeeze-excitation gate) folded
+// into its weight (render_nhwc_pointwise_scaled), plain and with the residual Add + Clip
+// epilogue, on both ISAs' heuristic choices, against the double convolution of X scaled in
+// float32 (the multiply the fusion removes). Sizes: channels off the vectors, more input
+// channels than one KC block (several blocks of scaled rows), output channels off the panels.
+TEST(NhwcConvTemplate, PointwiseWithAnInputScaleIsCorrect) {
+  const std::vector<ConvProblem> problems = {
+      problem(1, 19, 5, 7, 37, 1, 1, 0, 1),
+      problem(1, 600, 3, 5, 24, 1, 1, 0, 1),
+      problem(1, 16, 7, 7, 160, 1, 1, 0, 1),
+  };
+  std::vector<TemplateIsa> isas = {TemplateIsa::kAvx2};
+  if (host_template_isa() == TemplateIsa::kAvx512) isas.push_back(TemplateIsa::kAvx512);
+  codecache::CodeCache cache(fresh_dir() / "code");
+  for (const ConvProblem& p : problems) {
+    const std::vector<float> x = random_matrix(1, p.c * p.h * p.w, 3);
+    const std::vector<float> scale = random_matrix(1, p.c, 4);
+    const std::vector<float> w = random_matrix(p.m, p.depth(), 5);
+    const std::vector<float> bias = random_matrix(1, p.m, 6);
+    std::vector<float> residual = random_matrix(1, p.m * p.h * p.w, 7);
+    for (float& r : residual) r *= 8;
+    std::vector<float> scaled = x;  // [H, W, C]
+    for (size_t i = 0; i < scaled.size(); ++i) scaled[i] *= scale[i % static_cast<size_t>(p.c)];
+    for (TemplateIsa isa : isas) {
+      const ConvChoicePtr choice = conv_choices(p, 2, isa).front();
+      ASSERT_TRUE(choice->takes_input_scale()) << choice->name();
+      codecache::CompilerConfig config;
+      config.include_dirs.push_back(runtime_include_dir());
+      const std::filesystem::path path = cache.compile_shared_library(
+          {{"plain.cpp", choice->render_with_input_scale("plain", {})},
+           {"fused.cpp", choice->render_with_input_scale(
+                             "fused", {.expr = "std::min(std::max(v + e0[m * " +
+                                               std::to_string(p.m) + " + n], 0.0f), 6.0f)",
+                                       .args = {"e0"},
+                                       .vector_expr = {}})}},
+          config);
+      codecache::LoadedLibrary library(path);
+      const std::vector<float> prepared = choice->prepare(w.data(), bias.data());
+      for (const bool with_residual : {false, true}) {
+        std::vector<float> y(residual.size(), std::numeric_limits<float>::quiet_NaN());
+        if (with_residual) {
+          using Fn = void(const float*, const float*, const float*, float*, const float*);
+          library.symbol<Fn>("fused")(x.data(), prepared.data(), scale.data(), y.data(),
+                                      residual.data());
+        } else {
+          using Fn = void(const float*, const float*, const float*, float*);
+          library.symbol<Fn>("plain")(x.data(), prepared.data(), scale.data(), y.data());
+        }
+        expect_matches(
+            p, scaled, w, bias, with_residual ? residual.data() : nullptr, y,
+            choice->name() + " with an input scale" + (with_residual ? " + residual Clip" : ""));
+      }
+    }
+  }
+}
+
 // Only the pointwise template's expansion fuses, and only into a depthwise convolution that reads
 // whole consecutive rows of it.
 TEST(NhwcConvTemplate, DepthwiseTakesOnlyAnExpansionAsItsPrologue) {

@@ -63,9 +63,9 @@ class Backend {
                                                 const ir::Buffer& /*consumer*/) const {
     return "the backend fuses no template epilogues";
   }
-  /// Why the convolution choice call `producer` cannot be fused into `consumer`, the
-  /// convolution choice call that is its only reader and reads it as X, as its prologue
-  /// (sched/template_epilogue.h fuse_conv_prologues), or "" when it can.
+  /// Why `producer` (a convolution choice call or a pointwise buffer) cannot be fused into
+  /// `consumer`, the convolution choice call that is its only reader and reads it as X, as its
+  /// prologue (sched/template_epilogue.h fuse_conv_prologues), or "" when it can.
   virtual std::string conv_prologue_refusal(const ir::Program& /*program*/,
                                             const ir::Buffer& /*producer*/,
                                             const ir::Buffer& /*consumer*/) const {

@@ -103,7 +103,9 @@ int fuse_conv_prologues(ir::Program& program, const Backend& backend) {
     return std::find_if(program.buffers.begin(), program.buffers.end(),
                         [&](const auto& b) { return b->name == name; });
   };
-  // From each convolution call (few) to the buffer it reads as X: no scan per buffer.
+  // From each convolution call (few) to the buffer it reads as X: no scan per buffer. Only
+  // producers are erased, and a call with a prologue is no producer, so each call is still there
+  // when its turn comes (the calls are in the program's order, producers first).
   std::vector<std::string> calls;
   for (const auto& b : program.buffers) {
     if (choice_call(*b)) calls.push_back(b->name);

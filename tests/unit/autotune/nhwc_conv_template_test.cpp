@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -157,6 +158,43 @@ TEST(NhwcConvTemplate, DepthwiseIsCorrectAtAwkwardSizes) {
   }
 }
 
+// A rendering of a function of X, two prepared inputs (two weights, or a weight and a scale) and
+// Y, compiled as "plain" (no epilogue) and as "fused" (the residual Add + Clip(0, 6) epilogue over
+// outputs of `channels` channels a pixel, the residual read as e0).
+class PlainAndFused {
+ public:
+  using Render = std::function<std::string(const std::string&, const TemplateEpilogue&)>;
+  PlainAndFused(codecache::CodeCache& cache, int64_t channels, const Render& render)
+      : library_(compile(cache, channels, render)) {}
+
+  // The plain function, or with `residual` the fused one.
+  void run(const float* x, const float* a, const float* b, float* y, const float* residual) const {
+    if (residual != nullptr) {
+      using Fn = void(const float*, const float*, const float*, float*, const float*);
+      library_.symbol<Fn>("fused")(x, a, b, y, residual);
+    } else {
+      using Fn = void(const float*, const float*, const float*, float*);
+      library_.symbol<Fn>("plain")(x, a, b, y);
+    }
+  }
+
+ private:
+  static std::filesystem::path compile(codecache::CodeCache& cache, int64_t channels,
+                                       const Render& render) {
+    codecache::CompilerConfig config;
+    config.include_dirs.push_back(runtime_include_dir());
+    const TemplateEpilogue residual_clip{
+        .expr = "std::min(std::max(v + e0[m * " + std::to_string(channels) + " + n], 0.0f), 6.0f)",
+        .args = {"e0"},
+        .vector_expr = {}};
+    return cache.compile_shared_library(
+        {{"plain.cpp", render("plain", {})}, {"fused.cpp", render("fused", residual_clip)}},
+        config);
+  }
+
+  codecache::LoadedLibrary library_;
+};
+
 // An expansion (1x1, bias, Clip(0, 6) as its epilogue) fused into the depthwise convolution
 // after it (render_nhwc_expand_depthwise), plain and with the residual Add + Clip epilogue, on
 // both ISAs, against the double-precision expansion, clipped and rounded to float32 (as the
@@ -224,30 +262,16 @@ TEST(NhwcConvTemplate, ExpansionFusedIntoDepthwiseIsCorrect) {
           isa == TemplateIsa::kAvx2 ? "depthwise-nhwc avx2" : "depthwise-nhwc avx512", dw);
       ASSERT_EQ(depthwise->prologue_refusal(*expand), "") << expand->name();
       const std::string what = expand->name() + " into " + depthwise->name() + " at " + dw.text();
-      codecache::CompilerConfig config;
-      config.include_dirs.push_back(runtime_include_dir());
-      const std::filesystem::path path = cache.compile_shared_library(
-          {{"plain.cpp", depthwise->render_with_prologue(*expand, clip, "plain", {})},
-           {"fused.cpp",
-            depthwise->render_with_prologue(*expand, clip, "fused",
-                                            {.expr = "std::min(std::max(v + e0[m * " +
-                                                     std::to_string(dw.m) + " + n], 0.0f), 6.0f)",
-                                             .args = {"e0"},
-                                             .vector_expr = {}})}},
-          config);
-      codecache::LoadedLibrary library(path);
+      const PlainAndFused functions(
+          cache, dw.m, [&](const std::string& name, const TemplateEpilogue& epilogue) {
+            return depthwise->render_with_prologue(*expand, clip, name, epilogue);
+          });
       const std::vector<float> prepared_x = expand->prepare(wx.data(), bx.data());
       const std::vector<float> prepared = depthwise->prepare(w.data(), b.data());
       for (const bool with_residual : {false, true}) {
         std::vector<float> y(out_size, std::numeric_limits<float>::quiet_NaN());
-        if (with_residual) {
-          using Fn = void(const float*, const float*, const float*, float*, const float*);
-          library.symbol<Fn>("fused")(x.data(), prepared_x.data(), prepared.data(), y.data(),
-                                      residual.data());
-        } else {
-          using Fn = void(const float*, const float*, const float*, float*);
-          library.symbol<Fn>("plain")(x.data(), prepared_x.data(), prepared.data(), y.data());
-        }
+        functions.run(x.data(), prepared_x.data(), prepared.data(), y.data(),
+                      with_residual ? residual.data() : nullptr);
         int failures = 0;
         for (int64_t bi = 0; bi < dw.n; ++bi) {
           for (int64_t i = 0; i < dw.oh(); ++i) {
@@ -304,28 +328,15 @@ TEST(NhwcConvTemplate, PointwiseWithAnInputScaleIsCorrect) {
     for (TemplateIsa isa : isas) {
       const ConvChoicePtr choice = conv_choices(p, 2, isa).front();
       ASSERT_TRUE(choice->takes_input_scale()) << choice->name();
-      codecache::CompilerConfig config;
-      config.include_dirs.push_back(runtime_include_dir());
-      const std::filesystem::path path = cache.compile_shared_library(
-          {{"plain.cpp", choice->render_with_input_scale("plain", {})},
-           {"fused.cpp", choice->render_with_input_scale(
-                             "fused", {.expr = "std::min(std::max(v + e0[m * " +
-                                               std::to_string(p.m) + " + n], 0.0f), 6.0f)",
-                                       .args = {"e0"},
-                                       .vector_expr = {}})}},
-          config);
-      codecache::LoadedLibrary library(path);
+      const PlainAndFused functions(cache, p.m,
+                                    [&](const std::string& name, const TemplateEpilogue& epilogue) {
+                                      return choice->render_with_input_scale(name, epilogue);
+                                    });
       const std::vector<float> prepared = choice->prepare(w.data(), bias.data());
       for (const bool with_residual : {false, true}) {
         std::vector<float> y(residual.size(), std::numeric_limits<float>::quiet_NaN());
-        if (with_residual) {
-          using Fn = void(const float*, const float*, const float*, float*, const float*);
-          library.symbol<Fn>("fused")(x.data(), prepared.data(), scale.data(), y.data(),
-                                      residual.data());
-        } else {
-          using Fn = void(const float*, const float*, const float*, float*);
-          library.symbol<Fn>("plain")(x.data(), prepared.data(), scale.data(), y.data());
-        }
+        functions.run(x.data(), prepared.data(), scale.data(), y.data(),
+                      with_residual ? residual.data() : nullptr);
         expect_matches(
             p, scaled, w, bias, with_residual ? residual.data() : nullptr, y,
             choice->name() + " with an input scale" + (with_residual ? " + residual Clip" : ""));

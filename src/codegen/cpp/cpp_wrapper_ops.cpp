@@ -27,6 +27,14 @@ EpilogueCode choice_epilogue(const ir::Buffer& buffer) {
   return epilogue_code(buffer);
 }
 
+/// ", e0buffer, e1buffer, ...": the buffers a choice's epilogue reads, as its call's last
+/// arguments.
+std::string epilogue_args(const EpilogueCode& epilogue) {
+  std::string args;
+  for (const std::string& b : epilogue.buffers) args += ", " + b;
+  return args;
+}
+
 }  // namespace
 
 /// One library call's emission: an overload per kind of ir::LibraryCall.
@@ -64,8 +72,7 @@ struct CppWrapperOps::Call {
     const ir::View& a = input(0);
     const sym::Expr rows =
         sym::product(std::vector<sym::Expr>(a.layout.sizes.begin(), a.layout.sizes.end() - 1));
-    std::string args;
-    for (const std::string& b : epilogue.buffers) args += ", " + b;
+    const std::string args = epilogue_args(epilogue);
     out.linef("// {}, {}", choice.name(),
               buffer.call.product.empty() ? "no epilogue" : "epilogue fused");
     out.linef("{}({}, {}, {}, {}{});", name, cexpr(rows), data_pointer(a), data_pointer(input(1)),
@@ -133,8 +140,7 @@ struct CppWrapperOps::Call {
     const EpilogueCode epilogue = choice_epilogue(buffer);
     const std::string name = choice_function("conv", "a convolution", choice, problem.text(),
                                              epilogue, "const float*, const float*, float*");
-    std::string args;
-    for (const std::string& b : epilogue.buffers) args += ", " + b;
+    const std::string args = epilogue_args(epilogue);
     out.linef("// {}, {}, {}", problem.text(), choice.name(),
               buffer.call.product.empty() ? "no epilogue" : "epilogue fused");
     out.linef("{}({}, {}, {}{});", name, data_pointer(input(0)), data_pointer(input(1)),
@@ -160,8 +166,7 @@ struct CppWrapperOps::Call {
           return choice.render_with_prologue(made, made_epilogue.epilogue, function_name,
                                              epilogue.epilogue);
         });
-    std::string args;
-    for (const std::string& b : epilogue.buffers) args += ", " + b;
+    const std::string args = epilogue_args(epilogue);
     out.linef("// {}, {}, into {}, {}, {}", made.problem().text(), made.name(),
               choice.problem().text(), choice.name(),
               buffer.call.product.empty() ? "no epilogue" : "epilogue fused");
@@ -185,8 +190,7 @@ struct CppWrapperOps::Call {
                       {choice.linkage()}, [&](const std::string& function_name) {
                         return choice.render_with_input_scale(function_name, epilogue.epilogue);
                       });
-    std::string args;
-    for (const std::string& b : epilogue.buffers) args += ", " + b;
+    const std::string args = epilogue_args(epilogue);
     out.linef("// {} of {} scaled per channel by {}, {}, {}", choice.problem().text(),
               operands->x.buffer, operands->s.buffer, choice.name(),
               buffer.call.product.empty() ? "no epilogue" : "epilogue fused");

@@ -24,7 +24,8 @@
 ///      are combined by B^T down the columns in one vectorized pass, then by B along each tile;
 ///   2. the 36 products Mt[36][T][M] = V^T @ U, tiles by output channels in register blocks
 ///      (R tiles x two vectors of channels), one task per (product, channel block, tile block);
-///      the first tile block of a channel block prefetches the next block's strip of U into L2;
+///      the tile blocks of a channel block each prefetch a share of the next block's strip of U
+///      into L2;
 ///   3. output transform: per tile, A^T and A applied to vectors of output channels, then the
 ///      bias and the epilogue as each output is stored.
 ///

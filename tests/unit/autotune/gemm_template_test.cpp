@@ -161,6 +161,19 @@ TEST(GemmTemplate, ConfigsAreValidAndTheDefaultComesFirst) {
   }
 }
 
+// The default's columns split evenly between the threads where a register block allows it: at N =
+// 256 on 2 threads AVX2's 4 x 24 block would leave one thread 6 of 11 panels, 6 x 16 gives each 8.
+// Where 4 x 24 splits evenly (N = 768: 16 panels each) it stays first.
+TEST(GemmTemplate, DefaultSplitsTheColumnsEvenly) {
+  const GemmConfig narrow = gemm_default_config(128, {.n = 256, .k = 1024}, 2, TemplateIsa::kAvx2);
+  EXPECT_EQ(narrow.mr, 6) << narrow.name();
+  EXPECT_EQ(narrow.nr, 16) << narrow.name();
+  EXPECT_EQ(narrow.nc, 128) << narrow.name();
+  const GemmConfig wide = gemm_default_config(128, {.n = 768, .k = 256}, 2, TemplateIsa::kAvx2);
+  EXPECT_EQ(wide.mr, 4) << wide.name();
+  EXPECT_EQ(wide.nc, 384) << wide.name();
+}
+
 TEST(GemmTemplate, BadConfigsAreRejected) {
   EXPECT_THROW(check_gemm_config({.isa = TemplateIsa::kAvx2, .mr = 6, .nr = 12}), InternalError);
   EXPECT_THROW(check_gemm_config({.isa = TemplateIsa::kAvx2, .mr = 8, .nr = 16}), InternalError);

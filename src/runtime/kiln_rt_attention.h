@@ -72,7 +72,17 @@ inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
 inline Vec vsub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
 inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 inline Vec vmax(Vec a, Vec b) { return _mm512_max_ps(a, b); }
-inline Vec vexp(Vec a) { return Sleef_expf16_u10avx512f(a); }
+inline Vec vexp(Vec x);
+inline Vec vround(Vec a) {
+  return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+// 2^k for whole k in [-127, 128] (k = -127 gives 0, k = 128 infinity).
+inline Vec vexp2i(Vec k) {
+  const __m512i bits =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+  return _mm512_castsi512_ps(bits);
+}
+inline Vec vmin(Vec a, Vec b) { return _mm512_min_ps(a, b); }
 inline float hmax(Vec a) { return _mm512_reduce_max_ps(a); }
 inline float hsum(Vec a) { return _mm512_reduce_add_ps(a); }
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -87,7 +97,17 @@ inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
 inline Vec vsub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
 inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
 inline Vec vmax(Vec a, Vec b) { return _mm256_max_ps(a, b); }
-inline Vec vexp(Vec a) { return Sleef_expf8_u10avx2(a); }
+inline Vec vexp(Vec x);
+inline Vec vround(Vec a) {
+  return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+// 2^k for whole k in [-127, 128] (k = -127 gives 0, k = 128 infinity).
+inline Vec vexp2i(Vec k) {
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  return _mm256_castsi256_ps(bits);
+}
+inline Vec vmin(Vec a, Vec b) { return _mm256_min_ps(a, b); }
 inline float hmax(Vec a) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -113,14 +133,47 @@ inline Vec vsub(Vec a, Vec b) { return a - b; }
 inline Vec vadd(Vec a, Vec b) { return a + b; }
 inline Vec vmax(Vec a, Vec b) { return a > b ? a : b; }
 inline Vec vexp(Vec a) { return std::exp(a); }
+#define KILN_ATTENTION_SCALAR_EXP 1
 inline float hmax(Vec a) { return a; }
 inline float hsum(Vec a) { return a; }
 #endif
 
+#if !defined(KILN_ATTENTION_SCALAR_EXP)
+/// exp(x) a vector at a time, within 1.5 ulp of the exact value over [-87.3, 1] (the softmax's
+/// arguments are <= 0; below about -87.7, where the result is a subnormal, it gives 0; NaN stays
+/// NaN; tests/unit/codegen/attention_exp_test.cpp): x = k ln 2 + r with |r| <= ln 2 / 2 (ln 2 in
+/// two parts, the first exact in k ln 2), exp(r) as 1 + r + r^2 p(r) with p of degree 5 (Cephes'
+/// expf coefficients), times 2^k built in the exponent bits. In place of Sleef's expf, the
+/// attention of a transformer encoder layer (4 heads of 64, sequence 128) ran 9 % faster at AVX2
+/// and 4 % at AVX-512 (AMD EPYC Zen 4, 2 threads).
+inline Vec vexp(Vec x) {
+  // The clamps keep k within [-127, 128]; max and min return their second operand, x, when it is
+  // NaN.
+  x = vmin(vset(88.7f), vmax(vset(-88.0f), x));
+  const Vec k = vround(vmul(x, vset(1.44269504088896341f)));
+  Vec r = vfma(k, vset(-0.693359375f), x);
+  r = vfma(k, vset(2.12194440e-4f), r);
+  Vec p = vset(1.9875691500e-4f);
+  p = vfma(p, r, vset(1.3981999507e-3f));
+  p = vfma(p, r, vset(8.3334519073e-3f));
+  p = vfma(p, r, vset(4.1665795894e-2f));
+  p = vfma(p, r, vset(1.6666665459e-1f));
+  p = vfma(p, r, vset(5.0000001201e-1f));
+  p = vfma(p, vmul(r, r), vadd(r, vset(1.0f)));
+  return vmul(p, vexp2i(k));
+}
+#endif
+
 /// Rows per register block, keys per packed K^T panel, queries per block, keys per tile.
+// AVX2: 6 rows (12 of the 16 registers accumulate), AVX-512: 4 (16 of 32; 6 measured slower).
+#if defined(__AVX2__) && !defined(__AVX512F__)
+constexpr int kMR = 6;
+constexpr int64_t kBlockQ = 48;
+#else
 constexpr int kMR = 4;
-constexpr int kNR = kWidth * kKeyVectors;
 constexpr int64_t kBlockQ = 32;
+#endif
+constexpr int kNR = kWidth * kKeyVectors;
 constexpr int64_t kBlockK = 128;
 static_assert(kBlockQ % kMR == 0 && kBlockK % kNR == 0 && kBlockK % kWidth == 0);
 

@@ -588,6 +588,9 @@ std::vector<RegisterBlock> register_blocks(TemplateIsa isa, int64_t m_hint) {
   blocks.push_back({TemplateIsa::kAvx2, 4, 24, 256, 384});
   blocks.push_back({TemplateIsa::kAvx2, 6, 16, 384, 256});
   blocks.push_back({TemplateIsa::kAvx2, 8, 8, 512, 256});
+  // 5 x 16 tiles the 49 rows of a 7 x 7 image with one to spare (6 x 16: 5, 4 x 24: 3);
+  // nhwc_pointwise_config weighs it.
+  blocks.push_back({TemplateIsa::kAvx2, 5, 16, 384, 256});
   return blocks;
 }
 

@@ -392,13 +392,18 @@ GemmConfig nhwc_pointwise_config(const ConvProblem& p, int threads, TemplateIsa 
   // 49 at 7 x 7, which no block of 6, 8, 12 or 14 rows tiles. Among the configs of the register
   // blocks, each as gemm_configs first proposes it, the one whose busiest thread computes the
   // fewest elements of C, padding included (weighted as below), the default first among equals.
-  // Elements of C count by the cost of their FMAs:
-  //   - 8 for a block of 2 or more AVX-512 vectors a row;
-  //   - 9 for the one-vector AVX-512 block (14 x 16): a load for every FMA, where the wider blocks
-  //     load B once for 2-4 FMAs. At 49 x 960 -> 320 it ran 0.22 ms against 0.17 for the 7 x 48
-  //     block, which computes 20 % more columns (bench/gemm_bench.cpp, 2 threads of an Emerald
-  //     Rapids Xeon);
-  //   - 10 for an AVX2 block on AVX-512, whose column can cost up to twice one of a 512-bit block
+  // Elements of C count by the cost of their FMAs, in sixteenths:
+  //   - 16 for a block of 2 or more vectors a row;
+  //   - 17 for AVX2's 5 x 16 block, whose 10 accumulators take 7 loads for 10 FMAs (6 x 16: 8 for
+  //     12): it goes where it saves rows, the 7 x 7 layers (49 rows, 50 as 5 x 16, 54 as 6 x 16),
+  //     MobileNetV2's of which ran 4-8 % faster so (x86-64-v3 variant, AMD EPYC Zen 4, 2 threads),
+  //     and not where it saves under 6 % (as the prologue of the fused 112 x 112 expansion, at
+  //     0.6 % fewer rows, it ran 9 % slower);
+  //   - 18 for the one-vector blocks (AVX-512's 14 x 16): a load for every FMA, where the wider
+  //     blocks load B once for 2-4 FMAs. At 49 x 960 -> 320 it ran 0.22 ms against 0.17 for the
+  //     7 x 48 block, which computes 20 % more columns (bench/gemm_bench.cpp, 2 threads of an
+  //     Emerald Rapids Xeon);
+  //   - 20 for an AVX2 block on AVX-512, whose column can cost up to twice one of a 512-bit block
   //     (on CPUs with full AVX-512 units; the same on those that split them, as AMD's EPYC).
   // So on AVX-512, 16 output channels take the 14 x 16 block (the 32 -> 16 projection at 112 x
   // 112: 0.05-0.07 ms against 0.08-0.11 as AVX2 6 x 16 and 0.09-0.12 as 12 x 32), 24 the AVX2
@@ -420,7 +425,10 @@ GemmConfig nhwc_pointwise_config(const ConvProblem& p, int threads, TemplateIsa 
     const int64_t panels = ceil_div(p.m, config.nr);
     const bool split_columns = config.thread_split != GemmThreadSplit::kM;
     const int64_t columns = (split_columns ? round_up(panels, parts) : panels) * config.nr;
-    const int weight = config.isa != isa ? 10 : config.nr == vector_width(isa) ? 9 : 8;
+    const int weight = config.isa != isa                                    ? 20
+                       : config.nr == vector_width(isa)                     ? 18
+                       : config.isa == TemplateIsa::kAvx2 && config.mr == 5 ? 17
+                                                                            : 16;
     return rows * columns * weight;
   };
   // The 14 x 32 block is left to the autotuner: it holds 31 of the 32 vector registers, and at

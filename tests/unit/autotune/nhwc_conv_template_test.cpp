@@ -391,6 +391,14 @@ TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
   // 196 rows (14 x 14), 64 columns: the 6 x 64 block, whose 4 extra rows cost less than the 32
   // columns of padding of 7 x 48 (and 14 x 32, which would tile it, is left to the autotuner).
   expect_first(problem(1, 384, 14, 14, 64, 1, 1, 0, 1), "pointwise-nhwc avx512_6x64_");
+  // AVX2: 49 rows take the 5-row block (50 rows; 6 x 16 computes 54); 56 x 56 ones keep 4 x 24,
+  // where 5 x 16 would save under 1 % of the rows.
+  auto expect_first_avx2 = [](const ConvProblem& p, const std::string& prefix) {
+    const std::string name = conv_choices(p, 2, TemplateIsa::kAvx2)[0]->name();
+    EXPECT_TRUE(name.starts_with(prefix)) << p.text() << ": " << name;
+  };
+  expect_first_avx2(problem(1, 960, 7, 7, 160, 1, 1, 0, 1), "pointwise-nhwc avx2_5x16_mc50_");
+  expect_first_avx2(problem(1, 24, 56, 56, 144, 1, 1, 0, 1), "pointwise-nhwc avx2_4x24_");
   const ConvProblem depthwise = problem(1, 96, 112, 112, 96, 3, 2, 1, 96);
   choices = conv_choices(depthwise, 2, TemplateIsa::kAvx2);
   ASSERT_EQ(choices.size(), 2u);

@@ -72,7 +72,6 @@ inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
 inline Vec vsub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
 inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 inline Vec vmax(Vec a, Vec b) { return _mm512_max_ps(a, b); }
-inline Vec vexp(Vec x);
 inline Vec vround(Vec a) {
   return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
@@ -97,7 +96,6 @@ inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
 inline Vec vsub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
 inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
 inline Vec vmax(Vec a, Vec b) { return _mm256_max_ps(a, b); }
-inline Vec vexp(Vec x);
 inline Vec vround(Vec a) {
   return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
@@ -133,12 +131,11 @@ inline Vec vsub(Vec a, Vec b) { return a - b; }
 inline Vec vadd(Vec a, Vec b) { return a + b; }
 inline Vec vmax(Vec a, Vec b) { return a > b ? a : b; }
 inline Vec vexp(Vec a) { return std::exp(a); }
-#define KILN_ATTENTION_SCALAR_EXP 1
 inline float hmax(Vec a) { return a; }
 inline float hsum(Vec a) { return a; }
 #endif
 
-#if !defined(KILN_ATTENTION_SCALAR_EXP)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 /// exp(x) a vector at a time, within 1.5 ulp of the exact value over [-87.3, 1] (the softmax's
 /// arguments are <= 0; below about -87.7, where the result is a subnormal, it gives 0; NaN stays
 /// NaN; tests/unit/codegen/attention_exp_test.cpp): x = k ln 2 + r with |r| <= ln 2 / 2 (ln 2 in

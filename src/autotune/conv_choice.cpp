@@ -567,7 +567,7 @@ std::vector<ConvChoicePtr> channels_last_choices(const ConvProblem& problem, int
   // 7 x 7 x 1024 (32 channels a group) 1.1 ms -> 0.17, 14 x 14 x 512 (16) 0.38 -> 0.16,
   // 28 x 28 x 256 (8) 0.31-0.38 -> 0.25, and 56 x 56 x 128 (4, merged in pairs) 0.44-0.56 ->
   // 0.43-0.53.
-  // Except for a network's first convolution at AVX2 (3 or 4 input channels, the image's): there
+  // Except for a network's first convolution at AVX2 (at most 4 input channels: an image's): there
   // oneDNN's came first at every measurement (`--autotune max`, 2 threads): MobileNetV2's 3x3 /2
   // stem 0.134-0.163 ms against the direct template's 0.166-0.208 on an Intel Xeon, ResNet's 7x7
   // /2 stem 1.35-1.60 against 1.43-1.73 there and 1.04 against 1.11 on an AMD EPYC. (At AVX-512

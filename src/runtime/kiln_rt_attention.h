@@ -22,7 +22,6 @@
 
 #include <immintrin.h>
 #include <omp.h>
-#include <sleef.h>
 
 #include <algorithm>
 #include <cmath>

@@ -82,7 +82,7 @@ std::string run_for(const std::string& march) {
   fs::create_directories(dir);
   std::ofstream(dir / "main.cpp") << kProgram;
   const std::string command = fmt::format(
-      "g++ -std=c++17 -O2 -march={} -Wall -Wextra -I{} -o {} {} -lsleef > {} 2>&1 && {} > "
+      "g++ -std=c++17 -O2 -march={} -Wall -Wextra -I{} -o {} {} > {} 2>&1 && {} > "
       "{} 2>&1",
       march, kiln::codegen::cpp_runtime_include_dir().string(), (dir / "main").string(),
       (dir / "main.cpp").string(), (dir / "compile.log").string(), (dir / "main").string(),

@@ -336,7 +336,8 @@ void run_conv(const Buffer& buffer, const ConvCall& params, Storages& storages,
                w.real_at(weight_last ? std::vector<int64_t>{wi[0], wi[2], wi[3], wi[1]} : wi);
       });
     }
-    // The epilogue fused on CUDA: + residual, then the Relus.
+    // The epilogue fused into the call (the residual on CUDA only): + residual, then the
+    // activation.
     if (params.residual) sum += residual.real_at(physical(o));
     if (params.relu_post_ops > 0) sum = std::max(sum, 0.0);
     sum = conv_activation(params, sum);

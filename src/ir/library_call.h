@@ -67,7 +67,7 @@ enum class ConvActivation : uint8_t {
 };
 
 /// An N-D convolution: inputs X, W and an optional bias. Without a choice it runs through
-/// oneDNN (float32, with `relu_post_ops` Relus fused as post-ops) or the direct loop (other
+/// oneDNN (float32, with its activation fused as a post-op) or the direct loop (other
 /// dtypes); with one (lower/conv_select.h: the C++ template or im2col + OpenBLAS on a 2-D float32
 /// problem) input 1 is the weight and bias as the choice prepared them, and an epilogue may be
 /// fused into it (ExternCall::product).
@@ -85,8 +85,9 @@ struct ConvCall {
   /// On CUDA (codegen/cuda/cuda_conv.h fuses it): input 3 is a residual of the output's layout,
   /// added after the bias and before the `relu_post_ops` Relus.
   bool residual = false;
-  /// On CUDA: an activation other than Relu after the bias and residual (relu_post_ops 0 then),
-  /// with its parameters (ConvActivation says which it uses).
+  /// An activation other than Relu after the bias and residual (relu_post_ops 0 then), with its
+  /// parameters (ConvActivation says which it uses): a oneDNN post-op on the CPU, part of the
+  /// cuDNN graph on CUDA.
   ConvActivation activation = ConvActivation::kNone;
   double alpha = 0, beta = 0;
   autotune::ConvChoicePtr choice;

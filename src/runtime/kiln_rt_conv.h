@@ -39,6 +39,19 @@ struct ConvParams {
   bool operator==(const ConvParams& o) const { return std::memcmp(this, &o, sizeof(*this)) == 0; }
 };
 
+/// The activation a oneDNN convolution applies to each output element after the bias, as an
+/// eltwise post-op (ir::ConvActivation's numbers): 0 none, 1 Relu, 2 Sigmoid, 3 Tanh, 4 Clip to
+/// [alpha, beta], 5 LeakyRelu (slope alpha), 6 Elu (alpha), 7 Gelu, 8 Gelu's tanh form, 9 Swish
+/// x sigmoid(alpha x).
+struct ConvActivation {
+  int kind = 0;
+  double alpha = 0, beta = 0;
+
+  bool operator==(const ConvActivation& o) const {
+    return kind == o.kind && alpha == o.alpha && beta == o.beta;
+  }
+};
+
 /// Direct convolution: the reference path and the float64 path.
 template <typename T>
 inline void conv_direct(const ConvParams& p, const T* x, const T* w, const T* bias, T* out) {
@@ -265,10 +278,10 @@ inline std::vector<ConvPiece> conv_pieces(const ConvParams& p, int threads) {
 class ConvSite {
  public:
   /// `constant_weights`: w is a model constant, so its reordered copy is kept across runs.
-  /// `post_ops`: what the primitive applies to each output element after the bias, in order
-  /// (sched/template_epilogue.h): 'r' Relu, so Conv -> Relu is this one call.
+  /// `act`: the activation the primitive applies after the bias (codegen/cpp/cpp_epilogue.h
+  /// fuse_onednn_post_ops), so Conv -> Relu6 is this one call.
   void run(const ConvParams& p, const float* x, const float* w, const float* bias, float* out,
-           bool constant_weights, const char* post_ops = "") {
+           bool constant_weights, const ConvActivation& act = {}) {
     std::lock_guard<std::mutex> lock(mutex_);
     const int threads = requested_threads();
     const bool has_bias = bias != nullptr;
@@ -277,8 +290,8 @@ class ConvSite {
       // primitives and reorders the weights on this thread alone.
       SingleThreadedCall single;
       if (!ready_ || !(p == params_) || threads != threads_ || has_bias != has_bias_ ||
-          post_ops_ != post_ops) {
-        plan(p, threads, has_bias, post_ops);
+          !(act == act_)) {
+        plan(p, threads, has_bias, act);
         reorder_weights(w);
       } else if (!constant_weights || w != weights_src_) {
         reorder_weights(w);
@@ -343,13 +356,13 @@ class ConvSite {
     return d;
   }
 
-  void plan(const ConvParams& p, int threads, bool has_bias, const std::string& post_ops) {
+  void plan(const ConvParams& p, int threads, bool has_bias, const ConvActivation& act) {
     ready_ = false;
     kernels_.clear();
     weights_.clear();
     parts_.clear();
     has_bias_ = has_bias;
-    post_ops_ = post_ops;
+    act_ = act;
     for (const ConvPiece& piece : conv_pieces(p, threads)) {
       Part part;
       part.piece = piece;
@@ -438,11 +451,12 @@ class ConvSite {
                           dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                           conv_src_md, any_w_md, conv_dst_md, strides, dilates, pad_l, pad_r);
     dnnl::primitive_attr attr = user_scratchpad();
-    dnnl::post_ops ops;
-    for (char op : post_ops_) {
-      if (op == 'r') ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (act_.kind != 0) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, eltwise_algorithm(act_.kind), static_cast<float>(act_.alpha),
+                         static_cast<float>(act_.beta));
+      attr.set_post_ops(ops);
     }
-    attr.set_post_ops(ops);
     dnnl::convolution_forward::primitive_desc pd(desc, attr, engine_);
     kernel.primitive = dnnl::convolution_forward(pd);
     kernel.scratchpad_md = pd.scratchpad_desc();
@@ -512,6 +526,33 @@ class ConvSite {
     }
   }
 
+  /// oneDNN's eltwise algorithm of ConvActivation `kind` (1 to 9). Its alpha and beta are the
+  /// activation's: LeakyRelu is eltwise_relu with the slope as alpha, Clip eltwise_clip_v2
+  /// (min(max(x, alpha), beta)), Swish eltwise_swish (x sigmoid(alpha x)).
+  static dnnl::algorithm eltwise_algorithm(int kind) {
+    using alg = dnnl::algorithm;
+    switch (kind) {
+      case 1:
+      case 5:
+        return alg::eltwise_relu;
+      case 2:
+        return alg::eltwise_logistic;
+      case 3:
+        return alg::eltwise_tanh;
+      case 4:
+        return alg::eltwise_clip_v2;
+      case 6:
+        return alg::eltwise_elu;
+      case 7:
+        return alg::eltwise_gelu_erf;
+      case 8:
+        return alg::eltwise_gelu_tanh;
+      case 9:
+        return alg::eltwise_swish;
+    }
+    fail("a convolution's activation %d is not one oneDNN applies", kind);
+  }
+
   /// oneDNN's default scratchpad is one buffer shared by every primitive of the process, which
   /// makes a primitive unsafe to run from a thread other than the one that created it (Debian
   /// builds oneDNN without DNNL_ENABLE_CONCURRENT_EXEC). A site is called from whichever thread
@@ -527,7 +568,7 @@ class ConvSite {
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
   bool ready_ = false;
   bool has_bias_ = false;
-  std::string post_ops_;
+  ConvActivation act_;
   ConvParams params_;
   int threads_ = 0;
   const float* weights_src_ = nullptr;

@@ -70,6 +70,12 @@ Writes, each into its own folder under OUT_DIR:
             3x3 stride 1, 1x1 project to 16, Add(x); then 1x1 expand to 96, depthwise 3x3 stride
             2 (odd sizes), 1x1 project to 24; each Conv followed by a BatchNormalization, the
             expansions and depthwise ones by ReLU6 as Clip(0, 6). Files: model.onnx, x.npy, y.npy.
+  conv_act/ x: float32[2, 4, 11, 9] -> y: float32[2, 4, 11, 9]. A chain of eleven grouped 3x3
+            convolutions (4 channels in 2 groups, bias, pads 1: Kiln runs them through oneDNN),
+            each followed by an activation: Relu, Clip(0, 6), Clip with only a min,
+            Sigmoid, Tanh, LeakyRelu (0.1), Elu (0.7), Gelu (erf) and Gelu (tanh) at opset 20,
+            SiLU as x * Sigmoid(x), and HardSigmoid (which oneDNN does not apply: a kernel of its
+            own). Files: model.onnx, x.npy, y.npy.
 """
 import os
 import sys
@@ -697,6 +703,69 @@ def computed_reference(x, s, e, k, r):
             "top_i": order.astype(np.int64), "ranged": np.arange(*r.astype(np.int64))}
 
 
+# The activations of conv_act/, in its order: ONNX op, attributes, numpy (float64) reference.
+def _gelu_erf(x):
+    from math import erf
+    return 0.5 * x * (1 + np.vectorize(erf)(x / np.sqrt(2)))
+
+
+CONV_ACTIVATIONS = (
+    ("Relu", {}, relu),
+    ("Clip", {"bounds": (0.0, 6.0)}, lambda x: np.clip(x, 0, 6)),
+    ("Clip", {"bounds": (-0.5,)}, lambda x: np.maximum(x, -0.5)),
+    ("Sigmoid", {}, lambda x: 1 / (1 + np.exp(-x))),
+    ("Tanh", {}, np.tanh),
+    ("LeakyRelu", {"alpha": 0.1}, lambda x: np.where(x < 0, 0.1 * x, x)),
+    ("Elu", {"alpha": 0.7}, lambda x: np.where(x < 0, 0.7 * np.expm1(x), x)),
+    ("Gelu", {}, _gelu_erf),
+    ("Gelu", {"approximate": "tanh"},
+     lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))),
+    ("SiLU", {}, lambda x: x / (1 + np.exp(-x))),
+    ("HardSigmoid", {"alpha": 0.2, "beta": 0.5}, lambda x: np.clip(0.2 * x + 0.5, 0, 1)),
+)
+
+
+def conv_act_params(rng):
+    p = {}
+    for i in range(len(CONV_ACTIVATIONS)):
+        p[f"w{i}"] = (0.6 * rng.standard_normal((4, 2, 3, 3))).astype(np.float32)
+        p[f"b{i}"] = (0.2 * rng.standard_normal(4)).astype(np.float32)
+    return p
+
+
+def conv_act_model(params):
+    nodes, inits, value = [], dict(params), "x"
+    for i, (op, attrs, _) in enumerate(CONV_ACTIVATIONS):
+        nodes.append(helper.make_node("Conv", [value, f"w{i}", f"b{i}"], [f"c{i}"],
+                                      name=f"conv{i}", group=2, pads=[1, 1, 1, 1]))
+        value = "y" if i == len(CONV_ACTIVATIONS) - 1 else f"a{i}"
+        if op == "Clip":
+            names = []
+            for k, bound in enumerate(attrs["bounds"]):
+                inits[f"bound{i}_{k}"] = np.array(bound, dtype=np.float32)
+                names.append(f"bound{i}_{k}")
+            nodes.append(helper.make_node("Clip", [f"c{i}"] + names, [value], name=f"act{i}"))
+        elif op == "SiLU":
+            nodes.append(helper.make_node("Sigmoid", [f"c{i}"], [f"s{i}"], name=f"sig{i}"))
+            nodes.append(helper.make_node("Mul", [f"c{i}", f"s{i}"], [value], name=f"act{i}"))
+        else:
+            nodes.append(helper.make_node(op, [f"c{i}"], [value], name=f"act{i}", **attrs))
+    graph = helper.make_graph(
+        nodes, "conv_act", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 11, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 11, 9])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, producer_name="kiln-tests",
+                              opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 10
+    return model
+
+
+def conv_act_reference(p, x):
+    y = x.astype(np.float64)
+    for i, (_, _, act) in enumerate(CONV_ACTIVATIONS):
+        y = act(conv2d(y, *f64(p[f"w{i}"], p[f"b{i}"]), (1, 1, 1, 1), (1, 1), group=2))
+    return y
+
 def write(folder, name, array):
     np.save(os.path.join(folder, name), array.astype(np.float32))
 
@@ -807,6 +876,15 @@ def main(out):
     x = np.random.default_rng(SEED + 8).uniform(-1, 1, (1, 3, 31, 27)).astype(np.float32)
     write(folder, "x.npy", x)
     write(folder, "y.npy", se_reference(params, x))
+
+    params = conv_act_params(np.random.default_rng(SEED + 9))
+    folder = os.path.join(out, "conv_act")
+    # Opset 20 (Gelu): newer than Debian's onnx checker knows, so saved unchecked.
+    os.makedirs(folder, exist_ok=True)
+    onnx.save_model(conv_act_model(params), os.path.join(folder, "model.onnx"))
+    x = np.random.default_rng(SEED + 10).uniform(-1, 1, (2, 4, 11, 9)).astype(np.float32)
+    write(folder, "x.npy", x)
+    write(folder, "y.npy", conv_act_reference(params, x))
 
     rng = np.random.default_rng(SEED + 1)
     params = {"w1": (0.3 * rng.standard_normal((24, 40))).astype(np.float32),

@@ -6,7 +6,8 @@
 # Gemm), a residual block whose 3x3 convolutions run as the Winograd template (NCHW and
 # channels-last; checked at atol 1e-4), MobileNetV2's and ResNet's blocks channels-last (static and dynamic batch),
 # SqueezeNet's Fire module between MaxPools with ceil_mode (channels-last), MobileNetV2's
-# inverted residual blocks with the expansions fused into the depthwise convolutions, a model with data-dependent If and Loop (nested), and one whose shapes are computed from
+# inverted residual blocks with the expansions fused into the depthwise convolutions, a chain of
+# grouped convolutions with every activation oneDNN applies as their post-ops, a model with data-dependent If and Loop (nested), and one whose shapes are computed from
 # data (Reshape, Expand, Tile, ConstantOfShape, TopK, Range; with a bad shape: a clear error),
 # with seeded weights, inputs and expected outputs computed in numpy; and a transformer block
 # at opset 20 with a model-local function (make_transformer.py), a causal attention block at
@@ -157,6 +158,15 @@ KILN_LOG=fusion run_kiln inverted "$M/inverted/model.onnx" "$M/inverted/x.npy" \
   { cat "$out/stderr"; fail "inverted: the expansions were not fused into the depthwise convolutions"; }
 "$PYTHON" "$HERE/compare.py" "$M/inverted/y.npy" "$out/y.npy" ||
   fail "inverted: output differs from numpy"
+# A chain of grouped convolutions (oneDNN library calls), each followed by an activation: every
+# one oneDNN has (Relu, both Clips, Sigmoid, Tanh, LeakyRelu, Elu, both Gelus, SiLU) is its
+# convolution's post-op, so no kernel of its own; HardSigmoid is not.
+run_kiln conv_act "$M/conv_act/model.onnx" "$M/conv_act/x.npy" --dump "$SCRATCH/out/conv_act/dump"
+[ "$(grep -c "kiln_rt::ConvActivation{" "$out/dump/5_wrapper.cpp")" -eq 10 ] &&
+  grep -q "cpp_fused_hard_sigmoid" "$out/dump/5_wrapper.cpp" ||
+  { grep "state.conv" "$out/dump/5_wrapper.cpp"; fail "conv_act: the activations were not the convolutions' post-ops"; }
+"$PYTHON" "$HERE/compare.py" "$M/conv_act/y.npy" "$out/y.npy" ||
+  fail "conv_act: output differs from numpy"
 for b in 1 3; do
   run_case "squeeze_dyn_b$b" "$M/squeeze_dyn/model.onnx" "$M/squeeze_dyn/x_b$b.npy" \
     "$M/squeeze_dyn/y_b$b.npy"

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "codegen/cpp/cpp_ops.h"
+#include "sched/conv_epilogue_match.h"
 #include "sched/template_epilogue.h"
 #include "support/error.h"
 
@@ -243,46 +244,6 @@ EpilogueCode epilogue_code(const ir::Buffer& fused) {
   return code;
 }
 
-namespace {
-
-/// The number of Relus `consumer` applies, one after another, to each element of a float32
-/// convolution's product, or nullopt when its body is anything else.
-std::optional<int> conv_post_ops(const ir::Program& program, const ir::Buffer& product,
-                                 const ir::Buffer& consumer) {
-  if (product.dtype != graph::DType::kFloat32 || consumer.kind != ir::BufferKind::kComputed ||
-      consumer.is_reduction() || consumer.dtype != graph::DType::kFloat32 ||
-      consumer.layout.sizes != product.layout.sizes || !consumer.layout.is_contiguous() ||
-      !product.layout.is_contiguous() || consumer.body.sizes() != product.layout.sizes) {
-    return std::nullopt;
-  }
-  const ir::LoopBody& body = consumer.body;
-  const sym::Expr identity = sched::elementwise_index(program, product.layout, body);
-  int relus = 0;
-  std::optional<ir::ValueId> current;
-  for (size_t id = 0; id < body.ops().size(); ++id) {
-    const auto vid = static_cast<ir::ValueId>(id);
-    const ir::Op& op = body.op(vid);
-    if (op.code == ir::OpCode::kLoad && op.buffer == product.name && op.mask == ir::kNoValue &&
-        op.index == identity && !current) {
-      current = vid;
-      continue;
-    }
-    if (!current) return std::nullopt;
-    if (op.code == ir::OpCode::kRelu && op.operands[0] == *current) {
-      ++relus;
-      current = vid;
-    } else if (op.code == ir::OpCode::kStore && op.operands[0] == *current &&
-               op.index == sched::elementwise_index(program, consumer.layout, body)) {
-      return relus == 0 ? std::nullopt : std::optional<int>(relus);
-    } else {
-      return std::nullopt;
-    }
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
 // The expanded activations fused below this size stay apart: at MobileNetV2's 28 x 28 x 192
 // (588 KiB) the expansion's output is still in L2 when the depthwise convolution reads it, each
 // thread's run recomputes its first two rows (a seventh of a run at 28 rows on 2 threads), and
@@ -389,12 +350,23 @@ std::string prologue_refusal(const ir::Program& program, const ir::Buffer& produ
 bool fuse_onednn_post_ops(const ir::Program& program, const ir::Buffer& product,
                           ir::Buffer& consumer) {
   const ir::ConvCall* conv = product.call.as<ir::ConvCall>();
-  if (conv == nullptr || conv->choice != nullptr || conv->relu_post_ops != 0) return false;
-  std::optional<int> relus = conv_post_ops(program, product, consumer);
-  if (!relus) return false;
+  if (conv == nullptr || conv->choice != nullptr || conv->relu_post_ops != 0 ||
+      conv->activation != ir::ConvActivation::kNone || product.dtype != graph::DType::kFloat32) {
+    return false;
+  }
+  const std::optional<sched::ConvEpilogueMatch> match =
+      sched::match_conv_epilogue(program, product, consumer);
+  if (!match || match->residual != nullptr) return false;
   consumer.kind = ir::BufferKind::kExtern;
   consumer.call = product.call;
-  consumer.call.as<ir::ConvCall>()->relu_post_ops = *relus;
+  ir::ConvCall* fused = consumer.call.as<ir::ConvCall>();
+  if (match->activation == ir::ConvActivation::kRelu) {
+    fused->relu_post_ops = 1;
+  } else {
+    fused->activation = match->activation;
+    fused->alpha = match->alpha;
+    fused->beta = match->beta;
+  }
   for (const ir::Origin& o : product.origins) consumer.add_origin(o);
   return true;
 }

@@ -51,9 +51,10 @@ std::optional<InputScale> input_scale_operands(const ir::Program& program,
                                                const ir::Buffer& buffer);
 
 /// Rewrites `consumer`, the only reader of `product`, into `product`'s oneDNN convolution call
-/// when it is a chain of Relus over it (oneDNN post-ops; a Relu-free reader stays a kernel:
-/// oneDNN's binary add post-op, a residual Add, runs 1.5-4.5x slower than the convolution plus a
-/// separate kernel on its plain-layout path, bench/conv_block_bench.cpp). True when it did.
+/// when it applies an activation to it (sched/conv_epilogue_match.h: Relu, Clip, Sigmoid, ...,
+/// each an eltwise post-op of oneDNN's, applied in registers before the store). A residual Add
+/// stays a kernel: oneDNN's binary add post-op runs 1.5-4.5x slower than the convolution plus a
+/// separate kernel on its plain-layout path (bench/conv_block_bench.cpp). True when it did.
 bool fuse_onednn_post_ops(const ir::Program& program, const ir::Buffer& product,
                           ir::Buffer& consumer);
 

@@ -116,12 +116,16 @@ struct CppWrapperOps::Call {
     }
     const ir::Buffer* wb = program.find(w.buffer);
     bool constant = wb != nullptr && wb->kind == ir::BufferKind::kConstant;
-    // A Relu chain fused as oneDNN post-ops (sched/template_epilogue.h): the runtime takes one
-    // 'r' per Relu.
+    // The activation fused as a oneDNN post-op (cpp_epilogue.h fuse_onednn_post_ops), by
+    // ir::ConvActivation's number with its parameters.
+    const ir::ConvActivation act =
+        call.relu_post_ops > 0 ? ir::ConvActivation::kRelu : call.activation;
     const std::string post_ops =
-        call.relu_post_ops > 0
-            ? ", " + cpp_quote(std::string(static_cast<size_t>(call.relu_post_ops), 'r'))
-            : std::string();
+        act == ir::ConvActivation::kNone
+            ? std::string()
+            : fmt::format(", kiln_rt::ConvActivation{{{}, {}, {}}}", static_cast<int>(act),
+                          act == ir::ConvActivation::kRelu ? 0.0 : call.alpha,
+                          act == ir::ConvActivation::kRelu ? 0.0 : call.beta);
     out.linef("state.conv[{}].run(p, {}, {}, {}, {}, {}{});", writer.conv_sites_++, xp, wp, bp,
               buffer.name, constant ? "true" : "false", post_ops);
   }

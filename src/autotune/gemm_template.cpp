@@ -432,8 +432,15 @@ void render_entry(IndentedBuffer& out, const GemmConfig& config, const GemmProbl
     out.linef("alignas(64) float Ap[{} * kKC];", config.pack_a ? "kMC" : "kMR");
     switch (config.thread_split) {
       case GemmThreadSplit::kMN:
+        // M blocks outermost, so that each thread computes a contiguous run of C's rows: the
+        // next kernel, which shares its rows out the same way (a depthwise convolution's output
+        // rows, a row-wise norm), then reads them from its own core's L2. N blocks outermost
+        // left each thread a band of columns of every row. MobileNetV2 at 14 x 14 (the
+        // expansion's 2 x 2 tiles): its depthwise layers 0.029 -> 0.024 ms, the network 2-3.5 %
+        // faster (2 threads of an Emerald Rapids Xeon, both ISAs); the other bench-ort models
+        // level.
         out.line("for (int64_t t = kiln_lo; t < kiln_hi; ++t) {");
-        out.line("    const int64_t jb = t / m_blocks, ib = t % m_blocks;");
+        out.line("    const int64_t ib = t / n_blocks, jb = t % n_blocks;");
         out.line("    " + call);
         out.line("}");
         break;
@@ -644,7 +651,7 @@ GemmConfig blocked_config(const RegisterBlock& block, int kc, int64_t m_hint,
 }
 
 // Multiply-adds of the busiest thread under `config`, the padding of short tiles included: the
-// generated entry shares its tasks (M x N blocks, N blocks outermost, or whole N or M blocks) out
+// generated entry shares its tasks (M x N blocks, M blocks outermost, or whole N or M blocks) out
 // on the pool, each thread a contiguous part of them.
 int64_t busiest_thread_work(const GemmConfig& config, int64_t m, const GemmProblem& problem,
                             int threads) {
@@ -661,7 +668,7 @@ int64_t busiest_thread_work(const GemmConfig& config, int64_t m, const GemmProbl
   auto task_work = [&](int64_t t) {
     switch (config.thread_split) {
       case GemmThreadSplit::kMN:
-        return rows(t % m_blocks) * columns(t / m_blocks);
+        return rows(t / n_blocks) * columns(t % n_blocks);
       case GemmThreadSplit::kN:
         return all_rows * columns(t);
       case GemmThreadSplit::kM:

@@ -54,7 +54,7 @@ enum class GemmLoopOrder {
 enum class GemmThreadSplit {
   kM,   ///< threads split the M blocks; each walks every N block
   kN,   ///< threads split the N blocks; each walks every M block
-  kMN,  ///< threads split the tiles of both (collapse(2), N block major)
+  kMN,  ///< threads split the tiles of both (M block major: a thread's rows are contiguous)
 };
 
 /// One point of the template's search space.

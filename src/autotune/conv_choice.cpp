@@ -401,6 +401,13 @@ class NhwcPointwiseChoice final : public ConvChoice {
                                       const TemplateEpilogue& epilogue) const override {
     return render_nhwc_pointwise_scaled(config_, problem_, function_name, epilogue);
   }
+  std::string prologue_refusal(const ConvChoice& producer) const override;
+  std::string render_with_prologue(const ConvChoice& producer,
+                                   const TemplateEpilogue& producer_epilogue,
+                                   const std::string& function_name,
+                                   const TemplateEpilogue& epilogue) const override;
+  // The projection after a depthwise prologue runs a row at a time.
+  bool epilogue_reads_buffers_with_prologue() const override { return false; }
   const ConvProblem& problem() const override { return problem_; }
   const GemmConfig& config() const { return config_; }
 
@@ -454,6 +461,7 @@ class NhwcDepthwiseChoice final : public ConvChoice {
                                         isa_, problem_, function_name, epilogue);
   }
   const ConvProblem& problem() const override { return problem_; }
+  TemplateIsa isa() const { return isa_; }
 
   static constexpr std::string_view kPrefix = "depthwise-nhwc ";
 
@@ -461,6 +469,31 @@ class NhwcDepthwiseChoice final : public ConvChoice {
   TemplateIsa isa_;
   ConvProblem problem_;
 };
+
+// A projection takes the depthwise convolution that computes its X as its prologue (the
+// reverse of the depthwise template's expansion prologue: MobileNetV2's first block, whose
+// depthwise output is 1.6 MB at 112 x 112).
+std::string NhwcPointwiseChoice::prologue_refusal(const ConvChoice& producer) const {
+  if (dynamic_cast<const NhwcDepthwiseChoice*>(&producer) == nullptr) {
+    return "its input is not computed by the depthwise template";
+  }
+  if (!nhwc_depthwise_project_applies(producer.problem(), problem_)) {
+    return fmt::format("{} does not feed {} pixel by pixel", producer.problem().text(),
+                       problem_.text());
+  }
+  return "";
+}
+
+std::string NhwcPointwiseChoice::render_with_prologue(const ConvChoice& producer,
+                                                      const TemplateEpilogue& producer_epilogue,
+                                                      const std::string& function_name,
+                                                      const TemplateEpilogue& epilogue) const {
+  KILN_CHECK(prologue_refusal(producer).empty(), "pointwise choice: {} as its prologue: {}",
+             producer.name(), prologue_refusal(producer));
+  const auto& depthwise = dynamic_cast<const NhwcDepthwiseChoice&>(producer);
+  return render_nhwc_depthwise_project(depthwise.isa(), depthwise.problem(), producer_epilogue,
+                                       config_, problem_, function_name, epilogue);
+}
 
 // The channels-last direct template (autotune/nhwc_direct_template.h): W packed tap-major into
 // its config's channel panels, then the bias.

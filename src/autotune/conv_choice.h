@@ -79,8 +79,13 @@ class ConvChoice {
   /// Why this choice cannot take `producer`, the choice of the convolution that computes its X,
   /// as its prologue (the two as one function, X never stored), or "" when it can: the
   /// channels-last depthwise template takes a pointwise-template expansion
-  /// (nhwc_expand_depthwise_applies).
+  /// (nhwc_expand_depthwise_applies), the pointwise template a depthwise-template convolution
+  /// (nhwc_depthwise_project_applies).
   virtual std::string prologue_refusal(const ConvChoice& producer) const;
+
+  /// Whether, with a prologue, this choice's epilogue may read buffers (a residual): not where
+  /// it then runs a row at a time, its epilogue seeing the row's pixels from 0.
+  virtual bool epilogue_reads_buffers_with_prologue() const { return true; }
 
   /// The source of one translation unit defining `function_name` as
   ///   extern "C" void <function_name>(const float* X, const float* Wproducer,

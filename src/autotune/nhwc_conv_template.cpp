@@ -91,7 +91,9 @@ void render_depthwise_header(IndentedBuffer& out, TemplateIsa isa, const ConvPro
 // the blocking's vectors, then, where M is not a multiple of them, the rest: fewer vectors, the
 // last masked), over all of the row's columns. The input rows are X's, or (`given_rows`) the
 // caller passes a pointer to each of the KH input rows the output row reads, null for a row
-// outside the image: the fused expansion's rows, which live in a ring of KH rows. Two loop
+// outside the image: the fused expansion's rows, which live in a ring of KH rows. The output row
+// goes to Y's row (b, oh), or (`row_output`) to Y as a buffer of one row: the fused projection's
+// input. Two loop
 // orders:
 //   groups outside: a group's taps are loaded into registers once and the group sweeps the row;
 //   columns outside: each block of pixels runs through all the groups, so that a pixel's
@@ -101,14 +103,15 @@ class DepthwiseRowWriter {
  public:
   DepthwiseRowWriter(IndentedBuffer& out, TemplateIsa isa, const ConvProblem& p,
                      const TemplateEpilogue& epilogue, DepthwiseBlocking blocking,
-                     bool given_rows = false)
+                     bool given_rows = false, bool row_output = false)
       : out_(out),
         isa_(isa),
         text_(isa_text(isa)),
         p_(p),
         epilogue_(epilogue),
         blocking_(blocking),
-        given_rows_(given_rows) {
+        given_rows_(given_rows),
+        row_output_(row_output) {
     const int64_t block = blocking.vectors * text_.width;
     full_groups_ = p.m / block;
     const int64_t rest = p.m - full_groups_ * block;
@@ -207,7 +210,7 @@ class DepthwiseRowWriter {
     }
     out_.line("const float* wp = Wp + c0;");
     out_.line("const float* bias = Wp + kKH * kKW * kM + c0;");
-    out_.line("float* yb = Y + (b * kOH + oh) * kOW * kM + c0;");
+    out_.linef("float* yb = Y + {}c0;", row_output_ ? "" : "(b * kOH + oh) * kOW * kM + ");
     out_.line("(void)yb;");
     if (group.lanes < text_.width) {
       if (isa_ == TemplateIsa::kAvx512) {
@@ -334,7 +337,7 @@ class DepthwiseRowWriter {
     out_.linef("for (int64_t q = 0; q < {}; ++q) {{", count);
     {
       auto _ = out_.scope();
-      render_pixel_store(out_, "(b * kOH + oh) * kOW + ow + q",
+      render_pixel_store(out_, row_output_ ? "ow + q" : "(b * kOH + oh) * kOW + ow + q",
                          std::to_string((group.vectors - 1) * text_.width + group.lanes), "c0",
                          "sums[q]", epilogue_);
     }
@@ -348,6 +351,7 @@ class DepthwiseRowWriter {
   const TemplateEpilogue& epilogue_;
   DepthwiseBlocking blocking_;
   bool given_rows_;
+  bool row_output_;
   int64_t full_groups_ = 0;
   std::vector<DepthwiseGroup> groups_;
 };
@@ -660,6 +664,71 @@ std::string render_nhwc_expand_depthwise(const GemmConfig& pw_config, const Conv
   out.linef("extern \"C\" void {}(const float* X, const float* Wx, const float* Wp, float* Y{}) {{",
             function_name, epilogue_params(epilogue));
   out.linef("    kiln_depthwise::run(X, Wx, Wp, Y{});", epilogue_call_args(epilogue));
+  out.line("}");
+  return text + out.str();
+}
+
+bool nhwc_depthwise_project_applies(const ConvProblem& dw, const ConvProblem& pw) {
+  return nhwc_depthwise_applies(dw) && nhwc_pointwise_applies(pw) && dw.n == pw.n &&
+         dw.oh() == pw.h && dw.ow() == pw.w && dw.m == pw.c;
+}
+
+std::string render_nhwc_depthwise_project(TemplateIsa isa, const ConvProblem& dw,
+                                          const TemplateEpilogue& dw_epilogue,
+                                          const GemmConfig& pw_config, const ConvProblem& pw,
+                                          const std::string& function_name,
+                                          const TemplateEpilogue& epilogue) {
+  check_conv_problem(dw);
+  KILN_CHECK(nhwc_depthwise_project_applies(dw, pw),
+             "depthwise + projection template: {} does not feed {}", dw.text(), pw.text());
+  // Both run a row at a time, their epilogues seeing the row's pixels as m from 0: they may not
+  // read buffers by m.
+  KILN_CHECK(dw_epilogue.args.empty() && epilogue.args.empty(),
+             "depthwise + projection template: an epilogue reads buffers");
+  const std::string project = function_name + "_project";
+  std::string text = render_nhwc_pointwise(pw_config, pw, project, epilogue);
+  IndentedBuffer out;
+  out.line("");
+  out.line("namespace kiln_depthwise {");
+  render_depthwise_header(out, isa, dw, dw_epilogue, /*includes=*/false);
+  const DepthwiseBlocking blocking = depthwise_blocking(isa, dw);
+  DepthwiseRowWriter(out, isa, dw, dw_epilogue, blocking, /*given_rows=*/false,
+                     /*row_output=*/true)
+      .render();
+  out.line("// Each thread takes a run of output rows. The depthwise convolution writes each row");
+  out.line("// into a buffer of one row, which the projection's GEMM reads back from L1 at once:");
+  out.line("// the depthwise output never goes to memory.");
+  out.line("inline void run(const float* X, const float* Wd, const float* Wp, float* Y) {");
+  {
+    auto _ = out.scope();
+    out.linef("constexpr int64_t kPM = {}, kBias = {};", pw.m,
+              packed_b_size(pw_config, pointwise_gemm(pw)));
+    out.linef("constexpr int64_t kRows = kN * kOH, kGroups = {};",
+              ceil_div(dw.m, blocking.vectors * vector_width(isa)));
+    out.line("// Threads only pay off with some work per thread.");
+    out.linef("constexpr bool kParallel = kRows > 1 && {} >= (int64_t{{1}} << 16);",
+              static_cast<int64_t>((pw.flops() + dw.flops()) / 2));
+    out.line("kiln_rt::parallel_threads(kParallel, [&](int64_t t, int64_t threads) {");
+    {
+      auto _ = out.scope();
+      out.line("static thread_local std::vector<float> row_buffer;");
+      out.line("row_buffer.resize(kOW * kM);");
+      out.line("const int64_t r0 = t * kRows / threads, r1 = (t + 1) * kRows / threads;");
+      out.line("for (int64_t r = r0; r < r1; ++r) {");
+      out.line("    row(X, Wd, row_buffer.data(), r / kOH, r % kOH, 0, kGroups);");
+      out.linef("    {}_gemm(kOW, row_buffer.data(), Wp, Y + r * kOW * kPM, Wp + kBias);", project);
+      out.line("}");
+    }
+    out.line("});");
+  }
+  out.line("}");
+  out.line("");
+  out.line("}  // namespace");
+  out.line("}  // namespace kiln_depthwise");
+  out.line("");
+  out.linef("extern \"C\" void {}(const float* X, const float* Wd, const float* Wp, float* Y) {{",
+            function_name);
+  out.line("    kiln_depthwise::run(X, Wd, Wp, Y);");
   out.line("}");
   return text + out.str();
 }

@@ -100,4 +100,24 @@ std::string render_nhwc_expand_depthwise(const GemmConfig& pw_config, const Conv
                                          const ConvProblem& dw, const std::string& function_name,
                                          const TemplateEpilogue& epilogue = {});
 
+/// Whether the channels-last depthwise convolution `dw` can be fused into the 1x1 projection
+/// `pw` that reads its output (the same images and pixels, pw's input channels dw's output).
+bool nhwc_depthwise_project_applies(const ConvProblem& dw, const ConvProblem& pw);
+
+/// A depthwise convolution and the 1x1 projection after it as one function, the reverse of
+/// render_nhwc_expand_depthwise: each thread takes a run of output rows; each row is convolved
+/// as the depthwise template does (with `dw_epilogue`) into a buffer of one row, and projected
+/// at once by the pointwise template's GEMM (with `epilogue`) while the row is in L1. Neither
+/// epilogue may read buffers. Renders
+///
+///   extern "C" void <name>(const float* X, const float* Wd, const float* Wp, float* Y);
+///
+/// X the depthwise input [N, H, W, C], Wd its weight as prepack_nhwc_depthwise left it, Wp the
+/// projection's as prepack_nhwc_pointwise(pw_config) left it, Y [N, OH, OW, pw.m].
+std::string render_nhwc_depthwise_project(TemplateIsa isa, const ConvProblem& dw,
+                                          const TemplateEpilogue& dw_epilogue,
+                                          const GemmConfig& pw_config, const ConvProblem& pw,
+                                          const std::string& function_name,
+                                          const TemplateEpilogue& epilogue = {});
+
 }  // namespace kiln::autotune

@@ -250,7 +250,9 @@ EpilogueCode epilogue_code(const ir::Buffer& fused) {
 // the expansion's GEMM, called a row at a time, reads all of its weight for a few pixels. On 2
 // threads of the GPU device host's Xeon, MobileNetV2 with the pairs from 300 KB fused (its 28 x 28
 // and 14 x 14 ones too) ran 2 % slower at AVX-512 and 5 % with x86-64-v3 forced than with
-// this threshold, with all of them fused 4 % and 9 % slower.
+// this threshold, with all of them fused 4 % and 9 % slower. A depthwise convolution fused into
+// the projection after it (MobileNetV2's first block: 1.6 MB at 112 x 112) takes the same
+// threshold.
 constexpr int64_t kMinPrologueBytes = int64_t{1} << 20;
 
 std::optional<InputScale> input_scale_operands(const ir::Program& program,
@@ -324,6 +326,23 @@ std::string prologue_refusal(const ir::Program& program, const ir::Buffer& produ
   const autotune::ConvChoice& made = *producer.call.as<ir::ConvCall>()->choice;
   if (std::string why = choice.prologue_refusal(made); !why.empty()) {
     return why;
+  }
+  if (!choice.epilogue_reads_buffers_with_prologue() && !consumer.call.product.empty()) {
+    // The consumer's epilogue stages (its fused chain, then its own body) read only the product.
+    std::vector<const ir::Buffer*> stages;
+    for (const auto& b : consumer.call.epilogue_chain) stages.push_back(b.get());
+    stages.push_back(&consumer);
+    for (const ir::Buffer* stage : stages) {
+      for (const ir::Op& op : stage->body.ops()) {
+        if ((op.code == ir::OpCode::kLoad && op.buffer != stage->call.product) ||
+            op.code == ir::OpCode::kIndexExpr || op.code == ir::OpCode::kIndirect) {
+          return fmt::format(
+              "its epilogue reads {}, and with {} as its prologue it runs a row "
+              "at a time",
+              op.code == ir::OpCode::kLoad ? op.buffer : "an index", made.name());
+        }
+      }
+    }
   }
   const autotune::ConvProblem& p = made.problem();
   const int64_t bytes = p.n * p.oh() * p.ow() * p.m * int64_t{sizeof(float)};

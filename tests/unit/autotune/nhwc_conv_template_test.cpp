@@ -302,6 +302,99 @@ TEST(NhwcConvTemplate, ExpansionFusedIntoDepthwiseIsCorrect) {
   omp_set_num_threads(threads);
 }
 
+// A depthwise convolution (bias, Clip(0, 6) as its epilogue) fused into the 1x1 projection after
+// it (render_nhwc_depthwise_project), on both ISAs, against the double-precision depthwise
+// convolution, clipped and rounded to float32 (as the unfused one stores it), then the projection
+// in double. On 3 threads, so that runs of output rows cross from one image into the next
+// (batch 2). Sizes: channels off the vectors on both sides (masked tails, output channels off
+// the panels), stride 2 on odd sizes, rows cut into runs of channel groups (few rows, many
+// channels), a width of 1. The depthwise values' own error is carried through the projection's
+// weights into the tolerance.
+TEST(NhwcConvTemplate, DepthwiseFusedIntoProjectionIsCorrect) {
+  struct Pair {
+    ConvProblem dw, pw;
+  };
+  auto pair = [](int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t stride, int64_t pad,
+                 int64_t m) {
+    const ConvProblem dw = problem(n, c, h, w, c, k, stride, pad, c);
+    return Pair{dw, problem(n, c, dw.oh(), dw.ow(), m, 1, 1, 0, 1)};
+  };
+  const std::vector<Pair> pairs = {
+      pair(2, 37, 9, 13, 3, 1, 1, 19),   // batch 2, tails on both sides
+      pair(1, 32, 11, 7, 3, 2, 1, 16),   // stride 2 on odd sizes
+      pair(1, 200, 3, 23, 3, 1, 1, 24),  // runs of channel groups
+      pair(2, 20, 7, 1, 3, 1, 1, 45),    // width 1
+  };
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(3);
+  std::vector<TemplateIsa> isas = {TemplateIsa::kAvx2};
+  if (host_template_isa() == TemplateIsa::kAvx512) isas.push_back(TemplateIsa::kAvx512);
+  const TemplateEpilogue clip{.expr = "std::min(std::max(v, 0.0f), 6.0f)",
+                              .args = {},
+                              .vector_expr = "kv_min(kv_relu(v), kv_set1(6.0f))"};
+  codecache::CodeCache cache(fresh_dir() / "code");
+  for (const Pair& pr : pairs) {
+    const ConvProblem &dw = pr.dw, &pw = pr.pw;
+    ASSERT_TRUE(nhwc_depthwise_project_applies(dw, pw)) << dw.text() << " into " << pw.text();
+    const std::vector<float> x = random_matrix(dw.n, dw.c * dw.h * dw.w, 3);
+    const std::vector<float> wd = random_matrix(dw.m, dw.depth(), 4);
+    const std::vector<float> bd = random_matrix(1, dw.m, 5);
+    const std::vector<float> w = random_matrix(pw.m, pw.depth(), 6);
+    const std::vector<float> b = random_matrix(1, pw.m, 7);
+    // The reference: the depthwise output clipped and rounded to float, with each value's error.
+    const ReferenceConv convolved =
+        reference_conv(dw, transpose_channels(dw.n, dw.c, dw.h, dw.w, x, true), wd, bd);
+    const double eps = std::numeric_limits<float>::epsilon();
+    std::vector<float> d(convolved.y.size()), d_error(convolved.y.size());
+    for (size_t i = 0; i < d.size(); ++i) {
+      d[i] = static_cast<float>(std::min(std::max(convolved.y[i], 0.0), 6.0));
+      d_error[i] = static_cast<float>(8 * eps * std::sqrt(double(dw.depth())) *
+                                      (convolved.magnitude[i] + 1));
+    }
+    const ReferenceConv reference = reference_conv(pw, d, w, b);
+    const ReferenceConv carried =
+        reference_conv(pw, d_error, w, std::vector<float>(static_cast<size_t>(pw.m), 0.0f));
+    for (TemplateIsa isa : isas) {
+      const ConvChoicePtr depthwise = make_conv_choice(
+          isa == TemplateIsa::kAvx2 ? "depthwise-nhwc avx2" : "depthwise-nhwc avx512", dw);
+      const ConvChoicePtr project = conv_choices(pw, 3, isa).front();
+      ASSERT_EQ(project->prologue_refusal(*depthwise), "") << project->name();
+      EXPECT_FALSE(project->epilogue_reads_buffers_with_prologue());
+      const std::string what = depthwise->name() + " into " + project->name() + " at " + pw.text();
+      codecache::CompilerConfig config;
+      config.include_dirs.push_back(runtime_include_dir());
+      const codecache::LoadedLibrary library(cache.compile_shared_library(
+          {{"fused.cpp", project->render_with_prologue(*depthwise, clip, "fused", {})}}, config));
+      const std::vector<float> prepared_d = depthwise->prepare(wd.data(), bd.data());
+      const std::vector<float> prepared = project->prepare(w.data(), b.data());
+      std::vector<float> y(static_cast<size_t>(pw.n * pw.m * pw.h * pw.w),
+                           std::numeric_limits<float>::quiet_NaN());
+      using Fn = void(const float*, const float*, const float*, float*);
+      library.symbol<Fn>("fused")(x.data(), prepared_d.data(), prepared.data(), y.data());
+      int failures = 0;
+      for (int64_t bi = 0; bi < pw.n; ++bi) {
+        for (int64_t i = 0; i < pw.h; ++i) {
+          for (int64_t j = 0; j < pw.w; ++j) {
+            for (int64_t m = 0; m < pw.m; ++m) {
+              const size_t at = static_cast<size_t>(((bi * pw.h + i) * pw.w + j) * pw.m + m);
+              const size_t ref = static_cast<size_t>(((bi * pw.m + m) * pw.h + i) * pw.w + j);
+              const double tolerance =
+                  8 * eps * std::sqrt(double(pw.depth())) * (reference.magnitude[ref] + 1) +
+                  carried.magnitude[ref];
+              if (!(std::abs(y[at] - reference.y[ref]) <= tolerance) && ++failures <= 3) {
+                ADD_FAILURE() << what << ": Y[" << bi << ", " << i << ", " << j << ", " << m
+                              << "] = " << y[at] << ", expected " << reference.y[ref];
+              }
+            }
+          }
+        }
+      }
+      EXPECT_EQ(failures, 0) << what;
+    }
+  }
+  omp_set_num_threads(threads);
+}
+
 // The pointwise template with a per-channel scale of its input (a squeeze-excitation gate) folded
 // into its weight (render_nhwc_pointwise_scaled), plain and with the residual Add + Clip
 // epilogue, on both ISAs' heuristic choices, against the double convolution of X scaled in
@@ -346,8 +439,9 @@ TEST(NhwcConvTemplate, PointwiseWithAnInputScaleIsCorrect) {
 }
 
 // Only the pointwise template's expansion fuses, and only into a depthwise convolution that reads
-// whole consecutive rows of it.
-TEST(NhwcConvTemplate, DepthwiseTakesOnlyAnExpansionAsItsPrologue) {
+// whole consecutive rows of it; a projection takes only the depthwise convolution whose pixels it
+// reads, and then its epilogue may read no buffers.
+TEST(NhwcConvTemplate, ProloguesPairDepthwiseWithAnExpansionOrAProjection) {
   const ConvProblem pw = problem(1, 8, 12, 10, 40, 1, 1, 0, 1);
   const ConvProblem dw = problem(1, 40, 12, 10, 40, 3, 1, 1, 40);
   const ConvChoicePtr depthwise = make_conv_choice("depthwise-nhwc avx2", dw);
@@ -363,6 +457,16 @@ TEST(NhwcConvTemplate, DepthwiseTakesOnlyAnExpansionAsItsPrologue) {
   EXPECT_NE(make_conv_choice("depthwise-nhwc avx2", narrower)
                 ->prologue_refusal(*conv_choices(pw, 2, TemplateIsa::kAvx2).front()),
             "");
+  // A projection takes the depthwise convolution before it, and nothing else.
+  const ConvProblem project = problem(1, 40, 12, 10, 16, 1, 1, 0, 1);
+  const ConvChoicePtr projection = conv_choices(project, 2, TemplateIsa::kAvx2).front();
+  EXPECT_EQ(projection->prologue_refusal(*depthwise), "");
+  EXPECT_NE(projection->prologue_refusal(*conv_choices(pw, 2, TemplateIsa::kAvx2).front()), "");
+  EXPECT_NE(conv_choices(problem(1, 24, 12, 10, 16, 1, 1, 0, 1), 2, TemplateIsa::kAvx2)
+                .front()
+                ->prologue_refusal(*depthwise),
+            "");
+  EXPECT_TRUE(depthwise->epilogue_reads_buffers_with_prologue());
 }
 
 TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {

@@ -303,6 +303,28 @@ std::optional<InputScale> input_scale_operands(const ir::Program& program,
   return InputScale{*x, *s};
 }
 
+namespace {
+
+// What the epilogue fused into the call `fused` (its chain's bodies, then its own) reads besides
+// the product: a buffer's name, "an index", or "" for nothing.
+std::string epilogue_input(const ir::Buffer& fused) {
+  if (fused.call.product.empty()) return "";
+  std::vector<const ir::Buffer*> stages;
+  for (const auto& b : fused.call.epilogue_chain) stages.push_back(b.get());
+  stages.push_back(&fused);
+  for (const ir::Buffer* stage : stages) {
+    for (const ir::Op& op : stage->body.ops()) {
+      if (op.code == ir::OpCode::kLoad && op.buffer != stage->call.product) return op.buffer;
+      if (op.code == ir::OpCode::kIndexExpr || op.code == ir::OpCode::kIndirect) {
+        return "an index";
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 std::string prologue_refusal(const ir::Program& program, const ir::Buffer& producer,
                              const ir::Buffer& consumer) {
   const autotune::ConvChoice& choice = *consumer.call.as<ir::ConvCall>()->choice;
@@ -327,21 +349,11 @@ std::string prologue_refusal(const ir::Program& program, const ir::Buffer& produ
   if (std::string why = choice.prologue_refusal(made); !why.empty()) {
     return why;
   }
-  if (!choice.epilogue_reads_buffers_with_prologue() && !consumer.call.product.empty()) {
-    // The consumer's epilogue stages (its fused chain, then its own body) read only the product.
-    std::vector<const ir::Buffer*> stages;
-    for (const auto& b : consumer.call.epilogue_chain) stages.push_back(b.get());
-    stages.push_back(&consumer);
-    for (const ir::Buffer* stage : stages) {
-      for (const ir::Op& op : stage->body.ops()) {
-        if ((op.code == ir::OpCode::kLoad && op.buffer != stage->call.product) ||
-            op.code == ir::OpCode::kIndexExpr || op.code == ir::OpCode::kIndirect) {
-          return fmt::format(
-              "its epilogue reads {}, and with {} as its prologue it runs a row "
-              "at a time",
-              op.code == ir::OpCode::kLoad ? op.buffer : "an index", made.name());
-        }
-      }
+  if (!choice.epilogue_reads_buffers_with_prologue()) {
+    if (std::string read = epilogue_input(consumer); !read.empty()) {
+      return fmt::format(
+          "its epilogue reads {}, and with {} as its prologue it runs a row at a time", read,
+          made.name());
     }
   }
   const autotune::ConvProblem& p = made.problem();
@@ -349,19 +361,8 @@ std::string prologue_refusal(const ir::Program& program, const ir::Buffer& produ
   if (bytes < kMinPrologueBytes) {
     return fmt::format("its output ({} bytes) is under {} bytes", bytes, kMinPrologueBytes);
   }
-  if (producer.call.product.empty()) return "";
-  std::vector<const ir::Buffer*> stages;
-  for (const auto& b : producer.call.epilogue_chain) stages.push_back(b.get());
-  stages.push_back(&producer);
-  for (const ir::Buffer* stage : stages) {
-    for (const ir::Op& op : stage->body.ops()) {
-      if (op.code == ir::OpCode::kLoad && op.buffer != stage->call.product) {
-        return fmt::format("its epilogue reads {}", op.buffer);
-      }
-      if (op.code == ir::OpCode::kIndexExpr || op.code == ir::OpCode::kIndirect) {
-        return "its epilogue reads an index";
-      }
-    }
+  if (std::string read = epilogue_input(producer); !read.empty()) {
+    return fmt::format("its epilogue reads {}", read);
   }
   return "";
 }

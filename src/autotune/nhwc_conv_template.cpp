@@ -93,8 +93,7 @@ void render_depthwise_header(IndentedBuffer& out, TemplateIsa isa, const ConvPro
 // caller passes a pointer to each of the KH input rows the output row reads, null for a row
 // outside the image: the fused expansion's rows, which live in a ring of KH rows. The output row
 // goes to Y's row (b, oh), or (`row_output`) to Y as a buffer of one row: the fused projection's
-// input. Two loop
-// orders:
+// input. Two loop orders:
 //   groups outside: a group's taps are loaded into registers once and the group sweeps the row;
 //   columns outside: each block of pixels runs through all the groups, so that a pixel's
 //     channels (one contiguous run) are read together and each input row streams through once;

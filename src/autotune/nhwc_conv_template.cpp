@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -587,6 +588,64 @@ bool nhwc_expand_depthwise_applies(const ConvProblem& pw, const ConvProblem& dw)
          pw.w == dw.w && pw.m == dw.c && dw.dilation_h == 1 && dw.stride_h <= dw.kh;
 }
 
+namespace {
+
+// The unit of a depthwise convolution and a 1x1 convolution on the pointwise template fused into
+// one function (the expansion before it, or the projection after it): `gemm`, the pointwise
+// template's unit, then in namespace kiln_depthwise the depthwise row function (with
+// `dw_epilogue`; reading the input rows the caller gives, or else writing a buffer of one row)
+// and run(X, <weight>, Wp, Y[, `epilogue`'s arguments]), preceded by the comment lines `about`,
+// whose threads each take a run [r0, r1) of the depthwise convolution's output rows and run
+// `thread_body` (kBias, the pointwise bias's place in its prepared weight, kRows and kGroups at
+// hand); then the extern "C" entry `function_name`, which calls run.
+std::string render_depthwise_pair(const std::string& gemm, TemplateIsa isa, const ConvProblem& dw,
+                                  const TemplateEpilogue& dw_epilogue, bool given_rows,
+                                  const GemmConfig& pw_config, const ConvProblem& pw,
+                                  const std::string& weight, const std::vector<std::string>& about,
+                                  const std::string& function_name,
+                                  const TemplateEpilogue& epilogue,
+                                  const std::function<void(IndentedBuffer&)>& thread_body) {
+  IndentedBuffer out;
+  out.line("");
+  out.line("namespace kiln_depthwise {");
+  render_depthwise_header(out, isa, dw, dw_epilogue, /*includes=*/false);
+  const DepthwiseBlocking blocking = depthwise_blocking(isa, dw);
+  DepthwiseRowWriter(out, isa, dw, dw_epilogue, blocking, given_rows, /*row_output=*/!given_rows)
+      .render();
+  for (const std::string& line : about) out.line("// " + line);
+  const std::string params =
+      fmt::format("const float* X, const float* {}, const float* Wp, float* Y{}", weight,
+                  epilogue_params(epilogue));
+  out.linef("inline void run({}) {{", params);
+  {
+    auto _ = out.scope();
+    out.linef("constexpr int64_t kBias = {};", packed_b_size(pw_config, pointwise_gemm(pw)));
+    out.linef("constexpr int64_t kRows = kN * kOH, kGroups = {};",
+              ceil_div(dw.m, blocking.vectors * vector_width(isa)));
+    out.line("// Threads only pay off with some work per thread.");
+    out.linef("constexpr bool kParallel = kRows > 1 && {} >= (int64_t{{1}} << 16);",
+              static_cast<int64_t>((pw.flops() + dw.flops()) / 2));
+    out.line("kiln_rt::parallel_threads(kParallel, [&](int64_t t, int64_t threads) {");
+    {
+      auto _ = out.scope();
+      out.line("const int64_t r0 = t * kRows / threads, r1 = (t + 1) * kRows / threads;");
+      thread_body(out);
+    }
+    out.line("});");
+  }
+  out.line("}");
+  out.line("");
+  out.line("}  // namespace");
+  out.line("}  // namespace kiln_depthwise");
+  out.line("");
+  out.linef("extern \"C\" void {}({}) {{", function_name, params);
+  out.linef("    kiln_depthwise::run(X, {}, Wp, Y{});", weight, epilogue_call_args(epilogue));
+  out.line("}");
+  return gemm + out.str();
+}
+
+}  // namespace
+
 std::string render_nhwc_expand_depthwise(const GemmConfig& pw_config, const ConvProblem& pw,
                                          const TemplateEpilogue& pw_epilogue, TemplateIsa isa,
                                          const ConvProblem& dw, const std::string& function_name,
@@ -599,72 +658,44 @@ std::string render_nhwc_expand_depthwise(const GemmConfig& pw_config, const Conv
   KILN_CHECK(pw_epilogue.args.empty(),
              "expansion + depthwise template: the expansion's epilogue reads buffers");
   const std::string expand = function_name + "_expand";
-  std::string text = render_nhwc_pointwise(pw_config, pw, expand, pw_epilogue);
-  IndentedBuffer out;
-  out.line("");
-  out.line("namespace kiln_depthwise {");
-  render_depthwise_header(out, isa, dw, epilogue, /*includes=*/false);
-  const DepthwiseBlocking blocking = depthwise_blocking(isa, dw);
-  DepthwiseRowWriter(out, isa, dw, epilogue, blocking, /*given_rows=*/true).render();
-  out.line("// Each thread takes a run of output rows. The expansion's rows it reads are computed");
-  out.line(
-      "// once each, as the run reaches them, into a ring of KH rows (row ih in slot ih % KH:");
-  out.line("// an output row reads KH consecutive rows, and a stride of at most KH never skips");
-  out.line("// one), so they are read back from L1 or L2; only a run's first rows are computed by");
-  out.line("// two threads.");
-  out.linef("inline void run(const float* X, const float* Wx, const float* Wp, float* Y{}) {{",
-            epilogue_params(epilogue));
-  {
-    auto _ = out.scope();
-    out.linef("constexpr int64_t kXC = {}, kBias = {};", pw.c,
-              packed_b_size(pw_config, pointwise_gemm(pw)));
-    out.linef("constexpr int64_t kRows = kN * kOH, kRowFloats = kW * kC, kGroups = {};",
-              ceil_div(dw.m, blocking.vectors * vector_width(isa)));
-    out.line("// Threads only pay off with some work per thread.");
-    out.linef("constexpr bool kParallel = kRows > 1 && {} >= (int64_t{{1}} << 16);",
-              static_cast<int64_t>((pw.flops() + dw.flops()) / 2));
-    out.line("kiln_rt::parallel_threads(kParallel, [&](int64_t t, int64_t threads) {");
-    {
-      auto _ = out.scope();
-      out.line("static thread_local std::vector<float> ring;");
-      out.line("ring.resize(kKH * kRowFloats);");
-      out.line("const float* rows[kKH];");
-      out.line("const int64_t r0 = t * kRows / threads, r1 = (t + 1) * kRows / threads;");
-      out.line("int64_t next = 0;  // the image's first input row not computed yet");
-      out.line("for (int64_t r = r0; r < r1; ++r) {");
-      {
-        auto _ = out.scope();
-        out.line("const int64_t b = r / kOH, oh = r % kOH;");
-        out.line("if (oh == 0) next = 0;");
-        out.line("const int64_t ih0 = oh * kSH - kPT, end = std::min(ih0 + kKH, kH);");
-        out.line("for (int64_t ih = std::max(ih0, next); ih < end; ++ih) {");
-        out.linef(
-            "    {}_gemm(kW, X + (b * kH + ih) * kW * kXC, Wx, ring.data() + ih % kKH * "
-            "kRowFloats, Wx + kBias);",
-            expand);
+  const std::vector<std::string> about = {
+      "Each thread takes a run of output rows. The expansion's rows it reads are computed",
+      "once each, as the run reaches them, into a ring of KH rows (row ih in slot ih % KH:",
+      "an output row reads KH consecutive rows, and a stride of at most KH never skips",
+      "one), so they are read back from L1 or L2; only a run's first rows are computed by",
+      "two threads."};
+  return render_depthwise_pair(
+      render_nhwc_pointwise(pw_config, pw, expand, pw_epilogue), isa, dw, epilogue,
+      /*given_rows=*/true, pw_config, pw, "Wx", about, function_name, epilogue,
+      [&](IndentedBuffer& out) {
+        out.linef("constexpr int64_t kXC = {}, kRowFloats = kW * kC;", pw.c);
+        out.line("static thread_local std::vector<float> ring;");
+        out.line("ring.resize(kKH * kRowFloats);");
+        out.line("const float* rows[kKH];");
+        out.line("int64_t next = 0;  // the image's first input row not computed yet");
+        out.line("for (int64_t r = r0; r < r1; ++r) {");
+        {
+          auto _ = out.scope();
+          out.line("const int64_t b = r / kOH, oh = r % kOH;");
+          out.line("if (oh == 0) next = 0;");
+          out.line("const int64_t ih0 = oh * kSH - kPT, end = std::min(ih0 + kKH, kH);");
+          out.line("for (int64_t ih = std::max(ih0, next); ih < end; ++ih) {");
+          out.linef(
+              "    {}_gemm(kW, X + (b * kH + ih) * kW * kXC, Wx, ring.data() + ih % kKH * "
+              "kRowFloats, Wx + kBias);",
+              expand);
+          out.line("}");
+          out.line("next = std::max(next, end);");
+          out.line("for (int64_t kh = 0; kh < kKH; ++kh) {");
+          out.line("    const int64_t ih = ih0 + kh;");
+          out.line(
+              "    rows[kh] = ih >= 0 && ih < kH ? ring.data() + ih % kKH * kRowFloats : "
+              "nullptr;");
+          out.line("}");
+          out.linef("row(rows, Wp, Y, b, oh, 0, kGroups{});", epilogue_call_args(epilogue));
+        }
         out.line("}");
-        out.line("next = std::max(next, end);");
-        out.line("for (int64_t kh = 0; kh < kKH; ++kh) {");
-        out.line("    const int64_t ih = ih0 + kh;");
-        out.line(
-            "    rows[kh] = ih >= 0 && ih < kH ? ring.data() + ih % kKH * kRowFloats : nullptr;");
-        out.line("}");
-        out.linef("row(rows, Wp, Y, b, oh, 0, kGroups{});", epilogue_call_args(epilogue));
-      }
-      out.line("}");
-    }
-    out.line("});");
-  }
-  out.line("}");
-  out.line("");
-  out.line("}  // namespace");
-  out.line("}  // namespace kiln_depthwise");
-  out.line("");
-  out.linef("extern \"C\" void {}(const float* X, const float* Wx, const float* Wp, float* Y{}) {{",
-            function_name, epilogue_params(epilogue));
-  out.linef("    kiln_depthwise::run(X, Wx, Wp, Y{});", epilogue_call_args(epilogue));
-  out.line("}");
-  return text + out.str();
+      });
 }
 
 bool nhwc_depthwise_project_applies(const ConvProblem& dw, const ConvProblem& pw) {
@@ -685,51 +716,23 @@ std::string render_nhwc_depthwise_project(TemplateIsa isa, const ConvProblem& dw
   KILN_CHECK(dw_epilogue.args.empty() && epilogue.args.empty(),
              "depthwise + projection template: an epilogue reads buffers");
   const std::string project = function_name + "_project";
-  std::string text = render_nhwc_pointwise(pw_config, pw, project, epilogue);
-  IndentedBuffer out;
-  out.line("");
-  out.line("namespace kiln_depthwise {");
-  render_depthwise_header(out, isa, dw, dw_epilogue, /*includes=*/false);
-  const DepthwiseBlocking blocking = depthwise_blocking(isa, dw);
-  DepthwiseRowWriter(out, isa, dw, dw_epilogue, blocking, /*given_rows=*/false,
-                     /*row_output=*/true)
-      .render();
-  out.line("// Each thread takes a run of output rows. The depthwise convolution writes each row");
-  out.line("// into a buffer of one row, which the projection's GEMM reads back from L1 at once:");
-  out.line("// the depthwise output never goes to memory.");
-  out.line("inline void run(const float* X, const float* Wd, const float* Wp, float* Y) {");
-  {
-    auto _ = out.scope();
-    out.linef("constexpr int64_t kPM = {}, kBias = {};", pw.m,
-              packed_b_size(pw_config, pointwise_gemm(pw)));
-    out.linef("constexpr int64_t kRows = kN * kOH, kGroups = {};",
-              ceil_div(dw.m, blocking.vectors * vector_width(isa)));
-    out.line("// Threads only pay off with some work per thread.");
-    out.linef("constexpr bool kParallel = kRows > 1 && {} >= (int64_t{{1}} << 16);",
-              static_cast<int64_t>((pw.flops() + dw.flops()) / 2));
-    out.line("kiln_rt::parallel_threads(kParallel, [&](int64_t t, int64_t threads) {");
-    {
-      auto _ = out.scope();
-      out.line("static thread_local std::vector<float> row_buffer;");
-      out.line("row_buffer.resize(kOW * kM);");
-      out.line("const int64_t r0 = t * kRows / threads, r1 = (t + 1) * kRows / threads;");
-      out.line("for (int64_t r = r0; r < r1; ++r) {");
-      out.line("    row(X, Wd, row_buffer.data(), r / kOH, r % kOH, 0, kGroups);");
-      out.linef("    {}_gemm(kOW, row_buffer.data(), Wp, Y + r * kOW * kPM, Wp + kBias);", project);
-      out.line("}");
-    }
-    out.line("});");
-  }
-  out.line("}");
-  out.line("");
-  out.line("}  // namespace");
-  out.line("}  // namespace kiln_depthwise");
-  out.line("");
-  out.linef("extern \"C\" void {}(const float* X, const float* Wd, const float* Wp, float* Y) {{",
-            function_name);
-  out.line("    kiln_depthwise::run(X, Wd, Wp, Y);");
-  out.line("}");
-  return text + out.str();
+  const std::vector<std::string> about = {
+      "Each thread takes a run of output rows. The depthwise convolution writes each row",
+      "into a buffer of one row, which the projection's GEMM reads back from L1 at once:",
+      "the depthwise output never goes to memory."};
+  return render_depthwise_pair(
+      render_nhwc_pointwise(pw_config, pw, project, epilogue), isa, dw, dw_epilogue,
+      /*given_rows=*/false, pw_config, pw, "Wd", about, function_name, epilogue,
+      [&](IndentedBuffer& out) {
+        out.linef("constexpr int64_t kPM = {};", pw.m);
+        out.line("static thread_local std::vector<float> row_buffer;");
+        out.line("row_buffer.resize(kOW * kM);");
+        out.line("for (int64_t r = r0; r < r1; ++r) {");
+        out.line("    row(X, Wd, row_buffer.data(), r / kOH, r % kOH, 0, kGroups);");
+        out.linef("    {}_gemm(kOW, row_buffer.data(), Wp, Y + r * kOW * kPM, Wp + kBias);",
+                  project);
+        out.line("}");
+      });
 }
 
 }  // namespace kiln::autotune

@@ -73,14 +73,13 @@ std::vector<ConvProblem> problems() {
   return all;
 }
 
-// Y [N, OH, OW, M] against the NCHW reference, then (with `residual`, also [N, OH, OW, M])
-// min(max(y + residual, 0), 6).
-void expect_matches(const ConvProblem& p, const std::vector<float>& x, const std::vector<float>& w,
-                    const std::vector<float>& bias, const float* residual,
-                    const std::vector<float>& y, const std::string& what) {
+// Y [N, OH, OW, M] of `p` against the NCHW `reference`, then (with `residual`, also [N, OH,
+// OW, M]) min(max(y + residual, 0), 6): each element within 8 eps sqrt(depth) (magnitude + 1),
+// plus the error `carried` into it from an earlier stage where there is one.
+void expect_within(const ConvProblem& p, const ReferenceConv& reference,
+                   const ReferenceConv* carried, const float* residual, const std::vector<float>& y,
+                   const std::string& what) {
   const double eps = std::numeric_limits<float>::epsilon();
-  const ReferenceConv reference =
-      reference_conv(p, transpose_channels(p.n, p.c, p.h, p.w, x, true), w, bias);
   int failures = 0;
   for (int64_t b = 0; b < p.n; ++b) {
     for (int64_t i = 0; i < p.oh(); ++i) {
@@ -91,7 +90,8 @@ void expect_matches(const ConvProblem& p, const std::vector<float>& x, const std
           double expected = reference.y[ref];
           if (residual != nullptr) expected = std::min(std::max(expected + residual[at], 0.0), 6.0);
           const double tolerance =
-              8 * eps * std::sqrt(double(p.depth())) * (reference.magnitude[ref] + 1) + 1e-30;
+              8 * eps * std::sqrt(double(p.depth())) * (reference.magnitude[ref] + 1) +
+              (carried != nullptr ? carried->magnitude[ref] : 1e-30);
           if (!(std::abs(y[at] - expected) <= tolerance) && ++failures <= 3) {
             ADD_FAILURE() << what << ": Y[" << b << ", " << i << ", " << j << ", " << m
                           << "] = " << y[at] << ", expected " << expected;
@@ -101,6 +101,41 @@ void expect_matches(const ConvProblem& p, const std::vector<float>& x, const std
     }
   }
   EXPECT_EQ(failures, 0) << what;
+}
+
+// Y [N, OH, OW, M] against the NCHW reference, then (with `residual`, also [N, OH, OW, M])
+// min(max(y + residual, 0), 6).
+void expect_matches(const ConvProblem& p, const std::vector<float>& x, const std::vector<float>& w,
+                    const std::vector<float>& bias, const float* residual,
+                    const std::vector<float>& y, const std::string& what) {
+  const ReferenceConv reference =
+      reference_conv(p, transpose_channels(p.n, p.c, p.h, p.w, x, true), w, bias);
+  expect_within(p, reference, nullptr, residual, y, what);
+}
+
+// Two convolutions in a row as one fused function computes them, in double: `first` on X [N, H,
+// W, C], clipped to [0, 6] and rounded to float32 (as its unfused call would store it), then
+// `second` on that; `carried` is the first's error bound (8 eps sqrt(depth) (magnitude + 1) a
+// value) carried through the second's weights.
+struct ClippedChain {
+  ReferenceConv y, carried;
+};
+ClippedChain clipped_chain(const ConvProblem& first, const std::vector<float>& x,
+                           const std::vector<float>& w1, const std::vector<float>& b1,
+                           const ConvProblem& second, const std::vector<float>& w2,
+                           const std::vector<float>& b2) {
+  const ReferenceConv r1 = reference_conv(
+      first, transpose_channels(first.n, first.c, first.h, first.w, x, true), w1, b1);
+  const double eps = std::numeric_limits<float>::epsilon();
+  std::vector<float> v(r1.y.size()), error(r1.y.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = static_cast<float>(std::min(std::max(r1.y[i], 0.0), 6.0));
+    error[i] =
+        static_cast<float>(8 * eps * std::sqrt(double(first.depth())) * (r1.magnitude[i] + 1));
+  }
+  return {
+      reference_conv(second, v, w2, b2),
+      reference_conv(second, error, w2, std::vector<float>(static_cast<size_t>(second.m), 0.0f))};
 }
 
 // The heuristic choice of a problem on both ISAs (where this CPU runs them) and oneDNN; the
@@ -243,19 +278,7 @@ TEST(NhwcConvTemplate, ExpansionFusedIntoDepthwiseIsCorrect) {
     const size_t out_size = static_cast<size_t>(dw.n * dw.m * dw.oh() * dw.ow());
     std::vector<float> residual = random_matrix(1, static_cast<int64_t>(out_size), 8);
     for (float& r : residual) r *= 8;
-    // The reference: the expansion clipped and rounded to float, with each value's error bound.
-    const ReferenceConv expanded =
-        reference_conv(pw, transpose_channels(pw.n, pw.c, pw.h, pw.w, x, true), wx, bx);
-    const double eps = std::numeric_limits<float>::epsilon();
-    std::vector<float> e(expanded.y.size()), e_error(expanded.y.size());
-    for (size_t i = 0; i < e.size(); ++i) {
-      e[i] = static_cast<float>(std::min(std::max(expanded.y[i], 0.0), 6.0));
-      e_error[i] =
-          static_cast<float>(8 * eps * std::sqrt(double(pw.c)) * (expanded.magnitude[i] + 1));
-    }
-    const ReferenceConv reference = reference_conv(dw, e, w, b);
-    const ReferenceConv carried =
-        reference_conv(dw, e_error, w, std::vector<float>(static_cast<size_t>(dw.m), 0.0f));
+    const ClippedChain reference = clipped_chain(pw, x, wx, bx, dw, w, b);
     for (TemplateIsa isa : isas) {
       const ConvChoicePtr expand = conv_choices(pw, 3, isa).front();
       const ConvChoicePtr depthwise = make_conv_choice(
@@ -272,30 +295,9 @@ TEST(NhwcConvTemplate, ExpansionFusedIntoDepthwiseIsCorrect) {
         std::vector<float> y(out_size, std::numeric_limits<float>::quiet_NaN());
         functions.run(x.data(), prepared_x.data(), prepared.data(), y.data(),
                       with_residual ? residual.data() : nullptr);
-        int failures = 0;
-        for (int64_t bi = 0; bi < dw.n; ++bi) {
-          for (int64_t i = 0; i < dw.oh(); ++i) {
-            for (int64_t j = 0; j < dw.ow(); ++j) {
-              for (int64_t m = 0; m < dw.m; ++m) {
-                const size_t at =
-                    static_cast<size_t>(((bi * dw.oh() + i) * dw.ow() + j) * dw.m + m);
-                const size_t ref =
-                    static_cast<size_t>(((bi * dw.m + m) * dw.oh() + i) * dw.ow() + j);
-                double expected = reference.y[ref];
-                if (with_residual) expected = std::min(std::max(expected + residual[at], 0.0), 6.0);
-                const double tolerance =
-                    8 * eps * std::sqrt(double(dw.depth())) * (reference.magnitude[ref] + 1) +
-                    carried.magnitude[ref];
-                if (!(std::abs(y[at] - expected) <= tolerance) && ++failures <= 3) {
-                  ADD_FAILURE() << what << (with_residual ? " + residual Clip" : "") << ": Y[" << bi
-                                << ", " << i << ", " << j << ", " << m << "] = " << y[at]
-                                << ", expected " << expected;
-                }
-              }
-            }
-          }
-        }
-        EXPECT_EQ(failures, 0) << what;
+        expect_within(dw, reference.y, &reference.carried,
+                      with_residual ? residual.data() : nullptr, y,
+                      what + (with_residual ? " + residual Clip" : ""));
       }
     }
   }
@@ -341,19 +343,7 @@ TEST(NhwcConvTemplate, DepthwiseFusedIntoProjectionIsCorrect) {
     const std::vector<float> bd = random_matrix(1, dw.m, 5);
     const std::vector<float> w = random_matrix(pw.m, pw.depth(), 6);
     const std::vector<float> b = random_matrix(1, pw.m, 7);
-    // The reference: the depthwise output clipped and rounded to float, with each value's error.
-    const ReferenceConv convolved =
-        reference_conv(dw, transpose_channels(dw.n, dw.c, dw.h, dw.w, x, true), wd, bd);
-    const double eps = std::numeric_limits<float>::epsilon();
-    std::vector<float> d(convolved.y.size()), d_error(convolved.y.size());
-    for (size_t i = 0; i < d.size(); ++i) {
-      d[i] = static_cast<float>(std::min(std::max(convolved.y[i], 0.0), 6.0));
-      d_error[i] = static_cast<float>(8 * eps * std::sqrt(double(dw.depth())) *
-                                      (convolved.magnitude[i] + 1));
-    }
-    const ReferenceConv reference = reference_conv(pw, d, w, b);
-    const ReferenceConv carried =
-        reference_conv(pw, d_error, w, std::vector<float>(static_cast<size_t>(pw.m), 0.0f));
+    const ClippedChain reference = clipped_chain(dw, x, wd, bd, pw, w, b);
     for (TemplateIsa isa : isas) {
       const ConvChoicePtr depthwise = make_conv_choice(
           isa == TemplateIsa::kAvx2 ? "depthwise-nhwc avx2" : "depthwise-nhwc avx512", dw);
@@ -371,25 +361,7 @@ TEST(NhwcConvTemplate, DepthwiseFusedIntoProjectionIsCorrect) {
                            std::numeric_limits<float>::quiet_NaN());
       using Fn = void(const float*, const float*, const float*, float*);
       library.symbol<Fn>("fused")(x.data(), prepared_d.data(), prepared.data(), y.data());
-      int failures = 0;
-      for (int64_t bi = 0; bi < pw.n; ++bi) {
-        for (int64_t i = 0; i < pw.h; ++i) {
-          for (int64_t j = 0; j < pw.w; ++j) {
-            for (int64_t m = 0; m < pw.m; ++m) {
-              const size_t at = static_cast<size_t>(((bi * pw.h + i) * pw.w + j) * pw.m + m);
-              const size_t ref = static_cast<size_t>(((bi * pw.m + m) * pw.h + i) * pw.w + j);
-              const double tolerance =
-                  8 * eps * std::sqrt(double(pw.depth())) * (reference.magnitude[ref] + 1) +
-                  carried.magnitude[ref];
-              if (!(std::abs(y[at] - reference.y[ref]) <= tolerance) && ++failures <= 3) {
-                ADD_FAILURE() << what << ": Y[" << bi << ", " << i << ", " << j << ", " << m
-                              << "] = " << y[at] << ", expected " << reference.y[ref];
-              }
-            }
-          }
-        }
-      }
-      EXPECT_EQ(failures, 0) << what;
+      expect_within(pw, reference.y, &reference.carried, nullptr, y, what);
     }
   }
   omp_set_num_threads(threads);

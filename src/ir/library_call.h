@@ -91,6 +91,10 @@ struct ConvCall {
   ConvActivation activation = ConvActivation::kNone;
   double alpha = 0, beta = 0;
   autotune::ConvChoicePtr choice;
+  /// The activation the call applies last: Relu where relu_post_ops is set, else `activation`.
+  ConvActivation applied_activation() const {
+    return relu_post_ops > 0 ? ConvActivation::kRelu : activation;
+  }
   std::string name() const { return "conv"; }
 };
 

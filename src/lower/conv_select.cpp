@@ -32,7 +32,7 @@ std::optional<autotune::ConvProblem> template_problem(const ir::Program& program
                                                       const ir::Buffer& conv) {
   const ir::ConvCall* call = conv.call.as<ir::ConvCall>();
   if (conv.kind != ir::BufferKind::kExtern || call == nullptr || conv.dtype != DType::kFloat32 ||
-      call->relu_post_ops > 0 || call->activation != ir::ConvActivation::kNone || call->choice ||
+      call->applied_activation() != ir::ConvActivation::kNone || call->choice ||
       conv.call.inputs.size() < 2 || !conv.call.inputs[0] || !conv.call.inputs[1]) {
     return std::nullopt;
   }

@@ -370,8 +370,9 @@ std::string prologue_refusal(const ir::Program& program, const ir::Buffer& produ
 bool fuse_onednn_post_ops(const ir::Program& program, const ir::Buffer& product,
                           ir::Buffer& consumer) {
   const ir::ConvCall* conv = product.call.as<ir::ConvCall>();
-  if (conv == nullptr || conv->choice != nullptr || conv->relu_post_ops != 0 ||
-      conv->activation != ir::ConvActivation::kNone || product.dtype != graph::DType::kFloat32) {
+  if (conv == nullptr || conv->choice != nullptr ||
+      conv->applied_activation() != ir::ConvActivation::kNone ||
+      product.dtype != graph::DType::kFloat32) {
     return false;
   }
   const std::optional<sched::ConvEpilogueMatch> match =

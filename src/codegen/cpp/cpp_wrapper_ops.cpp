@@ -118,8 +118,7 @@ struct CppWrapperOps::Call {
     bool constant = wb != nullptr && wb->kind == ir::BufferKind::kConstant;
     // The activation fused as a oneDNN post-op (cpp_epilogue.h fuse_onednn_post_ops), by
     // ir::ConvActivation's number with its parameters.
-    const ir::ConvActivation act =
-        call.relu_post_ops > 0 ? ir::ConvActivation::kRelu : call.activation;
+    const ir::ConvActivation act = call.applied_activation();
     const std::string post_ops =
         act == ir::ConvActivation::kNone
             ? std::string()

@@ -17,8 +17,8 @@ bool fuse_conv_epilogue(const ir::Program& program, const ir::Buffer& product,
   const ir::ConvCall* call = product.call.as<ir::ConvCall>();
   // float32, or a half type (its loads compute in float32; cuDNN's pointwise nodes too).
   const graph::DType dtype = product.dtype;
-  if (call == nullptr || call->choice != nullptr || call->residual || call->relu_post_ops != 0 ||
-      call->activation != ir::ConvActivation::kNone || product.call.inputs.size() > 3 ||
+  if (call == nullptr || call->choice != nullptr || call->residual ||
+      call->applied_activation() != ir::ConvActivation::kNone || product.call.inputs.size() > 3 ||
       (dtype != graph::DType::kFloat32 && dtype != graph::DType::kFloat16 &&
        dtype != graph::DType::kBFloat16)) {
     return false;
@@ -49,7 +49,7 @@ bool conv_has_epilogue(const ir::ExternCall& call) {
   const ir::ConvCall* conv = call.as<ir::ConvCall>();
   return conv != nullptr &&
          ((call.inputs.size() > 2 && call.inputs[2].has_value()) || conv->residual ||
-          conv->relu_post_ops > 0 || conv->activation != ir::ConvActivation::kNone);
+          conv->applied_activation() != ir::ConvActivation::kNone);
 }
 
 std::string conv_epilogue_source() {
@@ -185,8 +185,7 @@ void write_cuda_conv(IndentedBuffer& out, const ir::Buffer& buffer, int site,
   std::string epilogue;
   if (bias) epilogue += " + bias";
   if (call.residual) epilogue += " + residual";
-  const ir::ConvActivation act =
-      call.relu_post_ops > 0 ? ir::ConvActivation::kRelu : call.activation;
+  const ir::ConvActivation act = call.applied_activation();
   if (act != ir::ConvActivation::kNone) epilogue += fmt::format(", {}", activation_name(act));
   out.linef("// cuDNN convolution{}{}, {}", call.channels_last ? " (channels-last)" : "",
             epilogue.empty() ? "" : epilogue + " in its graph",
@@ -227,8 +226,7 @@ std::optional<std::string> cuda_conv_problem(const ir::Buffer& buffer, ir::Preci
   // As write_cuda_conv passes them: TF32 for float32 where allowed, the activation's kind and
   // parameters, NCHW-ordered dims.
   const bool tf32 = buffer.dtype == graph::DType::kFloat32 && ir::allows_tf32(precision);
-  const ir::ConvActivation act =
-      call.relu_post_ops > 0 ? ir::ConvActivation::kRelu : call.activation;
+  const ir::ConvActivation act = call.applied_activation();
   const double alpha = act == ir::ConvActivation::kRelu ? 0.0 : call.alpha,
                beta = act == ir::ConvActivation::kRelu ? 0.0 : call.beta;
   auto nchw = [&](const std::vector<sym::Expr>& dims) {

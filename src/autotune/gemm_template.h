@@ -98,7 +98,8 @@ struct GemmProblem {
 /// to apply in registers: a C++ expression over `v` (a kv_t, the kernel's vector of C[m, n0 ..
 /// n0 + width)), `m`, `n0` and the same arguments, through the kv_ helpers of
 /// render_vector_epilogue_helpers (kv_set1, kv_load, kv_add, kv_sub, kv_mul, kv_max, kv_min,
-/// kv_relu). Without it the template stores each tile through a scalar loop on the stack.
+/// kv_max_num, kv_min_num, kv_relu). Without it the template stores each tile through a scalar loop
+/// on the stack.
 struct TemplateEpilogue {
   std::string expr;
   std::vector<std::string> args;

@@ -110,7 +110,8 @@ void render_pixel_store(Buffer& out, const std::string& pixel, const std::string
 
 /// The kv_ helpers a vector epilogue (TemplateEpilogue::vector_expr) calls, for `isa`'s vector
 /// type kv_t. kv_max and kv_min return NaN when either operand is NaN, as the scalar
-/// kiln::maximum and kiln::minimum do; kv_relu keeps a NaN, as kiln::relu does.
+/// kiln::maximum and kiln::minimum do; kv_max_num and kv_min_num, for a second operand that is
+/// a number, as kiln::maximum_num and kiln::minimum_num; kv_relu keeps a NaN, as kiln::relu does.
 template <typename Buffer>
 void render_vector_epilogue_helpers(Buffer& out, TemplateIsa isa) {
   const IsaText t = isa_text(isa);
@@ -129,6 +130,12 @@ void render_vector_epilogue_helpers(Buffer& out, TemplateIsa isa) {
     out.linef("    const kv_t r = {}_{}_ps(a, b);  // b when either is NaN", t.prefix, op);
     out.linef("    return {};", nan_blend);
     out.line("}");
+  }
+  // kv_max_num and kv_min_num: b is a number (a Clip bound), so a NaN can only be a's, and the
+  // instruction, which returns its second operand when either is NaN, keeps it.
+  for (const char* op : {"max", "min"}) {
+    out.linef("inline kv_t kv_{0}_num(kv_t a, kv_t b) {{ return {1}_{0}_ps(b, a); }}", op,
+              t.prefix);
   }
   out.linef("inline kv_t kv_relu(kv_t a) {{ return {0}_max_ps({0}_setzero_ps(), a); }}", t.prefix);
 }

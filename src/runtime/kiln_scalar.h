@@ -65,6 +65,18 @@ inline T minimum(T a, T b) {
   return b < a ? b : a;
 }
 
+/// maximum(a, b) and minimum(a, b) for a b that is a number (not NaN; a Clip bound): one
+/// comparison, false for a NaN a, which then stays. Signed zeros as maximum's and minimum's.
+template <typename T>
+inline T maximum_num(T a, T b) {
+  return b > a ? b : a;
+}
+
+template <typename T>
+inline T minimum_num(T a, T b) {
+  return b < a ? b : a;
+}
+
 /// True division for floats, truncating for integers (0 when dividing by 0).
 template <typename T>
 inline T div(T a, T b) {

@@ -91,6 +91,10 @@ inline VecF32 minimum(VecF32 a, VecF32 b) {
   __m256 r = _mm256_min_ps(a.v, b.v);
   return {_mm256_blendv_ps(r, a.v, isnan(a).v)};
 }
+// maximum and minimum with a b that is a number (not NaN; a Clip bound): max and min return
+// their second operand when either is NaN, so with b first a NaN in a stays.
+inline VecF32 maximum_num(VecF32 a, VecF32 b) { return {_mm256_max_ps(b.v, a.v)}; }
+inline VecF32 minimum_num(VecF32 a, VecF32 b) { return {_mm256_min_ps(b.v, a.v)}; }
 inline VecF32 relu(VecF32 a) { return {_mm256_max_ps(_mm256_setzero_ps(), a.v)}; }  // NaN stays
 
 // ---- math ----

@@ -5,7 +5,7 @@ Usage: /usr/bin/python3 compare.py EXPECTED.npy ACTUAL.npy [ATOL]
 
 Passes (exit 0) when dtypes and shapes are equal and every element satisfies
 |actual - expected| <= ATOL + RTOL * |expected| (numpy.allclose with the float32 tolerances
-below, NaN never equal); otherwise prints the worst elements and exits 1. A model whose
+below; a NaN matches only a NaN); otherwise prints the worst elements and exits 1. A model whose
 convolutions run as Winograd passes ATOL 1e-4: the error of its transforms scales with the
 layer's outputs (about 1e-5 of max |y|), not with each element.
 """
@@ -26,7 +26,7 @@ def main(expected_path, actual_path, atol=ATOL):
     if actual.shape != expected.shape:
         print(f"{actual_path}: shape {list(actual.shape)}, expected {list(expected.shape)}")
         return 1
-    close = np.isclose(actual, expected, rtol=RTOL, atol=atol, equal_nan=False)
+    close = np.isclose(actual, expected, rtol=RTOL, atol=atol, equal_nan=True)
     if close.all():
         err = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
         print(f"{actual_path}: {actual.size} values within rtol={RTOL} atol={atol} "

@@ -69,7 +69,8 @@ Writes, each into its own folder under OUT_DIR:
             expansion to be fused into the depthwise convolution: 1x1 expand to 96, depthwise
             3x3 stride 1, 1x1 project to 16, Add(x); then 1x1 expand to 96, depthwise 3x3 stride
             2 (odd sizes), 1x1 project to 24; each Conv followed by a BatchNormalization, the
-            expansions and depthwise ones by ReLU6 as Clip(0, 6). Files: model.onnx, x.npy, y.npy.
+            expansions and depthwise ones by ReLU6 as Clip(0, 6). x holds two NaNs, an inf and a
+            -inf, so y has NaNs where they reach. Files: model.onnx, x.npy, y.npy.
   conv_act/ x: float32[2, 4, 11, 9] -> y: float32[2, 4, 11, 9]. A chain of eleven grouped 3x3
             convolutions (4 channels in 2 groups, bias, pads 1: Kiln runs them through oneDNN),
             each followed by an activation: Relu, Clip(0, 6), Clip with only a min,
@@ -862,6 +863,11 @@ def main(out):
     folder = os.path.join(out, "inverted")
     save(inverted_model(params), folder)
     x = np.random.default_rng(SEED + 7).uniform(-1, 1, (2, 16, 45, 39)).astype(np.float32)
+    # NaN stays NaN through every Clip, an infinity is clipped (the ReLU6s take the one-instruction
+    # form for a bound that is a number); a corner, an edge column and inner pixels.
+    for index, value in (((0, 3, 10, 7), np.nan), ((0, 15, 44, 0), np.nan),
+                         ((1, 5, 30, 20), np.inf), ((1, 9, 2, 38), -np.inf)):
+        x[index] = value
     write(folder, "x.npy", x)
     write(folder, "y.npy", inverted_reference(params, x))
 

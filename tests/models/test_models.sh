@@ -150,12 +150,16 @@ kernels() { grep -o "[0-9]* kernels" "$1" | cut -d' ' -f1; }
 "$PYTHON" "$HERE/compare.py" "$M/se_b1/y.npy" "$out/y.npy" || fail "se_b1: output differs from numpy"
 # MobileNetV2's inverted residual blocks with expanded activations of 1.3 MiB: each expansion
 # (1x1, its BatchNormalization folded, Clip) is fused into the depthwise convolution after it (at
-# stride 1 and at stride 2), one call that never stores the expanded activation.
+# stride 1 and at stride 2), one call that never stores the expanded activation. Its input holds
+# NaNs and infinities: a NaN stays NaN through each Clip, which the expansion's GEMM applies with
+# one max and one min per vector (kv_max_num, kv_min_num: the bounds are numbers).
 KILN_LOG=fusion run_kiln inverted "$M/inverted/model.onnx" "$M/inverted/x.npy" \
   --dump "$SCRATCH/out/inverted/dump"
 [ "$(grep -c "fused into .* as its prologue" "$out/stderr")" -eq 2 ] &&
   [ "$(grep -c ", into conv(2x96x45x39, 96x1x3x3, s[12], p1, g96, nhwc)" "$out/dump/5_wrapper.cpp")" -eq 2 ] ||
   { cat "$out/stderr"; fail "inverted: the expansions were not fused into the depthwise convolutions"; }
+grep -rq "kv_max_num(" "$out/dump" && grep -rq "kv_min_num(" "$out/dump" ||
+  fail "inverted: the expansions' Clip is not the vector max and min of a number bound"
 "$PYTHON" "$HERE/compare.py" "$M/inverted/y.npy" "$out/y.npy" ||
   fail "inverted: output differs from numpy"
 # A chain of grouped convolutions (oneDNN library calls), each followed by an activation: every

@@ -501,6 +501,9 @@ std::string MemberEmitter::scalar_op(const ir::Op& op, const std::vector<std::st
       return name;
     }
     default: {
+      if (auto bounded = format_number_bound(op, body_.ops(), args, OpForm::kScalar)) {
+        return *bounded;
+      }
       const char* simd = pass.simd_math ? cpp_simd_math_form(op) : nullptr;
       return format_op(simd != nullptr ? simd : cpp_op_templates(op.code).scalar, args);
     }
@@ -522,6 +525,7 @@ std::string MemberEmitter::vector_op(const ir::Op& op, const std::vector<std::st
     case OpCode::kWhere:
       return fmt::format("kiln::vec::where({}, {}, {})", args[0], args[1], args[2]);
     default:
+      if (auto bounded = format_number_bound(op, body_.ops(), args, OpForm::kVec)) return *bounded;
       return format_op(cpp_op_templates(op.code).vector, args);
   }
 }

@@ -181,6 +181,8 @@ EpilogueCode epilogue_code(const ir::Buffer& fused) {
           vvalue = fmt::format("kv_set1({})", cpp_literal(op));
         } else if (op.code == OpCode::kStore) {
           *vector += fmt::format("const kv_t s{} = {}; ", stage, vargs.at(0));
+        } else if (auto bounded = format_number_bound(op, ops, vargs, OpForm::kKv)) {
+          vvalue = *bounded;
         } else if (const char* tmpl = vector_form(op)) {
           vvalue = format_op(tmpl, vargs);
         }
@@ -225,6 +227,10 @@ EpilogueCode epilogue_code(const ir::Buffer& fused) {
           value = fmt::format("({} ? {} : {})", operands.at(0), operands.at(1), operands.at(2));
           break;
         default: {
+          if (auto bounded = format_number_bound(op, ops, operands, OpForm::kScalar)) {
+            value = *bounded;
+            break;
+          }
           const char* tmpl = cpp_simd_math_form(op);
           if (tmpl == nullptr) tmpl = cpp_op_templates(op.code).scalar;
           if (tmpl == nullptr) return fail("an op without a scalar form");

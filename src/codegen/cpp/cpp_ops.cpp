@@ -254,6 +254,28 @@ std::string format_op(const char* tmpl, const std::vector<std::string>& args) {
   }
 }
 
+std::optional<std::string> format_number_bound(const ir::Op& op, const std::vector<ir::Op>& ops,
+                                               const std::vector<std::string>& args, OpForm form) {
+  const bool max = op.code == OpCode::kMaximum;
+  if ((!max && op.code != OpCode::kMinimum) || !graph::is_floating(op.dtype)) return std::nullopt;
+  if (form != OpForm::kScalar && op.dtype != graph::DType::kFloat32) return std::nullopt;
+  auto is_number = [&](int k) {
+    const ir::ValueId id = op.operands[static_cast<size_t>(k)];
+    if (id == ir::kNoValue || static_cast<size_t>(id) >= ops.size()) return false;
+    const ir::Op& operand = ops[static_cast<size_t>(id)];
+    return operand.code == OpCode::kConstant && graph::is_floating(operand.dtype) &&
+           !std::isnan(operand.float_value);
+  };
+  const int bound = is_number(1) ? 1 : is_number(0) ? 0 : -1;
+  if (bound < 0) return std::nullopt;
+  const char* name = form == OpForm::kKv ? (max ? "kv_max_num" : "kv_min_num")
+                     : form == OpForm::kVec
+                         ? (max ? "kiln::vec::maximum_num" : "kiln::vec::minimum_num")
+                         : (max ? "kiln::maximum_num" : "kiln::minimum_num");
+  return fmt::format("{}({}, {})", name, args.at(static_cast<size_t>(1 - bound)),
+                     args.at(static_cast<size_t>(bound)));
+}
+
 std::string cpp_literal(const ir::Op& op) {
   graph::DType dtype = op.dtype;
   if (dtype == graph::DType::kBool) return op.int_value != 0 ? "true" : "false";

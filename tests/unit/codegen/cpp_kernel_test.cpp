@@ -167,6 +167,45 @@ TEST(CppKernel, TransposeReadsStridedLanesWithTheChannelsInside) {
   }
 }
 
+// Maximum and Minimum with a constant bound, the bound first in one and second in the other:
+// each takes the one-instruction form (kiln::vec::maximum_num), which must still return a NaN
+// input as NaN and clip infinities, in every lane and in the scalar tail. A NaN bound keeps the
+// blend of kiln::vec::minimum (a NaN from either operand).
+TEST(CppKernel, ClipBoundsKeepNaNInEveryLane) {
+  ProgramBuilder p;
+  const DType f = DType::kFloat32;
+  Expr n = Expr::symbol("s0");
+  p.input("x", f, {n});
+  ir::Buffer& y = p.computed("y", f, {n}, {}, "Clip");
+  auto v = y.body.load("x", f, p.at("x", {var(y, 0)}));
+  auto low = y.body.binary(OpCode::kMaximum, y.body.constant(-0.5, f), v);
+  p.store(y, y.body.binary(OpCode::kMinimum, low, y.body.constant(2, f)));
+  ir::Buffer& z = p.computed("z", f, {n}, {}, "Min");
+  auto w = z.body.load("x", f, p.at("x", {var(z, 0)}));
+  p.store(z, z.body.binary(OpCode::kMinimum, w,
+                           z.body.constant(std::numeric_limits<double>::quiet_NaN(), f)));
+  p.output("y");
+  p.output("z");
+  CompiledProgram c(p.program, "clip_nan");
+  EXPECT_TRUE(contains(c.source, "kiln::vec::maximum_num(")) << c.source;
+  EXPECT_TRUE(contains(c.source, "kiln::vec::minimum_num(")) << c.source;
+  EXPECT_TRUE(contains(c.source, "kiln::vec::minimum(")) << c.source;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t size : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{19}, int64_t{1000}}) {
+    auto x = random_floats(static_cast<size_t>(size), 21, -3, 3);
+    for (int64_t k = 0; k < size; k += 3) x[static_cast<size_t>(k)] = nan;
+    for (int64_t k = 1; k < size; k += 5) x[static_cast<size_t>(k)] = k % 2 ? inf : -inf;
+    auto out = c.run({{"x", to_bytes(x)}}, {{"s0", size}});
+    std::vector<float> want_y(x.size()), want_z(x.size(), nan);
+    for (size_t k = 0; k < x.size(); ++k) {
+      want_y[k] = std::isnan(x[k]) ? nan : std::min(std::max(x[k], -0.5f), 2.0f);
+    }
+    expect_close(from_bytes<float>(out["y"]), want_y, 0);
+    expect_close(from_bytes<float>(out["z"]), want_z, 0);
+  }
+}
+
 TEST(CppKernel, SumAndMaxReductions) {
   ProgramBuilder p;
   const DType f = DType::kFloat32;

@@ -175,8 +175,8 @@ for r in $(seq 1 "$ROUNDS"); do
       # The engine's JSON line is tagged after the engine exits: a tagger started beside it in a
       # pipe (python3 loading numpy, about 0.1 s of CPU) took a core from the timed runs of the
       # models that run in less than that. Kiln's MobileNetV2 (25 runs of 2.6 ms, the library
-      # loaded in milliseconds) read p90s of 7.7-8.2 ms so and 2.7 alone; ONNX Runtime's
-      # session takes longer to load than the tagger to start.
+      # loaded in milliseconds) read p90s of 7.7-8.2 ms that way, against 2.7 alone; ONNX
+      # Runtime's session takes longer to load than the tagger to start.
       if [ "$engine" = kiln ]; then
         json="$(kiln_bench_library "$m" "$ITERS" "$WARMUP")"
       else

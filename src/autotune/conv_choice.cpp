@@ -574,24 +574,42 @@ std::vector<ConvChoicePtr> channels_last_choices(const ConvProblem& problem, int
   // 4-5 % faster, ResNet-18 7-8 %, `kiln bench --against`), and level with it on an AMX-capable
   // Xeon, whose full-width AVX-512 direct template is twice as fast (both models 1.00-1.01).
   const int64_t winograd_weight_bytes = int64_t{16} << 20;
+  // But at AVX-512 F(4x4) can be bound by reading its transformed weights: each is read once a
+  // call and serves every tile, and a layer of a network finds them in memory. With 16 tiles or
+  // fewer (one image of 13 x 13 to 16 x 16 outputs) and 8 MiB or more of them, F(2x2), whose
+  // weights are 16/36 the size and serve 3-4x the tiles, comes first. Timed by `--autotune max`
+  // (weights evicted; Emerald Rapids Xeon, 2 threads): 14 x 14 x 256 (9.4 MB) F(2x2) 0.50 ms
+  // against F(4x4)'s 0.60; 14 x 14 x 512 (38 MB) 1.91 against 2.36 and the direct template's
+  // 2.88. Below the limits F(4x4) stays ahead: 14 x 14 x 192 (5.3 MB) 0.25 against 0.28, and
+  // 20 x 20 x 256 (25 tiles) 0.63 against 0.87. Within ResNet-50 its five 14 x 14 x 256 layers
+  // took 0.48-0.50 ms instead of 0.60-0.64, and the network ran 2-3.6 % faster (ResNet-18 3.6 %;
+  // `kiln bench --against`, both orders). AVX2 keeps F(4x4): its multiply-adds, at half the
+  // width, bound it (14 x 14 x 256: 0.66 ms against F(2x2)'s 0.83). Not measured on a CPU that
+  // splits 512-bit FMAs in two, as AMD's EPYC does.
+  const int64_t f4_tiles = problem.n * ceil_div(problem.oh(), 4) * ceil_div(problem.ow(), 4);
+  const bool f4_reads_bound = isa == TemplateIsa::kAvx512 && f4_tiles <= 16 &&
+                              36 * problem.c * problem.m * 4 >= (int64_t{8} << 20);
   const bool winograd = winograd_applies(problem);
   const bool winograd_first = winograd && problem.oh() * problem.ow() >= 196 && problem.c >= 32 &&
-                              problem.m >= 32 &&
+                              problem.m >= 32 && !f4_reads_bound &&
                               36 * problem.c * problem.m * 4 <= winograd_weight_bytes;
   if (winograd_first) choices.push_back(std::make_shared<WinogradChoice>(isa, 4, problem));
-  // F(2x2, 3x3) first at AVX2 where F(4x4) is not, over 7 x 7 to 13 x 13 outputs with 32 or
-  // more channels in and out and at most 16 MiB of transformed weights (16 * C * M floats, 16/9
-  // of W). At ResNet's 7 x 7 x 512 layers its 16 tiles of 2x2 do 2.25x fewer multiply-adds than
-  // the direct template, with 1.3x the output padded, and read 16 MiB instead of 9 (2 threads of
-  // the AMD EPYC, x86-64-v3 variant: ResNet-50 2.9-4.4 % faster, ResNet-18 0.7 %). Larger
-  // outputs where F(4x4) is not first (14 x 14 x 512) keep the direct template: not measured.
-  // At AVX-512 the direct template ran the 7 x 7 layers faster than F(2x2) (the networks
-  // 0.98-0.996 of their time with it), so there it is a later choice.
+  // F(2x2, 3x3) first where F(4x4) is bound by its weights (above), and at AVX2 where F(4x4) is
+  // not first over 7 x 7 to 13 x 13 outputs; both with 32 or more channels in and out and at most
+  // 16 MiB of transformed weights (16 * C * M floats, 16/9 of W). At ResNet's 7 x 7 x 512 layers
+  // its 16 tiles of 2x2 do 2.25x fewer multiply-adds than the direct template, with 1.3x the
+  // output padded, and read 16 MiB instead of 9 (2 threads of the AMD EPYC, x86-64-v3 variant:
+  // ResNet-50 2.9-4.4 % faster, ResNet-18 0.7 %). At AVX2, larger outputs where F(4x4) is not
+  // first (14 x 14 x 512) keep the direct template: not measured. At AVX-512 the direct template
+  // ran the 7 x 7 layers faster than F(2x2) (the networks 0.98-0.996 of their time with it), so
+  // there it is a later choice.
   const bool winograd2 = winograd_applies(problem, 2);
-  const bool winograd2_first =
-      winograd2 && !winograd_first && isa == TemplateIsa::kAvx2 &&
-      problem.oh() * problem.ow() >= 49 && problem.oh() * problem.ow() < 196 && problem.c >= 32 &&
-      problem.m >= 32 && 16 * problem.c * problem.m * 4 <= winograd_weight_bytes;
+  const bool winograd2_first = winograd2 && !winograd_first &&
+                               ((f4_reads_bound && problem.oh() * problem.ow() >= 196) ||
+                                (isa == TemplateIsa::kAvx2 && problem.oh() * problem.ow() >= 49 &&
+                                 problem.oh() * problem.ow() < 196)) &&
+                               problem.c >= 32 && problem.m >= 32 &&
+                               16 * problem.c * problem.m * 4 <= winograd_weight_bytes;
   if (winograd2_first) choices.push_back(std::make_shared<WinogradChoice>(isa, 2, problem));
   // The direct template's heuristic config before oneDNN: at ResNet-50's 3x3, 7x7 and strided
   // 1x1 layers oneDNN's channels-last convolutions, cut into single-threaded pieces on the pool,

@@ -504,15 +504,22 @@ TEST(NhwcConvTemplate, ChoicesNamedAndRebuiltFromTheirNames) {
   EXPECT_EQ(choices[0]->name(), "direct-nhwc avx512_oc32x7_ic512");
   EXPECT_EQ(choices[1]->name(), "onednn");
   EXPECT_EQ(choices[2]->name(), "winograd-nhwc avx512");
-  // At 14 x 14 x 256 (9.4 MB of transformed weights) Winograd is first on both ISAs; at 14 x 14 x
-  // 512 (38 MB) the direct template is.
+  // At 14 x 14 x 256 (16 tiles of 4x4, 9.4 MB of F(4x4)'s transformed weights) F(4x4) is first
+  // at AVX2 and F(2x2) at AVX-512, where F(4x4) is bound by reading its weights; below 8 MiB
+  // (14 x 14 x 192: 5.3 MB) or over 16 tiles (a batch of 2, or 20 x 20) F(4x4) is first on both.
+  // At 14 x 14 x 512 (38 MB) the direct template is first at AVX2, F(2x2) at AVX-512.
   const ConvProblem mid = problem(1, 256, 14, 14, 256, 3, 1, 1, 1);
   EXPECT_EQ(conv_choices(mid, 2, TemplateIsa::kAvx2)[0]->name(), "winograd-nhwc avx2");
-  EXPECT_EQ(conv_choices(mid, 2, TemplateIsa::kAvx512)[0]->name(), "winograd-nhwc avx512");
+  EXPECT_EQ(conv_choices(mid, 2, TemplateIsa::kAvx512)[0]->name(), "winograd-f2-nhwc avx512");
+  for (const ConvProblem& p :
+       {problem(1, 192, 14, 14, 192, 3, 1, 1, 1), problem(2, 256, 14, 14, 256, 3, 1, 1, 1),
+        problem(1, 256, 20, 20, 256, 3, 1, 1, 1)}) {
+    EXPECT_EQ(conv_choices(p, 2, TemplateIsa::kAvx512)[0]->name(), "winograd-nhwc avx512")
+        << p.text();
+  }
   const ConvProblem wide = problem(1, 512, 14, 14, 512, 3, 1, 1, 1);
   EXPECT_EQ(conv_choices(wide, 2, TemplateIsa::kAvx2)[0]->name().rfind("direct-nhwc avx2", 0), 0u);
-  EXPECT_EQ(conv_choices(wide, 2, TemplateIsa::kAvx512)[0]->name().rfind("direct-nhwc avx512", 0),
-            0u);
+  EXPECT_EQ(conv_choices(wide, 2, TemplateIsa::kAvx512)[0]->name(), "winograd-f2-nhwc avx512");
   // First layers (3 input channels): 64 by 6 at 64 output channels, 16 by 14 below.
   const ConvProblem stem7 = problem(1, 3, 224, 224, 64, 7, 2, 3, 1);
   EXPECT_EQ(conv_choices(stem7, 2, TemplateIsa::kAvx512)[0]->name(),

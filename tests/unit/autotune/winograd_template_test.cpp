@@ -143,7 +143,8 @@ TEST(WinogradTemplate, AppliesToThreeByThreeStrideOneOnly) {
 
   // F(2x2, 3x3): the same problems, no other tile size; the heuristic choice at AVX2 where F(4x4)
   // is not, under 14 x 14 outputs, with transformed weights (16/9 of W) of at most 16 MiB, as at
-  // ResNet's 7 x 7 x 512; a later choice on NCHW activations.
+  // ResNet's 7 x 7 x 512 (and at AVX-512 where reading F(4x4)'s weights would bound it:
+  // nhwc_conv_template_test.cpp); a later choice on NCHW activations.
   EXPECT_TRUE(winograd_applies(resnet, 2));
   EXPECT_FALSE(winograd_applies(strided, 2));
   EXPECT_FALSE(winograd_applies(resnet, 3));

@@ -574,6 +574,8 @@ std::vector<ConvChoicePtr> channels_last_choices(const ConvProblem& problem, int
   // 4-5 % faster, ResNet-18 7-8 %, `kiln bench --against`), and level with it on an AMX-capable
   // Xeon, whose full-width AVX-512 direct template is twice as fast (both models 1.00-1.01).
   const int64_t winograd_weight_bytes = int64_t{16} << 20;
+  const int64_t outputs = problem.oh() * problem.ow();
+  const int64_t f4_weight_bytes = 36 * problem.c * problem.m * 4;
   // But at AVX-512 F(4x4) can be bound by reading its transformed weights: each is read once a
   // call and serves every tile, and a layer of a network finds them in memory. With 16 tiles or
   // fewer (one image of 13 x 13 to 16 x 16 outputs) and 8 MiB or more of them, F(2x2), whose
@@ -587,12 +589,11 @@ std::vector<ConvChoicePtr> channels_last_choices(const ConvProblem& problem, int
   // width, bound it (14 x 14 x 256: 0.66 ms against F(2x2)'s 0.83). Not measured on a CPU that
   // splits 512-bit FMAs in two, as AMD's EPYC does.
   const int64_t f4_tiles = problem.n * ceil_div(problem.oh(), 4) * ceil_div(problem.ow(), 4);
-  const bool f4_reads_bound = isa == TemplateIsa::kAvx512 && f4_tiles <= 16 &&
-                              36 * problem.c * problem.m * 4 >= (int64_t{8} << 20);
+  const bool f4_reads_bound =
+      isa == TemplateIsa::kAvx512 && f4_tiles <= 16 && f4_weight_bytes >= (int64_t{8} << 20);
   const bool winograd = winograd_applies(problem);
-  const bool winograd_first = winograd && problem.oh() * problem.ow() >= 196 && problem.c >= 32 &&
-                              problem.m >= 32 && !f4_reads_bound &&
-                              36 * problem.c * problem.m * 4 <= winograd_weight_bytes;
+  const bool winograd_first = winograd && outputs >= 196 && problem.c >= 32 && problem.m >= 32 &&
+                              !f4_reads_bound && f4_weight_bytes <= winograd_weight_bytes;
   if (winograd_first) choices.push_back(std::make_shared<WinogradChoice>(isa, 4, problem));
   // F(2x2, 3x3) first where F(4x4) is bound by its weights (above), and at AVX2 where F(4x4) is
   // not first over 7 x 7 to 13 x 13 outputs; both with 32 or more channels in and out and at most
@@ -605,9 +606,8 @@ std::vector<ConvChoicePtr> channels_last_choices(const ConvProblem& problem, int
   // there it is a later choice.
   const bool winograd2 = winograd_applies(problem, 2);
   const bool winograd2_first = winograd2 && !winograd_first &&
-                               ((f4_reads_bound && problem.oh() * problem.ow() >= 196) ||
-                                (isa == TemplateIsa::kAvx2 && problem.oh() * problem.ow() >= 49 &&
-                                 problem.oh() * problem.ow() < 196)) &&
+                               ((f4_reads_bound && outputs >= 196) ||
+                                (isa == TemplateIsa::kAvx2 && outputs >= 49 && outputs < 196)) &&
                                problem.c >= 32 && problem.m >= 32 &&
                                16 * problem.c * problem.m * 4 <= winograd_weight_bytes;
   if (winograd2_first) choices.push_back(std::make_shared<WinogradChoice>(isa, 2, problem));

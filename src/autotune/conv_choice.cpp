@@ -586,8 +586,9 @@ std::vector<ConvChoicePtr> channels_last_choices(const ConvProblem& problem, int
   // 20 x 20 x 256 (25 tiles) 0.63 against 0.87. Within ResNet-50 its five 14 x 14 x 256 layers
   // took 0.48-0.50 ms instead of 0.60-0.64, and the network ran 2-3.6 % faster (ResNet-18 3.6 %;
   // `kiln bench --against`, both orders). AVX2 keeps F(4x4): its multiply-adds, at half the
-  // width, bound it (14 x 14 x 256: 0.66 ms against F(2x2)'s 0.83). Not measured on a CPU that
-  // splits 512-bit FMAs in two, as AMD's EPYC does.
+  // width, bound it (14 x 14 x 256: 0.66 ms against F(2x2)'s 0.83). On an AMD EPYC of the Zen 5
+  // generation (full-width AVX-512) the two read level at 14 x 14 x 256 (0.32-0.40 ms against
+  // 0.33-0.37). Not measured on a CPU that splits 512-bit FMAs in two, as Zen 4 does.
   const int64_t f4_tiles = problem.n * ceil_div(problem.oh(), 4) * ceil_div(problem.ow(), 4);
   const bool f4_reads_bound =
       isa == TemplateIsa::kAvx512 && f4_tiles <= 16 && f4_weight_bytes >= (int64_t{8} << 20);

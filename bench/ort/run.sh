@@ -192,3 +192,10 @@ done
 # --- summary -----------------------------------------------------------------------------------
 echo "== summary ($(cut -d' ' -f1-3 /proc/loadavg) load average at the end; results in $RESULTS)"
 report summary "$RESULTS" $MODELS
+# Without CPUID faulting the v3 columns time Kiln's AVX2 code against ONNX Runtime's AVX-512: not
+# what an AVX2 machine runs (both at AVX2), and on a CPU with full-width AVX-512 units (Intel's
+# Xeons, AMD's Zen 5) twice the peak of the AVX2 side.
+if [ "$VARIANT" = v3 ] && [ "${#ORT_NODE[@]}" -eq 1 ] && grep -qw avx512f /proc/cpuinfo; then
+  echo "   note: ONNX Runtime ran this CPU's AVX-512 against Kiln's AVX2 variant (no CPUID" \
+    "faulting here), so these ratios are not an AVX2 machine's, where both run AVX2"
+fi

@@ -226,7 +226,7 @@ Summary bench_shape(const Shape& s, bool quick, double peak, kiln::codecache::Co
 
   // The templates include the runtime's kiln_rt_pool.h.
   kiln::codecache::CompilerConfig with_runtime;
-  with_runtime.include_dirs = {kiln::autotune::runtime_include_dir()};
+  kiln::autotune::add_runtime(with_runtime);
   // Compile every config at once (the code cache runs compilers in parallel).
   std::vector<kiln::codecache::LibrarySpec> specs;
   for (const GemmConfig& config : configs) {

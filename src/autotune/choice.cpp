@@ -323,6 +323,11 @@ std::filesystem::path runtime_include_dir() {
   return dir;
 }
 
+void add_runtime(codecache::CompilerConfig& config) {
+  config.include_dirs.push_back(runtime_include_dir());
+  config.shared_sources.push_back(runtime_include_dir() / "kiln_rt_pool.cpp");
+}
+
 std::string render_epilogue_pass(const GemmProblem& problem, const TemplateEpilogue& epilogue) {
   if (epilogue.empty()) return "";
   return fmt::format(

@@ -4,10 +4,17 @@
 
 #include <filesystem>
 
+#include "codecache/compiler.h"
+
 namespace kiln::autotune {
 
 /// PREFIX/share/kiln/runtime for an installed Kiln (PREFIX/bin/kiln or PREFIX/lib/libkiln.so),
 /// else src/runtime of the checkout it was built from.
 std::filesystem::path runtime_include_dir();
+
+/// Sets `config` up for code that includes the runtime headers: their folder on the include path,
+/// and the runtime's thread pool (kiln_rt_pool.cpp, which kiln_rt_pool.h's loops call) among the
+/// shared sources linked into the library.
+void add_runtime(codecache::CompilerConfig& config);
 
 }  // namespace kiln::autotune

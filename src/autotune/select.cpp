@@ -93,7 +93,7 @@ void compile_candidates(std::vector<Candidate*>& candidates, const fs::path& cod
       codecache::CompilerConfig config;
       const ChoiceLinkage& link = candidate.linkage;
       config.include_dirs.assign(link.include_dirs.begin(), link.include_dirs.end());
-      config.include_dirs.push_back(runtime_include_dir());
+      add_runtime(config);
       config.libraries = link.libraries;
       candidate.library = code_cache.compile_shared_library(candidate.render(kSymbol), config);
     } catch (const std::exception& e) {

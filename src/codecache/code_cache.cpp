@@ -83,6 +83,8 @@ std::string compute_key(const std::vector<SourceUnit>& sources, const CompilerCo
   hash_list(hasher, "library_dirs", absolute_paths(config.library_dirs));
   hash_list(hasher, "libraries", config.libraries);
   hash_field(hasher, config.extra_key);
+  hash_field(hasher, std::to_string(config.shared_sources.size()));
+  for (const fs::path& shared : config.shared_sources) hash_field(hasher, files::read(shared));
   hash_field(hasher, std::to_string(sources.size()));
   for (const SourceUnit& unit : sources) {
     hash_field(hasher, unit_file_name(unit.name));
@@ -215,9 +217,9 @@ bool is_gcc(const CompilerIdentity& compiler) {
 
 }  // namespace
 
-// Prefix headers this object already resolved, by key: the header's path, or empty when it
-// failed to precompile (not tried again by this object).
-struct CodeCache::Prefixes {
+// Files this object already resolved, by key: prefix headers (the header's path, or empty when
+// it failed to precompile, not tried again by this object) and shared objects.
+struct CodeCache::KnownFiles {
   std::mutex mutex;
   std::map<std::string, fs::path> known;
 };
@@ -376,7 +378,8 @@ CodeCache::CodeCache(fs::path dir, std::size_t max_jobs, fs::path pch_dir)
       max_jobs_(std::max<std::size_t>(1, max_jobs)),
       slots_(std::make_unique<Slots>(max_jobs_)),
       pch_dir_(pch_dir.empty() ? fs::path() : fs::absolute(pch_dir).lexically_normal()),
-      prefixes_(std::make_unique<Prefixes>()) {
+      prefixes_(std::make_unique<KnownFiles>()),
+      objects_(std::make_unique<KnownFiles>()) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) user_error("cannot create code cache directory {}: {}", dir_.string(), ec.message());
@@ -480,9 +483,14 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
     }
     return run_compiler(plain, compiler_runs_);
   };
+  std::vector<std::string> objects;
+  for (const fs::path& shared : config.shared_sources) {
+    objects.push_back(shared_object(shared, config, compiler).string());
+  }
   if (sources.size() == 1) {
     std::vector<std::string> args = compile_options(config);
     args.insert(args.end(), {names[0], "-o", library});
+    args.insert(args.end(), objects.begin(), objects.end());
     append_link_options(config, args);
     process::Command one = command(std::move(args));
     process::Result result = run_with_prefix(0, one);
@@ -502,6 +510,7 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
     }
     std::vector<std::string> args = config.flags;
     for (const std::string& name : names) args.push_back(name + ".o");
+    args.insert(args.end(), objects.begin(), objects.end());
     args.insert(args.end(), {"-o", library});
     append_link_options(config, args);
     process::Command link = command(std::move(args));
@@ -583,6 +592,50 @@ fs::path CodeCache::precompiled_prefix(const std::string& text, const CompilerCo
   log::write(log::Category::kCompile, "precompiled {} in {:.2f} s", header.string(),
              seconds_since(start));
   return result = header;
+}
+
+fs::path CodeCache::shared_object(const fs::path& source, const CompilerConfig& config,
+                                  const CompilerIdentity& compiler) {
+  const std::string text = files::read(source);
+  Sha256 hasher;
+  hash_compile_setup(hasher, "kiln-shared-object 1", config, compiler);
+  hash_field(hasher, config.extra_key);
+  hash_field(hasher, unit_file_name(source.filename().string()));
+  hash_field(hasher, text);
+  const std::string key = hasher.hex_digest();
+
+  // As precompiled_prefix: one thread of this object resolves a key at a time, the file lock
+  // orders objects and processes sharing the cache.
+  std::lock_guard<std::mutex> guard(objects_->mutex);
+  auto known = objects_->known.find(key);
+  if (known != objects_->known.end()) return known->second;
+  const fs::path objects_dir = dir_ / "objects";
+  const std::string name = unit_file_name(source.filename().string());
+  const fs::path object = objects_dir / key / (name + ".o");
+  std::error_code ec;
+  fs::create_directories(objects_dir, ec);
+  if (ec) user_error("cannot create {}: {}", objects_dir.string(), ec.message());
+  files::FileLock lock(objects_dir / (key + ".lock"));
+  if (!fs::exists(object, ec)) {  // renamed into place whole, so complete when there
+    TempDir build_dir(objects_dir / (key + ".tmp." + unique_suffix()));
+    fs::create_directories(build_dir.path(), ec);
+    if (ec) user_error("cannot create {}: {}", build_dir.path().string(), ec.message());
+    files::write_atomic(build_dir.path() / name, text);
+    std::vector<std::string> args = compile_options(config);
+    args.insert(args.end(), {"-c", name, "-o", name + ".o"});
+    process::Command command{compiler.path.string(), std::move(args), build_dir.path(), {}};
+    process::Result built = run_compiler(command, compiler_runs_);
+    if (!built.ok()) {
+      user_error("compiling {} failed ({}):\n{}\ncommand: {}", source.string(), built.status_text(),
+                 first_lines(built.stderr_text, kMaxErrorLines), command.to_string());
+    }
+    fs::rename(build_dir.path(), object.parent_path(), ec);
+    if (ec && !fs::exists(object)) {
+      user_error("cannot store {} in {}: {}", name, objects_dir.string(), ec.message());
+    }
+    if (!ec) build_dir.release();
+  }
+  return objects_->known[key] = object;
 }
 
 std::vector<fs::path> CodeCache::compile_many(const std::vector<LibrarySpec>& libraries) {

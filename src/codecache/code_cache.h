@@ -10,6 +10,7 @@
 ///                                   `manifest` (the .so's name, size and SHA-256)
 ///   <dir>/<key[0:2]>/<key>.lock     lock file held while the entry is checked or built
 ///   <dir>/<key[0:2]>/<key>.failed/  sources and compiler output of the last failed build
+///   <dir>/objects/<key>/            the object of a shared source (CompilerConfig::shared_sources)
 ///
 /// Precompiled headers (opt-in, GCC only): when $KILN_PCH_DIR names a directory, each translation
 /// unit's leading run of #include lines (and `#pragma GCC target` lines among them: its "prefix",
@@ -134,13 +135,19 @@ class CodeCache {
   /// #include, or the header failed to precompile).
   std::filesystem::path precompiled_prefix(const std::string& text, const CompilerConfig& config,
                                            const CompilerIdentity& compiler);
+  /// The object of one of config.shared_sources, compiled when the cache lacks it. Throws
+  /// UserError when it does not compile.
+  std::filesystem::path shared_object(const std::filesystem::path& source,
+                                      const CompilerConfig& config,
+                                      const CompilerIdentity& compiler);
 
   std::filesystem::path dir_;
   std::size_t max_jobs_;
   std::unique_ptr<Slots> slots_;
   std::filesystem::path pch_dir_;
-  struct Prefixes;
-  std::unique_ptr<Prefixes> prefixes_;
+  struct KnownFiles;
+  std::unique_ptr<KnownFiles> prefixes_;
+  std::unique_ptr<KnownFiles> objects_;
   std::atomic<std::size_t> hits_{0};
   std::atomic<std::size_t> compiles_{0};
   std::atomic<std::size_t> rebuilds_{0};

@@ -38,6 +38,11 @@ struct CompilerConfig {
   std::vector<std::filesystem::path> library_dirs;
   /// Link libraries after the objects: a name ("sleef" -> -lsleef) or a path to a library file.
   std::vector<std::string> libraries;
+  /// Sources that many libraries share (the runtime's thread pool, kiln_rt_pool.cpp): each is
+  /// compiled once per compiler, flags, include directories and extra_key into an object kept in
+  /// the cache (<dir>/objects/) and linked into every library built with this config. Their texts
+  /// enter the library's key.
+  std::vector<std::filesystem::path> shared_sources;
   /// Folded into the cache key as is: callers whose code includes headers that can change
   /// (for example a hash of the runtime headers) put it here, since headers are not hashed.
   std::string extra_key;

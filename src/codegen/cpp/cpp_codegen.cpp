@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "autotune/runtime_headers.h"
 #include "support/error.h"
 #include "support/files.h"
 #include "support/hash.h"
@@ -56,7 +57,7 @@ std::unique_ptr<WrapperOps> CppCodegen::wrapper_ops() const {
 
 codecache::CompilerConfig CppCodegen::build_config(const BuildNeeds& needs) const {
   codecache::CompilerConfig config;
-  config.include_dirs.push_back(cpp_runtime_include_dir());
+  autotune::add_runtime(config);
   config.libraries.push_back("sleef");
   if (needs.uses_blas) {
     config.include_dirs.push_back("/usr/include/x86_64-linux-gnu/openblas-openmp");

@@ -35,7 +35,7 @@ codecache::CompilerConfig config_for(const GemmChoice& choice) {
   codecache::CompilerConfig config;
   const ChoiceLinkage link = choice.linkage();
   config.include_dirs.assign(link.include_dirs.begin(), link.include_dirs.end());
-  config.include_dirs.push_back(runtime_include_dir());  // kiln_rt_pool.h
+  add_runtime(config);
   config.libraries = link.libraries;
   return config;
 }

@@ -83,7 +83,7 @@ inline void check_choices_with_residual_clip(codecache::CodeCache& cache, const 
     codecache::CompilerConfig config;
     const ChoiceLinkage link = choice->linkage();
     config.include_dirs.assign(link.include_dirs.begin(), link.include_dirs.end());
-    config.include_dirs.push_back(runtime_include_dir());  // kiln_rt_pool.h
+    add_runtime(config);
     config.libraries = link.libraries;
     specs.push_back({{{"conv.cpp", choice->render("conv")},
                       {"fused.cpp", choice->render("conv_fused", epilogue)}},

@@ -38,7 +38,7 @@ namespace fs = std::filesystem;
 codecache::CompilerConfig test_compiler_config() {
   codecache::CompilerConfig config;
   config.flags = {"-O3", "-march=x86-64-v3", "-fopenmp", "-shared", "-fPIC", "-std=c++17"};
-  config.include_dirs = {runtime_include_dir()};  // kiln_rt_pool.h
+  add_runtime(config);
   return config;
 }
 

@@ -217,7 +217,7 @@ class PlainAndFused {
   static std::filesystem::path compile(codecache::CodeCache& cache, int64_t channels,
                                        const Render& render) {
     codecache::CompilerConfig config;
-    config.include_dirs.push_back(runtime_include_dir());
+    add_runtime(config);
     const TemplateEpilogue residual_clip{
         .expr = "std::min(std::max(v + e0[m * " + std::to_string(channels) + " + n], 0.0f), 6.0f)",
         .args = {"e0"},
@@ -352,7 +352,7 @@ TEST(NhwcConvTemplate, DepthwiseFusedIntoProjectionIsCorrect) {
       EXPECT_FALSE(project->epilogue_reads_buffers_with_prologue());
       const std::string what = depthwise->name() + " into " + project->name() + " at " + pw.text();
       codecache::CompilerConfig config;
-      config.include_dirs.push_back(runtime_include_dir());
+      add_runtime(config);
       const codecache::LoadedLibrary library(cache.compile_shared_library(
           {{"fused.cpp", project->render_with_prologue(*depthwise, clip, "fused", {})}}, config));
       const std::vector<float> prepared_d = depthwise->prepare(wd.data(), bd.data());

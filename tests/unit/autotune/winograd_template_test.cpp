@@ -178,7 +178,7 @@ double run_and_check(codecache::CodeCache& cache, const ConvChoice& choice, bool
   std::vector<codecache::SourceUnit> sources = {{"conv.cpp", choice.render("conv")}};
   if (fused) sources.push_back({"fused.cpp", choice.render("conv_fused", epilogue)});
   codecache::CompilerConfig config;
-  config.include_dirs = {runtime_include_dir()};  // kiln_rt_pool.h
+  add_runtime(config);
   codecache::LoadedLibrary library(cache.compile_shared_library(sources, config));
   const std::vector<float> x = random_matrix(p.n, p.c * p.h * p.w, 3);
   const std::vector<float> w = random_matrix(p.m, p.depth(), 4);

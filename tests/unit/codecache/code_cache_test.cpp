@@ -289,6 +289,50 @@ TEST(CodeCache, SeveralTranslationUnitsLinkIntoOneLibrary) {
   EXPECT_THROW(cache.compile_shared_library({{"a.cpp", ""}, {"a.cpp", ""}}), InternalError);
 }
 
+// A shared source is compiled once into an object that every library of the config links (each
+// library its own copy of the object's hidden state); its text enters the libraries' keys, and a
+// new text is a new object.
+TEST(CodeCache, SharedSourceIsCompiledOnceAndLinkedIntoEveryLibrary) {
+  const fs::path dir = fresh_dir();
+  const fs::path shared = dir / "counter.cpp";
+  files::write_atomic(shared,
+                      "__attribute__((visibility(\"hidden\"))) int next_count() {\n"
+                      "  static int count = 0;\n  return ++count;\n}\n");
+  CompilerConfig config;
+  config.shared_sources = {shared};
+  const std::string uses =
+      "__attribute__((visibility(\"hidden\"))) int next_count();\n"
+      "extern \"C\" int tick() { return next_count(); }\n";
+  CodeCache cache(dir / "cache");
+  const std::string plain_key = cache.key({{"kernel.cpp", uses}}, CompilerConfig{});
+  const std::string key = cache.key({{"kernel.cpp", uses}}, config);
+  EXPECT_NE(key, plain_key);
+  const fs::path one = cache.compile_shared_library(uses, config);
+  const fs::path two = cache.compile_shared_library(
+      {{"a.cpp", uses}, {"b.cpp", "extern \"C\" int other() { return 7; }\n"}}, config);
+  EXPECT_EQ(cache.stats().compiler_runs, 5u);  // the object, one library, two objects and a link
+  LoadedLibrary first(one), second(two);
+  EXPECT_EQ(first.symbol<int()>("tick")(), 1);
+  EXPECT_EQ(first.symbol<int()>("tick")(), 2);
+  EXPECT_EQ(second.symbol<int()>("tick")(), 1);  // a counter of its own
+  EXPECT_EQ(second.symbol<int()>("other")(), 7);
+
+  // Another cache object on the same directory finds the object; a changed text is compiled anew
+  // and changes the key.
+  files::write_atomic(shared, files::read(shared) + "int unused_helper() { return 0; }\n");
+  CodeCache again(dir / "cache");
+  EXPECT_NE(again.key({{"kernel.cpp", uses}}, config), key);
+  LoadedLibrary third(again.compile_shared_library(uses, config));
+  EXPECT_EQ(third.symbol<int()>("tick")(), 1);
+  EXPECT_EQ(again.stats().compiler_runs, 2u);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir / "cache" / "objects"), {}), 4);  // 2 + locks
+
+  // A shared source that does not compile is a UserError naming it.
+  files::write_atomic(shared, "int broken( {\n");
+  EXPECT_NE(message_of([&] { again.compile_shared_library(uses, config); }).find("counter.cpp"),
+            std::string::npos);
+}
+
 TEST(CodeCache, CompileManyBuildsIndependentLibrariesInParallel) {
   CodeCache cache(fresh_dir() / "cache", 4);
   std::vector<LibrarySpec> specs;

@@ -1,7 +1,8 @@
 #pragma once
 /// Test harness for generated C++ kernels: schedules a Program with the CPU backend, generates
 /// every kernel, adds a small entry function that calls them in order, compiles the translation
-/// unit with g++ (-O3 -march=native -fopenmp, -lsleef) into a temp dir under the build dir,
+/// unit with g++ (-O3 -march=native -fopenmp, warnings as errors, the runtime's pool and -lsleef)
+/// through a code cache in a temp dir under the build dir,
 /// dlopens it and runs it on caller-provided buffers. Extern buffers are treated as provided
 /// data (the harness never runs extern calls).
 
@@ -20,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "autotune/runtime_headers.h"
+#include "codecache/code_cache.h"
 #include "codegen/cpp/cpp_kernel.h"
 #include "sched/scheduler.h"
 
@@ -134,20 +137,26 @@ class CompiledProgram {
   void compile(const std::string& test_name) {
     namespace fs = std::filesystem;
     fs::path dir = fs::path(KILN_BUILD_DIR) / "test-tmp" / "codegen" / test_name;
-    fs::create_directories(dir);
-    fs::path src = dir / "kernels.cpp";
-    fs::path lib = dir / "kernels.so";
-    fs::path log = dir / "compile.log";
-    std::ofstream(src) << source;
-    std::string cmd = fmt::format(
-        "g++ -std=c++17 -O3 -march=native -fopenmp -shared -fPIC -Wall -Wextra -Werror "
-        "-Wno-unused-variable -Wno-unused-parameter -I{} -o {} {} -lsleef > {} 2>&1",
-        codegen::cpp_runtime_include_dir().string(), lib.string(), src.string(), log.string());
-    int rc = std::system(cmd.c_str());
-    if (rc != 0) {
-      std::stringstream ss;
-      ss << std::ifstream(log).rdbuf();
-      FAIL() << "compile failed:\n" << ss.str() << "\n" << source;
+    fs::remove_all(dir);
+    codecache::CompilerConfig config;
+    config.flags = {"-std=c++17",
+                    "-O3",
+                    "-march=native",
+                    "-fopenmp",
+                    "-shared",
+                    "-fPIC",
+                    "-Wall",
+                    "-Wextra",
+                    "-Werror",
+                    "-Wno-unused-variable",
+                    "-Wno-unused-parameter"};
+    autotune::add_runtime(config);
+    config.libraries.push_back("sleef");
+    fs::path lib;
+    try {
+      lib = codecache::CodeCache(dir).compile_shared_library(source, config);
+    } catch (const std::exception& e) {
+      FAIL() << "compile failed:\n" << e.what() << "\n" << source;
     }
     handle_ = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
     ASSERT_NE(handle_, nullptr) << dlerror();

@@ -40,7 +40,7 @@
 #include "autotune/cuda_choice.h"
 #include "driver/compile.h"
 #include "graph/graph.h"
-#include "runtime/kiln_rt.h"
+#include "runtime/kiln_rt_profile.h"
 #include "support/error.h"
 #include "support/files.h"
 

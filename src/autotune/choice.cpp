@@ -325,6 +325,7 @@ std::filesystem::path runtime_include_dir() {
 
 void add_runtime(codecache::CompilerConfig& config) {
   config.include_dirs.push_back(runtime_include_dir());
+  config.shared_sources.push_back(runtime_include_dir() / "kiln_rt.cpp");
   config.shared_sources.push_back(runtime_include_dir() / "kiln_rt_pool.cpp");
 }
 

@@ -13,8 +13,8 @@ namespace kiln::autotune {
 std::filesystem::path runtime_include_dir();
 
 /// Sets `config` up for code that includes the runtime headers: their folder on the include path,
-/// and the runtime's thread pool (kiln_rt_pool.cpp, which kiln_rt_pool.h's loops call) among the
-/// shared sources linked into the library.
+/// and the runtime's out-of-line parts (kiln_rt.cpp, and the thread pool that kiln_rt_pool.h's
+/// loops call, kiln_rt_pool.cpp) among the shared sources linked into the library.
 void add_runtime(codecache::CompilerConfig& config);
 
 }  // namespace kiln::autotune

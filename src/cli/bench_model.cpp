@@ -8,7 +8,7 @@
 #include "driver/compile.h"
 #include "kiln/runtime.h"
 #include "onnx/importer.h"
-#include "runtime/kiln_rt.h"
+#include "runtime/kiln_rt_profile.h"
 #include "support/error.h"
 
 namespace kiln::cli {

@@ -483,11 +483,17 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
     }
     return run_compiler(plain, compiler_runs_);
   };
+  // The shared sources' objects (built once, then found in the cache). With several units they
+  // are resolved after the units compile, so that a compiler refusing everything reports the
+  // generated code, whose source is kept.
   std::vector<std::string> objects;
-  for (const fs::path& shared : config.shared_sources) {
-    objects.push_back(shared_object(shared, config, compiler).string());
-  }
+  auto resolve_objects = [&] {
+    for (const fs::path& shared : config.shared_sources) {
+      objects.push_back(shared_object(shared, config, compiler).string());
+    }
+  };
   if (sources.size() == 1) {
+    resolve_objects();
     std::vector<std::string> args = compile_options(config);
     args.insert(args.end(), {names[0], "-o", library});
     args.insert(args.end(), objects.begin(), objects.end());
@@ -508,6 +514,7 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
     for (std::size_t i = 0; i < results.size(); ++i) {
       if (!results[i].ok()) fail_build(build_dir, entry.failed, names[i], compiles[i], results[i]);
     }
+    resolve_objects();
     std::vector<std::string> args = config.flags;
     for (const std::string& name : names) args.push_back(name + ".o");
     args.insert(args.end(), objects.begin(), objects.end());

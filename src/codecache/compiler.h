@@ -38,7 +38,7 @@ struct CompilerConfig {
   std::vector<std::filesystem::path> library_dirs;
   /// Link libraries after the objects: a name ("sleef" -> -lsleef) or a path to a library file.
   std::vector<std::string> libraries;
-  /// Sources that many libraries share (the runtime's thread pool, kiln_rt_pool.cpp): each is
+  /// Sources that many libraries share (the runtime's kiln_rt.cpp and thread pool): each is
   /// compiled once per compiler, flags, include directories and extra_key into an object kept in
   /// the cache (<dir>/objects/) and linked into every library built with this config. Their texts
   /// enter the library's key.

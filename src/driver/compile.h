@@ -19,7 +19,7 @@ class LoadedLibrary;
 }
 
 namespace kiln_rt {
-struct Profile;  // runtime/kiln_rt.h
+struct Profile;  // runtime/kiln_rt_profile.h
 }
 
 namespace kiln::driver {

@@ -6,7 +6,7 @@
 #include "autotune/cuda_choice.h"
 #include "codecache/loaded_library.h"
 #include "driver/compile.h"
-#include "runtime/kiln_rt.h"
+#include "runtime/kiln_rt_profile.h"
 #include "support/error.h"
 
 namespace kiln::driver {

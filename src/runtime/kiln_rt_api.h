@@ -31,6 +31,7 @@
 
 #include "kiln/runtime.h"
 #include "kiln_rt.h"
+#include "kiln_rt_profile.h"
 #include "kiln_rt_weights.h"
 
 namespace kiln_rt::api {

@@ -8,10 +8,12 @@
 //
 // Tests: the ONNX node suite (test_loop*, test_scan*, test_range_*_expanded), tests/unit/driver.
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "kiln_rt.h"
+#include "kiln_rt_error.h"
 
 namespace kiln_rt {
 

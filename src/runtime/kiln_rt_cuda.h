@@ -47,6 +47,8 @@
 
 #include "kiln_rt.h"
 #include "kiln_rt_control.h"
+#include "kiln_rt_error.h"
+#include "kiln_rt_profile.h"
 
 namespace kiln_cuda {
 

@@ -32,7 +32,6 @@
 
 #include <omp.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -60,7 +59,10 @@ void call_body(void* ctx, int64_t begin, int64_t end) {
 }  // namespace pool_detail
 
 /// The thread count a run asked for (OpenMP's setting of the calling thread).
-inline int requested_threads() { return std::max(omp_get_max_threads(), 1); }
+inline int requested_threads() {
+  const int threads = omp_get_max_threads();
+  return threads > 1 ? threads : 1;
+}
 
 /// Runs body(begin, end) over chunks covering [0, n): on the pool's threads when `parallel` (the
 /// caller's test that the work pays for it) and more than one thread is requested, else on the
@@ -152,7 +154,7 @@ inline void parallel_gemm(int64_t m, int64_t n, int64_t k, F&& block) {
   const int64_t units = (extent + unit - 1) / unit;
   parallel_for(parallel && units > 1, units, [&](int64_t lo, int64_t hi) {
     SingleThreadedCall single;
-    block(by_rows, lo * unit, std::min(hi * unit, extent));
+    block(by_rows, lo * unit, hi * unit < extent ? hi * unit : extent);
   });
 }
 

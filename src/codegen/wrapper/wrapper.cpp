@@ -618,28 +618,13 @@ extern "C" void kiln_destroy_state(void* state) { delete static_cast<ModelState*
 extern "C" int kiln_run(const kiln_rt::TensorArg* inputs, kiln_rt::TensorArg* outputs,
                         const void* const* constants, void* state, kiln_rt::Profile* profile,
                         char* error, int64_t error_size) {
-    auto report = [&](const char* message) {
-        if (error != nullptr && error_size > 0) {
-            std::snprintf(error, static_cast<size_t>(error_size), "%s", message);
-        }
-    };
-    try {
+    return kiln_rt::guarded([&] {
         auto run = static_cast<ModelState*>(state)->runs.acquire();)");
     out.line("        " + ops_->run_call());
-    out.lines(R"(        return 0;
-    } catch (const kiln_rt::Error& e) {
-        report(e.what());
-        return 2;
-    } catch (const std::exception& e) {
-        report(e.what());
-        return 3;
-    } catch (...) {
-        report("unknown failure");
-        return 3;
-    }
+    out.lines(R"(    }, error, error_size);
 }
 
-extern "C" void kiln_free(void* data) { std::free(data); })");
+extern "C" void kiln_free(void* data) { kiln_rt::free_bytes(data); })");
     ops_->write_entry_points(out);
   }
 

@@ -32,6 +32,9 @@ void render_header(IndentedBuffer& out, const ConvConfig& config, const ConvProb
   out.line("#include <algorithm>");
   out.line("#include <cmath>");
   out.line("#include <cstdint>");
+  // std::vector: a channels-last depthwise render placed in this unit keeps its staging rows
+  // in vectors.
+  out.line("#include <vector>");
   out.line("#include \"kiln_rt_pool.h\"");
   out.line("");
   out.line("namespace {");

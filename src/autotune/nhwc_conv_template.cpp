@@ -71,6 +71,7 @@ void render_depthwise_header(IndentedBuffer& out, TemplateIsa isa, const ConvPro
     out.line("#include <algorithm>");
     out.line("#include <cmath>");
     out.line("#include <cstdint>");
+    out.line("#include <vector>");
     out.line("#include \"kiln_rt_pool.h\"");
     out.line("");
   }

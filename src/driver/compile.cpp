@@ -467,6 +467,9 @@ codecache::CompilerConfig outer_config(const std::vector<Generated>& variants) {
   }
   codecache::CompilerConfig config = variants.front().codegen->build_config(needs);
   config.include_dirs.push_back(codegen::cpp_public_include_dir());
+  // The C API unit calls nothing of the runtime's out-of-line part (the variants link it), and
+  // its flags name the variants' folders, so its own objects would be compiled for every model.
+  config.shared_sources.clear();
   for (std::string& flag : config.flags) {
     if (flag == "-march=native") flag = "-march=x86-64";
   }

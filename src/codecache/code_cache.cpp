@@ -174,7 +174,9 @@ std::vector<std::string> compile_options(const CompilerConfig& config) {
   return args;
 }
 
-void append_link_options(const CompilerConfig& config, std::vector<std::string>& args) {
+void append_link_options(const CompilerConfig& config, const CompilerIdentity& compiler,
+                         std::vector<std::string>& args) {
+  if (const std::string& linker = linker_option(compiler); !linker.empty()) args.push_back(linker);
   for (const std::string& dir : absolute_paths(config.library_dirs)) args.push_back("-L" + dir);
   for (const std::string& library : config.libraries) {
     args.push_back(library.find('/') != std::string::npos ? library : "-l" + library);
@@ -497,7 +499,7 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
     std::vector<std::string> args = compile_options(config);
     args.insert(args.end(), {names[0], "-o", library});
     args.insert(args.end(), objects.begin(), objects.end());
-    append_link_options(config, args);
+    append_link_options(config, compiler, args);
     process::Command one = command(std::move(args));
     process::Result result = run_with_prefix(0, one);
     if (!result.ok()) fail_build(build_dir, entry.failed, names[0], one, result);
@@ -519,7 +521,7 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
     for (const std::string& name : names) args.push_back(name + ".o");
     args.insert(args.end(), objects.begin(), objects.end());
     args.insert(args.end(), {"-o", library});
-    append_link_options(config, args);
+    append_link_options(config, compiler, args);
     process::Command link = command(std::move(args));
     process::Result result = run_compiler(link, compiler_runs_);
     if (!result.ok()) fail_build(build_dir, entry.failed, "", link, result);

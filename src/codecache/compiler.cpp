@@ -1,7 +1,9 @@
 #include "codecache/compiler.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -147,6 +149,42 @@ const CompilerIdentity& compiler_identity(const std::string& compiler) {
   if (it != known.end()) return *it->second;
   auto id = std::make_unique<CompilerIdentity>(identify(compiler));
   return *known.emplace(compiler, std::move(id)).first->second;
+}
+
+const std::string& linker_option(const CompilerIdentity& compiler) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string> known;  // compiler path -> option
+  std::lock_guard<std::mutex> guard(mutex);
+  auto it = known.find(compiler.path.string());
+  if (it != known.end()) return it->second;
+  // `<compiler> -fuse-ld=NAME -Wl,--version` runs the compiler's driver and that linker only
+  // (about 20 ms); it fails when the compiler does not know the option or the linker is missing.
+  auto runs = [&](const std::string& name) {
+    return process::run({compiler.path.string(), {"-fuse-ld=" + name, "-Wl,--version"}, {},
+                         std::nullopt})
+        .ok();
+  };
+  std::string option;
+  const char* env = std::getenv("KILN_LINKER");
+  const std::string wanted = env != nullptr ? env : "";
+  if (wanted.empty()) {
+    for (const char* name : {"gold", "lld"}) {
+      if (runs(name)) {
+        option = std::string("-fuse-ld=") + name;
+        break;
+      }
+    }
+  } else if (wanted != "default") {
+    if (runs(wanted)) {
+      option = "-fuse-ld=" + wanted;
+    } else {
+      fmt::print(stderr,
+                 "kiln: warning: KILN_LINKER={}: {} cannot link with it; linking with the "
+                 "compiler's default linker\n",
+                 wanted, compiler.path.string());
+    }
+  }
+  return known.emplace(compiler.path.string(), option).first->second;
 }
 
 const std::string& host_cpu_identity() {

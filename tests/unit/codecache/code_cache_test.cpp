@@ -444,6 +444,68 @@ TEST(CodeCache, CompilerIdentityIsResolvedAndRemembered) {
   EXPECT_EQ(&compiler_identity("g++"), &id);
 }
 
+// The link runs the linker KILN_LINKER names; one the compiler cannot run is left out with a
+// warning; unset, gold, else lld, where the compiler runs them. Each case uses a compiler of its
+// own (a script that logs its arguments and runs g++), since the choice is remembered per
+// compiler.
+TEST(CodeCache, LinkerFollowsKilnLinker) {
+  const fs::path dir = fresh_dir();
+  auto logging_compiler = [&](const std::string& name) {
+    const fs::path script = dir / name / "cxx";
+    fs::create_directories(script.parent_path());
+    files::write_atomic(script, "#!/bin/sh\necho \"$@\" >> \"$0.log\"\nexec g++ \"$@\"\n");
+    fs::permissions(script, fs::perms::owner_all);
+    return script;
+  };
+  // The library's link line (the one naming the library's objects), from the script's log.
+  auto link_line = [](const fs::path& script) {
+    std::istringstream log(files::read(script.string() + ".log"));
+    std::string line, link;
+    while (std::getline(log, line)) {
+      if (line.find("unit.cpp.o") != std::string::npos) link = line;
+    }
+    return link;
+  };
+  auto build = [&](const fs::path& script, const char* linker) {
+    ScopedEnv env("KILN_LINKER", linker);
+    CodeCache cache(dir / script.parent_path().filename() / "cache");
+    CompilerConfig config;
+    config.compiler = script.string();
+    fs::path library = cache.compile_shared_library(
+        {{"unit.cpp", returning("seven", 7)}, {"other.cpp", returning("eight", 8)}}, config);
+    LoadedLibrary loaded(library);
+    EXPECT_EQ(loaded.symbol<int()>("seven")(), 7);
+  };
+  auto runs = [](const std::string& linker) {
+    return std::system(("g++ -fuse-ld=" + linker + " -Wl,--version >/dev/null 2>&1").c_str()) ==
+           0;
+  };
+
+  const fs::path bfd = logging_compiler("bfd");
+  build(bfd, "bfd");
+  EXPECT_NE(link_line(bfd).find("-fuse-ld=bfd"), std::string::npos) << link_line(bfd);
+
+  const fs::path missing = logging_compiler("missing");
+  ::testing::internal::CaptureStderr();
+  build(missing, "kiln-no-such-linker");
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warning.find("KILN_LINKER=kiln-no-such-linker"), std::string::npos) << warning;
+  EXPECT_EQ(link_line(missing).find("-fuse-ld"), std::string::npos) << link_line(missing);
+
+  const fs::path own = logging_compiler("default");
+  build(own, "default");
+  EXPECT_EQ(link_line(own).find("-fuse-ld"), std::string::npos) << link_line(own);
+
+  const fs::path unset = logging_compiler("unset");
+  build(unset, nullptr);
+  const std::string expected = runs("gold") ? "-fuse-ld=gold" : runs("lld") ? "-fuse-ld=lld" : "";
+  if (expected.empty()) {
+    EXPECT_EQ(link_line(unset).find("-fuse-ld"), std::string::npos) << link_line(unset);
+  } else {
+    EXPECT_NE(link_line(unset).find(expected), std::string::npos) << link_line(unset);
+  }
+}
+
 TEST(CodeCache, DefaultCacheDirectoryFollowsTheEnvironment) {
   {
     ScopedEnv dir("KILN_CACHE_DIR", "/some/where");

@@ -160,8 +160,8 @@ const std::string& linker_option(const CompilerIdentity& compiler) {
   // `<compiler> -fuse-ld=NAME -Wl,--version` runs the compiler's driver and that linker only
   // (about 20 ms); it fails when the compiler does not know the option or the linker is missing.
   auto runs = [&](const std::string& name) {
-    return process::run({compiler.path.string(), {"-fuse-ld=" + name, "-Wl,--version"}, {},
-                         std::nullopt})
+    return process::run(
+               {compiler.path.string(), {"-fuse-ld=" + name, "-Wl,--version"}, {}, std::nullopt})
         .ok();
   };
   std::string option;

@@ -477,8 +477,7 @@ TEST(CodeCache, LinkerFollowsKilnLinker) {
     EXPECT_EQ(loaded.symbol<int()>("seven")(), 7);
   };
   auto runs = [](const std::string& linker) {
-    return std::system(("g++ -fuse-ld=" + linker + " -Wl,--version >/dev/null 2>&1").c_str()) ==
-           0;
+    return std::system(("g++ -fuse-ld=" + linker + " -Wl,--version >/dev/null 2>&1").c_str()) == 0;
   };
 
   const fs::path bfd = logging_compiler("bfd");

@@ -20,6 +20,9 @@
 //     to whichever thread claimed first (AMD EPYC, 2 threads);
 //   - a worker spins a bounded time (kiln_rt_pool.cpp's spin_nanos()) for its next loop, then
 //     sleeps on a futex;
+//   - a worker that takes up a loop on the CPU of the loop's caller, or of another worker, moves
+//     to a CPU none of them is on (kiln_rt_pool.cpp's keep_apart): threads of one loop that
+//     share a core only take turns;
 //   - a loop whose work does not pay for waking threads runs on the caller (the grain check is
 //     the caller's: parallel_for's `parallel` argument);
 //   - a run asking for N threads wakes at most N - 1 workers, so with the caller at most N of

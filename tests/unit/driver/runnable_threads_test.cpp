@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <omp.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -252,6 +254,91 @@ TEST(ParallelGemm, OddSizesMatchADoubleReferenceAtOneToFourThreads) {
             << i;
       }
     }
+  }
+}
+
+/// The CPU thread `tid` of this process last ran on (field 39 of its stat), -1 when unreadable.
+int last_cpu(int tid) {
+  std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return -1;
+  std::istringstream fields(line.substr(line.rfind(')') + 2));  // from field 3, the state
+  std::string field;
+  for (int i = 3; i <= 39 && fields >> field; ++i) {
+    if (i == 39) return std::stoi(field);
+  }
+  return -1;
+}
+
+// Issue 14: a pool worker that finds itself on the CPU of the loop's caller moves to another
+// CPU (kiln_rt_pool.cpp's keep_apart), since the scheduler, counting runnable threads, may keep
+// the two on one CPU and the busy processes on the others. Set up here: the test's thread (the
+// caller) held on CPU a, a spinning thread held on CPU b, the worker put on a and then allowed
+// a and b again; the scheduler then has no reason to move it (two runnable threads on each
+// side either way). After runs of a parallel Relu the worker must be on b, and its allowed CPUs
+// must be both again (moved, not pinned). Needs two CPUs; not timed.
+TEST(PoolWorkers, MoveOffTheCallersCpu) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  auto only = [](int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return set;
+  };
+  cpu_set_t both;
+  CPU_ZERO(&both);
+  CPU_SET(cpus[0], &both);
+  CPU_SET(cpus[1], &both);
+
+  test_models::ModelBuilder m;
+  m.output(m.op("Relu", {m.input("x", DType::kFloat32, {512, 1024})}, {}, "relu"));
+  CompileOptions options;
+  options.cache_dir = fs::path(KILN_BUILD_DIR) / "test-tmp" / "driver" / "pool_apart";
+  omp_set_num_threads(2);
+  CompiledModel compiled = compile(std::move(m.model), options);
+  const Tensor x = filled<float>(DType::kFloat32, {512, 1024}, 7);
+
+  const std::set<int> before = thread_ids();
+  compiled.run({x});  // starts the worker
+  std::vector<int> started;
+  for (int id : thread_ids()) {
+    if (!before.count(id)) started.push_back(id);
+  }
+  ASSERT_EQ(started.size(), 1u) << "the pool's one worker";
+  const int worker = started[0];
+
+  cpu_set_t a = only(cpus[0]), b = only(cpus[1]);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(a), &a), 0);
+  std::atomic<bool> done{false};
+  std::thread busy([&] {
+    sched_setaffinity(0, sizeof(b), &b);
+    while (!done.load(std::memory_order_relaxed)) {
+    }
+  });
+  ASSERT_EQ(sched_setaffinity(worker, sizeof(a), &a), 0);  // the kernel moves it to a
+  ASSERT_EQ(sched_setaffinity(worker, sizeof(both), &both), 0);
+  std::vector<Tensor> out;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (std::chrono::steady_clock::now() < until) out = compiled.run({x});
+  const int where = last_cpu(worker);
+  cpu_set_t now;
+  const int got = sched_getaffinity(worker, sizeof(now), &now);
+  done.store(true);
+  busy.join();
+  sched_setaffinity(0, sizeof(allowed), &allowed);
+
+  EXPECT_EQ(where, cpus[1]) << "the worker stayed on the caller's CPU " << cpus[0];
+  ASSERT_EQ(got, 0);
+  EXPECT_TRUE(CPU_EQUAL(&now, &both)) << "the worker's allowed CPUs were not given back";
+  ASSERT_EQ(out.size(), 1u);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    ASSERT_EQ(out[0].values<float>()[i], std::max(x.values<float>()[i], 0.0f)) << i;
   }
 }
 

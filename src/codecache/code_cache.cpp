@@ -174,9 +174,9 @@ std::vector<std::string> compile_options(const CompilerConfig& config) {
   return args;
 }
 
-void append_link_options(const CompilerConfig& config, const CompilerIdentity& compiler,
+void append_link_options(const CompilerConfig& config, const std::string& linker,
                          std::vector<std::string>& args) {
-  if (const std::string& linker = linker_option(compiler); !linker.empty()) args.push_back(linker);
+  if (!linker.empty()) args.push_back(linker);
   for (const std::string& dir : absolute_paths(config.library_dirs)) args.push_back("-L" + dir);
   for (const std::string& library : config.libraries) {
     args.push_back(library.find('/') != std::string::npos ? library : "-l" + library);
@@ -485,6 +485,18 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
     }
     return run_compiler(plain, compiler_runs_);
   };
+  // Runs a command that links the library (`run` being one of the two above). When the linker
+  // Kiln chose fails it, the command runs again with the compiler's default linker, and
+  // `command` becomes the one whose result is returned, for the failure's report.
+  const std::string linker = linker_option(compiler);
+  auto link = [&](process::Command& command, const auto& run) {
+    process::Result result = run(command);
+    if (result.ok() || !give_up_linker(compiler, linker)) return result;
+    log::write(log::Category::kCompile,
+               "{} failed with {}; again with the compiler's default linker", library, linker);
+    command.args.erase(std::find(command.args.begin(), command.args.end(), linker));
+    return run(command);
+  };
   // The shared sources' objects (built once, then found in the cache). With several units they
   // are resolved after the units compile, so that a compiler refusing everything reports the
   // generated code, whose source is kept.
@@ -499,9 +511,10 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
     std::vector<std::string> args = compile_options(config);
     args.insert(args.end(), {names[0], "-o", library});
     args.insert(args.end(), objects.begin(), objects.end());
-    append_link_options(config, compiler, args);
+    append_link_options(config, linker, args);
     process::Command one = command(std::move(args));
-    process::Result result = run_with_prefix(0, one);
+    process::Result result =
+        link(one, [&](const process::Command& c) { return run_with_prefix(0, c); });
     if (!result.ok()) fail_build(build_dir, entry.failed, names[0], one, result);
   } else {
     std::vector<process::Command> compiles;
@@ -521,10 +534,12 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
     for (const std::string& name : names) args.push_back(name + ".o");
     args.insert(args.end(), objects.begin(), objects.end());
     args.insert(args.end(), {"-o", library});
-    append_link_options(config, compiler, args);
-    process::Command link = command(std::move(args));
-    process::Result result = run_compiler(link, compiler_runs_);
-    if (!result.ok()) fail_build(build_dir, entry.failed, "", link, result);
+    append_link_options(config, linker, args);
+    process::Command objects_to_library = command(std::move(args));
+    process::Result result = link(objects_to_library, [&](const process::Command& c) {
+      return run_compiler(c, compiler_runs_);
+    });
+    if (!result.ok()) fail_build(build_dir, entry.failed, "", objects_to_library, result);
   }
 
   install(build_dir, library, entry.dir);

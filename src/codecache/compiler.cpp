@@ -151,12 +151,22 @@ const CompilerIdentity& compiler_identity(const std::string& compiler) {
   return *known.emplace(compiler, std::move(id)).first->second;
 }
 
-const std::string& linker_option(const CompilerIdentity& compiler) {
-  static std::mutex mutex;
-  static std::map<std::string, std::string> known;  // compiler path -> option
-  std::lock_guard<std::mutex> guard(mutex);
-  auto it = known.find(compiler.path.string());
-  if (it != known.end()) return it->second;
+namespace {
+
+std::mutex linker_mutex;
+std::map<std::string, std::string> linker_options;  // compiler path -> option
+
+bool linker_is_kilns_choice() {
+  const char* env = std::getenv("KILN_LINKER");
+  return env == nullptr || *env == '\0';
+}
+
+}  // namespace
+
+std::string linker_option(const CompilerIdentity& compiler) {
+  std::lock_guard<std::mutex> guard(linker_mutex);
+  auto it = linker_options.find(compiler.path.string());
+  if (it != linker_options.end()) return it->second;
   // `<compiler> -fuse-ld=NAME -Wl,--version` runs the compiler's driver and that linker only
   // (about 20 ms); it fails when the compiler does not know the option or the linker is missing.
   auto runs = [&](const std::string& name) {
@@ -165,16 +175,14 @@ const std::string& linker_option(const CompilerIdentity& compiler) {
         .ok();
   };
   std::string option;
-  const char* env = std::getenv("KILN_LINKER");
-  const std::string wanted = env != nullptr ? env : "";
-  if (wanted.empty()) {
+  if (linker_is_kilns_choice()) {
     for (const char* name : {"gold", "lld"}) {
       if (runs(name)) {
         option = std::string("-fuse-ld=") + name;
         break;
       }
     }
-  } else if (wanted != "default") {
+  } else if (const std::string wanted = std::getenv("KILN_LINKER"); wanted != "default") {
     if (runs(wanted)) {
       option = "-fuse-ld=" + wanted;
     } else {
@@ -184,7 +192,14 @@ const std::string& linker_option(const CompilerIdentity& compiler) {
                  wanted, compiler.path.string());
     }
   }
-  return known.emplace(compiler.path.string(), option).first->second;
+  return linker_options.emplace(compiler.path.string(), option).first->second;
+}
+
+bool give_up_linker(const CompilerIdentity& compiler, const std::string& option) {
+  if (option.empty() || !linker_is_kilns_choice()) return false;
+  std::lock_guard<std::mutex> guard(linker_mutex);
+  linker_options[compiler.path.string()] = "";
+  return true;
 }
 
 const std::string& host_cpu_identity() {

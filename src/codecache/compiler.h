@@ -77,7 +77,15 @@ const CompilerIdentity& compiler_identity(const std::string& compiler);
 /// then lld are tried. A linker the compiler cannot run is left out (an explicit KILN_LINKER
 /// too, with a warning). Asked once per compiler and process, when something is linked first.
 /// The linker is not part of cache keys: a library does the same whichever linker built it.
-const std::string& linker_option(const CompilerIdentity& compiler);
+std::string linker_option(const CompilerIdentity& compiler);
+
+/// Called when a link that used `option` (from linker_option) failed. Returns true when the link
+/// should be run again without it: the option was Kiln's own choice (KILN_LINKER unset), which
+/// `compiler` then gives up for the rest of the process. A linker that answers the probe can still
+/// fail where the compiler's default does not: gold stops at a dangling libstdc++.so symlink in
+/// the compiler's library directory, which GNU ld passes over for libstdc++.a (a GCC 13 installed
+/// under /opt/gcc).
+bool give_up_linker(const CompilerIdentity& compiler, const std::string& option);
 
 /// A short description of this host's CPU (model name and feature flags from /proc/cpuinfo; empty
 /// when unreadable), read once. Part of the key of code built with -march=native.

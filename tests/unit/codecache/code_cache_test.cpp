@@ -505,6 +505,78 @@ TEST(CodeCache, LinkerFollowsKilnLinker) {
   }
 }
 
+// A compiler whose driver answers the linker probe (-Wl,--version) with any linker but whose links
+// fail with a -fuse-ld= option, as g++ 13 under /opt/gcc does with gold (a dangling libstdc++.so
+// symlink that GNU ld passes over). Kiln's own choice of linker is then dropped for the default;
+// one the user asked for by KILN_LINKER is not.
+TEST(CodeCache, ALinkerOfKilnsChoiceThatFailsGivesWayToTheDefault) {
+  auto runs = [](const std::string& linker) {
+    return std::system(("g++ -fuse-ld=" + linker + " -Wl,--version >/dev/null 2>&1").c_str()) == 0;
+  };
+  if (!runs("gold") && !runs("lld")) GTEST_SKIP() << "g++ runs neither gold nor lld here";
+  const fs::path dir = fresh_dir();
+  auto failing_compiler = [&](const std::string& name) {
+    const fs::path script = dir / name / "cxx";
+    fs::create_directories(script.parent_path());
+    files::write_atomic(script,
+                        "#!/bin/sh\n"
+                        "echo \"$@\" >> \"$0.log\"\n"
+                        "case \" $* \" in *\" -Wl,--version \"*) exec g++ \"$@\";; esac\n"
+                        "case \" $* \" in *\" -fuse-ld=\"*)\n"
+                        "  echo 'ld: error: cannot open libstdc++.so' >&2; exit 1;; esac\n"
+                        "exec g++ \"$@\"\n");
+    fs::permissions(script, fs::perms::owner_all);
+    return script;
+  };
+  auto log_lines = [](const fs::path& script) {
+    std::istringstream log(files::read(script.string() + ".log"));
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(log, line);) lines.push_back(line);
+    return lines;
+  };
+  auto links_with = [](const std::vector<std::string>& lines, const std::string& what) {
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& line) {
+      return line.find(".so") != std::string::npos && line.find(" -c ") == std::string::npos &&
+             line.find(what) != std::string::npos;
+    });
+  };
+
+  const fs::path script = failing_compiler("chosen");
+  ScopedEnv unset("KILN_LINKER", nullptr);
+  CodeCache cache(dir / "chosen" / "cache");
+  CompilerConfig config;
+  config.compiler = script.string();
+  // One unit: compiled and linked by one command, which fails with the linker and then passes
+  // without it.
+  LoadedLibrary one(cache.compile_shared_library({{"unit.cpp", returning("seven", 7)}}, config));
+  EXPECT_EQ(one.symbol<int()>("seven")(), 7);
+  std::vector<std::string> lines = log_lines(script);
+  EXPECT_EQ(links_with(lines, "-fuse-ld="), 1);
+  EXPECT_EQ(links_with(lines, "unit.cpp"), 2);
+  // Two units, another key: the link runs once, with the default linker from the start.
+  LoadedLibrary two(cache.compile_shared_library(
+      {{"a.cpp", returning("eight", 8)}, {"b.cpp", returning("nine", 9)}}, config));
+  EXPECT_EQ(two.symbol<int()>("eight")() + two.symbol<int()>("nine")(), 17);
+  lines = log_lines(script);
+  EXPECT_EQ(links_with(lines, "-fuse-ld="), 1);
+  EXPECT_EQ(links_with(lines, "a.cpp.o"), 1);
+
+  // Asked for by name, the linker is kept, and its failure is the build's.
+  const fs::path asked = failing_compiler("asked");
+  ScopedEnv gold("KILN_LINKER", runs("gold") ? "gold" : "lld");
+  CodeCache asked_cache(dir / "asked" / "cache");
+  config.compiler = asked.string();
+  try {
+    asked_cache.compile_shared_library({{"unit.cpp", returning("seven", 7)}}, config);
+    ADD_FAILURE() << "a failing link with the linker KILN_LINKER names built a library";
+  } catch (const UserError& error) {
+    EXPECT_NE(std::string(error.what()).find("cannot open libstdc++.so"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_EQ(links_with(log_lines(asked), "-fuse-ld="), 1);
+  EXPECT_EQ(links_with(log_lines(asked), "unit.cpp"), 1);
+}
+
 TEST(CodeCache, DefaultCacheDirectoryFollowsTheEnvironment) {
   {
     ScopedEnv dir("KILN_CACHE_DIR", "/some/where");

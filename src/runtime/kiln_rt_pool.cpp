@@ -8,6 +8,7 @@
 #include "kiln_rt_pool.h"
 
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -288,6 +290,11 @@ class Pool {
   }
 
   void worker_main(Worker& w, int self) {
+    // A name for top -H, perf and debuggers; a thread this one starts (none is expected) would
+    // inherit it.
+    char name[16];
+    std::snprintf(name, sizeof name, "kiln-pool-%d", self);
+    pthread_setname_np(pthread_self(), name);
     // OpenBLAS and oneDNN (OpenMP builds) called from a chunk run on this thread alone.
     omp_set_num_threads(1);
     uint32_t seen = 0;

@@ -7,6 +7,10 @@
 #   paced  a fixed untimed sleep before each run (kiln bench / ort_bench --wait-ms), as a server
 #          between requests: the same wait for both engines, the larger of their idle p50s
 #          measured first, so each engine is busy about half the time or less.
+# Beside them, the "floor" engine (floor.cpp): one thread's arithmetic loop as long as Kiln's idle
+# p50 of the model, timed the same way. It touches no memory and starts no threads, so its p99/p50
+# is the machine's own spread at that length (preemption, interrupts, the hypervisor): on a VM a
+# 0.03 ms loop's idle p99 can be twice its p50 or more, whatever runs in it.
 # Prints per model, mode, engine and load the p50 and p99 (medians over the rounds) and the
 # loaded/idle p50 ratio. It prints; it asserts nothing.
 #
@@ -25,6 +29,7 @@
 #   KILN                 the kiln to time (default BUILD_DIR/bin/kiln)
 #   KILN_BASE            another kiln timed beside it as "kiln-base" (e.g. a build before a change)
 #   PYTHON               a python3 with onnx and numpy (default /usr/bin/python3)
+#   BENCH_LOAD_FLOOR     0 leaves the floor engine out (default 1); CXX builds it (default g++)
 # Everything it writes is under BUILD_DIR/bench-load/ (models, code caches, model libraries,
 # results.jsonl).
 set -euo pipefail
@@ -47,6 +52,7 @@ LOADS="${BENCH_LOAD_LOADS:-idle busy over}"
 MODES="${BENCH_LOAD_MODES:-tight paced}"
 ORT="${BENCH_LOAD_ORT:-auto}"
 ORT_VERSION=1.30.0
+FLOOR="${BENCH_LOAD_FLOOR:-1}"
 mkdir -p "$WORK"
 [ -x "$KILN" ] || { echo "bench-load: no $KILN; build it first (make build)" >&2; exit 1; }
 pin() { taskset -c "$CPUS" "$@"; }
@@ -86,6 +92,11 @@ warmup() { echo $(($(iters "$1") / 5 + 2)); }
 input_arg() { echo "input=$MODEL_DIR/$1.input.npy"; }
 
 ENGINES="kiln ort"
+FLOOR_BIN="$WORK/floor"
+if [ "$FLOOR" != 0 ]; then
+  "${CXX:-g++}" -O2 -std=c++17 -Iinclude "$HERE/floor.cpp" -o "$FLOOR_BIN.tmp"
+  mv "$FLOOR_BIN.tmp" "$FLOOR_BIN"
+fi
 library() { echo "$WORK/lib/$1-$2.so"; }  # library ENGINE MODEL
 mkdir -p "$WORK/lib"
 [ -n "$KILN_BASE" ] && ENGINES="kiln kiln-base ort"
@@ -102,6 +113,10 @@ run_engine() {  # run_engine ENGINE MODEL ITERS WARMUP [WAIT_MS]: one JSON line
       [ "$engine" = kiln-base ] && kiln="$KILN_BASE"
       pin "$kiln" bench "$(library "$engine" "$model")" --json --threads "$THREADS" --iters "$3" \
         --warmup "$4" "${pace[@]}" --input "$(input_arg "$model")"
+      ;;
+    floor)
+      eval "local steps=\$STEPS_$model"
+      pin "$FLOOR_BIN" --steps "$steps" --iters "$3" --warmup "$4" "${pace[@]}"
       ;;
     ort)
       if [ "$ORT" = node ]; then
@@ -151,21 +166,25 @@ for engine in $ENGINES; do
 done
 # The paced wait of each model, the same for every engine: the larger of the engines' idle p50s
 # (one short tight run each, untimed by the summary), so no engine is busy more than about half
-# the time. Kept in WAIT_<model>.
+# the time. Kept in WAIT_<model>. The floor's loop length, as long as Kiln's idle p50, in
+# STEPS_<model>.
 p50_of() { "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["p50_ms"])'; }
 for m in $MODELS; do
-  wait_ms="${BENCH_LOAD_WAIT_MS:-}"
-  if [ -z "$wait_ms" ]; then
-    wait_ms=0
-    for engine in $ENGINES; do
-      p50="$(run_engine "$engine" "$m" $(($(iters "$m") / 2 + 1)) "$(warmup "$m")" | p50_of)"
-      wait_ms="$("$PYTHON" -c 'import sys; print("%.4f" % max(map(float, sys.argv[1:])))' \
-        "$wait_ms" "$p50")"
-    done
-  fi
+  wait_ms=0
+  for engine in $ENGINES; do
+    [ -n "${BENCH_LOAD_WAIT_MS:-}" ] && [ "$engine" != kiln ] && continue
+    p50="$(run_engine "$engine" "$m" $(($(iters "$m") / 2 + 1)) "$(warmup "$m")" | p50_of)"
+    if [ "$engine" = kiln ] && [ "$FLOOR" != 0 ]; then
+      eval "STEPS_$m=$(pin "$FLOOR_BIN" --calibrate "$p50")"
+    fi
+    wait_ms="$("$PYTHON" -c 'import sys; print("%.4f" % max(map(float, sys.argv[1:])))' \
+      "$wait_ms" "$p50")"
+  done
+  wait_ms="${BENCH_LOAD_WAIT_MS:-$wait_ms}"
   eval "WAIT_$m=$wait_ms"
   echo "== paced wait for $m: $wait_ms ms before each run"
 done
+[ "$FLOOR" != 0 ] && ENGINES="$ENGINES floor"
 for load in $LOADS; do
   count=$(busy_count "$load")
   start_busy "$count"
@@ -199,7 +218,8 @@ done
 
 # --- summary -----------------------------------------------------------------------------------
 echo "== summary (medians over rounds; loaded/idle = loaded p50 / idle p50 of the same mode;" \
-  "paced = a fixed wait before each run; results in $RESULTS)"
+  "paced = a fixed wait before each run; floor = one thread's arithmetic loop as long as Kiln's" \
+  "idle p50, the machine's own p99/p50 at that length; results in $RESULTS)"
 "$PYTHON" - "$RESULTS" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

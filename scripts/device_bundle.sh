@@ -164,7 +164,8 @@ cat >"$out/run.sh" <<'EOF'
 #!/bin/bash
 # Unpacks the bundle of scripts/device_bundle.sh (system files into /: a scratch machine only)
 # and runs the stages of STAGES (default "tests sanitize suite"; any of those and "bench"):
-#   tests     the driver tests' CUDA tests (GTEST_FILTER, default '*Cuda*')
+#   tests     the driver tests' CUDA tests (GTEST_FILTER, default '*Cuda*'; about 8 s each, so a
+#             call of 10 minutes runs a part: GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=K, 23-24 each)
 #   cudalib   scripts/device_cudalib_check.sh: CUDA model libraries built without a GPU, and
 #             bench/ort's models compiled with the GPU hidden, against `kiln run --device cuda`
 #   sanitize  compute-sanitizer memcheck on the cases of SANITIZE_FILE (default a few)

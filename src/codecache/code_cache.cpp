@@ -485,13 +485,28 @@ void CodeCache::build(const std::vector<SourceUnit>& sources, const CompilerConf
     }
     return run_compiler(plain, compiler_runs_);
   };
-  // Runs a command that links the library (`run` being one of the two above). When the linker
-  // Kiln chose fails it, the command runs again with the compiler's default linker, and
-  // `command` becomes the one whose result is returned, for the failure's report.
+  // Whether a failed build is the linker's fault: an empty unit, linked with the same flags,
+  // directories and libraries, fails with `linker` and links without it. So an error in the
+  // generated code or a missing library is reported as it is, without building again.
   const std::string linker = linker_option(compiler);
+  auto linker_at_fault = [&] {
+    auto links = [&](const std::string& option) {
+      std::vector<std::string> args = config.flags;
+      args.insert(args.end(),
+                  {"-shared", "-x", "c++", "/dev/null", "-x", "none", "-o", "linker-probe.so"});
+      append_link_options(config, option, args);
+      return process::run(command(std::move(args))).ok();
+    };
+    return !links(linker) && links("");
+  };
+  // Runs a command that links the library (`run` being one of the two above). When it fails
+  // through the linker Kiln chose, the command runs again with the compiler's default linker,
+  // and `command` becomes the one whose result is returned, for the failure's report.
   auto link = [&](process::Command& command, const auto& run) {
     process::Result result = run(command);
-    if (result.ok() || !give_up_linker(compiler, linker)) return result;
+    if (result.ok() || linker.empty() || !linker_at_fault() || !give_up_linker(compiler, linker)) {
+      return result;
+    }
     log::write(log::Category::kCompile,
                "{} failed with {}; again with the compiler's default linker", library, linker);
     command.args.erase(std::find(command.args.begin(), command.args.end(), linker));

@@ -79,12 +79,12 @@ const CompilerIdentity& compiler_identity(const std::string& compiler);
 /// The linker is not part of cache keys: a library does the same whichever linker built it.
 std::string linker_option(const CompilerIdentity& compiler);
 
-/// Called when a link that used `option` (from linker_option) failed. Returns true when the link
-/// should be run again without it: the option was Kiln's own choice (KILN_LINKER unset), which
-/// `compiler` then gives up for the rest of the process. A linker that answers the probe can still
-/// fail where the compiler's default does not: gold stops at a dangling libstdc++.so symlink in
-/// the compiler's library directory, which GNU ld passes over for libstdc++.a (a GCC 13 installed
-/// under /opt/gcc).
+/// Called when a link failed through `option` (from linker_option) where the compiler's default
+/// linker succeeds. Returns true when the link should be run again without it: the option was
+/// Kiln's own choice (KILN_LINKER unset), which `compiler` then gives up for the rest of the
+/// process. A linker that answers the probe can still fail where the default does not: gold stops
+/// at a dangling libstdc++.so symlink in the compiler's library directory, which GNU ld passes
+/// over for libstdc++.a (a GCC 13 installed under /opt/gcc).
 bool give_up_linker(const CompilerIdentity& compiler, const std::string& option);
 
 /// A short description of this host's CPU (model name and feature flags from /proc/cpuinfo; empty

@@ -508,7 +508,8 @@ TEST(CodeCache, LinkerFollowsKilnLinker) {
 // A compiler whose driver answers the linker probe (-Wl,--version) with any linker but whose links
 // fail with a -fuse-ld= option, as g++ 13 under /opt/gcc does with gold (a dangling libstdc++.so
 // symlink that GNU ld passes over). Kiln's own choice of linker is then dropped for the default;
-// one the user asked for by KILN_LINKER is not.
+// one the user asked for by KILN_LINKER is not; and a link that fails for a reason of its own (a
+// missing library) is reported without dropping it.
 TEST(CodeCache, ALinkerOfKilnsChoiceThatFailsGivesWayToTheDefault) {
   auto runs = [](const std::string& linker) {
     return std::system(("g++ -fuse-ld=" + linker + " -Wl,--version >/dev/null 2>&1").c_str()) == 0;
@@ -537,7 +538,7 @@ TEST(CodeCache, ALinkerOfKilnsChoiceThatFailsGivesWayToTheDefault) {
   auto links_with = [](const std::vector<std::string>& lines, const std::string& what) {
     return std::count_if(lines.begin(), lines.end(), [&](const std::string& line) {
       return line.find(".so") != std::string::npos && line.find(" -c ") == std::string::npos &&
-             line.find(what) != std::string::npos;
+             line.find("linker-probe") == std::string::npos && line.find(what) != std::string::npos;
     });
   };
 
@@ -575,6 +576,26 @@ TEST(CodeCache, ALinkerOfKilnsChoiceThatFailsGivesWayToTheDefault) {
   }
   EXPECT_EQ(links_with(log_lines(asked), "-fuse-ld="), 1);
   EXPECT_EQ(links_with(log_lines(asked), "unit.cpp"), 1);
+
+  // A plain g++ (behind a logging script) and a library that does not exist: one link, whose
+  // error is the build's; the next library still links with Kiln's choice.
+  ScopedEnv chosen_again("KILN_LINKER", nullptr);
+  const fs::path plain = dir / "plain" / "cxx";
+  fs::create_directories(plain.parent_path());
+  files::write_atomic(plain, "#!/bin/sh\necho \"$@\" >> \"$0.log\"\nexec g++ \"$@\"\n");
+  fs::permissions(plain, fs::perms::owner_all);
+  CodeCache plain_cache(dir / "plain" / "cache");
+  config.compiler = plain.string();
+  config.libraries = {"kiln_no_such_library"};
+  EXPECT_THROW(plain_cache.compile_shared_library({{"unit.cpp", returning("seven", 7)}}, config),
+               UserError);
+  EXPECT_EQ(links_with(log_lines(plain), "unit.cpp"), 1);
+  config.libraries.clear();
+  LoadedLibrary three(
+      plain_cache.compile_shared_library({{"unit.cpp", returning("ten", 10)}}, config));
+  EXPECT_EQ(three.symbol<int()>("ten")(), 10);
+  lines = log_lines(plain);
+  EXPECT_NE(lines.back().find("-fuse-ld="), std::string::npos) << lines.back();
 }
 
 TEST(CodeCache, DefaultCacheDirectoryFollowsTheEnvironment) {

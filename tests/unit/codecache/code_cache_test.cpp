@@ -444,19 +444,29 @@ TEST(CodeCache, CompilerIdentityIsResolvedAndRemembered) {
   EXPECT_EQ(&compiler_identity("g++"), &id);
 }
 
+// A compiler for one test case: the shell script DIR/NAME/cxx, which logs its arguments to
+// cxx.log, then runs `body` (by default g++ on them). Linker choices are remembered per compiler,
+// so each case needs one of its own.
+fs::path compiler_script(const fs::path& dir, const std::string& name,
+                         const std::string& body = "exec g++ \"$@\"\n") {
+  const fs::path script = dir / name / "cxx";
+  fs::create_directories(script.parent_path());
+  files::write_atomic(script, "#!/bin/sh\necho \"$@\" >> \"$0.log\"\n" + body);
+  fs::permissions(script, fs::perms::owner_all);
+  return script;
+}
+
+// Whether g++ runs the linker named by its -fuse-ld= name here.
+bool gxx_runs_linker(const std::string& linker) {
+  return std::system(("g++ -fuse-ld=" + linker + " -Wl,--version >/dev/null 2>&1").c_str()) == 0;
+}
+
 // The link runs the linker KILN_LINKER names; one the compiler cannot run is left out with a
 // warning; unset, gold, else lld, where the compiler runs them. Each case uses a compiler of its
 // own (a script that logs its arguments and runs g++), since the choice is remembered per
 // compiler.
 TEST(CodeCache, LinkerFollowsKilnLinker) {
   const fs::path dir = fresh_dir();
-  auto logging_compiler = [&](const std::string& name) {
-    const fs::path script = dir / name / "cxx";
-    fs::create_directories(script.parent_path());
-    files::write_atomic(script, "#!/bin/sh\necho \"$@\" >> \"$0.log\"\nexec g++ \"$@\"\n");
-    fs::permissions(script, fs::perms::owner_all);
-    return script;
-  };
   // The library's link line (the one naming the library's objects), from the script's log.
   auto link_line = [](const fs::path& script) {
     std::istringstream log(files::read(script.string() + ".log"));
@@ -476,28 +486,26 @@ TEST(CodeCache, LinkerFollowsKilnLinker) {
     LoadedLibrary loaded(library);
     EXPECT_EQ(loaded.symbol<int()>("seven")(), 7);
   };
-  auto runs = [](const std::string& linker) {
-    return std::system(("g++ -fuse-ld=" + linker + " -Wl,--version >/dev/null 2>&1").c_str()) == 0;
-  };
-
-  const fs::path bfd = logging_compiler("bfd");
+  const fs::path bfd = compiler_script(dir, "bfd");
   build(bfd, "bfd");
   EXPECT_NE(link_line(bfd).find("-fuse-ld=bfd"), std::string::npos) << link_line(bfd);
 
-  const fs::path missing = logging_compiler("missing");
+  const fs::path missing = compiler_script(dir, "missing");
   ::testing::internal::CaptureStderr();
   build(missing, "kiln-no-such-linker");
   const std::string warning = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(warning.find("KILN_LINKER=kiln-no-such-linker"), std::string::npos) << warning;
   EXPECT_EQ(link_line(missing).find("-fuse-ld"), std::string::npos) << link_line(missing);
 
-  const fs::path own = logging_compiler("default");
+  const fs::path own = compiler_script(dir, "default");
   build(own, "default");
   EXPECT_EQ(link_line(own).find("-fuse-ld"), std::string::npos) << link_line(own);
 
-  const fs::path unset = logging_compiler("unset");
+  const fs::path unset = compiler_script(dir, "unset");
   build(unset, nullptr);
-  const std::string expected = runs("gold") ? "-fuse-ld=gold" : runs("lld") ? "-fuse-ld=lld" : "";
+  const std::string expected = gxx_runs_linker("gold")  ? "-fuse-ld=gold"
+                               : gxx_runs_linker("lld") ? "-fuse-ld=lld"
+                                                        : "";
   if (expected.empty()) {
     EXPECT_EQ(link_line(unset).find("-fuse-ld"), std::string::npos) << link_line(unset);
   } else {
@@ -511,23 +519,16 @@ TEST(CodeCache, LinkerFollowsKilnLinker) {
 // one the user asked for by KILN_LINKER is not; and a link that fails for a reason of its own (a
 // missing library) is reported without dropping it.
 TEST(CodeCache, ALinkerOfKilnsChoiceThatFailsGivesWayToTheDefault) {
-  auto runs = [](const std::string& linker) {
-    return std::system(("g++ -fuse-ld=" + linker + " -Wl,--version >/dev/null 2>&1").c_str()) == 0;
-  };
-  if (!runs("gold") && !runs("lld")) GTEST_SKIP() << "g++ runs neither gold nor lld here";
+  if (!gxx_runs_linker("gold") && !gxx_runs_linker("lld")) {
+    GTEST_SKIP() << "g++ runs neither gold nor lld here";
+  }
   const fs::path dir = fresh_dir();
   auto failing_compiler = [&](const std::string& name) {
-    const fs::path script = dir / name / "cxx";
-    fs::create_directories(script.parent_path());
-    files::write_atomic(script,
-                        "#!/bin/sh\n"
-                        "echo \"$@\" >> \"$0.log\"\n"
-                        "case \" $* \" in *\" -Wl,--version \"*) exec g++ \"$@\";; esac\n"
-                        "case \" $* \" in *\" -fuse-ld=\"*)\n"
-                        "  echo 'ld: error: cannot open libstdc++.so' >&2; exit 1;; esac\n"
-                        "exec g++ \"$@\"\n");
-    fs::permissions(script, fs::perms::owner_all);
-    return script;
+    return compiler_script(dir, name,
+                           "case \" $* \" in *\" -Wl,--version \"*) exec g++ \"$@\";; esac\n"
+                           "case \" $* \" in *\" -fuse-ld=\"*)\n"
+                           "  echo 'ld: error: cannot open libstdc++.so' >&2; exit 1;; esac\n"
+                           "exec g++ \"$@\"\n");
   };
   auto log_lines = [](const fs::path& script) {
     std::istringstream log(files::read(script.string() + ".log"));
@@ -564,7 +565,7 @@ TEST(CodeCache, ALinkerOfKilnsChoiceThatFailsGivesWayToTheDefault) {
 
   // Asked for by name, the linker is kept, and its failure is the build's.
   const fs::path asked = failing_compiler("asked");
-  ScopedEnv gold("KILN_LINKER", runs("gold") ? "gold" : "lld");
+  ScopedEnv gold("KILN_LINKER", gxx_runs_linker("gold") ? "gold" : "lld");
   CodeCache asked_cache(dir / "asked" / "cache");
   config.compiler = asked.string();
   try {
@@ -580,10 +581,7 @@ TEST(CodeCache, ALinkerOfKilnsChoiceThatFailsGivesWayToTheDefault) {
   // A plain g++ (behind a logging script) and a library that does not exist: one link, whose
   // error is the build's; the next library still links with Kiln's choice.
   ScopedEnv chosen_again("KILN_LINKER", nullptr);
-  const fs::path plain = dir / "plain" / "cxx";
-  fs::create_directories(plain.parent_path());
-  files::write_atomic(plain, "#!/bin/sh\necho \"$@\" >> \"$0.log\"\nexec g++ \"$@\"\n");
-  fs::permissions(plain, fs::perms::owner_all);
+  const fs::path plain = compiler_script(dir, "plain");
   CodeCache plain_cache(dir / "plain" / "cache");
   config.compiler = plain.string();
   config.libraries = {"kiln_no_such_library"};

@@ -12,7 +12,8 @@
 # is the machine's own spread at that length (preemption, interrupts, the hypervisor): on a VM a
 # 0.03 ms loop's idle p99 can be twice its p50 or more, whatever runs in it.
 # Prints per model, mode, engine and load the p50 and p99 (medians over the rounds) and the
-# loaded/idle p50 ratio. It prints; it asserts nothing.
+# loaded/idle p50 ratio, then issue 14's checks read off those medians (yes/no per model, mode
+# and load). It prints; it asserts nothing.
 #
 # Usage: bench/load/run.sh [BUILD_DIR]   (`make bench-load` builds kiln and runs it)
 # Environment:
@@ -237,4 +238,39 @@ for (name, mode, engine, load), rs in sorted(
     idle = groups.get((name, mode, engine, "idle"))
     ratio = f"{p50 / med(idle, 'p50_ms'):11.2f}" if idle else f"{'-':>11}"
     print(f"{name:9} {mode:6} {engine:10} {load:5} {p50:10.4f} {p99:10.4f} {p99 / p50:8.2f} {ratio}")
+
+# Issue 14's checks, read off the medians above: Kiln's loaded/idle p50 ratio no worse than ONNX
+# Runtime's, and Kiln's loaded p99 under twice its p50, beside the floor's p99/p50 at the same load
+# (a floor at 2 or more says the machine alone spreads a run of that length so much); with
+# KILN_BASE, Kiln's idle p50 against kiln-base's (within 5 %).
+def figure(name, mode, engine, load, f):
+    rs = groups.get((name, mode, engine, load))
+    return med(rs, f) if rs else None
+def ratio(name, mode, engine, load):
+    p50, idle = figure(name, mode, engine, load, "p50_ms"), figure(name, mode, engine, "idle", "p50_ms")
+    return p50 / idle if p50 and idle else None
+def spread(name, mode, engine, load):
+    p50, p99 = figure(name, mode, engine, load, "p50_ms"), figure(name, mode, engine, load, "p99_ms")
+    return p99 / p50 if p50 and p99 else None
+fmt = lambda x: f"{x:.2f}" if x is not None else "-"
+verdict = lambda ok: "-" if ok is None else "yes" if ok else "no"
+cases = sorted({(k[0], k[1]) for k in groups}, key=lambda c: (c[0], modes.index(c[1])))
+print("== issue 14's checks (loaded/idle p50: Kiln no worse than ONNX Runtime; Kiln's p99/p50 under 2,"
+      " beside the floor's)")
+print(f"{'model':9} {'mode':6} {'load':5} {'kiln l/i':>9} {'ort l/i':>8} {'ok':>4} "
+      f"{'kiln p99/p50':>13} {'floor':>6} {'ok':>4}")
+for name, mode in cases:
+    for load in loads[1:]:
+        if (name, mode, "kiln", load) not in groups:
+            continue
+        k, o = ratio(name, mode, "kiln", load), ratio(name, mode, "ort", load)
+        s, f = spread(name, mode, "kiln", load), spread(name, mode, "floor", load)
+        print(f"{name:9} {mode:6} {load:5} {fmt(k):>9} {fmt(o):>8} "
+              f"{verdict(None if k is None or o is None else k <= o):>4} {fmt(s):>13} {fmt(f):>6} "
+              f"{verdict(None if s is None else s < 2):>4}")
+for name, mode in cases:
+    new, base = (figure(name, mode, e, "idle", "p50_ms") for e in ("kiln", "kiln-base"))
+    if new and base:
+        print(f"{name} {mode}: Kiln's idle p50 {new:.4f} ms, kiln-base's {base:.4f} ms "
+              f"({(new / base - 1) * 100:+.1f} %; within 5 %: {verdict(new <= base * 1.05)})")
 PY

@@ -224,35 +224,40 @@ echo "== summary (medians over rounds; loaded/idle = loaded p50 / idle p50 of th
 "$PYTHON" - "$RESULTS" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-key = lambda r: (r["name"], r.get("mode", "tight"), r["engine"], r["load"])
 groups = {}
 for r in rows:
-    groups.setdefault(key(r), []).append(r)
-med = lambda rs, f: statistics.median(r[f] for r in rs)
-print(f"{'model':9} {'mode':6} {'engine':10} {'load':5} {'p50 ms':>10} {'p99 ms':>10} {'p99/p50':>8} {'loaded/idle':>11}")
+    groups.setdefault((r["name"], r.get("mode", "tight"), r["engine"], r["load"]), []).append(r)
 modes = ["tight", "paced"]
 loads = ["idle", "busy", "over"]
-for (name, mode, engine, load), rs in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], modes.index(kv[0][1]), loads.index(kv[0][3]), kv[0][2])):
-    p50, p99 = med(rs, "p50_ms"), med(rs, "p99_ms")
-    idle = groups.get((name, mode, engine, "idle"))
-    ratio = f"{p50 / med(idle, 'p50_ms'):11.2f}" if idle else f"{'-':>11}"
-    print(f"{name:9} {mode:6} {engine:10} {load:5} {p50:10.4f} {p99:10.4f} {p99 / p50:8.2f} {ratio}")
+
+def figure(name, mode, engine, load, field):
+    """The median of `field` over the rounds, or None when that case did not run."""
+    rs = groups.get((name, mode, engine, load))
+    return statistics.median(r[field] for r in rs) if rs else None
+
+def ratio(name, mode, engine, load):
+    """Loaded p50 over idle p50 of the same mode."""
+    p50, idle = (figure(name, mode, engine, l, "p50_ms") for l in (load, "idle"))
+    return p50 / idle if p50 and idle else None
+
+def spread(name, mode, engine, load):
+    """p99 over p50."""
+    p50, p99 = (figure(name, mode, engine, load, f) for f in ("p50_ms", "p99_ms"))
+    return p99 / p50 if p50 and p99 else None
+
+fmt = lambda x, spec=".2f": format(x, spec) if x is not None else "-"
+print(f"{'model':9} {'mode':6} {'engine':10} {'load':5} {'p50 ms':>10} {'p99 ms':>10} {'p99/p50':>8} {'loaded/idle':>11}")
+for name, mode, engine, load in sorted(
+        groups, key=lambda k: (k[0], modes.index(k[1]), loads.index(k[3]), k[2])):
+    print(f"{name:9} {mode:6} {engine:10} {load:5} "
+          f"{fmt(figure(name, mode, engine, load, 'p50_ms'), '.4f'):>10} "
+          f"{fmt(figure(name, mode, engine, load, 'p99_ms'), '.4f'):>10} "
+          f"{fmt(spread(name, mode, engine, load)):>8} {fmt(ratio(name, mode, engine, load)):>11}")
 
 # Issue 14's checks, read off the medians above: Kiln's loaded/idle p50 ratio no worse than ONNX
 # Runtime's, and Kiln's loaded p99 under twice its p50, beside the floor's p99/p50 at the same load
 # (a floor at 2 or more says the machine alone spreads a run of that length so much); with
 # KILN_BASE, Kiln's idle p50 against kiln-base's (within 5 %).
-def figure(name, mode, engine, load, f):
-    rs = groups.get((name, mode, engine, load))
-    return med(rs, f) if rs else None
-def ratio(name, mode, engine, load):
-    p50, idle = figure(name, mode, engine, load, "p50_ms"), figure(name, mode, engine, "idle", "p50_ms")
-    return p50 / idle if p50 and idle else None
-def spread(name, mode, engine, load):
-    p50, p99 = figure(name, mode, engine, load, "p50_ms"), figure(name, mode, engine, load, "p99_ms")
-    return p99 / p50 if p50 and p99 else None
-fmt = lambda x: f"{x:.2f}" if x is not None else "-"
 verdict = lambda ok: "-" if ok is None else "yes" if ok else "no"
 cases = sorted({(k[0], k[1]) for k in groups}, key=lambda c: (c[0], modes.index(c[1])))
 print("== issue 14's checks (loaded/idle p50: Kiln no worse than ONNX Runtime; Kiln's p99/p50 under 2,"

@@ -10,7 +10,8 @@
 # Beside them, the "floor" engine (floor.cpp): one thread's arithmetic loop as long as Kiln's idle
 # p50 of the model, timed the same way. It touches no memory and starts no threads, so its p99/p50
 # is the machine's own spread at that length (preemption, interrupts, the hypervisor): on a VM a
-# 0.03 ms loop's idle p99 can be twice its p50 or more, whatever runs in it.
+# 0.03 ms loop's idle p99 can be twice its p50 or more, whatever runs in it. And before any load,
+# wake.cpp times waking a sleeping thread on another CPU (printed with the summary).
 # Prints per model, mode, engine and load the p50 and p99 (medians over the rounds) and the
 # loaded/idle p50 ratio, then issue 14's checks read off those medians (yes/no per model, mode
 # and load). It prints; it asserts nothing.
@@ -97,6 +98,17 @@ FLOOR_BIN="$WORK/floor"
 if [ "$FLOOR" != 0 ]; then
   "${CXX:-g++}" -O2 -std=c++17 -Iinclude "$HERE/floor.cpp" -o "$FLOOR_BIN.tmp"
   mv "$FLOOR_BIN.tmp" "$FLOOR_BIN"
+fi
+# What waking a sleeping thread on another CPU costs here (wake.cpp), measured before any load
+# starts: where it is tens of microseconds (some VMs), a pool worker that sleeps between requests
+# costs a small model's run more than it saves, so Kiln's workers poll and under load get their
+# fair share of the cores. Printed with the summary.
+WAKE_JSON=""
+if [ "$NCPU" -ge 2 ]; then
+  "${CXX:-g++}" -O2 -std=c++17 -pthread "$HERE/wake.cpp" -o "$WORK/wake.tmp"
+  mv "$WORK/wake.tmp" "$WORK/wake"
+  read -r WAKE_A WAKE_B < <(pin "$PYTHON" -c 'import os; print(*sorted(os.sched_getaffinity(0))[:2])')
+  WAKE_JSON="$("$WORK/wake" "$WAKE_A" "$WAKE_B")"
 fi
 library() { echo "$WORK/lib/$1-$2.so"; }  # library ENGINE MODEL
 mkdir -p "$WORK/lib"
@@ -221,7 +233,7 @@ done
 echo "== summary (medians over rounds; loaded/idle = loaded p50 / idle p50 of the same mode;" \
   "paced = a fixed wait before each run; floor = one thread's arithmetic loop as long as Kiln's" \
   "idle p50, the machine's own p99/p50 at that length; results in $RESULTS)"
-"$PYTHON" - "$RESULTS" <<'PY'
+"$PYTHON" - "$RESULTS" "$WAKE_JSON" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 groups = {}
@@ -278,4 +290,9 @@ for name, mode in cases:
     if new and base:
         print(f"{name} {mode}: Kiln's idle p50 {new:.4f} ms, kiln-base's {base:.4f} ms "
               f"({(new / base - 1) * 100:+.1f} %; within 5 %: {verdict(new <= base * 1.05)})")
+if len(sys.argv) > 2 and sys.argv[2]:
+    w = json.loads(sys.argv[2])
+    print(f"== machine: waking a sleeping thread on another CPU costs the waker {w['waker_us_p50']:.1f} us, "
+          f"and the thread runs {w['woken_us_p50']:.1f} us after the wake began (medians of "
+          f"{w['wakes']} wakes after {w['gap_us']} us of sleep; bench/load/wake.cpp)")
 PY

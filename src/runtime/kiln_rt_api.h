@@ -23,11 +23,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <new>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "kiln/runtime.h"
 #include "kiln_rt.h"

@@ -27,19 +27,26 @@ namespace kiln_rt {
 namespace pool_detail {
 namespace {
 
-/// How long an idle worker polls for the next loop before it sleeps, and how long a caller polls
-/// for chunks still running before it sleeps. Kernels of one run follow each other within
-/// microseconds; the spin also spans the gap between the runs of a server answering requests of
-/// a small model back to back: a worker that slept since the last run must be woken, and with
-/// other processes on the cores that wake-up can come a scheduler tick late, when the caller has
-/// done the loop alone (or the worker then holds a chunk the caller waits for). bench-load's
-/// tiny MLP, paced (0.12 ms between runs) with 1.5 busy processes per core on 2 cores: p50
-/// 0.21-0.22 ms and p99 2.1 ms with a 50 us spin, 0.06-0.12 ms and 0.15-0.17 ms with 300 us;
-/// idle and with one busy process per core alike, ResNet-18's ratios unchanged. An idle worker
-/// thus burns at most 0.3 ms of CPU after a run.
+/// How long an idle worker polls for its next loop before it sleeps. Kernels of one run follow
+/// each other within microseconds; the spin also spans the gap between the runs of a server
+/// answering a small model's requests back to back, because waking a sleeping worker can cost
+/// more than the run: on a 2-core KVM guest (AMD EPYC, Zen 5) a futex wake of a thread on the
+/// other CPU took the waker 33-45 us, and bench-load's tiny MLP (0.035 ms), paced with two or
+/// three busy processes, ran at p50 0.092-0.094 ms with a worker spin of 20 us against
+/// 0.059-0.061 with 300 us (idle: 0.093 against 0.038). Where a wake is cheap (0.8 us on a Xeon
+/// host) a short spin trades the other way: there the MLP's paced p99 with busy processes was
+/// 0.12-0.46 ms in all 24 rounds with spins of 0-50 us, and a time slice (4.1 ms) in 1 of 8 with
+/// 300 us, for an idle p50 of 0.093-0.100 ms against 0.076. KILN_POOL_SPIN_US sets the spin. An
+/// idle worker burns at most 0.3 ms of CPU after a run.
 inline constexpr int64_t kSpinNanos = 300'000;
 
-/// kSpinNanos, or KILN_POOL_SPIN_US microseconds when set (read once; for measuring the trade).
+/// How long a caller polls for chunks that other threads still run before it sleeps, whatever
+/// the workers' spin: a caller that slept waits for its wake-up, which under load can come a
+/// scheduler tick late. The MLP above with both spins at 20 us: p99 2.0-3.8 ms; with the
+/// caller's at 300 us: 0.17-0.25 ms (both at 300 us: 0.14-0.17).
+inline constexpr int64_t kWaitSpinNanos = 300'000;
+
+/// kSpinNanos, or KILN_POOL_SPIN_US microseconds when set (read once).
 int64_t spin_nanos() {
   static const int64_t nanos = [] {
     const char* env = std::getenv("KILN_POOL_SPIN_US");
@@ -82,12 +89,12 @@ inline void futex_wake(std::atomic<uint32_t>* word, int count) {
           0);
 }
 
-/// Polls `done()` for spin_nanos(), then sleeps on `word` (its value `current()` re-read each
+/// Polls `done()` for `spin` nanoseconds, then sleeps on `word` (its value `current()` re-read each
 /// time) with `sleeping` set, so that whoever changes `word` knows to wake it.
 template <typename Done, typename Current>
 inline void spin_then_sleep(std::atomic<uint32_t>* word, std::atomic<uint32_t>* sleeping, Done done,
-                            Current current) {
-  const int64_t start = now_ns(), spin = spin_nanos();
+                            Current current, int64_t spin) {
+  const int64_t start = now_ns();
   for (int i = 0; !done(); ++i) {
     cpu_relax();
     if ((i & 63) != 63 || now_ns() - start < spin) continue;
@@ -189,7 +196,7 @@ class Pool {
     const uint32_t all = static_cast<uint32_t>(chunks);
     spin_then_sleep(
         &loop_.done, &loop_.caller_sleeping, [&] { return loop_.done.load() == all; },
-        [&] { return loop_.done.load(); });
+        [&] { return loop_.done.load(); }, kWaitSpinNanos);
     return true;
   }
 
@@ -301,7 +308,7 @@ class Pool {
     while (true) {
       spin_then_sleep(
           &w.wake, &w.sleeping, [&] { return w.wake.load() != seen || stopping_.load(); },
-          [&] { return w.wake.load(); });
+          [&] { return w.wake.load(); }, spin_nanos());
       if (stopping_.load()) return;
       seen = w.wake.load();
       keep_apart(w, self);

@@ -105,7 +105,7 @@ fi
 # fair share of the cores. Printed with the summary.
 WAKE_JSON=""
 if [ "$NCPU" -ge 2 ]; then
-  "${CXX:-g++}" -O2 -std=c++17 -pthread "$HERE/wake.cpp" -o "$WORK/wake.tmp"
+  "${CXX:-g++}" -O2 -std=c++17 -pthread -Iinclude "$HERE/wake.cpp" -o "$WORK/wake.tmp"
   mv "$WORK/wake.tmp" "$WORK/wake"
   read -r WAKE_A WAKE_B < <(pin "$PYTHON" -c 'import os; print(*sorted(os.sched_getaffinity(0))[:2])')
   WAKE_JSON="$("$WORK/wake" "$WAKE_A" "$WAKE_B")" || WAKE_JSON=""  # informational only

@@ -12,7 +12,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -21,6 +20,8 @@
 #include <cstring>
 #include <thread>
 #include <vector>
+
+#include "kiln/kiln.h"
 
 namespace {
 
@@ -35,13 +36,6 @@ bool pin_to(int cpu) {
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
   return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
-}
-
-// The p-th percentile (nearest rank) of `v` in microseconds; sorts v.
-double percentile_us(std::vector<int64_t>& v, double p) {
-  std::sort(v.begin(), v.end());
-  const size_t rank = static_cast<size_t>(p / 100 * static_cast<double>(v.size()) + 0.5);
-  return static_cast<double>(v[std::clamp<size_t>(rank, 1, v.size()) - 1]) / 1000.0;
 }
 
 [[noreturn]] void usage() {
@@ -88,7 +82,7 @@ int main(int argc, char** argv) {
     }
   });
   const bool waker_pinned = pin_to(waker_cpu);
-  std::vector<int64_t> waker_ns, woken_ns;
+  std::vector<double> waker_ms, woken_ms;
   for (int i = 0; i < wakes && waker_pinned && pinned_ok; ++i) {
     std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
     // The gap lets the sleeper reach its futex wait (it sets `asleep` just before).
@@ -97,9 +91,9 @@ int main(int argc, char** argv) {
     word.fetch_add(1);
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr,
             0);
-    waker_ns.push_back(now_ns() - start);
+    waker_ms.push_back(static_cast<double>(now_ns() - start) / 1e6);
     while (woke_at.load() < start) std::this_thread::yield();
-    woken_ns.push_back(woke_at.load() - start);
+    woken_ms.push_back(static_cast<double>(woke_at.load() - start) / 1e6);
   }
   word.store(0xffffffffu);
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr,
@@ -109,10 +103,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "wake: cannot pin threads to CPUs %d and %d\n", waker_cpu, sleeper_cpu);
     return 1;
   }
+  // Percentiles as `kiln bench` reports them (nearest rank).
+  const kiln::BenchResult waker = kiln::bench_figures(waker_ms, 0);
+  const kiln::BenchResult woken = kiln::bench_figures(woken_ms, 0);
   std::printf(
       "{\"wakes\": %d, \"gap_us\": %lld, \"waker_us_p50\": %.1f, \"waker_us_p90\": %.1f, "
       "\"woken_us_p50\": %.1f, \"woken_us_p90\": %.1f}\n",
-      wakes, static_cast<long long>(gap_us), percentile_us(waker_ns, 50),
-      percentile_us(waker_ns, 90), percentile_us(woken_ns, 50), percentile_us(woken_ns, 90));
+      wakes, static_cast<long long>(gap_us), waker.p50_ms * 1000, waker.p90_ms * 1000,
+      woken.p50_ms * 1000, woken.p90_ms * 1000);
   return 0;
 }

@@ -33,12 +33,41 @@ namespace {
 /// more than the run: on a 2-core KVM guest (AMD EPYC, Zen 5) a futex wake of a thread on the
 /// other CPU took the waker 33-45 us, and bench-load's tiny MLP (0.035 ms), paced with two or
 /// three busy processes, ran at p50 0.092-0.094 ms with a worker spin of 20 us against
-/// 0.059-0.061 with 300 us (idle: 0.093 against 0.038). Where a wake is cheap (0.8 us on a Xeon
-/// host) a short spin trades the other way: there the MLP's paced p99 with busy processes was
-/// 0.12-0.46 ms in all 24 rounds with spins of 0-50 us, and a time slice (4.1 ms) in 1 of 8 with
-/// 300 us, for an idle p50 of 0.093-0.100 ms against 0.076. KILN_POOL_SPIN_US sets the spin. An
-/// idle worker burns at most 0.3 ms of CPU after a run.
+/// 0.059-0.061 with 300 us (idle: 0.093 against 0.038). An idle worker burns at most 0.3 ms of
+/// CPU after a run.
 inline constexpr int64_t kSpinNanos = 300'000;
+
+/// The spin of a worker on contended CPUs where woken workers start promptly (see
+/// Pool::worker_spin). On a Xeon KVM host (a wake 0.8-2 us) bench-load's paced MLP with two or
+/// three busy processes had a p99 of 0.10-0.46 ms in all 36 rounds with spins of 0-50 us, and a
+/// time slice (4.1 or 8.1 ms) in 5 rounds of 20 with 300 us: a worker that polls through the
+/// gaps spends its share of the CPUs on polling, and the scheduler then preempts it while it
+/// holds a chunk. Idle, the short spin cost the same MLP its p50 (0.093-0.100 ms against 0.076),
+/// so it is kept to contended CPUs.
+inline constexpr int64_t kContendedSpinNanos = 20'000;
+
+/// A polling thread that sees this long pass between two reads of the clock lost its CPU to
+/// another thread: with busy processes on a 2-core VM (AMD EPYC), such gaps came about 120 times
+/// a second and nearly all were over 1 ms, while idle the longest in 10 s was 0.44 ms
+/// (interrupts and the hypervisor).
+inline constexpr int64_t kPreemptedNanos = 500'000;
+
+/// How long the CPUs count as contended after a thread of the pool was preempted while polling.
+inline constexpr int64_t kContendedNanos = 2'000'000'000;
+
+/// A woken worker is prompt when it starts within this long of the wake. Only then does a short
+/// spin pay: where a woken worker comes later than the run takes without it, it only adds the
+/// wake's cost. How late workers start is measured (Pool::probe_wakes, Pool::note_wake): on the
+/// Zen 5 VM above, 66-80 us idle and 30-50 us under load; on the Xeon host, 5-12 us, but 30-40
+/// us for a worker woken while three busy processes share its two CPUs.
+inline constexpr int64_t kPromptWakeNanos = 20'000;
+
+/// The pool measures wakes when it creates its first worker: 1 + kProbeWakes wakes (the first
+/// finds the new thread wherever it started), each after the worker has slept kProbeSleepNanos.
+/// It costs the first parallel loop of a library 0.5 ms (0.9 where wakes take 0.1 ms).
+inline constexpr int kProbeWakes = 4;
+inline constexpr int64_t kProbeSleepNanos = 100'000;
+inline constexpr int64_t kProbeWaitNanos = 2'000'000;  // the longest wait for the worker
 
 /// How long a caller polls for chunks that other threads still run before it sleeps, whatever
 /// the workers' spin: a caller that slept waits for its wake-up, which under load can come a
@@ -46,12 +75,12 @@ inline constexpr int64_t kSpinNanos = 300'000;
 /// caller's at 300 us: 0.17-0.25 ms (both at 300 us: 0.14-0.17).
 inline constexpr int64_t kWaitSpinNanos = 300'000;
 
-/// kSpinNanos, or KILN_POOL_SPIN_US microseconds when set (read once).
-int64_t spin_nanos() {
+/// KILN_POOL_SPIN_US in nanoseconds, read once: a fixed spin for the workers; -1 when unset.
+int64_t fixed_spin_nanos() {
   static const int64_t nanos = [] {
     const char* env = std::getenv("KILN_POOL_SPIN_US");
     return env != nullptr && *env != '\0' ? std::max<int64_t>(std::atoll(env), 0) * 1000
-                                          : kSpinNanos;
+                                          : int64_t{-1};
   }();
   return nanos;
 }
@@ -90,25 +119,33 @@ inline void futex_wake(std::atomic<uint32_t>* word, int count) {
 }
 
 /// Polls `done()` for `spin` nanoseconds, then sleeps on `word` (its value `current()` re-read each
-/// time) with `sleeping` set, so that whoever changes `word` knows to wake it.
-template <typename Done, typename Current>
-inline void spin_then_sleep(std::atomic<uint32_t>* word, std::atomic<uint32_t>* sleeping, Done done,
-                            Current current, int64_t spin) {
+/// time) with `sleeping` set, so that whoever changes `word` knows to wake it. When the thread
+/// finds it lost its CPU while polling (kPreemptedNanos between two reads of the clock), it calls
+/// `preempted()`, and sleeps at once if that returns true. Returns whether it slept.
+template <typename Done, typename Current, typename Preempted>
+inline bool spin_then_sleep(std::atomic<uint32_t>* word, std::atomic<uint32_t>* sleeping, Done done,
+                            Current current, Preempted preempted, int64_t spin) {
   const int64_t start = now_ns();
+  int64_t last = start;
   for (int i = 0; !done(); ++i) {
     cpu_relax();
-    if ((i & 63) != 63 || now_ns() - start < spin) continue;
+    if ((i & 63) != 63) continue;
+    const int64_t now = now_ns();
+    const bool lost_cpu = now - last >= kPreemptedNanos;
+    last = now;
+    if (!(lost_cpu && preempted()) && now - start < spin) continue;
     while (true) {
       const uint32_t seen = current();
       sleeping->store(1, std::memory_order_seq_cst);
       if (done()) break;
       futex_wait(word, seen);
       sleeping->store(0, std::memory_order_seq_cst);
-      if (done()) return;
+      if (done()) return true;
     }
     sleeping->store(0, std::memory_order_seq_cst);
-    return;
+    return false;
   }
+  return false;
 }
 
 /// The loop a pool runs: body(ctx, begin, end) over chunks of [0, n). Participant p's chunks
@@ -190,13 +227,22 @@ class Pool {
     for (int w = 0; w + 1 < participants; ++w) {
       Worker& worker = *workers_[w];
       worker.wake.fetch_add(1, std::memory_order_seq_cst);
-      if (worker.sleeping.load(std::memory_order_seq_cst)) futex_wake(&worker.wake, 1);
+      if (worker.sleeping.load(std::memory_order_seq_cst)) {
+        int64_t unset = 0;
+        worker.woken_at.compare_exchange_strong(unset, now_ns(), std::memory_order_relaxed);
+        futex_wake(&worker.wake, 1);
+      }
     }
     work(0, generation);
     const uint32_t all = static_cast<uint32_t>(chunks);
     spin_then_sleep(
         &loop_.done, &loop_.caller_sleeping, [&] { return loop_.done.load() == all; },
-        [&] { return loop_.done.load(); }, kWaitSpinNanos);
+        [&] { return loop_.done.load(); },
+        [&] {
+          note_contention(now_ns());
+          return false;
+        },
+        kWaitSpinNanos);
     return true;
   }
 
@@ -205,8 +251,94 @@ class Pool {
     std::atomic<uint32_t> wake{0};
     std::atomic<uint32_t> sleeping{0};
     int64_t last_move = 0;  // when keep_apart last moved it (its own thread's field)
+    // When a caller first woke it from its sleep (now_ns; 0 while it is not being woken).
+    std::atomic<int64_t> woken_at{0};
     std::thread thread;
   };
+
+  /// Records that a thread of the pool lost its CPU while polling at `now`: the CPUs are
+  /// contended, which matters when wakes are prompt. Returns whether workers now take the short
+  /// spin.
+  bool note_contention(int64_t now) {
+    if (!wakes_prompt()) return false;
+    contended_until_.store(now + kContendedNanos, std::memory_order_relaxed);
+    return true;
+  }
+
+  bool wakes_prompt() const {
+    const int64_t late = wake_late_.load(std::memory_order_relaxed);
+    return late >= 0 && late < kPromptWakeNanos;
+  }
+
+  /// Records how long after a caller woke it a worker that slept started on the loop, in a
+  /// moving average (an eighth of each figure, each at most twice kPromptWakeNanos), so that a
+  /// few late wakes among prompt ones do not change the verdict: the first wake of a worker
+  /// that polled through a stretch of contention comes late even where wakes are prompt (0.1 ms
+  /// on the Xeon host with three busy processes: the worker has spent its share of the CPUs).
+  void note_wake(int64_t late) {
+    if (probing_.load()) {
+      const int k = probe_count_.load(std::memory_order_relaxed);
+      if (k <= kProbeWakes) probe_late_[k].store(late, std::memory_order_relaxed);
+      probe_count_.store(k + 1);
+      return;
+    }
+    late = std::min(late, 2 * kPromptWakeNanos);
+    const int64_t before = wake_late_.load(std::memory_order_relaxed);
+    wake_late_.store(before < 0 ? late : before + (late - before) / 8, std::memory_order_relaxed);
+  }
+
+  /// Wakes the pool's first worker 1 + kProbeWakes times, each after it has slept
+  /// kProbeSleepNanos, and sets wake_late_ to how late it started, before any contention. A
+  /// worker that does not go to sleep within kProbeWaitNanos ends the probe.
+  void probe_wakes(Worker& w) {
+    cpus_[0].store(sched_getcpu(), std::memory_order_relaxed);
+    probe_count_.store(0);
+    probing_.store(true);
+    int sent = 0;
+    for (; sent < kProbeWakes + 1; ++sent) {
+      if (!wait_for(kProbeWaitNanos, [&] { return w.sleeping.load() != 0; })) break;
+      wait_for(kProbeSleepNanos, [] { return false; });
+      int64_t unset = 0;
+      w.woken_at.compare_exchange_strong(unset, now_ns(), std::memory_order_relaxed);
+      w.wake.fetch_add(1, std::memory_order_seq_cst);
+      futex_wake(&w.wake, 1);
+    }
+    wait_for(kProbeWaitNanos, [&] { return probe_count_.load() >= sent; });
+    probing_.store(false);
+    // The first wake finds the new worker wherever it started, often on the caller's CPU; the
+    // median of the others is the figure.
+    const int samples = std::min(probe_count_.load(), kProbeWakes + 1) - 1;
+    if (samples <= 0) return;
+    int64_t late[kProbeWakes];
+    for (int k = 0; k < samples; ++k) late[k] = probe_late_[k + 1].load(std::memory_order_relaxed);
+    std::sort(late, late + samples);
+    wake_late_.store(std::min(late[samples / 2], 2 * kPromptWakeNanos), std::memory_order_relaxed);
+  }
+
+  /// Polls until `ready()` or `nanos` have passed: whether it was ready.
+  template <typename Ready>
+  static bool wait_for(int64_t nanos, Ready ready) {
+    const int64_t start = now_ns();
+    while (!ready()) {
+      if (now_ns() - start >= nanos) return false;
+      cpu_relax();
+    }
+    return true;
+  }
+
+  /// How long an idle worker polls before it sleeps: none while the pool probes wakes;
+  /// KILN_POOL_SPIN_US when set; else kContendedSpinNanos while the CPUs are contended and wakes
+  /// are prompt, kSpinNanos otherwise. A worker that polls on contended CPUs spends its share of
+  /// them on polling and is then preempted while it holds a chunk; one that sleeps is woken with
+  /// its share unspent.
+  int64_t worker_spin() const {
+    if (probing_.load()) return 0;
+    const int64_t fixed = fixed_spin_nanos();
+    if (fixed >= 0) return fixed;
+    return now_ns() < contended_until_.load(std::memory_order_relaxed) && wakes_prompt()
+               ? kContendedSpinNanos
+               : kSpinNanos;
+  }
 
   /// Moves worker `w` (the calling thread) off its CPU when the loop's caller or another worker
   /// is on it: two threads of one loop on one CPU take turns, and the turns cost more than
@@ -218,11 +350,10 @@ class Pool {
   /// which makes the kernel migrate it at once, and then gives the whole set back, so nothing
   /// stays pinned and the scheduler balances as before. Nothing moves when every allowed CPU is
   /// taken (more threads than CPUs); at most one move per kMoveIntervalNanos.
-  void keep_apart(Worker& w, int self) {
+  void keep_apart(Worker& w, int self, int participants) {
     const int cpu = sched_getcpu();
     cpus_[self].store(cpu, std::memory_order_relaxed);
     if (cpu < 0 || cpu >= CPU_SETSIZE) return;
-    const int participants = loop_.participants.load(std::memory_order_relaxed);
     if (participants <= 0 || participants > kMaxParticipants) return;
     bool shared = false;
     for (int p = 0; p < participants && !shared; ++p) {
@@ -251,6 +382,7 @@ class Pool {
       Worker* w = workers_.back().get();
       const int self = static_cast<int>(workers_.size());  // the caller is participant 0
       w->thread = std::thread([this, w, self] { worker_main(*w, self); });
+      if (self == 1 && fixed_spin_nanos() < 0) probe_wakes(*w);
     }
   }
 
@@ -306,12 +438,16 @@ class Pool {
     omp_set_num_threads(1);
     uint32_t seen = 0;
     while (true) {
-      spin_then_sleep(
+      const bool slept = spin_then_sleep(
           &w.wake, &w.sleeping, [&] { return w.wake.load() != seen || stopping_.load(); },
-          [&] { return w.wake.load(); }, spin_nanos());
+          [&] { return w.wake.load(); },
+          [&] { return fixed_spin_nanos() < 0 && note_contention(now_ns()); }, worker_spin());
       if (stopping_.load()) return;
       seen = w.wake.load();
-      keep_apart(w, self);
+      const int64_t woken_at = w.woken_at.exchange(0, std::memory_order_relaxed);
+      if (slept && woken_at != 0) note_wake(now_ns() - woken_at);
+      // The probe's worker keeps apart from the caller as it will in the loops.
+      keep_apart(w, self, probing_.load() ? 2 : loop_.participants.load(std::memory_order_relaxed));
       work(self, loop_.generation.load());
     }
   }
@@ -323,6 +459,14 @@ class Pool {
   int opened_ = 0;  // ranges opened by any loop so far (run() closes them all)
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<bool> stopping_{false};
+  // Until when (now_ns) workers take the short spin: see note_contention and worker_spin.
+  std::atomic<int64_t> contended_until_{0};
+  // How late woken workers start (note_wake's average, nanoseconds; -1 before any wake).
+  std::atomic<int64_t> wake_late_{-1};
+  // Set while probe_wakes runs; the wakes it has seen and how late each started.
+  std::atomic<bool> probing_{false};
+  std::atomic<int> probe_count_{0};
+  std::atomic<int64_t> probe_late_[kProbeWakes + 1];
 };
 
 /// The pool of this library (one per loaded model library; its workers are joined when the

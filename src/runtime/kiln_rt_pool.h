@@ -18,7 +18,7 @@
 //     thread wrote in one kernel in its own cache for the next: a chain of 1x1 convolutions
 //     (ResNet-50's 28 x 28 stage) ran 0.46-0.49 ms a layer so, 0.54-0.56 with every chunk going
 //     to whichever thread claimed first (AMD EPYC, 2 threads);
-//   - a worker spins a bounded time (kiln_rt_pool.cpp's spin_nanos()) for its next loop, then
+//   - a worker spins a bounded time (kiln_rt_pool.cpp's worker_spin()) for its next loop, then
 //     sleeps on a futex;
 //   - a worker that takes up a loop on the CPU of the loop's caller, or of another worker, moves
 //     to a CPU none of them is on (kiln_rt_pool.cpp's keep_apart): threads of one loop that

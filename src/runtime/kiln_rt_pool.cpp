@@ -39,8 +39,8 @@ inline constexpr int64_t kSpinNanos = 300'000;
 
 /// The spin of a worker on contended CPUs where woken workers start promptly (see
 /// Pool::worker_spin). On a Xeon KVM host (a wake 0.8-2 us) bench-load's paced MLP with two or
-/// three busy processes had a p99 of 0.10-0.46 ms in all 36 rounds with spins of 0-50 us, and a
-/// time slice (4.1 or 8.1 ms) in 5 rounds of 20 with 300 us: a worker that polls through the
+/// three busy processes had a p99 of 0.09-0.46 ms in all 56 rounds with spins of 0-50 us, and a
+/// time slice (4.1 or 8.1 ms) in 9 rounds of 40 with 300 us: a worker that polls through the
 /// gaps spends its share of the CPUs on polling, and the scheduler then preempts it while it
 /// holds a chunk. Idle, the short spin cost the same MLP its p50 (0.093-0.100 ms against 0.076),
 /// so it is kept to contended CPUs.

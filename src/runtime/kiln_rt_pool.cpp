@@ -224,15 +224,7 @@ class Pool {
     }
     opened_ = std::max(opened_, participants);
     cpus_[0].store(sched_getcpu(), std::memory_order_relaxed);
-    for (int w = 0; w + 1 < participants; ++w) {
-      Worker& worker = *workers_[w];
-      worker.wake.fetch_add(1, std::memory_order_seq_cst);
-      if (worker.sleeping.load(std::memory_order_seq_cst)) {
-        int64_t unset = 0;
-        worker.woken_at.compare_exchange_strong(unset, now_ns(), std::memory_order_relaxed);
-        futex_wake(&worker.wake, 1);
-      }
-    }
+    for (int w = 0; w + 1 < participants; ++w) signal(*workers_[w]);
     work(0, generation);
     const uint32_t all = static_cast<uint32_t>(chunks);
     spin_then_sleep(
@@ -255,6 +247,15 @@ class Pool {
     std::atomic<int64_t> woken_at{0};
     std::thread thread;
   };
+
+  /// Tells worker `w` that a loop is open, and wakes it if it sleeps, noting when (note_wake).
+  void signal(Worker& w) {
+    w.wake.fetch_add(1, std::memory_order_seq_cst);
+    if (!w.sleeping.load(std::memory_order_seq_cst)) return;
+    int64_t unset = 0;
+    w.woken_at.compare_exchange_strong(unset, now_ns(), std::memory_order_relaxed);
+    futex_wake(&w.wake, 1);
+  }
 
   /// Records that a thread of the pool lost its CPU while polling at `now`: the CPUs are
   /// contended, which matters when wakes are prompt. Returns whether workers now take the short
@@ -298,10 +299,7 @@ class Pool {
     for (; sent < kProbeWakes + 1; ++sent) {
       if (!wait_for(kProbeWaitNanos, [&] { return w.sleeping.load() != 0; })) break;
       wait_for(kProbeSleepNanos, [] { return false; });
-      int64_t unset = 0;
-      w.woken_at.compare_exchange_strong(unset, now_ns(), std::memory_order_relaxed);
-      w.wake.fetch_add(1, std::memory_order_seq_cst);
-      futex_wake(&w.wake, 1);
+      signal(w);
     }
     wait_for(kProbeWaitNanos, [&] { return probe_count_.load() >= sent; });
     probing_.store(false);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>

@@ -11,8 +11,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "codegen/cuda/cuda_gemm_template.h"

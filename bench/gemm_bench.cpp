@@ -25,9 +25,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -35,6 +38,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autotune/gemm_template.h"

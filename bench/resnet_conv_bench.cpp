@@ -24,7 +24,9 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <limits>
 #include <map>

@@ -8,10 +8,16 @@
 #include <onnx/onnx_pb.h>
 
 #include <chrono>
+#include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <new>
+#include <optional>
 #include <set>
+#include <string>
+#include <string_view>
 
 #include "autotune/select.h"
 #include "driver/compile.h"

@@ -1,9 +1,15 @@
 #include "autotune/cache.h"
 
+#include <cstdint>
 #include <cstdlib>
+#include <exception>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <string>
+#include <string_view>
+#include <system_error>
 
 #include "codecache/code_cache.h"
 #include "support/error.h"

@@ -89,8 +89,12 @@ constexpr std::string_view kOnednnSource = R"(// Kiln GEMM choice: oneDNN matmul
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "kiln_rt_pool.h"
 

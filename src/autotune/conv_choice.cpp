@@ -88,7 +88,9 @@ constexpr std::string_view kIm2colSource = R"(// Kiln convolution choice: im2col
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "kiln_rt_pool.h"

@@ -26,6 +26,7 @@
 ///             winograd-f2-nhwc the same template's F(2x2, 3x3)
 /// Tested in tests/unit/autotune/conv_template_test.cpp.
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

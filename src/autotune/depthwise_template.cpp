@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
 
 #include "autotune/template_text.h"
 #include "support/error.h"

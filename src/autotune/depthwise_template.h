@@ -24,6 +24,7 @@
 /// and n = ow, as the direct template's does. The ISA is turned on with `#pragma GCC target`.
 /// Tested in tests/unit/autotune/depthwise_template_test.cpp.
 
+#include <cstdint>
 #include <string>
 
 #include "autotune/conv_template.h"

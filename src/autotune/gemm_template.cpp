@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "autotune/template_text.h"
 #include "support/error.h"

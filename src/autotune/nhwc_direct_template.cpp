@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "autotune/nhwc_conv_template.h"
 #include "autotune/template_text.h"

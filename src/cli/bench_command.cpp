@@ -7,11 +7,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <exception>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "cli/bench_model.h"
 #include "cli/commands.h"

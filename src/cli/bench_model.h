@@ -4,6 +4,7 @@
 /// code cache) or from a library built by `kiln compile -o model.so`, loaded through its C API
 /// (include/kiln/runtime.h) as a user's program would.
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <optional>

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <cstdlib>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 

@@ -3,9 +3,13 @@
 // compile yet.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "graph/graph.h"

@@ -3,7 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "onnx/tensor_file.h"
 #include "support/error.h"

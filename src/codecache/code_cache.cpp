@@ -3,15 +3,25 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
 #include <sstream>
+#include <string>
+#include <string_view>
+#include <system_error>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "support/error.h"
 #include "support/files.h"

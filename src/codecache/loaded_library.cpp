@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <filesystem>
+#include <string>
 #include <utility>
 
 #include "support/error.h"

@@ -11,11 +11,16 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include "support/error.h"
 

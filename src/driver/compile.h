@@ -2,10 +2,13 @@
 /// compile(): the whole pipeline in one straight line (compile.cpp reads as the list of stages),
 /// and CompiledModel, a model loaded in this process and ready to run.
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/graph.h"

@@ -1,5 +1,8 @@
 // The one place that maps a device to its backend (codegen/common/device_codegen.h).
 
+#include <filesystem>
+#include <memory>
+
 #include "codegen/common/device_codegen.h"
 #include "codegen/cpp/cpp_codegen.h"
 #include "codegen/cuda/cuda_codegen.h"

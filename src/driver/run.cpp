@@ -1,7 +1,13 @@
 // CompiledModel::run: marshals tensors through the compiled model's C entry point.
 #include <fmt/format.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
 #include <filesystem>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "autotune/cuda_choice.h"
 #include "codecache/loaded_library.h"

@@ -1,6 +1,9 @@
 #include "graph/dtype.h"
 
+#include <cstdint>
 #include <iterator>
+#include <optional>
+#include <string_view>
 
 namespace kiln::graph {
 

@@ -5,10 +5,12 @@
 /// to by pointer; names are unique within a graph scope.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 

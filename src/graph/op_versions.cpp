@@ -1,8 +1,12 @@
 #include "graph/op_versions.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace kiln::graph {
 

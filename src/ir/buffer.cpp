@@ -1,6 +1,10 @@
 #include "ir/buffer.h"
 
 #include <set>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include <algorithm>
 

@@ -7,10 +7,12 @@
 /// lowering folds into the loads of their consumers; a strided View of a buffer is what extern
 /// calls take.
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 

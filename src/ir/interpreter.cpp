@@ -4,9 +4,15 @@
 // row-major order, feeding the reductions' accumulators), and ops that use a reduction's result.
 #include "ir/interpreter.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "ir/interpreter_memory.h"
 #include "ir/interpreter_scalar.h"

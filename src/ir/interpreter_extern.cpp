@@ -3,6 +3,10 @@
 // strides, so broadcasting and transposed views need no special cases.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
 
 #include "ir/interpreter_memory.h"
 #include "support/error.h"

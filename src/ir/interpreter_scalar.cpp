@@ -3,7 +3,9 @@
 // generated C++ does up to float rounding of intermediate libm results.
 #include "ir/interpreter_scalar.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 

@@ -1,6 +1,12 @@
 #include "ir/loop_body.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "support/error.h"
 

@@ -1,6 +1,9 @@
 // Text forms of the loop IR, used by --dump and by tests.
 #include <fmt/format.h>
 
+#include <string>
+#include <vector>
+
 #include "ir/buffer.h"
 #include "ir/loop_body.h"
 

@@ -10,7 +10,13 @@
 
 #include <cfloat>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "lower/elementwise.h"
 #include "lower/op_util.h"

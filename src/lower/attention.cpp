@@ -21,7 +21,12 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "lower/elementwise.h"
 #include "lower/graph_lowering.h"

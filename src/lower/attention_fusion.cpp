@@ -3,6 +3,11 @@
 
 #include "lower/attention_fusion.h"
 
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
 #include "lower/op_util.h"
 
 namespace kiln::lower {

@@ -9,8 +9,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "lower/elementwise.h"
 #include "lower/lowering.h"

@@ -1,9 +1,15 @@
 #include "lower/conv_select.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "autotune/select.h"
 #include "lower/op_util.h"

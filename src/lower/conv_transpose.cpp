@@ -8,6 +8,10 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "lower/elementwise.h"
 #include "lower/lowering.h"
 #include "lower/op_util.h"

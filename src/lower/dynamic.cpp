@@ -9,8 +9,12 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "lower/lowering.h"
 #include "lower/op_util.h"

@@ -11,6 +11,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "ir/interpreter_scalar.h"
 #include "lower/op_util.h"

@@ -10,7 +10,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "lower/elementwise.h"
 #include "lower/lowering.h"

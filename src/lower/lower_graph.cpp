@@ -7,9 +7,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
+#include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "lower/attention_fusion.h"
 #include "lower/branch_specialization.h"

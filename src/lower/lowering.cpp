@@ -1,6 +1,13 @@
 #include "lower/lowering.h"
 
 #include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 

@@ -17,6 +17,7 @@
 /// (Shape of a dynamic input gives [batch, 3, ...]). Reshape, Expand, Slice and friends read their
 /// shape arguments from it.
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -25,6 +26,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "autotune/select.h"

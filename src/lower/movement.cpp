@@ -9,6 +9,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "lower/elementwise.h"
 #include "lower/lowering.h"
 #include "lower/op_util.h"

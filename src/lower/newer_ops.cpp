@@ -8,7 +8,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "lower/elementwise.h"
 #include "lower/lowering.h"

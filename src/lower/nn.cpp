@@ -8,7 +8,14 @@
 /// Tests: the ONNX node suite (interpreter_cases.txt).
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "autotune/select.h"
 #include "lower/lowering.h"

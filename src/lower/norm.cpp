@@ -8,8 +8,15 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "lower/elementwise.h"
 #include "lower/op_util.h"

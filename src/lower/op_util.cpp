@@ -1,7 +1,13 @@
 #include "lower/op_util.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "support/error.h"
 #include "sym/analyzer.h"

@@ -9,7 +9,12 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <limits>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "lower/lowering.h"
 #include "lower/op_util.h"

@@ -11,6 +11,13 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "lower/elementwise.h"
 #include "lower/lowering.h"
 #include "lower/op_util.h"

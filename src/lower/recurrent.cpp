@@ -7,6 +7,12 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "lower/elementwise.h"
 #include "lower/lowering.h"
 #include "lower/op_util.h"

@@ -10,7 +10,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "lower/elementwise.h"
 #include "lower/op_util.h"

@@ -1,5 +1,10 @@
 #include <fmt/format.h>
 
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
 #include "graph/op_versions.h"
 #include "lower/lowering.h"
 

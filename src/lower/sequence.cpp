@@ -9,6 +9,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "lower/graph_lowering.h"
 #include "lower/lowering.h"

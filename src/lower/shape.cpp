@@ -7,8 +7,15 @@
 /// Tests: tests/unit/lower/shape_test.cpp and the ONNX node suite (interpreter_cases.txt).
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "lower/lowering.h"
 #include "lower/op_util.h"

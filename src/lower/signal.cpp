@@ -10,6 +10,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "lower/elementwise.h"
 #include "lower/lowering.h"

@@ -1,5 +1,9 @@
 #include "lower/supported_ops.h"
 
+#include <string>
+#include <string_view>
+#include <vector>
+
 #include "lower/lowering.h"
 
 namespace kiln::lower {

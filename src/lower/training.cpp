@@ -10,6 +10,12 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "lower/elementwise.h"
 #include "lower/lowering.h"
 #include "lower/op_util.h"

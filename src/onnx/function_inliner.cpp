@@ -4,10 +4,13 @@
 
 #include <google/protobuf/unknown_field_set.h>
 
+#include <cstdint>
 #include <map>
 #include <set>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "support/error.h"

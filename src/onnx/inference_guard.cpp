@@ -3,11 +3,17 @@
 #include <fmt/format.h>
 #include <onnx/defs/shape_inference.h>
 
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <string>
+#include <string_view>
 #include <tuple>
+#include <utility>
 
 #include "graph/op_versions.h"
 

@@ -6,7 +6,13 @@
 #include <onnx/defs/schema.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <exception>
 #include <regex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "graph/op_versions.h"
 #include "support/error.h"

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "graph/graph.h"
 #include "graph/tensor.h"

@@ -5,12 +5,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <limits>
+#include <memory>
 #include <optional>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
 
 #include <fmt/ranges.h>
 

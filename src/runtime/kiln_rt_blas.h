@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <mutex>
 #include <type_traits>
 #include <vector>

@@ -8,6 +8,7 @@
 //
 // Tests: the ONNX node suite (test_loop*, test_scan*, test_range_*_expanded), tests/unit/driver.
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>

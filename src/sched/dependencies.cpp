@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 namespace kiln::sched {
 namespace {

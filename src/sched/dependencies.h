@@ -5,6 +5,7 @@
 /// defined by an Indirect op, whose position is data-dependent); a WeakDep only orders two nodes.
 /// Tested in tests/unit/sched/dependencies_test.cpp.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

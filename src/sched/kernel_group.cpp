@@ -2,6 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "support/error.h"
 
 namespace kiln::sched {

@@ -10,6 +10,7 @@
 /// `var_map`: directly where its dims equal the kernel's, else through flattening with
 /// floor_div / modular_indexing. Tested in tests/unit/sched/kernel_group_test.cpp.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>

@@ -5,6 +5,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "sched/scheduler_impl.h"
 #include "sched/template_epilogue.h"

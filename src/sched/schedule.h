@@ -3,6 +3,7 @@
 /// the lifetime facts the wrapper needs for memory planning. Produced by sched::schedule()
 /// (scheduler.h), consumed by the backend's kernel code generator and by the wrapper.
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>

@@ -3,6 +3,7 @@
 /// lifetimes), fusion.cpp (fusion) and lifetimes.cpp (kernel-local buffers, in-place reuse, last
 /// use). Not for use outside src/sched.
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>

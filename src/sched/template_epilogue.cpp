@@ -1,9 +1,13 @@
 #include "sched/template_epilogue.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "support/log.h"
 

@@ -1,8 +1,14 @@
 #include "support/hash.h"
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <string>
+#include <string_view>
 
 #include "support/error.h"
 

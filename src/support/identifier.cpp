@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <string>
+#include <string_view>
+
 #include "support/hash.h"
 
 namespace kiln {

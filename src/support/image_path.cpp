@@ -6,6 +6,9 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <filesystem>
+#include <system_error>
+
 namespace kiln {
 
 namespace fs = std::filesystem;

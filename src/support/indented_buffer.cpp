@@ -1,5 +1,8 @@
 #include "support/indented_buffer.h"
 
+#include <string>
+#include <string_view>
+
 namespace kiln {
 
 void IndentedBuffer::line(std::string_view text) {

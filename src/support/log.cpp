@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 namespace kiln::log {
 namespace {

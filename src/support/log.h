@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <string_view>
+#include <utility>
 
 namespace kiln::log {
 

@@ -2,6 +2,9 @@
 /// of wrapping, and treats those two values as unbounded ends, so a range is always sound.
 
 #include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <optional>
 
 #include "support/error.h"
 #include "sym/analyzer_internal.h"

@@ -2,6 +2,8 @@
 /// Internals of sym::Analyzer shared by analyzer.cpp, bounds.cpp and simplify.cpp. The proves_*
 /// functions never call the simplifier, so the simplifier's rules may use them freely.
 
+#include <map>
+
 #include "sym/analyzer.h"
 
 namespace kiln::sym {

@@ -5,7 +5,11 @@
 /// and likewise with the upper bound where every coefficient is <= 0. Each step keeps a
 /// pointwise lower bound, so a nonnegative interval at any step proves the original.
 
+#include <cstdint>
 #include <numeric>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "support/error.h"
 #include "sym/analyzer_internal.h"

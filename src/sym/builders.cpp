@@ -11,7 +11,13 @@
 /// None of these rules needs range facts; range-dependent rules live in simplify.cpp.
 
 #include <algorithm>
+#include <cstdint>
+#include <iterator>
 #include <numeric>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "support/error.h"
 #include "sym/expr_node.h"

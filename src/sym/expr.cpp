@@ -1,8 +1,17 @@
 /// Expr handles and nodes: construction, hashing, structural order, traversal, substitution and
 /// evaluation. Canonicalizing builders live in builders.cpp, printers in printer.cpp.
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
 #include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "support/error.h"
 #include "sym/expr_node.h"

@@ -4,8 +4,10 @@
 /// expression (a constant plus coefficient * monomial terms). Not for use outside src/sym.
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sym/expr.h"

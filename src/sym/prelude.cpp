@@ -8,6 +8,7 @@ namespace kiln::sym {
 std::string_view cpp_prelude() {
   return R"(#include <algorithm>
 #include <cstdint>
+#include <string_view>
 
 inline int64_t kiln_floordiv(int64_t a, int64_t b) {
   int64_t q = a / b;

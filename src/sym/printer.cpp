@@ -1,7 +1,13 @@
 /// Printing: Expr::str() (canonical, Python-like: //, %, ceildiv, min, max) and the C++ and
 /// CUDA expression printers (int64_t arithmetic; see expr.h for when / and % are plain).
 
+#include <cstdint>
 #include <cstdlib>
+#include <functional>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 

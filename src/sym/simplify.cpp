@@ -4,8 +4,12 @@
 /// Rules that need no facts are already applied by the builders (builders.cpp).
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
+#include <optional>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "support/error.h"
 #include "sym/analyzer_internal.h"

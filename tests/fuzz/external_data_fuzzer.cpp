@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <string_view>
 
 #include "fuzz_target.h"
 #include "onnx/tensor_file.h"

@@ -1,6 +1,10 @@
 #include "fuzz_target.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <string_view>
 
 namespace kiln::fuzz {
 

@@ -3,6 +3,7 @@
 // Seeds: .npy files written from the suite's tensors (tests/fuzz/make_seeds.py).
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "fuzz_target.h"
 #include "onnx/tensor_file.h"

@@ -3,6 +3,7 @@
 // scratch directory. Seeds: the suite's model.onnx files (tests/fuzz/make_seeds.py).
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "fuzz_target.h"
 #include "onnx/importer.h"

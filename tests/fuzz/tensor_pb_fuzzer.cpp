@@ -4,6 +4,9 @@
 // which holds nothing else. Seeds: the suite's input_*.pb and output_*.pb files.
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string_view>
 
 #include "fuzz_target.h"
 #include "graph/graph.h"

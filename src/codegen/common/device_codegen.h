@@ -9,6 +9,7 @@
 /// codegen/cuda/cuda_codegen.h (CudaCodegen: CUDA kernels through NVRTC, library calls on the
 /// host).
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>

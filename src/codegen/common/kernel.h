@@ -3,6 +3,7 @@
 /// the wrapper needs to call it.
 
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>

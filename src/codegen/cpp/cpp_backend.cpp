@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+#include <string>
+
 #include "codegen/cpp/cpp_epilogue.h"
 #include "codegen/cpp/cpp_kernel.h"
 

@@ -5,7 +5,14 @@
 #include "codegen/cpp/cpp_ops.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 #include "support/error.h"
 #include "support/identifier.h"
 #include "support/log.h"

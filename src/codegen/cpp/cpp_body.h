@@ -8,10 +8,12 @@
 /// once per outer iteration lives in a scalar variable and a value stored per reduction element
 /// in a per-thread scratch array indexed by the reduction position.
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/common/kernel.h"

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "autotune/runtime_headers.h"
 #include "support/error.h"

@@ -4,6 +4,9 @@
 /// builds with g++ (OpenMP, Sleef, and OpenBLAS or
 /// oneDNN when the code calls them) keyed on the runtime headers' content.
 
+#include <memory>
+#include <string>
+
 #include "codegen/common/device_codegen.h"
 #include "codegen/cpp/cpp_kernel.h"
 

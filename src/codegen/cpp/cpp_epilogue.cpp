@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <map>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "codegen/cpp/cpp_ops.h"
 #include "sched/conv_epilogue_match.h"

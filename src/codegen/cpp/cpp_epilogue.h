@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "autotune/gemm_template.h"
 #include "ir/buffer.h"

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <string>
+#include <vector>
+
 #include "support/identifier.h"
 
 namespace kiln::codegen {

@@ -8,10 +8,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <set>
+#include <string>
+#include <string_view>
 
 #include "autotune/runtime_headers.h"
 #include "codegen/cpp/cpp_body.h"

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "codegen/common/kernel.h"
 #include "ir/buffer.h"

@@ -8,6 +8,7 @@
 /// functions defined in translation units of their own. Control flow (If, Loop, Scan and their
 /// results) is the wrapper's own, not a library call.
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "codegen/cpp/cpp_host_text.h"

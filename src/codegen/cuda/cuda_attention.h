@@ -11,6 +11,7 @@
 /// at BERT-base's sequence 128 cuBLASLt and a Softmax kernel measured faster (lowering.h).
 /// Float32 arithmetic throughout, whatever --precision says (the kernel uses no tensor cores).
 
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <string>

@@ -4,6 +4,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "autotune/cuda_choice.h"
 

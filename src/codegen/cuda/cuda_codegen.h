@@ -6,6 +6,8 @@
 /// g++ like the CPU's: the wrapper loads the CUDA driver at run time, so building needs no GPU.
 
 #include <filesystem>
+#include <memory>
+#include <string>
 
 #include "codegen/common/device_codegen.h"
 #include "codegen/cpp/cpp_codegen.h"

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "codegen/cpp/cpp_host_text.h"

@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace kiln::codegen {
 

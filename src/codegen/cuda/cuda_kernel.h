@@ -46,6 +46,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "codegen/common/kernel.h"
 #include "ir/buffer.h"

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ir/buffer.h"
 #include "ir/device.h"

@@ -8,6 +8,8 @@
 /// are reproducible run to run (no atomics); the partial buffer is an ordinary buffer, placed in
 /// the device arena by the memory plan.
 
+#include <cstdint>
+
 #include "ir/buffer.h"
 
 namespace kiln::codegen {

@@ -14,7 +14,9 @@
 /// and written by the host's operations (subgraph_ops). Index checks run on the GPU
 /// and sizes read from data wait for it; nothing else does until the outputs.
 
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>

@@ -1,5 +1,9 @@
 #include "codegen/cuda/host_fallback.h"
 
+#include <optional>
+#include <string_view>
+#include <variant>
+
 namespace kiln::codegen {
 
 std::optional<std::string_view> cuda_host_fallback(const ir::LibraryCall& call) {

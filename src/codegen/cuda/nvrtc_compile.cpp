@@ -7,7 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
+#include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "codecache/code_cache.h"
 #include "codegen/cpp/cpp_kernel.h"

@@ -1,5 +1,10 @@
 #include "codegen/cuda/nvrtc_headers.h"
 
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace kiln::codegen {
 
 const std::vector<std::pair<std::string, std::string>>& nvrtc_std_headers() {

@@ -4,6 +4,7 @@
 /// of freed buffers keyed by dtype and 64-byte aligned symbolic size; an allocation takes the
 /// most recently freed buffer with its key) and emitted in a second.
 
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>

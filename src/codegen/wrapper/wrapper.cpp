@@ -2,8 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <map>
+#include <memory>
+#include <new>
+#include <optional>
 #include <set>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "codegen/cpp/cpp_host_text.h"
 #include "support/error.h"

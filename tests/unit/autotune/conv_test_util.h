@@ -3,6 +3,7 @@
 // with a residual Add + Clip(0, 6) epilogue, compiled side by side through the code cache, run on
 // seeded inputs and compared by the test's own checker (which knows the layout of X and Y).
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <limits>

@@ -6,8 +6,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "support/error.h"
 

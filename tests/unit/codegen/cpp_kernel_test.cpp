@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <map>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "../sched/test_programs.h"
 #include "kernel_runner.h"

@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <string>
 #include <vector>

@@ -10,7 +10,11 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <random>
 #include <string>

@@ -6,12 +6,14 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "driver/compile.h"

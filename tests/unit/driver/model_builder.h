@@ -1,8 +1,11 @@
 #pragma once
 // Builds small ai.onnx models node by node for the driver tests.
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>

@@ -6,8 +6,13 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <ios>
 #include <limits>
+#include <memory>
+#include <optional>
+#include <vector>
 
 #include "graph/dtype.h"
 #include "support/error.h"

@@ -3,10 +3,14 @@
 // any other refusal fails, and so does a pinned model that now imports (the list only shrinks).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "onnx/importer.h"
 #include "support/error.h"

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include "support/error.h"
 #include "sym/analyzer.h"
 #include "sym/expr.h"

@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
+#include <string>
 #include <thread>
 #include <unordered_set>
+#include <vector>
 
 #include "support/error.h"
 #include "sym/expr.h"

@@ -3,10 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "sym/analyzer.h"
 #include "sym/expr.h"

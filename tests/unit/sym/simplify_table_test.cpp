@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "sym/analyzer.h"
 #include "sym/expr.h"
 

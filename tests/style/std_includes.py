@@ -30,7 +30,7 @@ HEADERS = {
     "array": ["array"],
     "atomic": ["atomic", "memory_order_relaxed", "memory_order_acquire", "memory_order_release",
                "memory_order_acq_rel", "memory_order_seq_cst", "atomic_thread_fence"],
-    "chrono": ["chrono"],
+    "chrono": ["chrono", "chrono_literals"],
     "cmath": ["ceil", "copysign", "cos", "erf", "exp", "expm1", "fabs", "floor", "fmod", "isfinite",
               "isinf", "isnan", "log", "log1p", "log2", "nearbyint", "pow", "round", "sin", "sqrt",
               "tanh", "trunc", "lround", "llround", "signbit", "fmax", "fmin", "tan", "sinh",
@@ -112,16 +112,12 @@ for name in ("erase", "erase_if"):
     DECLARED_IN[name] = ["vector", "string", "map", "set", "unordered_map", "unordered_set"]
 # The filesystem functions report through std::error_code.
 DECLARED_IN["error_code"].append("filesystem")
-# std::ios (its openmode and flags) and std::streamsize: <ios>, or the stream headers that
-# include it.
-for name in ("ios", "streamsize"):
+# std::ios (its openmode and flags), std::streamsize and the stream manipulators: <ios>, or the
+# stream headers that include it.
+for name in ("ios", "streamsize", "hex", "dec", "fixed", "scientific", "boolalpha"):
     DECLARED_IN[name] = ["ios", "iostream", "istream", "ostream", "fstream", "sstream"]
 # std::getline of a stream: <string> declares it for strings, <istream> for character arrays.
 DECLARED_IN["getline"].append("istream")
-# The stream manipulators: <ios>, or the stream headers that include it.
-for name in ("hex", "dec", "fixed", "scientific", "boolalpha"):
-    DECLARED_IN[name] = ["ios", "iostream", "istream", "ostream", "fstream", "sstream"]
-DECLARED_IN["chrono_literals"] = ["chrono"]
 
 COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'',
                                re.S)
@@ -152,8 +148,9 @@ def main():
         text = open(path, encoding="utf-8").read()
         included = set(INCLUDE.findall(text))
         code = COMMENT_OR_STRING.sub(" ", text)
-        if FIXED_WIDTH.search(code) and not included.intersection(FIXED_WIDTH_HEADERS):
-            print(f"{path}: {FIXED_WIDTH.search(code).group(1)} without #include <cstdint>")
+        fixed_width = FIXED_WIDTH.search(code)
+        if fixed_width and not included.intersection(FIXED_WIDTH_HEADERS):
+            print(f"{path}: {fixed_width.group(1)} without #include <cstdint>")
             problems += 1
         for name in sorted(set(STD_NAME.findall(code))):
             headers = DECLARED_IN.get(name)

@@ -553,6 +553,15 @@ std::string render_gemm(const GemmConfig& config, const GemmProblem& problem,
   return out.str();
 }
 
+namespace {
+
+bool host_is_amd() {
+  __builtin_cpu_init();
+  return __builtin_cpu_is("amd");
+}
+
+}  // namespace
+
 TemplateIsa host_template_isa() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") ? TemplateIsa::kAvx512 : TemplateIsa::kAvx2;
@@ -725,6 +734,19 @@ std::vector<GemmConfig> gemm_configs(int64_t m_hint, const GemmProblem& problem,
       first = second;
     }
   }
+  // A one-row block on AMD's cores reads B without the next-panel prefetches: the row loop
+  // outermost, which at M = 1 is the same loop with no prefetch. A single row reads each panel
+  // once, in order, so nothing is reused from L2 and these cores' own prefetchers follow the
+  // stream; the prefetches only take load slots. At batch 1, 1 x 48 block, ms with 2 threads
+  // then 1 (kiln_gemm_bench, medians):
+  //   - AMD EPYC Zen 5 VM: 1x3264x256 (bench/load's MLP) 0.025 -> 0.021 and 0.049 -> 0.041;
+  //     1x2048x1000 0.059 -> 0.050 and 0.093 -> 0.096; 1x768x3072 0.070 -> 0.061 and 0.106 ->
+  //     0.085; 1x3072x768 0.065 -> 0.057 and 0.132 -> 0.105; 1x4096x4096 1.82 -> 1.26 and 2.94
+  //     -> 2.28.
+  //   - Emerald Rapids Xeon VM (3 rounds): at 2 threads faster at 1x3264x256 (0.048-0.060 against
+  //     0.054-0.062), 1x2048x1000 and 1x512x512, but 1x3072x768 took 0.30-0.43 ms against
+  //     0.21-0.22, and at 1 thread most shapes 1-4 % slower; so Intel's cores keep them.
+  if (first.mr == 1 && host_is_amd()) first.loop_order = GemmLoopOrder::kMrOuter;
   add(first);
   for (const RegisterBlock& block : blocks) {
     GemmConfig config = blocked_config(block, block.kc, m_hint, problem, threads);

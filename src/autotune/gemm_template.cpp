@@ -553,15 +553,6 @@ std::string render_gemm(const GemmConfig& config, const GemmProblem& problem,
   return out.str();
 }
 
-namespace {
-
-bool host_is_amd() {
-  __builtin_cpu_init();
-  return __builtin_cpu_is("amd");
-}
-
-}  // namespace
-
 TemplateIsa host_template_isa() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") ? TemplateIsa::kAvx512 : TemplateIsa::kAvx2;
@@ -581,10 +572,23 @@ struct RegisterBlock {
 std::vector<RegisterBlock> register_blocks(TemplateIsa isa, int64_t m_hint) {
   std::vector<RegisterBlock> blocks;
   if (m_hint < 4) {
-    // A single row wastes the rows of a taller block; a wide one-row block keeps 6 chains of FMA
-    // in flight and reads B once. Reading B is the cost at one row: the 256-bit block measured
-    // as fast as the 512-bit one (bench/gemm_bench.cpp, 1x2048x1000), so it comes first.
+    // A single row wastes the rows of a taller block; a one-row block reads B once, and reading
+    // B is the whole cost. AVX-512's 1 x 64 first (4 chains of FMA, 4 lines of B per step, no
+    // padding where N is a multiple of 64), then AVX2's 1 x 48 (6 chains) and 1 x 32, which
+    // the default takes where 1 x 48 pads N enough (N = 256: 288 columns). Times in ms at batch 1
+    // on 2 threads then 1, 1 x 64 with its rows outermost against the 1 x 48 with the next-panel
+    // prefetch that came first before (kiln_gemm_bench, medians):
+    //   - AMD EPYC Zen 5 VM: 1x3264x256 (bench/load's MLP) 0.018 and 0.031 against 0.025 and
+    //     0.049; 1x768x3072 0.048 and 0.090 against 0.070 and 0.106; 1x2048x1000 0.052 and
+    //     0.080 against 0.059 and 0.093.
+    //   - Emerald Rapids Xeon VM (2 rounds): 1x3264x256 0.034 and 0.149-0.152 against 0.070
+    //     and 0.167-0.176; 1x768x3072 0.225-0.253 and 0.431-0.461 against 0.360-0.442 and
+    //     0.438-0.789; 1x2048x1000 0.213 and 0.381-0.412 against 0.217-0.422 and 0.393-0.423;
+    //     1x3072x768 0.242-0.279 and 0.457-0.492 against 0.236-0.363 and 0.453-0.759. With
+    //     the prefetch, 1 x 64 was faster than without only at 1x3072x768 on 2 threads (0.232).
+    if (isa == TemplateIsa::kAvx512) blocks.push_back({TemplateIsa::kAvx512, 1, 64, 512, 1024});
     blocks.push_back({TemplateIsa::kAvx2, 1, 48, 512, 1024});
+    blocks.push_back({TemplateIsa::kAvx2, 1, 32, 512, 1024});
     if (isa == TemplateIsa::kAvx512) blocks.push_back({TemplateIsa::kAvx512, 1, 96, 512, 1024});
   }
   if (isa == TemplateIsa::kAvx512) {
@@ -625,6 +629,10 @@ GemmConfig blocked_config(const RegisterBlock& block, int kc, int64_t m_hint,
   config.mr = block.mr;
   config.nr = block.nr;
   config.kc = static_cast<int>(std::clamp<int64_t>(problem.k, 1, kc));
+  // A one-row block runs its rows outermost, which at M = 1 is the same loop without the
+  // next-panel prefetch (prefetches_next_panel): one row reads each panel once, in order, so
+  // nothing is reused from L2 and the core's own prefetcher follows the stream.
+  if (block.mr == 1) config.loop_order = GemmLoopOrder::kMrOuter;
   const int64_t m = std::max<int64_t>(m_hint, 1);
   const int64_t max_mc = kMaxPackedABytes / 4 / config.kc / block.mr * block.mr;
   int64_t mc = std::min<int64_t>(round_up(m, block.mr), std::max<int64_t>(max_mc, block.mr));
@@ -719,42 +727,32 @@ std::vector<GemmConfig> gemm_configs(int64_t m_hint, const GemmProblem& problem,
     }
   };
   const std::vector<RegisterBlock> blocks = register_blocks(isa, m_hint);
-  // The default first: the first register block at its default KC, or the second where its busiest
-  // thread computes at least 5 % fewer multiply-adds. The blocks' columns can split unevenly: at a
+  // The default first: the first register block at its default KC, or the second (of the same ISA,
+  // or a one-row block of either) where its busiest thread computes at least 5 % fewer
+  // multiply-adds: a one-row product of N = 32 takes AVX2's 1 x 48 over AVX-512's 1 x 64, which
+  // pads it to 64 columns. The blocks' columns can split unevenly: at a
   // transformer's N = 256 on 2 threads, AVX2's 4 x 24 block leaves one thread 6 of the 11 panels
   // (144 columns against 112), where 6 x 16 gives each 8; the encoder's two 128 x 256 x 256 and
   // 128 x 1024 x 256 products ran 0.084 and 0.335 ms as 6 x 16, 0.090 and 0.366 as 4 x 24
   // (`--autotune max`, AMD EPYC Zen 4).
   const int64_t m = std::max<int64_t>(m_hint, 1);
   GemmConfig first = blocked_config(blocks.front(), blocks.front().kc, m_hint, problem, threads);
-  if (blocks.size() > 1 && blocks[1].isa == blocks.front().isa) {
+  if (blocks.size() > 1 && (blocks[1].isa == blocks.front().isa || blocks[1].mr == 1)) {
     const GemmConfig second = blocked_config(blocks[1], blocks[1].kc, m_hint, problem, threads);
     if (busiest_thread_work(second, m, problem, threads) * 20 <
         busiest_thread_work(first, m, problem, threads) * 19) {
       first = second;
     }
   }
-  // A one-row block on AMD's cores reads B without the next-panel prefetches: the row loop
-  // outermost, which at M = 1 is the same loop with no prefetch. A single row reads each panel
-  // once, in order, so nothing is reused from L2 and these cores' own prefetchers follow the
-  // stream; the prefetches only take load slots. At batch 1, 1 x 48 block, ms with 2 threads
-  // then 1 (kiln_gemm_bench, medians):
-  //   - AMD EPYC Zen 5 VM: 1x3264x256 (bench/load's MLP) 0.025 -> 0.021 and 0.049 -> 0.041;
-  //     1x2048x1000 0.059 -> 0.050 and 0.093 -> 0.096; 1x768x3072 0.070 -> 0.061 and 0.106 ->
-  //     0.085; 1x3072x768 0.065 -> 0.057 and 0.132 -> 0.105; 1x4096x4096 1.82 -> 1.26 and 2.94
-  //     -> 2.28.
-  //   - Emerald Rapids Xeon VM (3 rounds): at 2 threads faster at 1x3264x256 (0.048-0.060 against
-  //     0.054-0.062), 1x2048x1000 and 1x512x512, but 1x3072x768 took 0.30-0.43 ms against
-  //     0.21-0.22, and at 1 thread most shapes 1-4 % slower; so Intel's cores keep them.
-  if (first.mr == 1 && host_is_amd()) first.loop_order = GemmLoopOrder::kMrOuter;
   add(first);
   for (const RegisterBlock& block : blocks) {
     GemmConfig config = blocked_config(block, block.kc, m_hint, problem, threads);
     add(config);
     add(blocked_config(block, block.alt_kc, m_hint, problem, threads));
-    GemmConfig mr_outer = config;
-    mr_outer.loop_order = GemmLoopOrder::kMrOuter;
-    add(mr_outer);
+    GemmConfig other_order = config;
+    other_order.loop_order = config.loop_order == GemmLoopOrder::kNrOuter ? GemmLoopOrder::kMrOuter
+                                                                          : GemmLoopOrder::kNrOuter;
+    add(other_order);
     GemmConfig other_a = config;
     other_a.pack_a = !config.pack_a;
     add(other_a);

@@ -129,8 +129,7 @@ TemplateIsa host_template_isa();
 
 /// The candidate configs for a problem of about `m_hint` rows on `threads` threads, for `isa`
 /// (both AVX2 and, when isa is kAvx512, AVX-512 register blocks). Every one passes
-/// check_gemm_config; the first is gemm_default_config's choice, which depends on the host's CPU
-/// as well: a one-row block's default loop order differs between AMD and other vendors' cores.
+/// check_gemm_config; the first is gemm_default_config's choice.
 std::vector<GemmConfig> gemm_configs(int64_t m_hint, const GemmProblem& problem, int threads,
                                      TemplateIsa isa);
 

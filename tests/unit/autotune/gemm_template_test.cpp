@@ -100,11 +100,11 @@ std::vector<GemmConfig> small_block_configs() {
   c8x8.thread_split = GemmThreadSplit::kN;
   configs.push_back(c8x8);
   configs.push_back({.isa = TemplateIsa::kAvx2, .mr = 1, .nr = 48, .mc = 3, .nc = 48, .kc = 7});
-  // The one-row block with its rows outermost, as AMD hosts' default runs it.
-  GemmConfig row1x96{.isa = TemplateIsa::kAvx512, .mr = 1, .nr = 96, .mc = 2, .nc = 96, .kc = 11};
-  row1x96.loop_order = GemmLoopOrder::kMrOuter;
-  row1x96.pack_a = false;
-  configs.push_back(row1x96);
+  // A one-row block with its rows outermost, as the default runs it at batch 1.
+  GemmConfig row1x64{.isa = TemplateIsa::kAvx512, .mr = 1, .nr = 64, .mc = 2, .nc = 128, .kc = 11};
+  row1x64.loop_order = GemmLoopOrder::kMrOuter;
+  row1x64.pack_a = false;
+  configs.push_back(row1x64);
   configs.push_back(
       {.isa = TemplateIsa::kAvx512, .mr = 12, .nr = 32, .mc = 24, .nc = 64, .kc = 16});
   GemmConfig direct6x16 = c6x16;

@@ -180,6 +180,28 @@ TEST(GemmTemplate, DefaultSplitsTheColumnsEvenly) {
   EXPECT_EQ(wide.nc, 384) << wide.name();
 }
 
+// At batch 1 the default is a one-row block with its rows outermost (so without the next-panel
+// prefetch): AVX-512's 1 x 64, AVX2's 1 x 32 where 1 x 48 would give a thread more columns (N =
+// 256 on 2 threads: 128 against 144), and 1 x 48 where 1 x 64 pads N = 32 to 64.
+TEST(GemmTemplate, DefaultAtBatchOneIsARowBlockWithRowsOutermost) {
+  const GemmProblem mlp{.n = 256, .k = 3264};
+  const GemmConfig wide = gemm_default_config(1, mlp, 2, TemplateIsa::kAvx512);
+  EXPECT_EQ(wide.isa, TemplateIsa::kAvx512) << wide.name();
+  EXPECT_EQ(wide.mr, 1) << wide.name();
+  EXPECT_EQ(wide.nr, 64) << wide.name();
+  EXPECT_EQ(wide.loop_order, GemmLoopOrder::kMrOuter) << wide.name();
+  const GemmConfig avx2 = gemm_default_config(1, mlp, 2, TemplateIsa::kAvx2);
+  EXPECT_EQ(avx2.nr, 32) << avx2.name();
+  EXPECT_EQ(avx2.loop_order, GemmLoopOrder::kMrOuter) << avx2.name();
+  const GemmConfig narrow = gemm_default_config(1, {.n = 32, .k = 128}, 2, TemplateIsa::kAvx512);
+  EXPECT_EQ(narrow.isa, TemplateIsa::kAvx2) << narrow.name();
+  EXPECT_EQ(narrow.nr, 48) << narrow.name();
+  // Taller problems keep their blocks and order.
+  const GemmConfig tall = gemm_default_config(128, mlp, 2, TemplateIsa::kAvx512);
+  EXPECT_GT(tall.mr, 1) << tall.name();
+  EXPECT_EQ(tall.loop_order, GemmLoopOrder::kNrOuter) << tall.name();
+}
+
 TEST(GemmTemplate, BadConfigsAreRejected) {
   EXPECT_THROW(check_gemm_config({.isa = TemplateIsa::kAvx2, .mr = 6, .nr = 12}), InternalError);
   EXPECT_THROW(check_gemm_config({.isa = TemplateIsa::kAvx2, .mr = 8, .nr = 16}), InternalError);

@@ -10,7 +10,10 @@
 # Beside them, the "floor" engine (floor.cpp): one thread's arithmetic loop as long as Kiln's idle
 # p50 of the model, timed the same way. It touches no memory and starts no threads, so its p99/p50
 # is the machine's own spread at that length (preemption, interrupts, the hypervisor): on a VM a
-# 0.03 ms loop's idle p99 can be twice its p50 or more, whatever runs in it. And before any load,
+# 0.03 ms loop's idle p99 can be twice its p50 or more, whatever runs in it. With 2 or more
+# threads, "floor-par" runs the same loop on every thread at once, in chunks the threads take as
+# Kiln's pool shares a loop, each thread pinned to its own CPU: the spread of a run that needs all
+# its threads, where a thread off its CPU leaves the others its chunks. And before any load,
 # wake.cpp times waking a sleeping thread on another CPU (printed with the summary).
 # Prints per model, mode, engine and load the p50 and p99 (medians over the rounds) and the
 # loaded/idle p50 ratio, then issue 14's checks read off those medians (yes/no per model, mode
@@ -31,7 +34,7 @@
 #   KILN                 the kiln to time (default BUILD_DIR/bin/kiln)
 #   KILN_BASE            another kiln timed beside it as "kiln-base" (e.g. a build before a change)
 #   PYTHON               a python3 with onnx and numpy (default /usr/bin/python3)
-#   BENCH_LOAD_FLOOR     0 leaves the floor engine out (default 1); CXX builds it (default g++)
+#   BENCH_LOAD_FLOOR     0 leaves the floor engines out (default 1); CXX builds them (default g++)
 # Everything it writes is under BUILD_DIR/bench-load/ (models, code caches, model libraries,
 # results.jsonl).
 set -euo pipefail
@@ -96,7 +99,7 @@ input_arg() { echo "input=$MODEL_DIR/$1.input.npy"; }
 ENGINES="kiln ort"
 FLOOR_BIN="$WORK/floor"
 if [ "$FLOOR" != 0 ]; then
-  "${CXX:-g++}" -O2 -std=c++17 -Iinclude "$HERE/floor.cpp" -o "$FLOOR_BIN.tmp"
+  "${CXX:-g++}" -O2 -std=c++17 -pthread -Iinclude "$HERE/floor.cpp" -o "$FLOOR_BIN.tmp"
   mv "$FLOOR_BIN.tmp" "$FLOOR_BIN"
 fi
 # What waking a sleeping thread on another CPU costs here (wake.cpp), measured before any load
@@ -127,9 +130,12 @@ run_engine() {  # run_engine ENGINE MODEL ITERS WARMUP [WAIT_MS]: one JSON line
       pin "$kiln" bench "$(library "$engine" "$model")" --json --threads "$THREADS" --iters "$3" \
         --warmup "$4" "${pace[@]}" --input "$(input_arg "$model")"
       ;;
-    floor)
+    floor | floor-par)
       eval "local steps=\$STEPS_$model"
-      pin "$FLOOR_BIN" --steps "$steps" --iters "$3" --warmup "$4" "${pace[@]}"
+      local floor_threads=1
+      [ "$engine" = floor-par ] && floor_threads="$THREADS"
+      pin "$FLOOR_BIN" --steps "$steps" --threads "$floor_threads" --iters "$3" --warmup "$4" \
+        "${pace[@]}"
       ;;
     ort)
       if [ "$ORT" = node ]; then
@@ -198,6 +204,7 @@ for m in $MODELS; do
   echo "== paced wait for $m: $wait_ms ms before each run"
 done
 [ "$FLOOR" != 0 ] && ENGINES="$ENGINES floor"
+[ "$FLOOR" != 0 ] && [ "$THREADS" -gt 1 ] && [ "$THREADS" -le "$NCPU" ] && ENGINES="$ENGINES floor-par"
 for load in $LOADS; do
   count=$(busy_count "$load")
   start_busy "$count"
@@ -232,7 +239,8 @@ done
 # --- summary -----------------------------------------------------------------------------------
 echo "== summary (medians over rounds; loaded/idle = loaded p50 / idle p50 of the same mode;" \
   "paced = a fixed wait before each run; floor = one thread's arithmetic loop as long as Kiln's" \
-  "idle p50, the machine's own p99/p50 at that length; results in $RESULTS)"
+  "idle p50, the machine's own p99/p50 at that length; floor-par = that loop on each of the" \
+  "threads at once, in chunks they share; results in $RESULTS)"
 "$PYTHON" - "$RESULTS" "$WAKE_JSON" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -267,24 +275,26 @@ for name, mode, engine, load in sorted(
           f"{fmt(spread(name, mode, engine, load)):>8} {fmt(ratio(name, mode, engine, load)):>11}")
 
 # Issue 14's checks, read off the medians above: Kiln's loaded/idle p50 ratio no worse than ONNX
-# Runtime's, and Kiln's loaded p99 under twice its p50, beside the floor's p99/p50 at the same load
-# (a floor at 2 or more says the machine alone spreads a run of that length so much); with
-# KILN_BASE, Kiln's idle p50 against kiln-base's (within 5 %).
+# Runtime's, and Kiln's loaded p99 under twice its p50, beside the floors' p99/p50 at the same load
+# (the floor at 2 or more says the machine alone spreads a run of that length so much; floor-par
+# at 2 or more, that it spreads so much a run that needs all its threads); with KILN_BASE, Kiln's
+# idle p50 against kiln-base's (within 5 %).
 verdict = lambda ok: "-" if ok is None else "yes" if ok else "no"
 cases = sorted({(k[0], k[1]) for k in groups}, key=lambda c: (c[0], modes.index(c[1])))
 print("== issue 14's checks (loaded/idle p50: Kiln no worse than ONNX Runtime; Kiln's p99/p50 under 2,"
-      " beside the floor's)")
+      " beside the floors')")
 print(f"{'model':9} {'mode':6} {'load':5} {'kiln l/i':>9} {'ort l/i':>8} {'ok':>4} "
-      f"{'kiln p99/p50':>13} {'floor':>6} {'ok':>4}")
+      f"{'kiln p99/p50':>13} {'floor':>6} {'floor-par':>10} {'ok':>4}")
 for name, mode in cases:
     for load in loads[1:]:
         if (name, mode, "kiln", load) not in groups:
             continue
         k, o = ratio(name, mode, "kiln", load), ratio(name, mode, "ort", load)
-        s, f = spread(name, mode, "kiln", load), spread(name, mode, "floor", load)
+        s = spread(name, mode, "kiln", load)
+        f, fp = (spread(name, mode, e, load) for e in ("floor", "floor-par"))
         print(f"{name:9} {mode:6} {load:5} {fmt(k):>9} {fmt(o):>8} "
               f"{verdict(None if k is None or o is None else k <= o):>4} {fmt(s):>13} {fmt(f):>6} "
-              f"{verdict(None if s is None else s < 2):>4}")
+              f"{fmt(fp):>10} {verdict(None if s is None else s < 2):>4}")
 for name, mode in cases:
     new, base = (figure(name, mode, e, "idle", "p50_ms") for e in ("kiln", "kiln-base"))
     if new and base:

@@ -184,15 +184,24 @@ for engine in $ENGINES; do
   done
 done
 # The paced wait of each model, the same for every engine: the larger of the engines' idle p50s
-# (one short tight run each, untimed by the summary), so no engine is busy more than about half
-# the time. Kept in WAIT_<model>. The floor's loop length, as long as Kiln's idle p50, in
-# STEPS_<model>.
+# (short tight runs, untimed by the summary), so no engine is busy more than about half the time.
+# Kept in WAIT_<model>. The floor's loop length, as long as Kiln's idle p50, in STEPS_<model>.
+# Each engine's p50 is the lower of two such runs: the first run on a machine whose idle CPUs
+# clock down can be several times slower (an Intel Xeon KVM host: Kiln's MLP 0.19 ms, then 0.02).
 p50_of() { "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["p50_ms"])'; }
+idle_p50() {  # idle_p50 ENGINE MODEL: the lower p50 of two short tight runs
+  local first second
+  first="$(run_engine "$1" "$2" $(($(iters "$2") / 2 + 1)) "$(warmup "$2")" | p50_of)"
+  second="$(run_engine "$1" "$2" $(($(iters "$2") / 2 + 1)) "$(warmup "$2")" | p50_of)"
+  "$PYTHON" -c 'import sys; print("%.4f" % min(map(float, sys.argv[1:])))' "$first" "$second"
+}
 for m in $MODELS; do
   wait_ms=0
+  p50s=""
   for engine in $ENGINES; do
     [ -n "${BENCH_LOAD_WAIT_MS:-}" ] && [ "$engine" != kiln ] && continue
-    p50="$(run_engine "$engine" "$m" $(($(iters "$m") / 2 + 1)) "$(warmup "$m")" | p50_of)"
+    p50="$(idle_p50 "$engine" "$m")"
+    p50s="$p50s${p50s:+, }$engine $p50"
     if [ "$engine" = kiln ] && [ "$FLOOR" != 0 ]; then
       eval "STEPS_$m=$(pin "$FLOOR_BIN" --calibrate "$p50")"
     fi
@@ -201,7 +210,7 @@ for m in $MODELS; do
   done
   wait_ms="${BENCH_LOAD_WAIT_MS:-$wait_ms}"
   eval "WAIT_$m=$wait_ms"
-  echo "== paced wait for $m: $wait_ms ms before each run"
+  echo "== paced wait for $m: $wait_ms ms before each run (idle p50s: $p50s ms)"
 done
 [ "$FLOOR" != 0 ] && ENGINES="$ENGINES floor"
 [ "$FLOOR" != 0 ] && [ "$THREADS" -gt 1 ] && [ "$THREADS" -le "$NCPU" ] && ENGINES="$ENGINES floor-par"

@@ -213,7 +213,9 @@ for m in $MODELS; do
   echo "== paced wait for $m: $wait_ms ms before each run (idle p50s: $p50s ms)"
 done
 [ "$FLOOR" != 0 ] && ENGINES="$ENGINES floor"
-[ "$FLOOR" != 0 ] && [ "$THREADS" -gt 1 ] && [ "$THREADS" -le "$NCPU" ] && ENGINES="$ENGINES floor-par"
+if [ "$FLOOR" != 0 ] && [ "$THREADS" -gt 1 ] && [ "$THREADS" -le "$NCPU" ]; then
+  ENGINES="$ENGINES floor-par"
+fi
 for load in $LOADS; do
   count=$(busy_count "$load")
   start_busy "$count"

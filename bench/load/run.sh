@@ -289,13 +289,14 @@ for name, mode, engine, load in sorted(
 # Runtime's, and Kiln's loaded p99 under twice its p50, beside the floors' p99/p50 at the same load
 # (the floor at 2 or more says the machine alone spreads a run of that length so much; floor-par
 # at 2 or more, that it spreads so much a run that needs all its threads); with KILN_BASE, Kiln's
-# idle p50 against kiln-base's (within 5 %).
+# idle p50 against kiln-base's (within 5 %). Last, for reading the ratios: Kiln's loaded p50 over
+# ONNX Runtime's at the same load (an engine slow idle has a low loaded/idle ratio).
 verdict = lambda ok: "-" if ok is None else "yes" if ok else "no"
 cases = sorted({(k[0], k[1]) for k in groups}, key=lambda c: (c[0], modes.index(c[1])))
 print("== issue 14's checks (loaded/idle p50: Kiln no worse than ONNX Runtime; Kiln's p99/p50 under 2,"
       " beside the floors')")
 print(f"{'model':9} {'mode':6} {'load':5} {'kiln l/i':>9} {'ort l/i':>8} {'ok':>4} "
-      f"{'kiln p99/p50':>13} {'floor':>6} {'floor-par':>10} {'ok':>4}")
+      f"{'kiln p99/p50':>13} {'floor':>6} {'floor-par':>10} {'ok':>4} {'p50 kiln/ort':>13}")
 for name, mode in cases:
     for load in loads[1:]:
         if (name, mode, "kiln", load) not in groups:
@@ -303,9 +304,11 @@ for name, mode in cases:
         k, o = ratio(name, mode, "kiln", load), ratio(name, mode, "ort", load)
         s = spread(name, mode, "kiln", load)
         f, fp = (spread(name, mode, e, load) for e in ("floor", "floor-par"))
+        kp, op = (figure(name, mode, e, load, "p50_ms") for e in ("kiln", "ort"))
         print(f"{name:9} {mode:6} {load:5} {fmt(k):>9} {fmt(o):>8} "
               f"{verdict(None if k is None or o is None else k <= o):>4} {fmt(s):>13} {fmt(f):>6} "
-              f"{fmt(fp):>10} {verdict(None if s is None else s < 2):>4}")
+              f"{fmt(fp):>10} {verdict(None if s is None else s < 2):>4} "
+              f"{fmt(kp / op if kp and op else None):>13}")
 for name, mode in cases:
     new, base = (figure(name, mode, e, "idle", "p50_ms") for e in ("kiln", "kiln-base"))
     if new and base:

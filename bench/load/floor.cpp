@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "pin.h"
 
 namespace {
 
@@ -70,13 +71,6 @@ inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
-}
-
-bool pin_to(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
 }
 
 // The runs of the parallel floor: the caller opens a run by bumping `generation`; every thread

@@ -186,8 +186,8 @@ done
 # The paced wait of each model, the same for every engine: the larger of the engines' idle p50s
 # (short tight runs, untimed by the summary), so no engine is busy more than about half the time.
 # Kept in WAIT_<model>. The floor's loop length, as long as Kiln's idle p50, in STEPS_<model>.
-# Each engine's p50 is the lower of two such runs: the first run on a machine whose idle CPUs
-# clock down can be several times slower (an Intel Xeon KVM host: Kiln's MLP 0.19 ms, then 0.02).
+# Each engine's p50 is the lower of two such runs: the first run on a fresh machine can be
+# several times slower (an Intel Xeon KVM host: Kiln's MLP about 0.19 ms, then 0.024).
 p50_of() { "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["p50_ms"])'; }
 idle_p50() {  # idle_p50 ENGINE MODEL: the lower p50 of two short tight runs
   local first second

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "pin.h"
 
 namespace {
 
@@ -29,13 +30,6 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-bool pin_to(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
 }
 
 [[noreturn]] void usage() {
